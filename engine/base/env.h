@@ -1,0 +1,48 @@
+// Environment knobs, read once, with tinygrad's names and meanings.
+//
+//   DEBUG       0..7   verbosity (1 schedule lines, 2 per-kernel lines, 3 opts, 4 source)
+//   JIT         0..2   0 disables TinyJit, 1 captures and replays, 2 also batches into device graphs
+//   BEAM        0..n   beam width for kernel search (0 = hand-coded heuristic)
+//   NOOPT       0/1    no kernel optimisations
+//   CACHELEVEL  0..2   0 disables every disk cache
+//   VIZ         0/1    record rewrite traces for the viewer
+//   TRACK_MATCH_STATS 0..2  per-rule counters (implied 2 by VIZ)
+//
+// Each knob is read from the environment on first use and kept. `Context` overrides knobs for the
+// current thread within a scope (tinygrad's `with Context(DEBUG=2):`), which is how tests set them.
+// Reads are lock-free; Context nesting is per thread and restores on destruction.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string_view>
+#include <utility>
+
+namespace kiln {
+
+enum class Knob : uint8_t { kDebug, kJit, kBeam, kNoOpt, kCacheLevel, kViz, kTrackMatchStats, kCount };
+
+// Name of a knob as spelled in the environment ("DEBUG", ...).
+std::string_view KnobName(Knob k);
+
+// The knob's value: the innermost Context override on this thread, else the environment (read
+// once per process), else its default (JIT 1, CACHELEVEL 2, others 0; TRACK_MATCH_STATS 2 if VIZ).
+int64_t GetKnob(Knob k);
+
+inline int64_t DebugLevel() { return GetKnob(Knob::kDebug); }
+
+// Scoped override: `Context ctx({{Knob::kDebug, 2}, {Knob::kNoOpt, 1}});`. Not copyable; must be
+// destroyed on the thread that created it, in reverse order of creation.
+class Context {
+ public:
+  Context(std::initializer_list<std::pair<Knob, int64_t>> overrides);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+ private:
+  int64_t saved_[static_cast<int>(Knob::kCount)];
+  bool saved_set_[static_cast<int>(Knob::kCount)];
+};
+
+}  // namespace kiln
