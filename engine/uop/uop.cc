@@ -129,7 +129,10 @@ struct InternTable {
 
 namespace {
 thread_local std::vector<const UOp*>* tl_pending = nullptr;
+std::atomic<UOp::BufferDeathHook> g_buffer_death_hook{nullptr};
 }  // namespace
+
+void UOp::SetBufferDeathHook(BufferDeathHook hook) { g_buffer_death_hook.store(hook); }
 
 bool UOp::TryAddRef() const {
   int32_t n = refs_.load(std::memory_order_relaxed);
@@ -159,6 +162,9 @@ void UOp::Release(const UOp* p) {
     const UOp* u = pending.back();
     pending.pop_back();
     InternTable::Get().Forget(u);
+    if (u->op_ == Op::BUFFER) {
+      if (BufferDeathHook hook = g_buffer_death_hook.load(std::memory_order_acquire)) hook(u);
+    }
     UOp* mu = const_cast<UOp*>(u);
     UOpVec src = std::move(mu->src_);
     delete mu;

@@ -158,6 +158,11 @@ class UOp {
   // Number of live interned nodes (all shards). For tests and metrics.
   static size_t LiveCount();
 
+  // Called (on the releasing thread, outside any table lock) just before a BUFFER node is destroyed, so the runtime
+  // can free the device memory attached to it. One process-wide hook; set once at start-up by engine/runtime.
+  using BufferDeathHook = void (*)(const UOp* buffer);
+  static void SetBufferDeathHook(BufferDeathHook hook);
+
   UOp(const UOp&) = delete;
   UOp& operator=(const UOp&) = delete;
 

@@ -1,0 +1,77 @@
+// Runtime interfaces every backend implements (DESIGN.md §2: registry, device, buffer; ggml-backend's three layers).
+//
+//   Device     one execution target ("CPU", "CL:0", "CUDA:0", "INTERP", "NULL"): owns an Allocator, a Compiler and
+//              the renderer name it wants; creates Programs from compiled binaries.
+//   Allocator  raw device memory: Alloc/Free/CopyIn/CopyOut. Thread-safe.
+//   Compiler   source text -> binary bytes (LLVM object, PTX/cubin, OpenCL binary, or the source itself).
+//   Program    a loaded kernel: Launch(buffers, vars, launch dims) -> seconds if timing was asked.
+//
+// Everything returns absl::Status; a failing kernel compile carries the compiler's log in the message.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace kiln::runtime {
+
+// Opaque device memory handle; `ptr` is a host pointer for host-visible devices (CPU, INTERP).
+struct DeviceMemory {
+  void* ptr = nullptr;
+  uint64_t handle = 0;  // backend-specific (cl_mem, CUdeviceptr)
+  size_t nbytes = 0;
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  virtual absl::StatusOr<DeviceMemory> Alloc(size_t nbytes) = 0;
+  virtual void Free(DeviceMemory mem) = 0;
+  virtual absl::Status CopyIn(DeviceMemory dst, const void* src, size_t nbytes) = 0;
+  virtual absl::Status CopyOut(void* dst, DeviceMemory src, size_t nbytes) = 0;
+};
+
+struct LaunchDims {
+  int64_t global[3] = {1, 1, 1};
+  int64_t local[3] = {1, 1, 1};
+  int threads = 1;  // CPU: number of core_id values (THREAD opt)
+};
+
+class Program {
+ public:
+  virtual ~Program() = default;
+  // Runs the kernel. `bufs` in slot order, `vars` in the Program's var order. Returns the kernel time in seconds when
+  // `timed` (0 otherwise).
+  virtual absl::StatusOr<double> Launch(absl::Span<const DeviceMemory> bufs, absl::Span<const int64_t> vars,
+                                        const LaunchDims& dims, bool timed) = 0;
+};
+
+class Compiler {
+ public:
+  virtual ~Compiler() = default;
+  // Compiles source text into the device's binary form. `name` is the kernel's entry symbol.
+  virtual absl::StatusOr<std::string> Compile(const std::string& source, const std::string& name) = 0;
+  // Identifies target + compiler version, part of every compile-cache key.
+  virtual std::string CacheKey() const = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const std::string& name() const = 0;
+  virtual Allocator& allocator() = 0;
+  virtual Compiler& compiler() = 0;
+  // The renderer this device wants ("llvm", "opencl", "cuda", "interp").
+  virtual std::string renderer() const = 0;
+  // Loads a compiled binary (for INTERP the "binary" is the printed linear program, parsed back at load).
+  virtual absl::StatusOr<std::unique_ptr<Program>> Load(const std::string& binary, const std::string& name) = 0;
+  virtual absl::Status Synchronize() { return absl::OkStatus(); }
+  // Whether Launch actually executes (false for NULL).
+  virtual bool executes() const { return true; }
+};
+
+}  // namespace kiln::runtime
