@@ -1,0 +1,33 @@
+// codegen::Program: a kernel lowered to the linear form of docs/kernel-ir.md §3, ready for a renderer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/dtype/dtype.h"
+#include "engine/uop/uop.h"
+
+namespace kiln::codegen {
+
+struct BufferParam {
+  int64_t slot = 0;
+  DType dtype;          // element dtype (not the pointer)
+  int64_t size = 0;     // elements the kernel may touch (upper bound)
+  bool is_output = false;
+};
+
+struct Program {
+  std::string name;                 // tinygrad-style: "E_4_16", "r_16_4_32"; generated, never user text
+  std::vector<UOpPtr> uops;         // linear order: each node after its sources; see docs/kernel-ir.md §3
+  std::vector<BufferParam> buffers; // by slot
+  std::vector<UOpPtr> vars;         // DEFINE_VAR nodes, in launch-argument order
+  int64_t global_size[3] = {1, 1, 1};
+  int64_t local_size[3] = {1, 1, 1};
+  int threads = 1;                  // CPU THREAD opt: launch runs core_id = 0..threads-1
+  std::vector<std::string> applied_opts;  // for DEBUG=3, e.g. "UPCAST(0,4)"
+  int64_t flops = 0;                // estimates for DEBUG=2 GFLOPS and GB/s
+  int64_t mem_bytes = 0;
+};
+
+}  // namespace kiln::codegen
