@@ -293,7 +293,7 @@ absl::Status CheckDTypes(Op op, DType dtype, absl::Span<const UOpPtr> src) {
 
 absl::StatusOr<UOpPtr> UOp::Create(Op op, DType dtype, absl::Span<const UOpPtr> src, Arg arg,
                                    int64_t tag) {
-  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= kNumOps)
+  if (static_cast<unsigned>(op) >= static_cast<unsigned>(kNumOps))
     return absl::InvalidArgumentError("unknown op");
   const OpInfo& info = GetOpInfo(op);
   int n = static_cast<int>(src.size());
@@ -564,6 +564,9 @@ absl::StatusOr<std::optional<Shape>> InferShape(Op op, DType dtype, absl::Span<c
     if (op == Op::BITCAST && !out.empty() && !src[0]->dtype().is_ptr) {
       int64_t from = src[0]->dtype().ItemSize(), to = dtype.ItemSize();
       if (from != to && to > 0) {
+        int64_t bytes = 0;
+        if (__builtin_mul_overflow(out.back(), static_cast<int64_t>(from), &bytes))
+          return err("last dim ", out.back(), " overflows int64 in bytes");
         if ((out.back() * from) % to != 0)
           return err("cannot bitcast last dim ", out.back(), " of ", from, "-byte items to ", to,
                      "-byte items");
@@ -582,9 +585,11 @@ absl::StatusOr<std::optional<Shape>> InferShape(Op op, DType dtype, absl::Span<c
       int64_t n = 1, m = 1;
       for (int64_t d : *v) {
         if (d < 0) return err("negative dim ", d, " in ", ShapeToString(Shape(v->begin(), v->end())));
-        n *= d;
+        if (__builtin_mul_overflow(n, d, &n)) return err("element count of the new shape overflows int64");
       }
-      for (int64_t d : in) m *= d;
+      for (int64_t d : in) {
+        if (__builtin_mul_overflow(m, d, &m)) return err("element count of the source shape overflows int64");
+      }
       if (n != m)
         return err("cannot reshape ", ShapeToString(in), " (", m, " elements) to ",
                    ShapeToString(Shape(v->begin(), v->end())), " (", n, " elements)");
@@ -622,7 +627,8 @@ absl::StatusOr<std::optional<Shape>> InferShape(Op op, DType dtype, absl::Span<c
         int64_t a = (*v)[2 * i], b = (*v)[2 * i + 1];
         if (op == Op::PAD) {
           if (a < 0 || b < 0) return err("negative padding on dim ", i);
-          out[i] = in[i] + a + b;
+          if (__builtin_add_overflow(in[i], a, &out[i]) || __builtin_add_overflow(out[i], b, &out[i]))
+            return err("padded dim ", i, " overflows int64");
         } else {
           if (a < 0 || b < a || b > in[i])
             return err("range [", a, ", ", b, ") out of bounds for dim ", i, " of size ", in[i]);
@@ -642,8 +648,10 @@ absl::StatusOr<std::optional<Shape>> InferShape(Op op, DType dtype, absl::Span<c
       if (r == nullptr) return err("arg must be a ReduceArg");
       if (!IsReduceOp(r->op)) return err("reduce op must be ADD, MUL or MAX");
       Shape out = in;
-      for (int64_t a : r->axes) {
+      for (size_t i = 0; i < r->axes.size(); ++i) {
+        int64_t a = r->axes[i];
         if (a < 0 || a >= static_cast<int64_t>(in.size())) return err("axis ", a, " out of range");
+        if (i > 0 && a <= r->axes[i - 1]) return err("axes must be sorted and unique");
         out[a] = 1;
       }
       return std::optional<Shape>(std::move(out));

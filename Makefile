@@ -1,0 +1,84 @@
+# kiln: the two commands that matter are `make serve` and `make test` (README.md).
+#
+#   make test     install deps, build the release preset (-O2 -g, asserts on), run every CTest
+#   make bench    install deps, build release, run tests/bench/run.sh
+#   make serve    install deps, build release, start kilnd (not written yet: exits non-zero)
+#   make asan     the test suite under ASan + UBSan (preset asan)
+#   make tsan     the test suite under TSan (preset tsan)
+#   make debug    the test suite in the debug preset
+#   make format   clang-format -i over tracked *.h / *.cc
+#   make tidy     clang-tidy (allowlist in .clang-tidy) over tracked *.cc, using the release build
+#   make deps     deploy/install-deps.sh only
+#   make clean    remove build/ (the .venv stays; `make distclean` removes it too)
+#
+# JOBS (default 2: CI has 2 cores) sets build and test parallelism; CTEST_ARGS is passed to ctest
+# (e.g. make test CTEST_ARGS='-L unit -R uop').
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := test
+
+JOBS ?= 2
+CTEST_ARGS ?=
+
+.PHONY: test bench serve asan tsan debug deps build-release format tidy clean distclean
+
+deps:
+	@bash deploy/install-deps.sh
+
+# configure + build one preset: $(call build,PRESET)
+define build
+	@echo "==== configure + build: preset $(1) ===="
+	cmake --preset $(1)
+	cmake --build --preset $(1) -j $(JOBS)
+endef
+
+# run the suite of one preset, keep a log, print a final summary; fails if anything failed.
+define run_tests
+	@echo "==== test: preset $(1) ===="
+	@log=build/$(1)/ctest.log; rc=0; \
+	ctest --preset $(1) --output-on-failure -j $(JOBS) $(CTEST_ARGS) 2>&1 | tee "$$log" || rc=$$?; \
+	echo; echo "==== make $(2) summary (preset $(1)) ===="; \
+	grep -E '^[0-9]+% tests passed' "$$log" || echo "ctest printed no result line"; \
+	if grep -q '^The following tests FAILED' "$$log"; then sed -n '/^The following tests FAILED/,$$p' "$$log"; fi; \
+	if [[ $$rc -ne 0 ]]; then echo "make $(2): FAILED (ctest exit $$rc)"; exit $$rc; fi; \
+	echo "make $(2): OK"
+endef
+
+build-release: deps
+	$(call build,release)
+
+test: build-release
+	$(call run_tests,release,test)
+
+bench: build-release
+	@bash tests/bench/run.sh
+
+serve: build-release
+	@echo "make serve: kilnd (the daemon: gRPC :8001, HTTP :8000, metrics :8002) arrives with the server issue;"
+	@echo "            the engine libraries are built, but there is no server to start yet."
+	@exit 1
+
+debug: deps
+	$(call build,debug)
+	$(call run_tests,debug,debug)
+
+asan: deps
+	$(call build,asan)
+	$(call run_tests,asan,asan)
+
+tsan: deps
+	$(call build,tsan)
+	$(call run_tests,tsan,tsan)
+
+format:
+	git ls-files -z -- '*.h' '*.cc' | xargs -0 -r clang-format -i
+
+tidy: build-release
+	git ls-files -z -- '*.cc' | xargs -0 -r clang-tidy -p build/release --quiet
+
+clean:
+	rm -rf build
+
+distclean: clean
+	rm -rf .venv

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Installs everything kiln's build and tests need on Debian 12 (bookworm), then creates the Python
+# test virtualenv at <repo>/.venv. Idempotent: packages already installed are skipped, `apt-get
+# update` runs only when something is missing, and the venv is rebuilt only when missing or when
+# tests/requirements.txt changed (a stamp file keeps its hash). Never builds a dependency from source.
+#
+# Works as root (no sudo needed) and as a user with sudo. Environment:
+#   KILN_SKIP_APT=1    skip the Debian packages (e.g. a prepared image)
+#   KILN_SKIP_VENV=1   skip the Python virtualenv
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# Debian packages, one concern per line.
+packages=(
+  # toolchain and build
+  build-essential cmake ninja-build g++ pkg-config git
+  # C++ libraries
+  libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libsqlite3-dev
+  # gRPC and protobuf
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  # metrics
+  prometheus-cpp-dev
+  # CPU backend (LLVM ORC)
+  llvm-19-dev libzstd-dev
+  # OpenCL backend (PoCL runs OpenCL on the CPU in CI)
+  ocl-icd-opencl-dev pocl-opencl-icd clinfo
+  # test data
+  dataset-fashion-mnist
+  # Python test harness and tools
+  python3 python3-venv python3-pip curl clang-format clang-tidy
+)
+
+log() { printf '[install-deps] %s\n' "$*"; }
+
+as_root() {
+  if [[ "$(id -u)" -eq 0 ]]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    log "need root for: $*  (run as root or install sudo)" >&2
+    return 1
+  fi
+}
+
+install_packages() {
+  local missing=() p status
+  for p in "${packages[@]}"; do
+    status="$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)"
+    if [[ "$status" != "installed" ]]; then
+      missing+=("$p")
+    fi
+  done
+  if [[ ${#missing[@]} -eq 0 ]]; then
+    log "all ${#packages[@]} Debian packages present"
+    return 0
+  fi
+  log "installing ${#missing[@]} missing package(s): ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get update -q
+  as_root env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -q --no-install-recommends -o Dpkg::Use-Pty=0 "${missing[@]}"
+}
+
+setup_venv() {
+  local req="$repo_root/tests/requirements.txt"
+  local venv="$repo_root/.venv"
+  local stamp="$venv/.requirements.sha256"
+  local python="${PYTHON:-python3}"
+  if [[ ! -f "$req" ]]; then
+    log "no tests/requirements.txt; skipping the virtualenv"
+    return 0
+  fi
+  local want
+  want="$(sha256sum "$req" | cut -d' ' -f1)"
+  if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    log "virtualenv .venv up to date"
+    return 0
+  fi
+  if [[ ! -x "$venv/bin/python" ]]; then
+    log "creating virtualenv .venv with $(command -v "$python")"
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+  fi
+  log "installing tests/requirements.txt into .venv (PyPI)"
+  rm -f "$stamp"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+  printf '%s\n' "$want" >"$stamp"
+}
+
+[[ "${KILN_SKIP_APT:-0}" == "1" ]] || install_packages
+[[ "${KILN_SKIP_VENV:-0}" == "1" ]] || setup_venv
+log "done"
