@@ -7,6 +7,10 @@
 //   Program    a loaded kernel: Launch(buffers, vars, launch dims) -> seconds if timing was asked.
 //
 // Everything returns absl::Status; a failing kernel compile carries the compiler's log in the message.
+//
+// The rest of engine/runtime: buffer.h (Buffer, BufferTable keyed by BUFFER UOps), registry.h (BackendRegistry,
+// GetDevice; backends/register_all.h fills it), compile_cache.h (CompileCache memory+SQLite, CompileKernel =
+// render + cached compile + load), host_allocator.h (64-byte aligned host memory for CPU/NULL/INTERP).
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,104 @@
+// CpuCompiler: LLVM IR text -> O2 -> host object file bytes.
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "backends/cpu/cpu_device.h"
+#include "backends/cpu/llvm_init.h"
+#include "engine/base/sha256.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/AsmParser/Parser.h"
+#include "llvm/Config/llvm-config.h"
+#include "llvm/IR/LLVMContext.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/IR/Verifier.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+#include "llvm/TargetParser/Host.h"
+
+namespace kiln::backends {
+
+void InitLlvmOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::InitializeNativeTargetAsmParser();
+  });
+}
+
+std::string LlvmErrorString(llvm::Error err) { return llvm::toString(std::move(err)); }
+
+CpuCompiler::CpuCompiler(std::string cpu, std::string features)
+    : triple_(llvm::sys::getProcessTriple()), cpu_(std::move(cpu)), features_(std::move(features)) {
+  if (cpu_.empty()) cpu_ = llvm::sys::getHostCPUName().str();
+  if (features_.empty()) {
+    std::vector<std::string> f;
+    for (const auto& kv : llvm::sys::getHostCPUFeatures()) f.push_back(absl::StrCat(kv.second ? "+" : "-", kv.first().str()));
+    std::sort(f.begin(), f.end());
+    features_ = absl::StrJoin(f, ",");
+  }
+  cache_key_ = absl::StrCat("cpu-llvm-", LLVM_VERSION_STRING, "|", triple_, "|", cpu_, "|",
+                            DigestHex(Sha256Of(features_)).substr(0, 16), "|O2|pic|r1");
+}
+
+absl::StatusOr<std::string> CpuCompiler::Compile(const std::string& source, const std::string& name) {
+  InitLlvmOnce();
+  llvm::LLVMContext ctx;
+  llvm::SMDiagnostic diag;
+  std::unique_ptr<llvm::Module> mod = llvm::parseAssemblyString(source, diag, ctx);
+  if (mod == nullptr) {
+    std::string msg;
+    llvm::raw_string_ostream os(msg);
+    diag.print("kernel", os, /*ShowColors=*/false);
+    return absl::InvalidArgumentError(absl::StrCat("CPU compile of ", name, ": LLVM IR does not parse: ", os.str()));
+  }
+  std::string verr;
+  llvm::raw_string_ostream vos(verr);
+  if (llvm::verifyModule(*mod, &vos))
+    return absl::InvalidArgumentError(absl::StrCat("CPU compile of ", name, ": invalid LLVM IR: ", vos.str()));
+
+  std::string err;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple_, err);
+  if (target == nullptr) return absl::InternalError(absl::StrCat("CPU compile: no LLVM target: ", err));
+  llvm::TargetOptions opts;  // no fast-math: only `contract` flags in the IR allow fusion
+  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
+      triple_, cpu_, features_, opts, llvm::Reloc::PIC_, llvm::CodeModel::Small, llvm::CodeGenOptLevel::Default));
+  if (tm == nullptr) return absl::InternalError("CPU compile: cannot create an LLVM target machine");
+  mod->setTargetTriple(triple_);
+  mod->setDataLayout(tm->createDataLayout());
+
+  {  // -O2, new pass manager
+    llvm::LoopAnalysisManager lam;
+    llvm::FunctionAnalysisManager fam;
+    llvm::CGSCCAnalysisManager cgam;
+    llvm::ModuleAnalysisManager mam;
+    llvm::PassBuilder pb(tm.get());
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
+    mpm.run(*mod, mam);
+  }
+
+  llvm::SmallVector<char, 0> obj;
+  llvm::raw_svector_ostream os(obj);
+  llvm::legacy::PassManager pm;
+  if (tm->addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile))
+    return absl::InternalError("CPU compile: the target cannot emit object files");
+  pm.run(*mod);
+  return std::string(obj.begin(), obj.end());
+}
+
+}  // namespace kiln::backends

@@ -1,0 +1,428 @@
+#include "engine/codegen/render/llvm_ir.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "engine/base/status.h"
+#include "engine/codegen/render/llvm_ir_emitter.h"
+
+namespace kiln::codegen {
+namespace {
+
+// Rounds |v| (with its sign) to a binary float with `ebits` exponent and `mbits` mantissa bits, nearest even.
+uint16_t RoundToSmallFloat(double v, int ebits, int mbits) {
+  const uint32_t sign = std::signbit(v) ? (1u << (ebits + mbits)) : 0u;
+  const uint32_t exp_all = ((1u << ebits) - 1u) << mbits;
+  if (std::isnan(v)) return static_cast<uint16_t>(sign | exp_all | (1u << (mbits - 1)));
+  if (std::isinf(v)) return static_cast<uint16_t>(sign | exp_all);
+  double a = std::fabs(v);
+  if (a == 0.0) return static_cast<uint16_t>(sign);
+  const int bias = (1 << (ebits - 1)) - 1;
+  int e = 0;
+  std::frexp(a, &e);
+  const int exp2 = e - 1;  // a = 1.xxx * 2^exp2
+  const int emin = 1 - bias;
+  const int ulp_exp = std::max(exp2, emin) - mbits;
+  if (exp2 > bias + 1) return static_cast<uint16_t>(sign | exp_all);  // far beyond the largest finite value
+  // a / 2^ulp_exp is exact (power-of-two scaling of a value below 2^(mbits+1)); round it to nearest even.
+  uint64_t q = static_cast<uint64_t>(std::nearbyint(std::ldexp(a, -ulp_exp)));
+  if (exp2 < emin) return static_cast<uint16_t>(sign | q);  // subnormal (q == 2^mbits is the smallest normal)
+  int biased = exp2 + bias;
+  if (q == (uint64_t{1} << (mbits + 1))) {
+    q >>= 1;
+    ++biased;
+  }
+  if (biased >= (1 << ebits) - 1) return static_cast<uint16_t>(sign | exp_all);
+  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(biased) << mbits) |
+                               static_cast<uint32_t>(q - (uint64_t{1} << mbits)));
+}
+
+}  // namespace
+
+uint16_t DoubleToHalfBits(double v) { return RoundToSmallFloat(v, 5, 10); }
+uint16_t DoubleToBFloat16Bits(double v) { return RoundToSmallFloat(v, 8, 7); }
+
+namespace llvm_internal {
+
+bool IsHalfLike(DType d) { return d.scalar == ScalarType::kFloat16 || d.scalar == ScalarType::kBFloat16; }
+
+namespace {
+std::string ScalarType_(ScalarType s, bool mem) {
+  switch (s) {
+    case ScalarType::kBool: return mem ? "i8" : "i1";
+    case ScalarType::kInt8: case ScalarType::kUInt8: return "i8";
+    case ScalarType::kInt16: case ScalarType::kUInt16: return "i16";
+    case ScalarType::kInt32: case ScalarType::kUInt32: return "i32";
+    case ScalarType::kInt64: case ScalarType::kUInt64: return "i64";
+    case ScalarType::kFloat16: return "half";
+    case ScalarType::kBFloat16: return "bfloat";
+    case ScalarType::kFloat32: return "float";
+    case ScalarType::kFloat64: return "double";
+    default: return "void";
+  }
+}
+std::string Typed(DType d, bool mem) {
+  if (d.is_ptr) return "ptr";
+  std::string s = ScalarType_(d.scalar, mem);
+  return d.count > 1 ? absl::StrCat("<", d.count, " x ", s, ">") : s;
+}
+
+std::string ScalarLiteral(DType d, const Arg& a) {
+  double f = 0.0;
+  int64_t i = 0;
+  if (const auto* b = std::get_if<bool>(&a)) { f = *b; i = *b; }
+  if (const auto* n = std::get_if<int64_t>(&a)) { f = static_cast<double>(*n); i = *n; }
+  if (const auto* c = std::get_if<ConstFloat>(&a)) {
+    f = c->value;
+    i = std::isfinite(f) && std::fabs(f) < 9.2e18 ? static_cast<int64_t>(f) : 0;
+  }
+  switch (d.scalar) {
+    case ScalarType::kBool: return (std::holds_alternative<ConstFloat>(a) ? f != 0.0 : i != 0) ? "true" : "false";
+    case ScalarType::kFloat16: return absl::StrFormat("0xH%04X", DoubleToHalfBits(f));
+    case ScalarType::kBFloat16: return absl::StrFormat("0xR%04X", DoubleToBFloat16Bits(f));
+    case ScalarType::kFloat32: {
+      // LLVM spells float constants as the double of equal value; NaNs canonicalised to the quiet NaN.
+      float fv = static_cast<float>(f);
+      double dv = std::isnan(fv) ? std::numeric_limits<double>::quiet_NaN() : static_cast<double>(fv);
+      return absl::StrFormat("0x%016X", std::bit_cast<uint64_t>(dv));
+    }
+    case ScalarType::kFloat64: {
+      double dv = std::isnan(f) ? std::numeric_limits<double>::quiet_NaN() : f;
+      return absl::StrFormat("0x%016X", std::bit_cast<uint64_t>(dv));
+    }
+    default: {
+      const int bits = d.ItemSize() * 8;
+      uint64_t u = static_cast<uint64_t>(i);
+      if (bits < 64) {  // sign-extend the low `bits` bits, so LLVM reads the same bit pattern
+        u &= (uint64_t{1} << bits) - 1;
+        if (u >> (bits - 1)) u |= ~((uint64_t{1} << bits) - 1);
+      }
+      return absl::StrCat(static_cast<int64_t>(u));
+    }
+  }
+}
+}  // namespace
+
+std::string RegType(DType d) { return Typed(d, false); }
+std::string MemType(DType d) { return Typed(d, true); }
+
+std::string Splat(const std::string& ty, const std::string& lit, int count) {
+  if (count <= 1) return lit;
+  std::string s = "<";
+  for (int k = 0; k < count; ++k) absl::StrAppend(&s, k ? ", " : "", ty, " ", lit);
+  return s + ">";
+}
+
+std::string ConstLiteral(DType d, const Arg& a) {
+  return Splat(RegType(d.Scalar()), ScalarLiteral(d.Scalar(), a), d.count);
+}
+
+std::string Emitter::Ref(const UOp* u) {
+  if (u->op() == Op::CONST) return ConstLiteral(u->dtype(), u->arg());
+  auto it = val_.find(u);
+  if (it != val_.end()) return it->second;
+  if (err_.ok()) {
+    err_ = absl::InvalidArgumentError(
+        absl::StrCat("llvm renderer: ", std::string(OpName(u->op())), " is used before it is defined in the linear program"));
+  }
+  return "undef";
+}
+
+namespace {
+absl::Status CheckDType(DType d, const UOp& u) {
+  if (d.scalar == ScalarType::kIndex)
+    return absl::InvalidArgumentError(
+        absl::StrCat("llvm renderer: index dtype reached the renderer (", std::string(OpName(u.op())), "); codegen lowers it"));
+  return absl::OkStatus();
+}
+}  // namespace
+
+std::string Emitter::Gate(const UOp& mem_op, size_t gate_src) {
+  if (mem_op.num_src() > gate_src) return Ref(mem_op.src(gate_src).get());
+  const UOp* idx = mem_op.src(0).get();
+  if (idx->op() == Op::INDEX && idx->num_src() == 3) return Ref(idx->src(2).get());
+  return "";
+}
+
+absl::Status Emitter::EmitLoad(const UOp& u) {
+  const std::string ptr = Ref(u.src(0).get());
+  const std::string gate = Gate(u, 2);
+  const std::string mt = MemType(u.dtype()), rt = RegType(u.dtype());
+  const int align = std::max(1, u.dtype().ItemSize());
+  auto load = [&]() {
+    std::string l = Tmp();
+    Line(absl::StrCat(l, " = load ", mt, ", ptr ", ptr, ", align ", align));
+    if (u.dtype().scalar == ScalarType::kBool) {
+      std::string b = Tmp();
+      Line(absl::StrCat(b, " = icmp ne ", mt, " ", l, ", zeroinitializer"));
+      return b;
+    }
+    return l;
+  };
+  if (gate.empty()) {
+    val_[&u] = load();
+    return absl::OkStatus();
+  }
+  const std::string alt =
+      u.num_src() >= 2 ? Ref(u.src(1).get()) : ConstLiteral(u.dtype(), Arg(int64_t{0}));
+  const int k = nblock_++;
+  const std::string pre = cur_block_;
+  Line(absl::StrCat("br i1 ", gate, ", label %G", k, ".load, label %G", k, ".done"));
+  Label(absl::StrCat("G", k, ".load"));
+  std::string l = load();
+  std::string from = cur_block_;
+  Line(absl::StrCat("br label %G", k, ".done"));
+  Label(absl::StrCat("G", k, ".done"));
+  std::string r = Tmp();
+  Line(absl::StrCat(r, " = phi ", rt, " [ ", l, ", ", from, " ], [ ", alt, ", ", pre, " ]"));
+  val_[&u] = r;
+  return absl::OkStatus();
+}
+
+absl::Status Emitter::EmitStore(const UOp& u) {
+  const std::string ptr = Ref(u.src(0).get());
+  const DType vd = u.src(1)->dtype();
+  std::string v = Ref(u.src(1).get());
+  const std::string gate = Gate(u, 2);
+  const std::string mt = MemType(vd);
+  const int align = std::max(1, vd.ItemSize());
+  const int k = nblock_++;
+  if (!gate.empty()) {
+    Line(absl::StrCat("br i1 ", gate, ", label %G", k, ".store, label %G", k, ".done"));
+    Label(absl::StrCat("G", k, ".store"));
+  }
+  if (vd.scalar == ScalarType::kBool) {
+    std::string z = Tmp();
+    Line(absl::StrCat(z, " = zext ", RegType(vd), " ", v, " to ", mt));
+    v = z;
+  }
+  Line(absl::StrCat("store ", mt, " ", v, ", ptr ", ptr, ", align ", align));
+  if (!gate.empty()) {
+    Line(absl::StrCat("br label %G", k, ".done"));
+    Label(absl::StrCat("G", k, ".done"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Emitter::EmitRange(size_t i, const UOp& u) {
+  const std::string t = RegType(u.dtype());
+  const std::string end = Ref(u.src(0).get());
+  const int k = nblock_++;
+  const std::string pre = cur_block_;
+  std::string c = Tmp();
+  Line(absl::StrCat(c, " = icmp slt ", t, " 0, ", end));
+  Line(absl::StrCat("br i1 ", c, ", label %L", k, ".body, label %L", k, ".exit"));
+  Label(absl::StrCat("L", k, ".body"));
+  std::string phi = absl::StrCat("%v", i);
+  Line(absl::StrCat(phi, " = phi ", t, " [ 0, ", pre, " ], [ ", phi, ".next, %L", k, ".latch ]"));
+  val_[&u] = phi;
+  loops_.push_back(Loop{&u, k, phi, end, t});
+  return absl::OkStatus();
+}
+
+absl::Status Emitter::EmitEnd(const UOp& u) {
+  // The RANGE sources of this END, closed innermost first; each must be the innermost open loop.
+  std::vector<const UOp*> ranges;
+  for (const UOpPtr& s : u.src())
+    if (s->op() == Op::RANGE) ranges.push_back(s.get());
+  if (ranges.empty()) return absl::InvalidArgumentError("llvm renderer: END without a RANGE source");
+  int closed = 0;
+  while (!loops_.empty() &&
+         std::find(ranges.begin(), ranges.end(), loops_.back().range) != ranges.end()) {
+    Loop l = loops_.back();
+    loops_.pop_back();
+    ++closed;
+    Line(absl::StrCat("br label %L", l.id, ".latch"));
+    Label(absl::StrCat("L", l.id, ".latch"));
+    Line(absl::StrCat(l.phi, ".next = add ", l.type, " ", l.phi, ", 1"));
+    std::string c = Tmp();
+    Line(absl::StrCat(c, " = icmp slt ", l.type, " ", l.phi, ".next, ", l.end));
+    Line(absl::StrCat("br i1 ", c, ", label %L", l.id, ".body, label %L", l.id, ".exit"));
+    Label(absl::StrCat("L", l.id, ".exit"));
+  }
+  if (closed == 0) return absl::InvalidArgumentError("llvm renderer: END closes a RANGE that is not the innermost open loop");
+  return absl::OkStatus();
+}
+
+absl::Status Emitter::EmitOne(size_t i, const UOp& u) {
+  KILN_RETURN_IF_ERROR(CheckDType(u.dtype().Base(), u));
+  switch (u.op()) {
+    case Op::CONST: case Op::SINK: case Op::NOOP: case Op::GROUP: case Op::BARRIER:
+      return absl::OkStatus();
+    case Op::AFTER:
+      val_[&u] = Ref(u.src(0).get());
+      return absl::OkStatus();
+    case Op::PARAM:
+      val_[&u] = absl::StrCat("%buf", u.ArgInt());
+      return absl::OkStatus();
+    case Op::DEFINE_VAR: {
+      auto it = std::find(p_.vars.begin(), p_.vars.end(), &u);
+      if (it == p_.vars.end())
+        return absl::InvalidArgumentError("llvm renderer: DEFINE_VAR missing from Program::vars");
+      val_[&u] = absl::StrCat("%var", it - p_.vars.begin());
+      return absl::OkStatus();
+    }
+    case Op::SPECIAL: {
+      if (u.ArgStr() != "core_id")
+        return absl::UnimplementedError("llvm renderer: only SPECIAL core_id exists on the CPU");
+      if (u.dtype().scalar == ScalarType::kInt32) {
+        val_[&u] = "%core_id";
+      } else {
+        std::string t = Tmp();
+        Line(absl::StrCat(t, " = sext i32 %core_id to ", RegType(u.dtype())));
+        val_[&u] = t;
+      }
+      return absl::OkStatus();
+    }
+    case Op::DEFINE_REG: case Op::DEFINE_LOCAL: {
+      std::string a = absl::StrCat("%v", i);
+      absl::StrAppend(&allocas_, "  ", a, " = alloca ", MemType(u.dtype().Base()), ", i64 ",
+                      std::max<int64_t>(1, u.ArgInt()), ", align 32\n");
+      val_[&u] = a;
+      return absl::OkStatus();
+    }
+    case Op::INDEX: {
+      const DType elem = u.src(0)->dtype().Base();
+      std::string t = Tmp();
+      Line(absl::StrCat(t, " = getelementptr ", MemType(elem), ", ptr ", Ref(u.src(0).get()), ", ",
+                        RegType(u.src(1)->dtype()), " ", Ref(u.src(1).get())));
+      val_[&u] = t;
+      return absl::OkStatus();
+    }
+    case Op::LOAD: return EmitLoad(u);
+    case Op::STORE: return EmitStore(u);
+    case Op::RANGE: return EmitRange(i, u);
+    case Op::END: return EmitEnd(u);
+    case Op::IF: {
+      const int k = nblock_++;
+      Line(absl::StrCat("br i1 ", Ref(u.src(0).get()), ", label %I", k, ".then, label %I", k, ".end"));
+      Label(absl::StrCat("I", k, ".then"));
+      ifs_[&u] = k;
+      open_ifs_.push_back(k);
+      return absl::OkStatus();
+    }
+    case Op::ENDIF: {
+      auto it = ifs_.find(u.src(0).get());
+      if (it == ifs_.end() || open_ifs_.empty() || open_ifs_.back() != it->second)
+        return absl::InvalidArgumentError("llvm renderer: ENDIF does not close the innermost IF");
+      open_ifs_.pop_back();
+      Line(absl::StrCat("br label %I", it->second, ".end"));
+      Label(absl::StrCat("I", it->second, ".end"));
+      return absl::OkStatus();
+    }
+    case Op::VECTORIZE: {
+      const std::string vt = RegType(u.dtype()), st = RegType(u.dtype().Scalar());
+      std::string cur = "poison";
+      for (size_t k = 0; k < u.num_src(); ++k) {
+        std::string t = Tmp();
+        Line(absl::StrCat(t, " = insertelement ", vt, " ", cur, ", ", st, " ", Ref(u.src(k).get()), ", i32 ", k));
+        cur = t;
+      }
+      val_[&u] = cur;
+      return absl::OkStatus();
+    }
+    case Op::GEP: {
+      const IntVec& lanes = u.ArgVec();
+      const std::string vt = RegType(u.src(0)->dtype());
+      const std::string v = Ref(u.src(0).get());
+      std::string t = Tmp();
+      if (lanes.size() == 1) {
+        Line(absl::StrCat(t, " = extractelement ", vt, " ", v, ", i32 ", lanes[0]));
+      } else {
+        std::vector<std::string> m;
+        for (int64_t l : lanes) m.push_back(absl::StrCat("i32 ", l));
+        Line(absl::StrCat(t, " = shufflevector ", vt, " ", v, ", ", vt, " poison, <", lanes.size(), " x i32> <",
+                          absl::StrJoin(m, ", "), ">"));
+      }
+      val_[&u] = t;
+      return absl::OkStatus();
+    }
+    case Op::CAST: case Op::BITCAST: return EmitCast(u);
+    default:
+      if (IsALU(u.op())) return EmitAlu(u);
+      return absl::UnimplementedError(absl::StrCat("llvm renderer: op ", std::string(OpName(u.op())), " is not supported"));
+  }
+}
+
+absl::StatusOr<std::string> Emitter::Run() {
+  if (!IsValidKernelName(p_.name))
+    return absl::InvalidArgumentError("llvm renderer: kernel name must be a generated identifier");
+  int64_t nbufs = static_cast<int64_t>(p_.buffers.size());
+  for (const BufferParam& b : p_.buffers) nbufs = std::max(nbufs, b.slot + 1);
+  for (const UOpPtr& u : p_.uops) {
+    if (u->op() == Op::PARAM) {
+      if (u->ArgInt() < 0 || u->ArgInt() > 4096) return absl::InvalidArgumentError("llvm renderer: bad PARAM slot");
+      nbufs = std::max(nbufs, u->ArgInt() + 1);
+    }
+  }
+  for (const UOpPtr& v : p_.vars) {
+    if (v->op() != Op::DEFINE_VAR || (v->dtype() != dtypes::kInt32 && v->dtype() != dtypes::kInt64))
+      return absl::InvalidArgumentError("llvm renderer: Program::vars must be int32/int64 DEFINE_VARs");
+  }
+  for (size_t i = 0; i < p_.uops.size(); ++i) {
+    KILN_RETURN_IF_ERROR(EmitOne(i, *p_.uops[i]));
+    KILN_RETURN_IF_ERROR(err_);
+  }
+  if (!loops_.empty()) return absl::InvalidArgumentError("llvm renderer: RANGE without a matching END");
+  if (!open_ifs_.empty()) return absl::InvalidArgumentError("llvm renderer: IF without a matching ENDIF");
+
+  const std::string& n = p_.name;
+  std::vector<std::string> params, args;
+  std::string tramp;
+  for (int64_t s = 0; s < nbufs; ++s) {
+    params.push_back(absl::StrCat("ptr noalias align 32 %buf", s));
+    absl::StrAppend(&tramp, "  %bp", s, " = getelementptr ptr, ptr %bufs, i64 ", s, "\n  %b", s,
+                    " = load ptr, ptr %bp", s, ", align 8\n");
+    args.push_back(absl::StrCat("ptr %b", s));
+  }
+  for (size_t k = 0; k < p_.vars.size(); ++k) {
+    const std::string t = RegType(p_.vars[k]->dtype());
+    params.push_back(absl::StrCat(t, " %var", k));
+    absl::StrAppend(&tramp, "  %vp", k, " = getelementptr i64, ptr %vars, i64 ", k, "\n  %w", k,
+                    " = load i64, ptr %vp", k, ", align 8\n");
+    if (t == "i64") {
+      args.push_back(absl::StrCat("i64 %w", k));
+    } else {
+      absl::StrAppend(&tramp, "  %x", k, " = trunc i64 %w", k, " to i32\n");
+      args.push_back(absl::StrCat("i32 %x", k));
+    }
+  }
+  params.push_back("i32 %core_id");
+  args.push_back("i32 %core_id");
+
+  std::string out = absl::StrCat("; kiln llvm renderer: kernel ", n, "\n");
+  absl::StrAppend(&out, "define void @", n, "(", absl::StrJoin(params, ", "), ") #0 {\nentry:\n", allocas_, body_,
+                  "  ret void\n}\n\n");
+  absl::StrAppend(&out, "define void @", n, ".entry(ptr %bufs, ptr %vars, i32 %core_id) #1 {\nentry:\n", tramp,
+                  "  call void @", n, "(", absl::StrJoin(args, ", "), ")\n  ret void\n}\n\n");
+  absl::StrAppend(&out, "@", n, ".info = constant [2 x i32] [i32 ", nbufs, ", i32 ", p_.vars.size(), "]\n\n");
+  for (const std::string& d : decls_) absl::StrAppend(&out, d, "\n");
+  absl::StrAppend(&out, "\nattributes #0 = { alwaysinline nounwind }\nattributes #1 = { nounwind }\n");
+  return out;
+}
+
+}  // namespace llvm_internal
+
+const RendererCaps& LlvmIrRenderer::caps() const {
+  static const RendererCaps caps = [] {
+    RendererCaps c;
+    c.has_local = false;
+    c.has_threads = true;
+    return c;
+  }();
+  return caps;
+}
+
+absl::StatusOr<std::string> LlvmIrRenderer::Render(const Program& program) const {
+  llvm_internal::Emitter e(program);
+  return e.Run();
+}
+
+}  // namespace kiln::codegen

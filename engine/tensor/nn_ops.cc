@@ -1,0 +1,305 @@
+// Matmul, convolution and pooling (tinygrad's _pool: pad/shrink/reshape/expand/permute, then mul+sum),
+// softmax, normalizations and the sparse categorical cross-entropy loss.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "engine/tensor/tensor.h"
+#include "engine/tensor/tensor_internal.h"
+
+namespace kiln {
+
+using tensor_internal::CeilDiv;
+using tensor_internal::FirstError;
+using tensor_internal::Invalid;
+using tensor_internal::NormAxis;
+using tensor_internal::Str;
+using tensor_internal::ToVec;
+
+namespace {
+
+// One value per spatial dim from 1 or n values.
+absl::StatusOr<IntVec> PerDim(const char* op, const char* what, const IntVec& v, size_t n, int64_t min) {
+  IntVec out;
+  if (v.size() == 1) out.assign(n, v[0]);
+  else if (v.size() == n) out = v;
+  else return Invalid(op, what, " needs 1 or ", n, " values, got ", v.size());
+  for (int64_t x : out) {
+    if (x < min) return Invalid(op, what, " must be >= ", min, ", got ", Str(out));
+  }
+  return out;
+}
+
+// (before, after) for every dim of a rank-`ndim` tensor whose last n dims are spatial.
+absl::StatusOr<std::vector<std::pair<int64_t, int64_t>>> PoolPads(const char* op, const IntVec& padding,
+                                                                  int64_t ndim, size_t n) {
+  std::vector<std::pair<int64_t, int64_t>> pads(ndim - n, {0, 0});
+  if (padding.size() == 1 || padding.size() == n) {
+    for (size_t i = 0; i < n; ++i) {
+      int64_t p = padding[padding.size() == 1 ? 0 : i];
+      pads.emplace_back(p, p);
+    }
+  } else if (padding.size() == 2 * n) {
+    for (size_t i = 0; i < n; ++i) pads.emplace_back(padding[2 * i], padding[2 * i + 1]);
+  } else {
+    return Invalid(op, "padding needs 1, ", n, " or ", 2 * n, " values, got ", padding.size());
+  }
+  for (auto [b, a] : pads) {
+    if (b < 0 || a < 0) return Invalid(op, "negative padding ", Str(padding));
+  }
+  return pads;
+}
+
+IntVec Iota(int64_t from, int64_t to) {
+  IntVec v;
+  for (int64_t i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
+}  // namespace
+
+Tensor Tensor::Matmul(const Tensor& w, std::optional<DType> acc_dtype) const {
+  if (absl::Status st = FirstError({this, &w}); !st.ok()) return FromStatus(st);
+  int64_t dx = ndim(), dw = w.ndim();
+  if (dx == 0 || dw == 0)
+    return FromStatus(Invalid("Matmul", "both tensors need to be at least 1D, got ", dx, "D and ", dw, "D"));
+  int64_t axis_w = -std::min<int64_t>(dw, 2);
+  if (size(-1) != w.size(axis_w))
+    return FromStatus(Invalid("Matmul", "cannot multiply ", Str(shape()), " and ", Str(w.shape())));
+  int64_t ones = std::min<int64_t>({dx - 1, dw - 1, 1});
+  IntVec xs(shape().begin(), shape().end() - 1);
+  xs.insert(xs.end(), ones, 1);
+  xs.push_back(size(-1));
+  IntVec ws(w.shape().begin(), w.shape().end() - std::min<int64_t>(dw, 2));
+  ws.insert(ws.end(), ones, 1);
+  ws.insert(ws.end(), w.shape().end() + axis_w, w.shape().end());
+  Tensor prod = Reshape(xs).Mul(w.Reshape(ws).Transpose(-1, axis_w));
+  DType pair[2] = {dtype(), w.dtype()};
+  std::optional<DType> out = acc_dtype ? acc_dtype : LeastUpperDType(pair);
+  if (!out) return FromStatus(Invalid("Matmul", "no common dtype"));
+  return prod.Sum(-1, false, acc_dtype).Cast(*out);
+}
+
+// tinygrad's _pool: (..., *i) -> (..., *o, *k) windows of size k with stride s and dilation d.
+Tensor Tensor::Pool(absl::Span<const int64_t> k, absl::Span<const int64_t> s, absl::Span<const int64_t> d) const {
+  if (!ok()) return *this;
+  int64_t n = static_cast<int64_t>(k.size());
+  if (ndim() < n) return FromStatus(Invalid("Pool", "cannot pool ", Str(shape()), " with kernel ", Str(k)));
+  int64_t lead = ndim() - n;
+  IntVec noop(shape().begin(), shape().begin() + lead);
+  IntVec i_(shape().begin() + lead, shape().end()), o_;
+  for (int64_t j = 0; j < n; ++j) {
+    if (d[j] * (k[j] - 1) + 1 > i_[j])
+      return FromStatus(Invalid("Pool", "kernel ", Str(k), " with dilation ", Str(d),
+                                " is larger than the (padded) input ", Str(i_)));
+    o_.push_back(CeilDiv(i_[j] - d[j] * (k[j] - 1), s[j]));
+  }
+  auto full = [&](std::vector<std::pair<int64_t, int64_t>> tail) {
+    std::vector<std::pair<int64_t, int64_t>> b;
+    for (int64_t x : noop) b.emplace_back(0, x);
+    b.insert(b.end(), tail.begin(), tail.end());
+    return b;
+  };
+  auto with_noop = [&](const IntVec& tail) {
+    IntVec v = noop;
+    v.insert(v.end(), tail.begin(), tail.end());
+    return v;
+  };
+  bool general = false;
+  for (int64_t j = 0; j < n; ++j) general = general || k[j] > s[j] || d[j] != 1;
+  if (general) {
+    IntVec f_, reps(lead, 1), t1;
+    std::vector<std::pair<int64_t, int64_t>> b1, b2, b3;
+    IntVec r1, r2, r3;
+    for (int64_t j = 0; j < n; ++j) {
+      int64_t f = 1 + (o_[j] * s[j] > i_[j] - d[j] * (k[j] - 1) ? 1 : 0);
+      int64_t span = i_[j] * f + d[j];
+      reps.push_back(CeilDiv(k[j] * span, i_[j]));
+      b1.emplace_back(0, k[j] * span);
+      r1.push_back(k[j]);
+      r1.push_back(span);
+      b2.emplace_back(0, k[j]);
+      b2.emplace_back(0, o_[j] * s[j]);
+      r2.push_back(k[j]);
+      r2.push_back(o_[j]);
+      r2.push_back(s[j]);
+      b3.emplace_back(0, k[j]);
+      b3.emplace_back(0, o_[j]);
+      b3.emplace_back(0, 1);
+      r3.push_back(k[j]);
+      r3.push_back(o_[j]);
+    }
+    Tensor x = Repeat(reps).Shrink(full(b1)).Reshape(with_noop(r1));     // repeats: no padding needed
+    x = x.Shrink(full(b2)).Reshape(with_noop(r2));                          // dilation
+    x = x.Shrink(full(b3)).Reshape(with_noop(r3));                          // stride
+    IntVec perm = Iota(0, lead);
+    for (int64_t j = 0; j < n; ++j) perm.push_back(lead + 2 * j + 1);
+    for (int64_t j = 0; j < n; ++j) perm.push_back(lead + 2 * j);
+    return x.Permute(perm);  // (..., *o, *k)
+  }
+  std::vector<std::pair<int64_t, int64_t>> pads(lead, {0, 0}), b1, b2;
+  IntVec r1;
+  for (int64_t j = 0; j < n; ++j) {
+    pads.emplace_back(0, std::max<int64_t>(0, o_[j] * s[j] - i_[j]));
+    b1.emplace_back(0, o_[j] * s[j]);
+    r1.push_back(o_[j]);
+    r1.push_back(s[j]);
+    b2.emplace_back(0, o_[j]);
+    b2.emplace_back(0, k[j]);
+  }
+  Tensor x = Pad(pads).Shrink(full(b1)).Reshape(with_noop(r1)).Shrink(full(b2));
+  IntVec perm = Iota(0, lead);
+  for (int64_t j = 0; j < n; ++j) perm.push_back(lead + 2 * j);
+  for (int64_t j = 0; j < n; ++j) perm.push_back(lead + 2 * j + 1);
+  return x.Permute(perm);
+}
+
+Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, const ConvOptions& opt) const {
+  const Tensor* b = bias ? &*bias : nullptr;
+  if (absl::Status st = FirstError({this, &weight, b}); !st.ok()) return FromStatus(st);
+  if (ndim() < 3 || weight.ndim() != ndim())
+    return FromStatus(Invalid("Conv2d", "input shape ", Str(shape()), " does not match the weight shape ",
+                              Str(weight.shape())));
+  int64_t bs = shape()[0], cin_ = shape()[1], cout = weight.shape()[0], cin = weight.shape()[1];
+  IntVec hw(weight.shape().begin() + 2, weight.shape().end());
+  size_t n = hw.size();
+  if (opt.groups < 1 || opt.groups * cin != cin_ || cout % opt.groups != 0)
+    return FromStatus(Invalid("Conv2d", "input channels ", cin_, " do not match groups ", opt.groups, " x weight ",
+                              "channels ", cin, " (weight ", Str(weight.shape()), ", ", cout, " output channels)"));
+  auto stride = PerDim("Conv2d", "stride", opt.stride, n, 1);
+  auto dilation = PerDim("Conv2d", "dilation", opt.dilation, n, 1);
+  auto pads = PoolPads("Conv2d", opt.padding, ndim(), n);
+  if (!stride.ok()) return FromStatus(stride.status());
+  if (!dilation.ok()) return FromStatus(dilation.status());
+  if (!pads.ok()) return FromStatus(pads.status());
+  if (bias && (bias->ndim() != 1 || bias->size(0) != cout))
+    return FromStatus(Invalid("Conv2d", "bias shape ", Str(bias->shape()), " must be (", cout, ")"));
+  Tensor x = Pad(*pads).Pool(hw, *stride, *dilation);  // (bs, groups*cin, *oyx, *hw)
+  if (!x.ok()) return x;
+  int64_t g = opt.groups, rcout = cout / g;
+  IntVec oyx(x.shape().begin() + 2, x.shape().begin() + 2 + n);
+  IntVec r1 = {bs, g, cin, 1}, e1 = {bs, g, cin, rcout};
+  r1.insert(r1.end(), oyx.begin(), oyx.end());
+  r1.insert(r1.end(), hw.begin(), hw.end());
+  e1.insert(e1.end(), oyx.begin(), oyx.end());
+  e1.insert(e1.end(), hw.begin(), hw.end());
+  IntVec perm = {0, 1, 3};
+  for (size_t i = 0; i < n; ++i) perm.push_back(4 + i);
+  perm.push_back(2);
+  for (size_t i = 0; i < n; ++i) perm.push_back(4 + n + i);
+  x = x.Reshape(r1).Expand(e1).Permute(perm);  // (bs, groups, rcout, *oyx, cin, *hw)
+  IntVec wshape = {1, g, rcout};
+  wshape.insert(wshape.end(), n, 1);
+  wshape.push_back(cin);
+  wshape.insert(wshape.end(), hw.begin(), hw.end());
+  IntVec axes;
+  for (size_t i = 0; i < 1 + n; ++i) axes.push_back(-1 - static_cast<int64_t>(i));
+  IntVec out = {bs, cout};
+  out.insert(out.end(), oyx.begin(), oyx.end());
+  Tensor ret = x.Mul(weight.Reshape(wshape)).Sum(Axes(absl::Span<const int64_t>(axes)), true, opt.acc_dtype).Reshape(out);
+  if (!bias) return ret;
+  IntVec bshape = {1, -1};
+  bshape.insert(bshape.end(), n, 1);
+  return ret.Add(bias->Reshape(bshape));
+}
+
+Tensor Tensor::MaxPool2d(absl::Span<const int64_t> kernel, const PoolOptions& opt) const {
+  if (!ok()) return *this;
+  size_t n = kernel.size();
+  IntVec k = ToVec(kernel);
+  auto stride = PerDim("MaxPool2d", "stride", opt.stride.empty() ? k : opt.stride, n, 1);
+  auto dilation = PerDim("MaxPool2d", "dilation", opt.dilation, n, 1);
+  if (!stride.ok()) return FromStatus(stride.status());
+  if (!dilation.ok()) return FromStatus(dilation.status());
+  if (ndim() < static_cast<int64_t>(n)) return FromStatus(Invalid("MaxPool2d", "input rank too small for kernel ", Str(k)));
+  auto pads = PoolPads("MaxPool2d", opt.padding, ndim(), n);
+  if (!pads.ok()) return FromStatus(pads.status());
+  Scalar lowest = dtype().IsFloat() ? Scalar(-std::numeric_limits<double>::infinity())
+                  : dtype().IsBool() ? Scalar(false)
+                                     : Scalar(DTypeMin(dtype()));
+  IntVec axes;
+  for (size_t i = 0; i < n; ++i) axes.push_back(-1 - static_cast<int64_t>(i));
+  return Pad(*pads, lowest).Pool(k, *stride, *dilation).Max(Axes(absl::Span<const int64_t>(axes)));
+}
+
+Tensor Tensor::AvgPool2d(absl::Span<const int64_t> kernel, const PoolOptions& opt) const {
+  if (!ok()) return *this;
+  size_t n = kernel.size();
+  IntVec k = ToVec(kernel);
+  auto stride = PerDim("AvgPool2d", "stride", opt.stride.empty() ? k : opt.stride, n, 1);
+  auto dilation = PerDim("AvgPool2d", "dilation", opt.dilation, n, 1);
+  if (!stride.ok()) return FromStatus(stride.status());
+  if (!dilation.ok()) return FromStatus(dilation.status());
+  if (ndim() < static_cast<int64_t>(n)) return FromStatus(Invalid("AvgPool2d", "input rank too small for kernel ", Str(k)));
+  auto pads = PoolPads("AvgPool2d", opt.padding, ndim(), n);
+  if (!pads.ok()) return FromStatus(pads.status());
+  IntVec axes;
+  for (size_t i = 0; i < n; ++i) axes.push_back(-1 - static_cast<int64_t>(i));
+  Axes ax{absl::Span<const int64_t>(axes)};
+  if (opt.count_include_pad) return Pad(*pads).Pool(k, *stride, *dilation).Mean(ax);
+  return Pad(*pads).Pool(k, *stride, *dilation).Sum(ax).Div(OnesLike().Pad(*pads).Pool(k, *stride, *dilation).Sum(ax));
+}
+
+Tensor Tensor::Softmax(int64_t axis) const {
+  Tensor e = Sub(Max(axis, true)).Exp();
+  return e.Div(e.Sum(axis, true));
+}
+
+Tensor Tensor::LogSoftmax(int64_t axis) const {
+  Tensor m = Sub(Max(axis, true));
+  return m.Sub(m.Exp().Sum(axis, true).Log());
+}
+
+Tensor Tensor::LayerNorm(int64_t normalized_dims, const std::optional<Tensor>& weight,
+                         const std::optional<Tensor>& bias, double eps) const {
+  if (!ok()) return *this;
+  if (normalized_dims < 1 || normalized_dims > ndim())
+    return FromStatus(Invalid("LayerNorm", "normalized_dims ", normalized_dims, " out of range for rank ", ndim()));
+  IntVec axes;
+  for (int64_t i = 0; i < normalized_dims; ++i) axes.push_back(-1 - i);
+  Axes ax{absl::Span<const int64_t>(axes)};
+  Tensor y = Sub(Mean(ax, true));
+  Tensor r = y.Mul(y.Mul(y).Mean(ax, true).Add(eps).Rsqrt());
+  if (weight) r = r.Mul(*weight);
+  if (bias) r = r.Add(*bias);
+  return r;
+}
+
+Tensor Tensor::BatchNorm(const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, const Tensor& mean,
+                         const Tensor& invstd, int64_t axis) const {
+  if (absl::Status st = FirstError({this, &mean, &invstd, weight ? &*weight : nullptr, bias ? &*bias : nullptr});
+      !st.ok())
+    return FromStatus(st);
+  auto ax = NormAxis("BatchNorm", axis, ndim());
+  if (!ax.ok()) return FromStatus(ax.status());
+  IntVec s(ndim(), 1);
+  s[*ax] = shape()[*ax];
+  Tensor x = Sub(mean.Reshape(s));
+  if (weight) x = x.Mul(weight->Reshape(s));
+  Tensor r = x.Mul(invstd.ndim() == 1 ? invstd.Reshape(s) : invstd);
+  return bias ? r.Add(bias->Reshape(s)) : r;
+}
+
+Tensor Tensor::SparseCategoricalCrossentropy(const Tensor& labels, int64_t ignore_index, double label_smoothing,
+                                             const std::string& reduction) const {
+  if (absl::Status st = FirstError({this, &labels}); !st.ok()) return FromStatus(st);
+  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
+    return FromStatus(Invalid("SparseCategoricalCrossentropy", "label_smoothing must be in [0, 1]"));
+  if (reduction != "mean" && reduction != "sum" && reduction != "none")
+    return FromStatus(Invalid("SparseCategoricalCrossentropy", "reduction must be mean, sum or none"));
+  if (!labels.dtype().IsInt())
+    return FromStatus(Invalid("SparseCategoricalCrossentropy", "labels must be integers, got ", labels.dtype().Name()));
+  if (ndim() < 1 || labels.shape() != Shape(shape().begin(), shape().end() - 1))
+    return FromStatus(Invalid("SparseCategoricalCrossentropy", "labels shape ", Str(labels.shape()),
+                              " must be the logits shape ", Str(shape()), " without the last dim"));
+  Tensor log_probs = LogSoftmax(-1);
+  Tensor mask = ignore_index != -1 ? labels.Ne(ignore_index) : labels.FullLike(true, dtypes::kBool);
+  Tensor y = labels.OneHot(size(-1)).LogicalAnd(mask.Unsqueeze(-1));
+  Tensor smoothing = log_probs.Mean(-1).Mul(mask).Mul(label_smoothing);
+  Tensor unreduced = log_probs.Mul(y).Sum(-1).Mul(1.0 - label_smoothing).Add(smoothing);
+  if (reduction == "mean") return unreduced.Sum().Div(mask.Sum()).Neg();
+  if (reduction == "sum") return unreduced.Sum().Neg();
+  return unreduced.Neg();
+}
+
+}  // namespace kiln

@@ -1,0 +1,149 @@
+// llvm renderer: text structure, constants, no user strings, error paths. (Execution is tested in tests/backends/cpu.)
+#include "engine/codegen/render/llvm_ir.h"
+
+#include <cstring>
+
+#include <cmath>
+#include <limits>
+
+#include "engine/codegen/render/llvm_ir_emitter.h"
+#include "gtest/gtest.h"
+#include "tests/engine/codegen/render/test_programs.h"
+
+namespace kiln::codegen {
+namespace {
+
+using namespace kiln::testprog;  // NOLINT
+
+TEST(LlvmIrTest, ElementwiseSignatureAndTrampoline) {
+  auto src = LlvmIrRenderer().Render(ElementwiseAdd(16));
+  ASSERT_TRUE(src.ok()) << src.status();
+  EXPECT_NE(src->find("define void @E_16(ptr noalias align 32 %buf0, ptr noalias align 32 %buf1, "
+                      "ptr noalias align 32 %buf2, i32 %core_id)"),
+            std::string::npos)
+      << *src;
+  EXPECT_NE(src->find("define void @E_16.entry(ptr %bufs, ptr %vars, i32 %core_id)"), std::string::npos);
+  EXPECT_NE(src->find("@E_16.info = constant [2 x i32] [i32 3, i32 0]"), std::string::npos);
+  EXPECT_NE(src->find("fadd float"), std::string::npos);
+  EXPECT_NE(src->find("phi i32"), std::string::npos);
+  EXPECT_EQ(src->find("fast"), std::string::npos);
+}
+
+TEST(LlvmIrTest, DeterministicText) {
+  auto a = LlvmIrRenderer().Render(RowSum(4, 8));
+  auto b = LlvmIrRenderer().Render(RowSum(4, 8));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*a, *b);
+  EXPECT_NE(a->find("alloca float, i64 1, align 32"), std::string::npos) << *a;
+}
+
+TEST(LlvmIrTest, NoUserStrings) {
+  UOpPtr out = Param(0, dtypes::kInt32);
+  UOpPtr n = UOp::Make(Op::DEFINE_VAR, dtypes::kInt32, {}, Arg(VarArg{"evil\"; call @system", 1, 64}));
+  UOpPtr r = Range(n, 0);
+  UOpPtr e = End({Store(Index(out, r), r), r});
+  auto p = FromRoots("E_n", {e}, {Buf(0, dtypes::kInt32, 64, true)}, {n});
+  auto src = LlvmIrRenderer().Render(p);
+  ASSERT_TRUE(src.ok()) << src.status();
+  EXPECT_EQ(src->find("evil"), std::string::npos);
+  EXPECT_EQ(src->find("system"), std::string::npos);
+  EXPECT_NE(src->find("i32 %var0"), std::string::npos);
+}
+
+TEST(LlvmIrTest, RejectsBadKernelName) {
+  auto p = ElementwiseAdd(4);
+  p.name = "E_4(); declare void @x";
+  auto src = LlvmIrRenderer().Render(p);
+  ASSERT_FALSE(src.ok());
+  EXPECT_EQ(src.status().code(), absl::StatusCode::kInvalidArgument);
+  p.name = "";
+  EXPECT_FALSE(LlvmIrRenderer().Render(p).ok());
+}
+
+TEST(LlvmIrTest, RejectsIndexDtypeAndMissingVar) {
+  UOpPtr out = Param(0, dtypes::kInt32);
+  UOpPtr r = Range(UOp::ConstInt(4), 0);  // index dtype: codegen must lower it
+  UOpPtr e = End({Store(Index(out, r), CastTo(r, dtypes::kInt32)), r});
+  auto src = LlvmIrRenderer().Render(FromRoots("E_4", {e}, {Buf(0, dtypes::kInt32, 4, true)}));
+  ASSERT_FALSE(src.ok());
+  EXPECT_NE(src.status().message().find("index dtype"), std::string::npos);
+
+  UOpPtr n = UOp::Make(Op::DEFINE_VAR, dtypes::kInt32, {}, Arg(VarArg{"n", 1, 4}));
+  UOpPtr r2 = Range(n, 0);
+  UOpPtr e2 = End({Store(Index(out, r2), r2), r2});
+  auto src2 = LlvmIrRenderer().Render(FromRoots("E_n", {e2}, {Buf(0, dtypes::kInt32, 4, true)}));  // vars empty
+  ASSERT_FALSE(src2.ok());
+  EXPECT_NE(src2.status().message().find("DEFINE_VAR"), std::string::npos);
+}
+
+TEST(LlvmIrTest, UnclosedRangeIsAnError) {
+  UOpPtr out = Param(0, dtypes::kInt32);
+  UOpPtr r = Range(I32(4), 0);
+  codegen::Program p;
+  p.name = "E_4";
+  p.uops = {out, r, Index(out, r), Store(Index(out, r), r)};
+  EXPECT_FALSE(LlvmIrRenderer().Render(p).ok());
+}
+
+TEST(LlvmIrTest, ConstantsBitExact) {
+  using llvm_internal::ConstLiteral;
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(ConstLiteral(dtypes::kFloat32, Arg(ConstFloat(1.0))), "0x3FF0000000000000");
+  EXPECT_EQ(ConstLiteral(dtypes::kFloat32, Arg(ConstFloat(0.1))), "0x3FB99999A0000000");  // (float)0.1
+  EXPECT_EQ(ConstLiteral(dtypes::kFloat64, Arg(ConstFloat(0.1))), "0x3FB999999999999A");
+  EXPECT_EQ(ConstLiteral(dtypes::kFloat32, Arg(ConstFloat(nan))), "0x7FF8000000000000");
+  EXPECT_EQ(ConstLiteral(dtypes::kFloat32, Arg(ConstFloat(inf))), "0x7FF0000000000000");
+  EXPECT_EQ(ConstLiteral(dtypes::kFloat64, Arg(ConstFloat(-inf))), "0xFFF0000000000000");
+  EXPECT_EQ(ConstLiteral(dtypes::kFloat32, Arg(ConstFloat(-0.0))), "0x8000000000000000");
+  EXPECT_EQ(ConstLiteral(dtypes::kFloat16, Arg(ConstFloat(1.0))), "0xH3C00");
+  EXPECT_EQ(ConstLiteral(dtypes::kFloat16, Arg(ConstFloat(nan))), "0xH7E00");
+  EXPECT_EQ(ConstLiteral(dtypes::kFloat16, Arg(ConstFloat(-inf))), "0xHFC00");
+  EXPECT_EQ(ConstLiteral(dtypes::kFloat16, Arg(ConstFloat(65520.0))), "0xH7C00");  // rounds to inf
+  EXPECT_EQ(ConstLiteral(dtypes::kBFloat16, Arg(ConstFloat(1.0))), "0xR3F80");
+  EXPECT_EQ(ConstLiteral(dtypes::kBFloat16, Arg(ConstFloat(nan))), "0xR7FC0");
+  EXPECT_EQ(ConstLiteral(dtypes::kInt32, Arg(int64_t{-5})), "-5");
+  EXPECT_EQ(ConstLiteral(dtypes::kUInt32, Arg(int64_t{0xFFFFFFFF})), "-1");  // same bits as i32
+  EXPECT_EQ(ConstLiteral(dtypes::kUInt8, Arg(int64_t{200})), "-56");
+  EXPECT_EQ(ConstLiteral(dtypes::kBool, Arg(true)), "true");
+  EXPECT_EQ(ConstLiteral(dtypes::kFloat32.Vec(2), Arg(ConstFloat(2.0))),
+            "<float 0x4000000000000000, float 0x4000000000000000>");
+}
+
+TEST(LlvmIrTest, HalfRoundingMatchesFloat16) {
+  const double vals[] = {0.0, -0.0, 1.0, 0.1, 1.0 / 3.0, 65504.0, 65519.99, 6.1e-5, 5.96e-8, 2.98e-8, 2.99e-8, 1e-10,
+                         -2.5, 1024.5, 2049.0, 2051.0, 1e6};
+  for (double v : vals) {
+    _Float16 h = static_cast<_Float16>(v);
+    uint16_t bits;
+    std::memcpy(&bits, &h, 2);
+    EXPECT_EQ(DoubleToHalfBits(v), bits) << v;
+  }
+}
+
+TEST(LlvmIrTest, BFloat16Rounding) {
+  EXPECT_EQ(DoubleToBFloat16Bits(1.0), 0x3F80);
+  EXPECT_EQ(DoubleToBFloat16Bits(1.00390625), 0x3F80);   // tie -> even
+  EXPECT_EQ(DoubleToBFloat16Bits(1.01171875), 0x3F82);   // tie -> even (up)
+  EXPECT_EQ(DoubleToBFloat16Bits(-3.0e38), 0xFF62);
+  EXPECT_EQ(DoubleToBFloat16Bits(3.5e38), 0x7F80);       // overflow -> inf
+}
+
+TEST(LlvmIrTest, DivisionIsGuarded) {
+  UOpPtr out = Param(0, dtypes::kInt32), a = Param(1, dtypes::kInt32), b = Param(2, dtypes::kInt32);
+  UOpPtr r = Range(I32(4), 0);
+  UOpPtr d = Alu(Op::CDIV, {Load(Index(a, r)), Load(Index(b, r))});
+  UOpPtr e = End({Store(Index(out, r), d), r});
+  auto src = LlvmIrRenderer().Render(FromRoots("E_4", {e}, {}));
+  ASSERT_TRUE(src.ok()) << src.status();
+  EXPECT_NE(src->find("icmp eq i32"), std::string::npos);
+  EXPECT_NE(src->find("select i1"), std::string::npos);
+  // A known nonzero constant divisor needs no guard.
+  UOpPtr d2 = Alu(Op::CDIV, {Load(Index(a, r)), I32(3)});
+  UOpPtr e2 = End({Store(Index(out, r), d2), r});
+  auto src2 = LlvmIrRenderer().Render(FromRoots("E_4", {e2}, {}));
+  ASSERT_TRUE(src2.ok());
+  EXPECT_EQ(src2->find("icmp eq i32"), std::string::npos) << *src2;
+}
+
+}  // namespace
+}  // namespace kiln::codegen
