@@ -2,7 +2,7 @@
 #
 #   make test     install deps, build the release preset (-O2 -g, asserts on), run every CTest
 #   make bench    install deps, build release, run tests/bench/run.sh
-#   make serve    install deps, build release, start kilnd (not written yet: exits non-zero)
+#   make serve    install deps, build release, start kilnd on models/ (SERVE_ARGS adds flags)
 #   make asan     the test suite under ASan + UBSan (preset asan)
 #   make tsan     the test suite under TSan (preset tsan)
 #   make debug    the test suite in the debug preset
@@ -55,9 +55,8 @@ bench: build-release
 	@bash tests/bench/run.sh
 
 serve: build-release
-	@echo "make serve: kilnd (the daemon: gRPC :8001, HTTP :8000, metrics :8002) arrives with the server issue;"
-	@echo "            the engine libraries are built, but there is no server to start yet."
-	@exit 1
+	@echo "make serve: kilnd, KServe v2 gRPC on :8001, model repository models/ (Ctrl-C stops it)"
+	./build/release/server/main/kilnd --model-repository models $(SERVE_ARGS)
 
 debug: deps
 	$(call build,debug)

@@ -88,18 +88,22 @@ struct InternTable {
     // Build outside the lock (shape inference may allocate), then insert or adopt a racer's node.
     UOp* node = new UOp(op, dtype, src, std::move(arg), tag, hash);
     node->refs_.store(1, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(shard.mu);
-    auto [it, inserted] = shard.set.insert(node);
-    if (!inserted) {
+    LookupKey built{node->op_, node->dtype_, node->src_, &node->arg_, node->tag_, hash};
+    std::unique_lock<std::mutex> lock(shard.mu);
+    // Look up by content again: another thread may have published an equal node meanwhile. (insert() alone
+    // would compare pointers, and two equal nodes would both be published.)
+    auto it = shard.set.find(built);
+    if (it != shard.set.end()) {
       const UOp* found = *it;
       if (found->TryAddRef()) {
+        lock.unlock();
         node->refs_.store(0, std::memory_order_relaxed);
         DeleteUnpublished(node);
         return UOpPtr(found, UOpPtr::AdoptTag{});
       }
-      shard.set.erase(it);
-      shard.set.insert(node);
+      shard.set.erase(it);  // dying
     }
+    shard.set.insert(node);
     return UOpPtr(node, UOpPtr::AdoptTag{});
   }
 

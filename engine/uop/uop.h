@@ -158,6 +158,10 @@ class UOp {
   // Number of live interned nodes (all shards). For tests and metrics.
   static size_t LiveCount();
 
+  // Scratch word owned by engine/rewrite (GraphRewrite's memo: owner id << 32 | entry index).
+  // Not part of identity; meaningless outside a running rewrite. Thread-safe (atomic).
+  std::atomic<uint64_t>& rewrite_mark() const { return rewrite_mark_; }
+
   // Called (on the releasing thread, outside any table lock) just before a BUFFER node is destroyed, so the runtime
   // can free the device memory attached to it. One process-wide hook; set once at start-up by engine/runtime.
   using BufferDeathHook = void (*)(const UOp* buffer);
@@ -179,6 +183,7 @@ class UOp {
   Op op_;
   DType dtype_;
   bool has_shape_ = false;
+  mutable std::atomic<uint64_t> rewrite_mark_{0};  // see rewrite_mark(); first cache line
   int64_t tag_;
   size_t hash_;
   UOpVec src_;

@@ -1,0 +1,87 @@
+// Codegen: a kernel AST (docs/kernel-ir.md §2) lowered to a linear program (§3).
+//
+// LowerKernel runs a straight list of named passes (kLowerPasses in lower.cc):
+//   "initial symbolic"  INDEX indices/gates and RANGE ends through engine/symbolic Simplify, plus index folding
+//   "apply opts"        explicit LowerOptions::opts, else the hand-coded heuristic unless NOOPT=1; names the kernel
+//   "expand upcasts"    UPCAST/UNROLL ranges replicated into straight-line code, one copy of the body per lane
+//                       (LLVM's SLP vectorizer turns the copies into vector code; no VECTORIZE/GEP are produced)
+//   "postopt symbolic"  as above
+//   "lower reduces"     REDUCE -> DEFINE_REG accumulator + loop
+//   "lower threads"     THREAD range -> SPECIAL("core_id"); Program.threads = its size
+//   "normalize ends"    one single-range END per RANGE
+//   "final symbolic"    as above
+//   "lower index dtype" index -> int32, or int64 when some index value may leave int32
+//   "move gates"        gated INDEX -> gated LOAD/STORE
+//   "guard division"    integer div/mod guards (below)
+// then Linearize. Each pass is recorded in the rewrite trace (TRACK_MATCH_STATS >= 2, VIZ) under its name; in debug
+// builds the kernel spec verifier (engine/rewrite/spec.h) runs on the input and after every pass; DEBUG >= 6 prints
+// the graph after each pass and DEBUG >= 3 the applied opts.
+//
+// Output conventions (in addition to docs/kernel-ir.md §3):
+//  - Accumulators: one DEFINE_REG per accumulator dtype, arg = number of accumulators of that dtype; each reduce
+//    uses its own element INDEX(reg, k). Ordering between accumulator loads/stores is carried by AFTER nodes:
+//    AFTER(reg, deps...) is a value alias of src[0] (the renderer treats it as src[0]); it appears in `uops`.
+//  - Gates live on the LOAD/STORE, never on the INDEX: LOAD(INDEX(p, i), alt, gate), STORE(INDEX(p, i), v, gate).
+//  - Every RANGE has exactly one END(values..., RANGE) later in the list; END's last source is its RANGE.
+//  - Integer CDIV/CMOD/FLOORDIV/FLOORMOD whose divisor is not provably non-zero are guarded in the graph:
+//    WHERE(d==0, 0, x / WHERE(d==0, 1, d)); signed divisors that may be -1 are guarded the same way
+//    (x / -1 = 0 - x with wraparound, x % -1 = 0), so no backend traps on INT_MIN / -1 either.
+//  - Program.name: "E_" (no reduce) or "r_" followed by the axis sizes after opts (tinygrad, without colors):
+//    the THREAD axis first, then by axis type (global, local, loop, group, reduce, upcast, unroll), each type in
+//    loop-nest order; e.g. "E_4_16", "r_16_4_32"; UPCAST(1,4) on E_4_16 gives "E_4_4_4".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/codegen/program.h"
+#include "engine/uop/uop.h"
+
+namespace kiln::codegen {
+
+// What the renderer/device can do; the heuristic and opt checks read it.
+struct Target {
+  std::string renderer = "interp";  // "llvm", "opencl", "cuda", "interp", ...
+  bool has_threads = false;         // CPU THREAD opt (core_id)
+  int max_threads = 1;
+  bool has_local = false;           // workgroups (GPUs)
+  int max_upcast = 8;               // heuristic upper bound on the product of upcast sizes
+  bool supports_vectors = false;    // unused today: expansion always emits scalar copies
+  int64_t max_local_size = 1;
+};
+
+// The kernel optimisations (tinygrad OptOps). The axis of UPCAST/THREAD/LOCAL counts the kernel's current output
+// (loop) axes in loop-nest order; the axis of UNROLL/GROUP/GROUPTOP counts its current reduce axes. arg = split
+// amount (0 = the whole axis).
+enum class OptOp : uint8_t { kUpcast, kUnroll, kThread, kLocal, kGroup, kGroupTop };
+std::string_view OptOpName(OptOp op);
+
+struct Opt {
+  OptOp op = OptOp::kUpcast;
+  int axis = 0;
+  int64_t arg = 0;
+  std::string ToString() const;  // "UPCAST(0,4)"
+  friend bool operator==(const Opt& a, const Opt& b) {
+    return a.op == b.op && a.axis == b.axis && a.arg == b.arg;
+  }
+};
+
+struct LowerOptions {
+  // When set, exactly these opts are applied (an illegal one is an InvalidArgument error) and the heuristic is
+  // not run. When unset, the heuristic chooses unless NOOPT=1.
+  bool use_explicit_opts = false;
+  std::vector<Opt> opts;
+};
+
+// Lowers one kernel AST (a SINK per docs/kernel-ir.md §2) for `target`. Errors: InvalidArgument for malformed
+// ASTs and illegal opts, Unimplemented for opts the target lacks (LOCAL/GROUP/GROUPTOP need has_local and are
+// not implemented yet), Internal for invariant failures. Never aborts on bad input.
+absl::StatusOr<Program> LowerKernel(const UOpPtr& kernel_ast, const Target& target,
+                                    const LowerOptions& options = {});
+
+// The opts the hand-coded heuristic picks for a kernel (for tests and DEBUG).
+absl::StatusOr<std::vector<Opt>> HeuristicOpts(const UOpPtr& kernel_ast, const Target& target);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,134 @@
+// Expansion of UPCAST and UNROLL ranges into straight-line code: the body is replicated once per lane with the
+// range replaced by the lane's constant. UNROLL lanes of a REDUCE are combined with the reduce op before the
+// remaining reduce loop; UPCAST lanes of an output END become sibling stores in one END (their REDUCEs share the
+// reduce ranges and so share one loop after reduce lowering).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "engine/codegen/graph_util.h"
+#include "engine/codegen/lower_context.h"
+
+namespace kiln::codegen {
+namespace {
+
+constexpr int64_t kMaxLanes = 1024;
+
+bool IsExpandRange(const UOp* u) {
+  if (u->op() != Op::RANGE) return false;
+  const auto* a = std::get_if<AxisArg>(&u->arg());
+  return a != nullptr && (a->type == AxisType::kUpcast || a->type == AxisType::kUnroll);
+}
+
+// Every assignment of constants to `ranges` (row-major, last range fastest), as substitution maps.
+absl::StatusOr<std::vector<absl::flat_hash_map<const UOp*, UOpPtr>>> Lanes(const std::vector<UOpPtr>& ranges) {
+  std::vector<int64_t> sizes;
+  int64_t total = 1;
+  for (const UOpPtr& r : ranges) {
+    int64_t s = 0;
+    if (!ConstInt(r->src(0), &s) || s <= 0) return absl::InvalidArgumentError("expand: symbolic upcast size");
+    sizes.push_back(s);
+    total *= s;
+    if (total > kMaxLanes) return absl::InvalidArgumentError(absl::StrCat("expand: more than ", kMaxLanes, " lanes"));
+  }
+  std::vector<absl::flat_hash_map<const UOp*, UOpPtr>> out;
+  for (int64_t lane = 0; lane < total; ++lane) {
+    absl::flat_hash_map<const UOp*, UOpPtr> m;
+    int64_t rest = lane;
+    for (size_t i = ranges.size(); i-- > 0;) {
+      m.emplace(ranges[i].get(), UOp::Const(ranges[i]->dtype(), rest % sizes[i]));
+      rest /= sizes[i];
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+UOpPtr Combine(Op op, const UOpPtr& a, const UOpPtr& b) {
+  switch (op) {
+    case Op::MAX: return Max(a, b);
+    case Op::MUL: return UOp::Make(Op::MUL, a->dtype(), {a, b});
+    default: return UOp::Make(Op::ADD, a->dtype(), {a, b});
+  }
+}
+
+void FlattenGroups(const UOpPtr& u, UOpVec& out) {
+  if (u->op() == Op::GROUP) {
+    for (const UOpPtr& s : u->src()) FlattenGroups(s, out);
+  } else if (std::find(out.begin(), out.end(), u) == out.end()) {
+    out.push_back(u);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<UOpPtr> ExpandUpcasts(const UOpPtr& sink, LowerContext& ctx) {
+  absl::Status err = absl::OkStatus();
+  UOpPtr out = RewriteBottomUp(sink, [&](const UOp* orig, const UOpPtr& u) -> UOpPtr {
+    if (!err.ok()) return nullptr;
+    if (u->op() == Op::SINK || u->op() == Op::END) {
+      // GROUPs (lanes of an END with no range left) are flattened into their user.
+      bool grouped = std::any_of(u->src().begin(), u->src().end(), [](const UOpPtr& s) { return s->op() == Op::GROUP; });
+      UOpVec vals, ranges;
+      std::vector<UOpPtr> expand;
+      for (const UOpPtr& s : u->src()) {
+        if (u->op() == Op::END && s->op() == Op::RANGE) {
+          if (IsExpandRange(s.get())) expand.push_back(s);
+          else ranges.push_back(s);
+        } else {
+          FlattenGroups(s, vals);
+        }
+      }
+      if (expand.empty() && !grouped) return nullptr;
+      if (u->op() == Op::SINK) return UOp::Sink(vals);
+      auto lanes = Lanes(expand);
+      if (!lanes.ok()) {
+        err = lanes.status();
+        return nullptr;
+      }
+      UOpVec copies;
+      for (const auto& m : *lanes) {
+        for (const UOpPtr& v : vals) {
+          UOpPtr c = Substitute(v, m);
+          if (std::find(copies.begin(), copies.end(), c) == copies.end()) copies.push_back(c);
+        }
+      }
+      if (ranges.empty()) return UOp::Make(Op::GROUP, dtypes::kVoid, copies);
+      for (const UOpPtr& r : ranges) copies.push_back(r);
+      return UOp::Make(Op::END, u->dtype(), copies, u->arg());
+    }
+    if (u->op() == Op::REDUCE) {
+      std::vector<UOpPtr> expand;
+      UOpVec ranges;
+      for (size_t i = 1; i < u->num_src(); ++i) {
+        if (IsExpandRange(u->src(i).get())) expand.push_back(u->src(i));
+        else ranges.push_back(u->src(i));
+      }
+      if (expand.empty()) return nullptr;
+      auto lanes = Lanes(expand);
+      if (!lanes.ok()) {
+        err = lanes.status();
+        return nullptr;
+      }
+      const Op rop = std::get<Op>(u->arg());
+      UOpPtr acc;
+      for (const auto& m : *lanes) {
+        UOpPtr c = Substitute(u->src(0), m);
+        acc = acc ? Combine(rop, acc, c) : c;
+      }
+      if (ranges.empty()) return acc;
+      UOpVec src{acc};
+      for (const UOpPtr& r : ranges) src.push_back(r);
+      return UOp::Make(Op::REDUCE, u->dtype(), src, u->arg());
+    }
+    return nullptr;
+  });
+  if (!err.ok()) return err;
+  // An upcast range that survived (used outside any END/REDUCE that closes it) is a malformed kernel.
+  for (const UOp* u : Toposort(out)) {
+    if (IsExpandRange(u))
+      return absl::InvalidArgumentError("expand: an UPCAST/UNROLL range is used outside the END/REDUCE closing it");
+  }
+  return out;
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,53 @@
+// Graph helpers shared by the codegen passes: iterative bottom-up rebuilds, substitution, the set of RANGEs a node
+// lives in, integer bounds, and a small index-math folder (used until engine/symbolic's Simplify is wired in).
+// All functions are iterative (no recursion on graph depth) and never abort on well-typed input.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "engine/uop/uop.h"
+
+namespace kiln::codegen {
+
+// Visits every node reachable from root once, children first. Each node is rebuilt with its (already rewritten)
+// sources, then `fn(original, rebuilt)` may return a replacement (null = keep `rebuilt`). Replacements are not
+// visited again. Returns the rewritten root.
+using RebuildFn = std::function<UOpPtr(const UOp* orig, const UOpPtr& rebuilt)>;
+UOpPtr RewriteBottomUp(const UOpPtr& root, const RebuildFn& fn);
+
+// Replaces every occurrence of the map's keys (by node) with their values.
+UOpPtr Substitute(const UOpPtr& root, const absl::flat_hash_map<const UOp*, UOpPtr>& map);
+
+// The RANGE nodes a node must run inside: RANGE r -> {r} + ranges of its end; END(vals..., ranges...) and
+// REDUCE(val, ranges...) remove the ranges they close; others: the union of their sources. Sorted by pointer.
+class RangeSets {
+ public:
+  explicit RangeSets(const UOpPtr& root);
+  const std::vector<const UOp*>& Of(const UOp* u) const;
+
+ private:
+  absl::flat_hash_map<const UOp*, std::vector<const UOp*>> sets_;
+  std::vector<const UOp*> empty_;
+};
+
+// Conservative integer bounds [lo, hi] of an int/index/bool node (dtype bounds for anything unknown).
+class Bounds {
+ public:
+  std::pair<int64_t, int64_t> Of(const UOpPtr& u);
+
+ private:
+  absl::flat_hash_map<const UOp*, std::pair<int64_t, int64_t>> cache_;
+  std::vector<UOpPtr> keep_;
+};
+
+// Folds constant index/bool arithmetic and identities (x+0, x*1, x*0, x/1, x%1, (x+c1)+c2, WHERE(c,a,a)).
+UOpPtr FoldIndexMath(const UOpPtr& root);
+
+// The CONST value of an int/index CONST, else false.
+bool ConstInt(const UOpPtr& u, int64_t* v);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,63 @@
+// Internal to engine/codegen: the state the lowering passes share, and the pass functions themselves.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "engine/codegen/codegen.h"
+#include "engine/codegen/program.h"
+#include "engine/uop/uop.h"
+
+namespace kiln::codegen {
+
+struct LowerContext {
+  Target target;
+  LowerOptions options;
+  // Axis ids in loop-nest order (outermost first): output axes, then reduce axes. Split axes are inserted next to
+  // the axis they came from.
+  std::vector<int64_t> order;
+  int64_t next_axis_id = 0;
+  std::vector<std::string> applied_opts;
+  std::string name;   // kernel name, set after opts
+  int threads = 1;
+  bool has_reduce = false;
+  DType index_dtype = dtypes::kInt32;
+
+  // Position of an axis id in `order` (ids not in it sort after every known one, by id).
+  int64_t OrderOf(int64_t id) const;
+  int64_t OrderOf(const UOp* range) const;
+};
+
+// ---- opt.cc ----
+// Validates the AST's shape (SINK of END/STORE) and fills ctx.order / next_axis_id / has_reduce.
+absl::Status InitAxes(const UOpPtr& sink, LowerContext& ctx);
+// The RANGE nodes of the kernel with one of `types`, in loop-nest order.
+std::vector<UOpPtr> AxesOfType(const UOpPtr& sink, const LowerContext& ctx, std::initializer_list<AxisType> types);
+absl::StatusOr<UOpPtr> ApplyOpt(const UOpPtr& sink, const Opt& opt, LowerContext& ctx);
+// Picks and applies the hand-coded heuristic's opts; appends them to `chosen`.
+absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std::vector<Opt>* chosen);
+// "E_4_16" / "r_16_4_32" from the current axes.
+std::string KernelName(const UOpPtr& sink, const LowerContext& ctx);
+
+// ---- expand.cc ----
+absl::StatusOr<UOpPtr> ExpandUpcasts(const UOpPtr& sink, LowerContext& ctx);
+
+// ---- reduce.cc ----
+absl::StatusOr<UOpPtr> LowerReduces(const UOpPtr& sink, LowerContext& ctx);
+absl::StatusOr<UOpPtr> LowerThreads(const UOpPtr& sink, LowerContext& ctx);
+// Splits multi-range ENDs into nested single-range ENDs and merges ENDs closing the same range.
+absl::StatusOr<UOpPtr> NormalizeEnds(const UOpPtr& sink, LowerContext& ctx);
+
+// ---- lower_index.cc ----
+absl::StatusOr<UOpPtr> LowerIndexDType(const UOpPtr& sink, LowerContext& ctx);
+absl::StatusOr<UOpPtr> MoveGates(const UOpPtr& sink, LowerContext& ctx);
+absl::StatusOr<UOpPtr> GuardDivision(const UOpPtr& sink, LowerContext& ctx);
+
+// ---- linearize.cc ----
+// The linear order of every node under `sink` (SINK itself excluded), per docs/kernel-ir.md §3.
+absl::StatusOr<std::vector<UOpPtr>> Linearize(const UOpPtr& sink, const LowerContext& ctx);
+
+}  // namespace kiln::codegen

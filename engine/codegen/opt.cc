@@ -1,0 +1,282 @@
+// Kernel optimisations: Opt application by splitting RANGEs (tinygrad shift_to) and the hand-coded heuristic
+// (tinygrad codegen/opt/heuristic.py, adapted to CPUs).
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/base/status.h"
+#include "engine/codegen/graph_util.h"
+#include "engine/codegen/lower_context.h"
+
+namespace kiln::codegen {
+
+std::string_view OptOpName(OptOp op) {
+  switch (op) {
+    case OptOp::kUpcast: return "UPCAST";
+    case OptOp::kUnroll: return "UNROLL";
+    case OptOp::kThread: return "THREAD";
+    case OptOp::kLocal: return "LOCAL";
+    case OptOp::kGroup: return "GROUP";
+    case OptOp::kGroupTop: return "GROUPTOP";
+  }
+  return "?";
+}
+
+std::string Opt::ToString() const { return absl::StrFormat("%s(%d,%d)", std::string(OptOpName(op)), axis, arg); }
+
+int64_t LowerContext::OrderOf(int64_t id) const {
+  auto it = std::find(order.begin(), order.end(), id);
+  if (it != order.end()) return it - order.begin();
+  return static_cast<int64_t>(order.size()) + id;
+}
+
+int64_t LowerContext::OrderOf(const UOp* range) const {
+  const auto* a = std::get_if<AxisArg>(&range->arg());
+  return a == nullptr ? static_cast<int64_t>(order.size()) : OrderOf(a->id);
+}
+
+namespace {
+
+bool IsReduceType(AxisType t) { return t == AxisType::kReduce || t == AxisType::kUnroll || t == AxisType::kGroupReduce; }
+
+int64_t RangeSize(const UOp* r) {
+  int64_t v = 0;
+  return ConstInt(r->src(0), &v) ? v : -1;
+}
+
+}  // namespace
+
+absl::Status InitAxes(const UOpPtr& sink, LowerContext& ctx) {
+  if (!sink || sink->op() != Op::SINK) return absl::InvalidArgumentError("kernel AST: root must be a SINK");
+  if (sink->num_src() == 0) return absl::InvalidArgumentError("kernel AST: SINK has no stores");
+  for (const UOpPtr& s : sink->src()) {
+    if (s->op() != Op::END && s->op() != Op::STORE)
+      return absl::InvalidArgumentError(
+          absl::StrCat("kernel AST: SINK sources must be END or STORE, got ", std::string(OpName(s->op()))));
+  }
+  absl::flat_hash_map<int64_t, const UOp*> by_id;
+  std::vector<std::pair<int64_t, bool>> ids;  // (id, is_reduce)
+  ctx.has_reduce = false;
+  for (const UOp* u : Toposort(sink)) {
+    if (IsTensorOnly(u->op()))
+      return absl::InvalidArgumentError(
+          absl::StrCat("kernel AST: tensor-level op ", std::string(OpName(u->op())), " in a kernel"));
+    if (u->op() == Op::REDUCE) ctx.has_reduce = true;
+    if (u->op() != Op::RANGE) continue;
+    const auto* a = std::get_if<AxisArg>(&u->arg());
+    if (a == nullptr) return absl::InvalidArgumentError("kernel AST: RANGE without an AxisArg");
+    auto [it, fresh] = by_id.emplace(a->id, u);
+    if (!fresh && it->second != u)
+      return absl::InvalidArgumentError(absl::StrCat("kernel AST: two different RANGEs share axis id ", a->id));
+    if (fresh) ids.push_back({a->id, IsReduceType(a->type)});
+  }
+  std::sort(ids.begin(), ids.end(), [](const auto& x, const auto& y) {
+    return x.second != y.second ? !x.second : x.first < y.first;
+  });
+  ctx.order.clear();
+  ctx.next_axis_id = 0;
+  for (const auto& [id, red] : ids) {
+    ctx.order.push_back(id);
+    ctx.next_axis_id = std::max(ctx.next_axis_id, id + 1);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<UOpPtr> AxesOfType(const UOpPtr& sink, const LowerContext& ctx, std::initializer_list<AxisType> types) {
+  std::vector<UOpPtr> out;
+  for (const UOp* u : Toposort(sink)) {
+    if (u->op() != Op::RANGE) continue;
+    const auto* a = std::get_if<AxisArg>(&u->arg());
+    if (a != nullptr && std::find(types.begin(), types.end(), a->type) != types.end())
+      out.push_back(UOpPtr::FromRaw(u));
+  }
+  std::sort(out.begin(), out.end(),
+            [&](const UOpPtr& x, const UOpPtr& y) { return ctx.OrderOf(x.get()) < ctx.OrderOf(y.get()); });
+  return out;
+}
+
+namespace {
+
+// Splits RANGE `r` (size n) into `amt` lanes of `new_type`: bottom split r -> outer*amt + new, top split
+// r -> new*(n/amt) + outer. amt == n retypes r in place. END/REDUCE range lists get both ranges.
+absl::StatusOr<UOpPtr> SplitRange(const UOpPtr& sink, const UOpPtr& r, int64_t amt, AxisType new_type, bool top,
+                                  LowerContext& ctx) {
+  const int64_t n = RangeSize(r.get());
+  const AxisArg arg = std::get<AxisArg>(r->arg());
+  if (n < 0) return absl::InvalidArgumentError("opt: cannot split an axis of symbolic size");
+  if (amt <= 0 || n % amt != 0)
+    return absl::InvalidArgumentError(absl::StrCat("opt: split amount ", amt, " does not divide axis size ", n));
+  std::vector<UOpPtr> parts;  // loop-nest order
+  UOpPtr expr;
+  const int64_t pos = ctx.OrderOf(arg.id);
+  if (amt == n) {
+    UOpPtr nr = UOp::Make(Op::RANGE, r->dtype(), {r->src(0)}, AxisArg{arg.id, new_type});
+    parts = {nr};
+    expr = nr;
+  } else {
+    int64_t new_id = ctx.next_axis_id++;
+    UOpPtr outer = UOp::Make(Op::RANGE, r->dtype(), {UOp::Const(r->dtype(), n / amt)}, arg);
+    UOpPtr inner = UOp::Make(Op::RANGE, r->dtype(), {UOp::Const(r->dtype(), amt)}, AxisArg{new_id, new_type});
+    if (top) {
+      parts = {inner, outer};
+      expr = inner * (n / amt) + outer;
+      ctx.order.insert(ctx.order.begin() + pos, new_id);
+    } else {
+      parts = {outer, inner};
+      expr = outer * amt + inner;
+      ctx.order.insert(ctx.order.begin() + pos + 1, new_id);
+    }
+  }
+  const UOp* target = r.get();
+  return RewriteBottomUp(sink, [&](const UOp* orig, const UOpPtr& rebuilt) -> UOpPtr {
+    if (orig == target) return expr;
+    if (orig->op() != Op::END && orig->op() != Op::REDUCE) return nullptr;
+    bool has = false;
+    for (const UOpPtr& s : orig->src()) has |= s.get() == target;
+    if (!has) return nullptr;
+    UOpVec src;
+    for (size_t i = 0; i < orig->num_src(); ++i) {
+      if (orig->src(i).get() == target && (orig->op() == Op::END || i > 0)) {
+        for (const UOpPtr& p : parts) src.push_back(p);
+      } else {
+        src.push_back(rebuilt->src(i));
+      }
+    }
+    return rebuilt->WithSrc(src);
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<UOpPtr> ApplyOpt(const UOpPtr& sink, const Opt& opt, LowerContext& ctx) {
+  const bool reduce_side = opt.op == OptOp::kUnroll || opt.op == OptOp::kGroup || opt.op == OptOp::kGroupTop;
+  std::vector<UOpPtr> axes = reduce_side ? AxesOfType(sink, ctx, {AxisType::kReduce})
+                                         : AxesOfType(sink, ctx, {AxisType::kLoop, AxisType::kGlobal});
+  const std::string what = opt.ToString();
+  if (opt.axis < 0 || opt.axis >= static_cast<int>(axes.size()))
+    return absl::InvalidArgumentError(
+        absl::StrCat("opt ", what, ": axis out of range (kernel has ", axes.size(),
+                     reduce_side ? " reduce axes)" : " output axes)"));
+  const UOpPtr& r = axes[opt.axis];
+  const int64_t n = RangeSize(r.get());
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": axis has a symbolic size"));
+  const int64_t amt = opt.arg == 0 ? n : opt.arg;
+  if (amt <= 0 || n % amt != 0)
+    return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": ", amt, " does not divide axis size ", n));
+  UOpPtr out;
+  switch (opt.op) {
+    case OptOp::kUpcast: {
+      if (amt > 16) return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": upcast amount above 16"));
+      KILN_ASSIGN_OR_RETURN(out, SplitRange(sink, r, amt, AxisType::kUpcast, false, ctx));
+      break;
+    }
+    case OptOp::kUnroll: {
+      if (amt > 32) return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": unroll amount above 32"));
+      KILN_ASSIGN_OR_RETURN(out, SplitRange(sink, r, amt, AxisType::kUnroll, false, ctx));
+      break;
+    }
+    case OptOp::kThread: {
+      if (!ctx.target.has_threads)
+        return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": target has no threads"));
+      if (amt > ctx.target.max_threads)
+        return absl::InvalidArgumentError(
+            absl::StrCat("opt ", what, ": more threads than the target's ", ctx.target.max_threads));
+      if (ctx.threads != 1) return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": only one THREAD opt"));
+      KILN_ASSIGN_OR_RETURN(out, SplitRange(sink, r, amt, AxisType::kThread, true, ctx));
+      ctx.threads = static_cast<int>(amt);
+      break;
+    }
+    case OptOp::kLocal:
+    case OptOp::kGroup:
+    case OptOp::kGroupTop:
+      if (!ctx.target.has_local)
+        return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": target has no local memory/workgroups"));
+      return absl::UnimplementedError(absl::StrCat("opt ", what, ": LOCAL/GROUP lowering is not implemented yet"));
+  }
+  ctx.applied_opts.push_back(what);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The hand-coded heuristic
+// ---------------------------------------------------------------------------------------------
+
+absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std::vector<Opt>* chosen) {
+  UOpPtr cur = sink;
+  auto apply = [&](Opt o) -> absl::Status {
+    KILN_ASSIGN_OR_RETURN(cur, ApplyOpt(cur, o, ctx));
+    chosen->push_back(o);
+    return absl::OkStatus();
+  };
+  auto sizes = [&](std::initializer_list<AxisType> t) {
+    std::vector<int64_t> s;
+    for (const UOpPtr& r : AxesOfType(cur, ctx, t)) s.push_back(RangeSize(r.get()));
+    return s;
+  };
+  std::vector<int64_t> out = sizes({AxisType::kLoop, AxisType::kGlobal});
+  std::vector<int64_t> red = sizes({AxisType::kReduce});
+  if (std::any_of(out.begin(), out.end(), [](int64_t s) { return s < 0; }) ||
+      std::any_of(red.begin(), red.end(), [](int64_t s) { return s < 0; }))
+    return cur;  // symbolic sizes: leave the kernel as it is
+  int64_t work = 1;
+  for (int64_t s : out) work *= s;
+  for (int64_t s : red) work *= s;
+
+  // 1. unroll the last reduce axis: fully when small, else by 4 (tinygrad step 7).
+  int64_t lanes = 1;
+  if (!red.empty()) {
+    const int last = static_cast<int>(red.size()) - 1;
+    const int64_t s = red[last];
+    if (s > 1 && s <= 16) {
+      KILN_RETURN_IF_ERROR(apply({OptOp::kUnroll, last, 0}));
+      lanes *= s;
+    } else if (s > 16 && s % 4 == 0) {
+      KILN_RETURN_IF_ERROR(apply({OptOp::kUnroll, last, 4}));
+      lanes *= 4;
+    }
+  }
+  // 2. upcast the innermost output axis by 8 or 4 (vectorizable straight-line lanes; tinygrad steps 6 and 8).
+  if (!out.empty()) {
+    const int last = static_cast<int>(out.size()) - 1;
+    const int64_t s = out[last];
+    for (int64_t amt : {8, 4}) {
+      if (amt <= ctx.target.max_upcast && s % amt == 0 && s >= amt && lanes * amt <= 32) {
+        KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, last, amt}));
+        break;
+      }
+    }
+  }
+  // 3. threads over the outermost output axis with >= 128K ops per thread (tinygrad step 10).
+  if (ctx.target.has_threads && ctx.target.max_threads > 1) {
+    std::vector<int64_t> now = sizes({AxisType::kLoop, AxisType::kGlobal});
+    if (!now.empty()) {
+      for (int64_t t : {32, 16, 12, 8, 6, 5, 4, 3, 2}) {
+        if (t <= ctx.target.max_threads && now[0] % t == 0 && work / t >= 128 * 1024) {
+          KILN_RETURN_IF_ERROR(apply({OptOp::kThread, 0, t}));
+          break;
+        }
+      }
+    }
+  }
+  return cur;
+}
+
+std::string KernelName(const UOpPtr& sink, const LowerContext& ctx) {
+  std::string name = ctx.has_reduce ? "r" : "E";
+  std::vector<UOpPtr> axes = AxesOfType(
+      sink, ctx, {AxisType::kThread, AxisType::kGlobal, AxisType::kLocal, AxisType::kLoop, AxisType::kGroupReduce,
+                  AxisType::kReduce, AxisType::kUpcast, AxisType::kUnroll});
+  auto rank = [](const UOpPtr& r) {
+    AxisType t = std::get<AxisArg>(r->arg()).type;
+    return t == AxisType::kThread ? -1 : static_cast<int>(t);
+  };
+  std::stable_sort(axes.begin(), axes.end(), [&](const UOpPtr& a, const UOpPtr& b) { return rank(a) < rank(b); });
+  for (const UOpPtr& r : axes) {
+    int64_t s = RangeSize(r.get());
+    absl::StrAppend(&name, "_", s < 0 ? std::string("n") : absl::StrCat(s));
+  }
+  return name;
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,199 @@
+// Reduce lowering (REDUCE -> DEFINE_REG accumulator + loop, docs/kernel-ir.md §3), THREAD -> SPECIAL core_id,
+// and END normalisation (one single-range END per RANGE).
+#include <algorithm>
+#include <limits>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "engine/codegen/graph_util.h"
+#include "engine/codegen/lower_context.h"
+
+namespace kiln::codegen {
+namespace {
+
+UOpPtr Identity(Op op, DType d) {
+  if (d.IsBool()) return UOp::ConstBool(op == Op::MUL);
+  switch (op) {
+    case Op::MUL: return UOp::Const(d, int64_t{1});
+    case Op::MAX:
+      if (d.IsFloat()) return UOp::Const(d, -std::numeric_limits<double>::infinity());
+      return UOp::Const(d, d.IsUnsigned() ? int64_t{0} : DTypeMin(d));
+    default: return UOp::Const(d, int64_t{0});
+  }
+}
+
+UOpPtr Combine(Op op, const UOpPtr& a, const UOpPtr& b) {
+  if (op == Op::MAX) return Max(a, b);
+  if (a->dtype().IsBool()) return UOp::Make(op == Op::MUL ? Op::AND : Op::OR, a->dtype(), {a, b});
+  return UOp::Make(op == Op::MUL ? Op::MUL : Op::ADD, a->dtype(), {a, b});
+}
+
+void SortByOrder(std::vector<UOpPtr>& v, const LowerContext& ctx) {
+  std::stable_sort(v.begin(), v.end(),
+                   [&](const UOpPtr& a, const UOpPtr& b) { return ctx.OrderOf(a.get()) < ctx.OrderOf(b.get()); });
+}
+
+void Flatten(const UOpPtr& u, UOpVec& out) {
+  if (u->op() == Op::GROUP) {
+    for (const UOpPtr& s : u->src()) Flatten(s, out);
+  } else if (std::find(out.begin(), out.end(), u) == out.end()) {
+    out.push_back(u);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<UOpPtr> LowerReduces(const UOpPtr& sink, LowerContext& ctx) {
+  // Accumulator slots, one DEFINE_REG per dtype, in toposort order of the REDUCEs.
+  absl::flat_hash_map<const UOp*, int64_t> slot;
+  absl::flat_hash_map<DType, int64_t> count;
+  std::vector<const UOp*> topo = Toposort(sink);
+  for (const UOp* u : topo) {
+    if (u->op() != Op::REDUCE || u->num_src() < 2) continue;
+    if (u->dtype().count != 1 || u->dtype().is_ptr)
+      return absl::InvalidArgumentError("reduce: only scalar REDUCE dtypes are supported");
+    slot.emplace(u, count[u->dtype()]++);
+  }
+  if (slot.empty()) {
+    // Range-less REDUCEs are the identity on their value.
+    return RewriteBottomUp(sink, [](const UOp*, const UOpPtr& u) -> UOpPtr {
+      return u->op() == Op::REDUCE ? u->src(0) : nullptr;
+    });
+  }
+  absl::flat_hash_map<DType, UOpPtr> regs;
+  for (const auto& [d, n] : count) regs[d] = UOp::Make(Op::DEFINE_REG, d.Ptr(AddrSpace::kReg), {}, n);
+  RangeSets rs(sink);
+  return RewriteBottomUp(sink, [&](const UOp* orig, const UOpPtr& u) -> UOpPtr {
+    if (u->op() != Op::REDUCE) return nullptr;
+    if (u->num_src() < 2) return u->src(0);
+    const Op rop = std::get<Op>(u->arg());
+    const DType d = u->dtype();
+    const UOpPtr& reg = regs.at(d);
+    const UOpPtr k = UOp::Const(dtypes::kIndex, slot.at(orig));
+    // The ranges the value lives in besides its own: the accumulator is reset once per iteration of those.
+    std::vector<UOpPtr> outer;
+    for (const UOp* r : rs.Of(orig)) outer.push_back(UOpPtr::FromRaw(r));
+    SortByOrder(outer, ctx);
+    std::vector<UOpPtr> red(u->src().begin() + 1, u->src().end());
+    SortByOrder(red, ctx);
+    UOpPtr init_base = reg;
+    if (!outer.empty()) {
+      UOpVec s{reg};
+      for (const UOpPtr& r : outer) s.push_back(r);
+      init_base = UOp::Make(Op::AFTER, reg->dtype(), s);
+    }
+    UOpPtr init = UOp::Make(Op::STORE, dtypes::kVoid,
+                            {UOp::Make(Op::INDEX, reg->dtype(), {init_base, k}), Identity(rop, d)});
+    UOpVec loop_deps{reg, init};
+    for (const UOpPtr& r : red) loop_deps.push_back(r);
+    UOpPtr cur = UOp::Make(Op::LOAD, d, {UOp::Make(Op::INDEX, reg->dtype(),
+                                                   {UOp::Make(Op::AFTER, reg->dtype(), loop_deps), k})});
+    UOpPtr upd = UOp::Make(Op::STORE, dtypes::kVoid,
+                           {UOp::Make(Op::INDEX, reg->dtype(), {reg, k}), Combine(rop, cur, u->src(0))});
+    UOpPtr end = upd;
+    for (size_t i = red.size(); i-- > 0;) end = UOp::Make(Op::END, dtypes::kVoid, {end, red[i]});
+    return UOp::Make(Op::LOAD, d, {UOp::Make(Op::INDEX, reg->dtype(),
+                                             {UOp::Make(Op::AFTER, reg->dtype(), {reg, end}), k})});
+  });
+}
+
+absl::StatusOr<UOpPtr> LowerThreads(const UOpPtr& sink, LowerContext& ctx) {
+  auto is_thread = [](const UOp* u) {
+    const auto* a = u->op() == Op::RANGE ? std::get_if<AxisArg>(&u->arg()) : nullptr;
+    return a != nullptr && a->type == AxisType::kThread;
+  };
+  int found = 0;
+  UOpPtr out = RewriteBottomUp(sink, [&](const UOp* orig, const UOpPtr& u) -> UOpPtr {
+    if (is_thread(orig)) {
+      ++found;
+      return UOp::Make(Op::SPECIAL, u->dtype(), {u->src(0)}, std::string("core_id"));
+    }
+    if (u->op() == Op::SINK) {
+      UOpVec vals;
+      for (const UOpPtr& s : u->src()) Flatten(s, vals);
+      return vals.size() == u->num_src() ? nullptr : UOp::Sink(vals);
+    }
+    if (orig->op() != Op::END) return nullptr;
+    UOpVec vals, ranges;
+    bool dropped = false;
+    for (size_t i = 0; i < orig->num_src(); ++i) {
+      if (is_thread(orig->src(i).get())) {
+        dropped = true;
+      } else if (orig->src(i)->op() == Op::RANGE) {
+        ranges.push_back(u->src(i));
+      } else {
+        vals.push_back(u->src(i));
+      }
+    }
+    if (!dropped) return nullptr;
+    if (ranges.empty()) return vals.size() == 1 ? vals[0] : UOp::Make(Op::GROUP, dtypes::kVoid, vals);
+    for (const UOpPtr& r : ranges) vals.push_back(r);
+    return u->WithSrc(vals);
+  });
+  if (found > 1) return absl::InvalidArgumentError("threads: more than one THREAD axis");
+  return out;
+}
+
+absl::StatusOr<UOpPtr> NormalizeEnds(const UOpPtr& sink, LowerContext& ctx) {
+  // 1. END(vals..., ra, rb) -> END(END(vals..., rb), ra), outermost range outside.
+  UOpPtr cur = RewriteBottomUp(sink, [&](const UOp*, const UOpPtr& u) -> UOpPtr {
+    if (u->op() != Op::END) return nullptr;
+    UOpVec vals;
+    std::vector<UOpPtr> ranges;
+    for (const UOpPtr& s : u->src()) {
+      if (s->op() == Op::RANGE) ranges.push_back(s);
+      else Flatten(s, vals);
+    }
+    if (ranges.empty()) return vals.size() == 1 ? vals[0] : UOp::Make(Op::GROUP, dtypes::kVoid, vals);
+    if (ranges.size() == 1 && u->src(u->num_src() - 1) == ranges[0] && vals.size() + 1 == u->num_src()) return nullptr;
+    SortByOrder(ranges, ctx);
+    UOpVec inner = vals;
+    UOpPtr e;
+    for (size_t i = ranges.size(); i-- > 0;) {
+      UOpVec s = e ? UOpVec{e} : inner;
+      s.push_back(ranges[i]);
+      e = UOp::Make(Op::END, dtypes::kVoid, s);
+    }
+    return e;
+  });
+  {
+    UOpVec vals;
+    for (const UOpPtr& s : cur->src()) Flatten(s, vals);
+    cur = UOp::Sink(vals);
+  }
+  // 2. Merge ENDs that close the same RANGE into one, repeatedly (innermost merges first come first in toposort).
+  for (int iter = 0; iter < 10000; ++iter) {
+    std::vector<const UOp*> topo = Toposort(cur);
+    absl::flat_hash_map<const UOp*, std::vector<const UOp*>> by_range;
+    const UOp* pick = nullptr;
+    for (const UOp* u : topo) {
+      if (u->op() != Op::END) continue;
+      auto& v = by_range[u->src(u->num_src() - 1).get()];
+      v.push_back(u);
+      if (v.size() == 2 && pick == nullptr) pick = u->src(u->num_src() - 1).get();
+    }
+    if (pick == nullptr) return cur;
+    const std::vector<const UOp*>& group = by_range[pick];
+    absl::flat_hash_map<const UOp*, UOpPtr> map;
+    UOpVec vals;
+    const absl::flat_hash_set<const UOp*> members(group.begin(), group.end());
+    for (const UOp* e : group) {
+      // An END that depends on another END of the same range would make the merged END its own source.
+      for (const UOp* x : Toposort(UOpPtr::FromRaw(e)))
+        if (x != e && members.contains(x))
+          return absl::InvalidArgumentError("lowering: a range is reused by dependent loops (cannot merge ENDs)");
+      for (size_t i = 0; i + 1 < e->num_src(); ++i)
+        if (std::find(vals.begin(), vals.end(), e->src(i)) == vals.end()) vals.push_back(e->src(i));
+    }
+    vals.push_back(UOpPtr::FromRaw(pick));
+    UOpPtr merged = UOp::Make(Op::END, dtypes::kVoid, vals);
+    for (const UOp* e : group) map.emplace(e, merged);
+    cur = Substitute(cur, map);
+    UOpVec sv;
+    for (const UOpPtr& s : cur->src()) Flatten(s, sv);
+    cur = UOp::Sink(sv);
+  }
+  return absl::InternalError("lowering: END merging did not converge");
+}
+
+}  // namespace kiln::codegen

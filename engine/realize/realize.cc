@@ -1,0 +1,336 @@
+// Realize: memo lookup -> CreateSchedule -> per kernel: LowerKernel -> render + compile (cached) + load -> allocate
+// buffers in the BufferTable -> launch. See realize.h for the contract.
+#include "engine/realize/realize.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <list>
+#include <memory>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/base/env.h"
+#include "engine/base/status.h"
+#include "engine/codegen/codegen.h"
+#include "engine/codegen/render/renderer.h"
+#include "engine/realize/realize_internal.h"
+#include "engine/runtime/buffer.h"
+#include "engine/runtime/compile_cache.h"
+#include "engine/runtime/registry.h"
+#include "engine/schedule/schedule.h"
+#include "engine/uop/printer.h"
+
+namespace kiln {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+thread_local RealizeStats g_stats;
+
+// ---- loaded kernels, by (device, kernel AST key, opt knobs); bounded LRU ----
+
+struct LoadedKernel {
+  codegen::Program program;
+  std::string source;
+  std::unique_ptr<runtime::Program> runner;
+};
+
+class KernelCache {
+ public:
+  static KernelCache& Global() {
+    static KernelCache* c = new KernelCache();
+    return *c;
+  }
+  std::shared_ptr<LoadedKernel> Get(const std::string& key) {
+    absl::MutexLock l(&mu_);
+    auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    return it->second->second;
+  }
+  void Put(const std::string& key, std::shared_ptr<LoadedKernel> k) {
+    absl::MutexLock l(&mu_);
+    if (index_.contains(key)) return;
+    lru_.emplace_front(key, std::move(k));
+    index_[key] = lru_.begin();
+    while (lru_.size() > kCapacity) {
+      index_.erase(lru_.back().first);
+      lru_.pop_back();
+    }
+  }
+
+ private:
+  static constexpr size_t kCapacity = 2048;
+  absl::Mutex mu_;
+  std::list<std::pair<std::string, std::shared_ptr<LoadedKernel>>> lru_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::list<std::pair<std::string, std::shared_ptr<LoadedKernel>>>::iterator> index_
+      ABSL_GUARDED_BY(mu_);
+};
+
+codegen::Target TargetFor(const runtime::Device& dev) {
+  codegen::Target t;
+  t.renderer = dev.renderer();
+  auto r = codegen::RendererFor(t.renderer);
+  if (r.ok()) {
+    t.has_threads = (*r)->caps().has_threads;
+    t.has_local = (*r)->caps().has_local;
+  }
+  if (t.has_threads) t.max_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return t;
+}
+
+absl::StatusOr<std::shared_ptr<LoadedKernel>> GetKernel(runtime::Device& dev, const UOpPtr& ast) {
+  std::string key = absl::StrCat(dev.name(), "|", DigestHex(ast->Key()), "|", GetKnob(Knob::kNoOpt), "|",
+                                 GetKnob(Knob::kBeam));
+  if (auto k = KernelCache::Global().Get(key)) return k;
+  auto k = std::make_shared<LoadedKernel>();
+  if (DebugLevel() >= 5) std::fprintf(stderr, "%s\n", PrintGraph(ast).c_str());
+  KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, TargetFor(dev)));
+  KILN_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, runtime::CompileKernel(dev, k->program));
+  k->source = std::move(ck.source);
+  k->runner = std::move(ck.program);
+  if (DebugLevel() >= 3 && !k->program.applied_opts.empty())
+    std::fprintf(stderr, "%s: %s\n", k->program.name.c_str(), absl::StrJoin(k->program.applied_opts, ", ").c_str());
+  if (DebugLevel() >= 4) std::fprintf(stderr, "%s\n", k->source.c_str());
+  KernelCache::Global().Put(key, k);
+  return k;
+}
+
+// ---- realized-result memo: root Key() -> result, held weakly (see realize_internal.h) ----
+
+struct MemoEntry {
+  realize_internal::WeakView result;
+  std::vector<const UOp*> reads;  // buffers the value depends on (and its own), for ASSIGN invalidation
+};
+
+class Memo {
+ public:
+  static Memo& Global() {
+    static Memo* m = new Memo();
+    return *m;
+  }
+  UOpPtr Lookup(const Digest& key) {
+    absl::MutexLock l(&mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return nullptr;
+    UOpPtr v = it->second.result.Lock();
+    if (v == nullptr) map_.erase(it);
+    return v;
+  }
+  void Insert(const Digest& key, const UOpPtr& result, std::vector<const UOp*> reads) {
+    auto weak = realize_internal::WeakView::Of(result);
+    if (!weak.ok()) return;
+    absl::MutexLock l(&mu_);
+    if (map_.size() >= kPruneAt) Prune();
+    map_[key] = MemoEntry{*std::move(weak), std::move(reads)};
+  }
+  // Drops every entry that reads or is `buffer` (its contents are being overwritten).
+  void Invalidate(const UOp* buffer) {
+    absl::MutexLock l(&mu_);
+    for (auto it = map_.begin(); it != map_.end();) {
+      auto cur = it++;
+      const auto& r = cur->second.reads;
+      if (std::find(r.begin(), r.end(), buffer) != r.end()) map_.erase(cur);
+    }
+  }
+
+ private:
+  static constexpr size_t kPruneAt = 4096;
+  void Prune() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto it = map_.begin(); it != map_.end();) {
+      auto cur = it++;
+      if (!cur->second.result.Alive()) map_.erase(cur);
+    }
+    while (map_.size() >= kPruneAt) map_.erase(map_.begin());
+  }
+  absl::Mutex mu_;
+  absl::flat_hash_map<Digest, MemoEntry> map_ ABSL_GUARDED_BY(mu_);
+};
+
+bool Memoizable(const UOpPtr& root) {
+  for (const UOp* u : Toposort(root))
+    if (u->op() == Op::ASSIGN || u->op() == Op::BIND) return false;
+  return true;
+}
+
+// ---- execution ----
+
+absl::StatusOr<runtime::Device*> DeviceOfBuffer(const UOp* b) {
+  std::string name = b->num_src() >= 2 && b->src(1)->op() == Op::DEVICE ? b->src(1)->ArgStr() : DefaultDevice();
+  return runtime::GetDevice(name);
+}
+
+// The Buffer attached to a BUFFER node, allocated on first use.
+absl::StatusOr<std::shared_ptr<runtime::Buffer>> Materialize(const UOpPtr& b) {
+  runtime::BufferTable& table = runtime::BufferTable::Global();
+  if (auto buf = table.Lookup(b.get())) return buf;
+  KILN_ASSIGN_OR_RETURN(runtime::Device * dev, DeviceOfBuffer(b.get()));
+  KILN_ASSIGN_OR_RETURN(auto buf, runtime::Buffer::Create(dev, b->dtype(), b->ArgInt()));
+  absl::Status st = table.Attach(b.get(), buf);
+  if (absl::IsAlreadyExists(st)) return table.Lookup(b.get());  // another thread won
+  KILN_RETURN_IF_ERROR(st);
+  return buf;
+}
+
+absl::Status RunCopy(const ScheduleItem& item) {
+  KILN_ASSIGN_OR_RETURN(auto dst, Materialize(item.buffers[0]));
+  KILN_ASSIGN_OR_RETURN(auto src, Materialize(item.buffers[1]));
+  if (dst->nbytes() < src->nbytes() && dst->numel() != item.buffers[0]->ArgInt())
+    return absl::InternalError("realize: copy destination too small");
+  std::string host(src->nbytes(), '\0');
+  KILN_RETURN_IF_ERROR(src->device()->Synchronize());
+  KILN_RETURN_IF_ERROR(src->CopyOut(host.data(), host.size()));
+  size_t n = std::min(dst->nbytes(), host.size());
+  return dst->device()->allocator().CopyIn(dst->memory(), host.data(), n);
+}
+
+absl::Status RunKernel(const ScheduleItem& item, const Schedule& s, int index,
+                       absl::flat_hash_set<runtime::Device*>* used) {
+  KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(item.device));
+  used->insert(dev);
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<LoadedKernel> k, GetKernel(*dev, item.ast));
+  std::vector<std::shared_ptr<runtime::Buffer>> hold;
+  std::vector<runtime::DeviceMemory> mems;
+  for (const UOpPtr& b : item.buffers) {
+    KILN_ASSIGN_OR_RETURN(auto buf, Materialize(b));
+    if (buf->device() != dev)
+      return absl::InvalidArgumentError(absl::StrCat("realize: kernel ", k->program.name, " on ", dev->name(),
+                                                     " reads a buffer on ", buf->device()->name()));
+    mems.push_back(buf->memory());
+    hold.push_back(std::move(buf));
+  }
+  std::vector<int64_t> vars;
+  for (const UOpPtr& v : k->program.vars) {
+    const std::string& name = std::get<VarArg>(v->arg()).name;
+    auto it = s.var_vals.find(name);
+    if (it == s.var_vals.end()) return absl::InvalidArgumentError(absl::StrCat("realize: unbound variable ", name));
+    vars.push_back(it->second);
+  }
+  runtime::LaunchDims dims;
+  for (int i = 0; i < 3; ++i) {
+    dims.global[i] = k->program.global_size[i];
+    dims.local[i] = k->program.local_size[i];
+  }
+  dims.threads = k->program.threads;
+  bool timed = DebugLevel() >= 2;
+  KILN_ASSIGN_OR_RETURN(double secs, k->runner->Launch(mems, vars, dims, timed));
+  if (timed) {
+    double gflops = secs > 0 ? static_cast<double>(k->program.flops) / secs * 1e-9 : 0.0;
+    double gbs = secs > 0 ? static_cast<double>(k->program.mem_bytes) / secs * 1e-9 : 0.0;
+    std::fprintf(stderr, "*** %-6s %4d %-32s arg %2zu tm %10.2fus (%9.2f GFLOPS %7.2f GB/s)\n", dev->name().c_str(),
+                 index, k->program.name.c_str(), item.buffers.size(), secs * 1e6, gflops, gbs);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
+  const auto t0 = Clock::now();
+  g_stats = RealizeStats{};
+  for (const UOpPtr& r : roots)
+    if (!r) return absl::InvalidArgumentError("Realize: null root");
+
+  // Memo: roots realized before (same interned expression, same buffers) cost nothing.
+  std::vector<UOpPtr> out(roots.size());
+  std::vector<UOpPtr> todo;
+  std::vector<size_t> todo_at;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    bool contiguous = false;
+    if (BufferOf(roots[i].get(), &contiguous) != nullptr && contiguous) {
+      out[i] = roots[i];
+      continue;
+    }
+    if (UOpPtr hit = Memo::Global().Lookup(roots[i]->Key())) {
+      out[i] = hit;
+      continue;
+    }
+    todo.push_back(roots[i]);
+    todo_at.push_back(i);
+  }
+  if (todo.empty()) {
+    g_stats.seconds = Since(t0);
+    return out;
+  }
+
+  KILN_ASSIGN_OR_RETURN(Schedule s, CreateSchedule(todo));
+  const double sched_s = Since(t0);
+  int kernels = 0;
+  for (const ScheduleItem& it : s.items) kernels += it.kind == ScheduleItem::Kind::kKernel;
+  for (const UOpPtr& b : s.assigned) Memo::Global().Invalidate(b.get());
+
+  absl::flat_hash_set<runtime::Device*> used;
+  for (size_t i = 0; i < s.items.size(); ++i) {
+    const ScheduleItem& item = s.items[i];
+    absl::Status st = item.kind == ScheduleItem::Kind::kCopy ? RunCopy(item)
+                                                              : RunKernel(item, s, static_cast<int>(i), &used);
+    if (!st.ok()) return st;
+  }
+  for (runtime::Device* d : used) KILN_RETURN_IF_ERROR(d->Synchronize());
+  // Output buffers that no kernel wrote (zero-size values) still get memory.
+  for (const UOpPtr& o : s.outputs) {
+    if (const UOp* b = BufferOf(o.get())) KILN_RETURN_IF_ERROR(Materialize(b->Ptr()).status());
+  }
+
+  std::vector<const UOp*> reads;
+  for (const UOpPtr& b : s.inputs) reads.push_back(b.get());
+  for (size_t j = 0; j < todo.size(); ++j) {
+    out[todo_at[j]] = s.outputs[j];
+    if (Memoizable(todo[j])) {
+      std::vector<const UOp*> r = reads;
+      if (const UOp* b = BufferOf(s.outputs[j].get())) r.push_back(b);
+      Memo::Global().Insert(todo[j]->Key(), s.outputs[j], std::move(r));
+    }
+  }
+  g_stats.kernels = kernels;
+  g_stats.seconds = Since(t0);
+  if (DebugLevel() >= 1 && kernels > 0) {
+    std::fprintf(stderr, "scheduled %d kernels in %.2f ms, ran in %.2f ms | %.2f MB intermediates (%.2f MB planned)\n",
+                 kernels, sched_s * 1e3, (g_stats.seconds - sched_s) * 1e3, s.intermediate_bytes / 1e6,
+                 s.planned_bytes / 1e6);
+  }
+  return out;
+}
+
+const RealizeStats& LastRealizeStats() { return g_stats; }
+
+absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shape, const std::string& device) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return absl::InvalidArgumentError("FromHost: negative dimension");
+    n *= d;
+  }
+  if (dtype.is_ptr || dtype.ItemSize() <= 0 || dtype.count != 1)
+    return absl::InvalidArgumentError(absl::StrCat("FromHost: invalid dtype ", dtype.Name()));
+  KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(device));
+  KILN_ASSIGN_OR_RETURN(auto buf, runtime::Buffer::Create(dev, dtype, n));
+  if (n > 0) KILN_RETURN_IF_ERROR(buf->CopyIn(data, buf->nbytes()));
+  UOpPtr node = NewBuffer(dtype, n, dev->name());
+  KILN_RETURN_IF_ERROR(runtime::BufferTable::Global().Attach(node.get(), std::move(buf)));
+  if (shape.size() == 1) return node;
+  return UOp::Make(Op::RESHAPE, dtype, {node}, IntVec(shape.begin(), shape.end()));
+}
+
+absl::Status ToHost(const UOpPtr& realized, void* dst, size_t nbytes) {
+  if (!realized) return absl::InvalidArgumentError("ToHost: null value");
+  bool contiguous = false;
+  const UOp* b = BufferOf(realized.get(), &contiguous);
+  if (b == nullptr || !contiguous || b->ArgInt() != realized->Numel())
+    return absl::FailedPreconditionError("ToHost: the value is not a realized contiguous buffer (Realize it first)");
+  auto buf = runtime::BufferTable::Global().Lookup(b);
+  if (buf == nullptr) return absl::FailedPreconditionError("ToHost: the buffer has no device memory");
+  if (nbytes != buf->nbytes())
+    return absl::InvalidArgumentError(absl::StrCat("ToHost: nbytes is ", nbytes, ", the buffer holds ", buf->nbytes()));
+  KILN_RETURN_IF_ERROR(buf->device()->Synchronize());
+  if (nbytes == 0) return absl::OkStatus();
+  return buf->CopyOut(dst, nbytes);
+}
+
+}  // namespace kiln

@@ -1,0 +1,84 @@
+// RewriteTrace: the process-wide record of named rewrite passes and of every successful match,
+// filled when TRACK_MATCH_STATS >= 2 (implied by VIZ=1), read by DEBUG output and the VIZ viewer.
+//
+// Memory is bounded: at most max_passes passes and max_matches matches are kept; the oldest are
+// dropped first (dropped_* count them). Entries hold references to the nodes they show, so those
+// nodes stay alive until their entry is dropped or Clear() is called.
+//
+// Thread safety: all methods are thread-safe (one mutex). Each thread has its own stack of open
+// passes, so nested GraphRewrite calls (a rewrite started inside a callback) attribute matches to
+// the innermost pass of that thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "engine/uop/uop.h"
+
+namespace kiln {
+
+struct TracedPass {
+  int64_t id = 0;          // > 0, increasing in start order
+  std::string name;        // RewriteOptions.name ("" if unnamed)
+  std::string matcher;     // the PatternMatcher's name
+  std::string mode;        // "default", "bottom_up", "both" or "walk"
+  int depth = 0;           // nesting depth on the starting thread (0 = top level)
+  UOpPtr input;            // the root given to GraphRewrite
+  UOpPtr output;           // the rewritten root (null if the pass failed or is still open)
+  int64_t num_matches = 0; // matches recorded for this pass (including dropped ones)
+  bool ok = false;         // false while open or if the pass returned an error
+  std::string error;       // the error message if the pass failed
+};
+
+struct TracedMatch {
+  int64_t pass_id = 0;     // the pass it happened in (0 = a direct PatternMatcher::Rewrite call)
+  std::string matcher;
+  std::string rule;
+  UOpPtr before;
+  UOpPtr after;
+};
+
+class RewriteTrace {
+ public:
+  static RewriteTrace& Get();
+
+  // Opens a pass on the calling thread; returns its id.
+  int64_t BeginPass(std::string name, std::string matcher, std::string mode, UOpPtr input);
+  // Closes the innermost open pass on the calling thread (must be `id`).
+  void EndPass(int64_t id, UOpPtr output, bool ok, std::string error = "");
+  // The innermost open pass on the calling thread, or 0.
+  static int64_t CurrentPass();
+  void RecordMatch(int64_t pass_id, const std::string& matcher, const std::string& rule,
+                   UOpPtr before, UOpPtr after);
+
+  std::vector<TracedPass> Passes() const;
+  std::vector<TracedMatch> Matches() const;
+  // Matches of one pass still held.
+  std::vector<TracedMatch> MatchesOf(int64_t pass_id) const;
+  int64_t dropped_passes() const;
+  int64_t dropped_matches() const;
+
+  // A listing of every held pass with its match count and, for up to `matches_per_pass` of its
+  // matches, "rule: OP -> OP" lines. For DEBUG output and tests.
+  std::string Format(size_t matches_per_pass = 0) const;
+
+  void Clear();
+  void SetCapacity(size_t max_passes, size_t max_matches);
+
+ private:
+  RewriteTrace() = default;
+  mutable absl::Mutex mu_;
+  std::deque<TracedPass> passes_;
+  std::deque<TracedMatch> matches_;
+  size_t max_passes_ = 4096;
+  size_t max_matches_ = 65536;
+  int64_t next_id_ = 1;
+  int64_t dropped_passes_ = 0;
+  int64_t dropped_matches_ = 0;
+};
+
+}  // namespace kiln

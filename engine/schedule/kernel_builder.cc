@@ -1,0 +1,283 @@
+#include "engine/schedule/kernel_builder.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/base/status.h"
+#include "engine/schedule/indexing.h"
+#include "engine/schedule/schedule.h"
+
+namespace kiln::schedule {
+namespace {
+
+using MemoKey = std::vector<const UOp*>;
+
+void CollectRanges(const UOpPtr& u, absl::flat_hash_set<const UOp*>* out) {
+  for (const UOp* n : Toposort(u))
+    if (n->op() == Op::RANGE) out->insert(n);
+}
+
+class Builder {
+ public:
+  explicit Builder(const GraphInfo& g) : g_(g) {}
+
+  absl::StatusOr<KernelBuild> Build(absl::Span<const UOp* const> outputs) {
+    if (outputs.empty()) return absl::InternalError("schedule: kernel without outputs");
+    const Shape& shape = outputs[0]->shape();
+    IndexVec idx(shape.size());
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (shape[i] == 1) {
+        idx[i] = IConst(0);
+      } else {
+        idx[i] = UOp::Range(shape[i], next_range_++, AxisType::kLoop);
+        loop_ranges_.push_back(idx[i]);
+      }
+    }
+    for (const UOp* o : outputs) {
+      if (o->shape() != shape) return absl::InternalError("schedule: kernel outputs of different shapes");
+      out_.outputs.push_back(o);
+    }
+    std::vector<UOpPtr> stores;
+    for (size_t slot = 0; slot < outputs.size(); ++slot) {
+      const UOp* o = outputs[slot];
+      UOpPtr param = UOp::Make(Op::PARAM, o->dtype().Ptr(), {}, static_cast<int64_t>(slot));
+      UOpPtr value, index;
+      if (o->op() == Op::ASSIGN) {
+        // Store through the target's view into its buffer.
+        UOpPtr valid;
+        KILN_ASSIGN_OR_RETURN(auto at, ViewToBuffer(o->src(0).get(), idx, &valid));
+        if (valid != nullptr) return absl::UnimplementedError("schedule: ASSIGN into a padded view");
+        assign_buffer_ = at.first;
+        assign_index_ = at.second;
+        index = UOp::Make(Op::INDEX, param->dtype(), {param, at.second});
+        KILN_ASSIGN_OR_RETURN(value, Lower(o->src(1).get(), idx, nullptr));
+      } else {
+        index = UOp::Make(Op::INDEX, param->dtype(), {param, Flatten(idx, shape)});
+        KILN_ASSIGN_OR_RETURN(value, Compute(o, idx, nullptr));
+      }
+      UOpPtr store = UOp::Make(Op::STORE, dtypes::kVoid, {index, value});
+      if (!loop_ranges_.empty()) {
+        std::vector<UOpPtr> src{store};
+        src.insert(src.end(), loop_ranges_.begin(), loop_ranges_.end());
+        store = UOp::Make(Op::END, dtypes::kVoid, src);
+      }
+      stores.push_back(store);
+    }
+    out_.sink = Finish(UOp::Sink(stores));
+    return std::move(out_);
+  }
+
+ private:
+  // Maps the index of a view of a BUFFER to (BUFFER, flat index); `valid` collects PAD conditions.
+  absl::StatusOr<std::pair<const UOp*, UOpPtr>> ViewToBuffer(const UOp* u, IndexVec idx, UOpPtr* valid) {
+    while (IsMovement(u->op())) {
+      KILN_ASSIGN_OR_RETURN(idx, MapMovement(*u, idx, valid));
+      u = u->src(0).get();
+    }
+    if (u->op() != Op::BUFFER) return absl::UnimplementedError("schedule: ASSIGN target is not a view of a BUFFER");
+    return std::make_pair(u, idx[0]);
+  }
+
+  int64_t Slot(const UOp* key) {
+    for (size_t i = 0; i < out_.outputs.size(); ++i)
+      if (out_.outputs[i] == key) return static_cast<int64_t>(i);
+    auto it = std::find(out_.inputs.begin(), out_.inputs.end(), key);
+    if (it == out_.inputs.end()) {
+      out_.inputs.push_back(key);
+      it = out_.inputs.end() - 1;
+    }
+    return static_cast<int64_t>(out_.outputs.size() + (it - out_.inputs.begin()));
+  }
+
+  UOpPtr Load(const UOp* key, DType dtype, const UOpPtr& flat, const UOpPtr& valid) {
+    if (valid != nullptr && valid->op() == Op::CONST && !valid->ArgBool()) return UOp::Const(dtype, int64_t{0});
+    UOpPtr param = UOp::Make(Op::PARAM, dtype.Ptr(), {}, Slot(key));
+    UOpPtr index = valid == nullptr ? UOp::Make(Op::INDEX, param->dtype(), {param, flat})
+                                    : UOp::Make(Op::INDEX, param->dtype(), {param, flat, valid});
+    return UOp::Make(Op::LOAD, dtype, {index});
+  }
+
+  void AddDep(const UOp* n) {
+    if (std::find(out_.deps.begin(), out_.deps.end(), n) == out_.deps.end()) out_.deps.push_back(n);
+  }
+
+  // The value of `u` at `idx`: a load if it is realized elsewhere, else its computation.
+  absl::StatusOr<UOpPtr> Lower(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
+    if (g_.realized.contains(u) &&
+        std::find(out_.outputs.begin(), out_.outputs.end(), u) == out_.outputs.end()) {
+      AddDep(u);
+      if (u->op() == Op::ASSIGN) return Lower(u->src(0).get(), idx, valid);  // read the target after the write
+      return Load(u, u->dtype(), Flatten(idx, u->shape()), valid);
+    }
+    return Compute(u, idx, valid);
+  }
+
+  absl::StatusOr<UOpPtr> Compute(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
+    if (u->op() == Op::REDUCE_AXIS) NoteReduce(u, idx, valid);
+    MemoKey key;
+    key.reserve(idx.size() + reduce_stack_.size() + 3);
+    key.push_back(u);
+    for (const UOpPtr& i : idx) key.push_back(i.get());
+    key.push_back(valid.get());
+    key.push_back(nullptr);
+    for (const UOpPtr& r : reduce_stack_) key.push_back(r.get());
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    KILN_ASSIGN_OR_RETURN(UOpPtr r, ComputeUncached(u, idx, valid));
+    memo_[std::move(key)] = r;
+    return r;
+  }
+
+  void NoteReduce(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
+    ReduceUse use;
+    use.reduce = u;
+    absl::flat_hash_set<const UOp*> used;
+    for (const UOpPtr& i : idx) {
+      use.key.push_back(i.get());
+      CollectRanges(i, &used);
+    }
+    use.key.push_back(valid.get());
+    for (const UOpPtr& r : loop_ranges_)
+      if (!used.contains(r.get())) use.broadcast = true;
+    for (const UOpPtr& r : reduce_stack_)
+      if (!used.contains(r.get())) use.broadcast = true;
+    out_.reduce_uses.push_back(std::move(use));
+  }
+
+  absl::StatusOr<UOpPtr> ComputeUncached(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
+    const Op op = u->op();
+    if (op == Op::BUFFER) {
+      if (u == assign_buffer_ && idx[0] != assign_index_) out_.war_hazard = true;
+      return Load(u, u->dtype(), idx[0], valid);
+    }
+    if (IsMovement(op)) {
+      UOpPtr local;
+      KILN_ASSIGN_OR_RETURN(IndexVec sidx, MapMovement(*u, idx, &local));
+      if (local == nullptr) return Lower(u->src(0).get(), sidx, valid);
+      UOpPtr both = BAnd(valid, local);
+      KILN_ASSIGN_OR_RETURN(UOpPtr v, Lower(u->src(0).get(), sidx, both));
+      if (local->op() == Op::CONST) return local->ArgBool() ? v : UOp::Const(u->dtype(), int64_t{0});
+      return UOp::Make(Op::WHERE, u->dtype(), {local, v, UOp::Const(u->dtype(), int64_t{0})});
+    }
+    if (IsElementwise(op)) {
+      if (op == Op::BITCAST && u->dtype().ItemSize() != u->src(0)->dtype().ItemSize())
+        return absl::UnimplementedError("schedule: BITCAST that changes the item size");
+      std::vector<UOpPtr> src;
+      for (const UOpPtr& s : u->src()) {
+        if (s->has_shape() && s->shape() != u->shape()) {
+          KILN_ASSIGN_OR_RETURN(UOpPtr v, Lower(s.get(), BroadcastIndex(idx, u->shape(), s->shape()), valid));
+          src.push_back(v);
+        } else {
+          KILN_ASSIGN_OR_RETURN(UOpPtr v, Lower(s.get(), idx, valid));
+          src.push_back(v);
+        }
+      }
+      return UOp::Make(op, u->dtype(), src, u->arg());
+    }
+    switch (op) {
+      case Op::CONST:
+        return u->num_src() == 0 ? u->Ptr() : UOp::Make(Op::CONST, u->dtype(), {}, u->arg());
+      case Op::DEFINE_VAR:
+        return u->Ptr();
+      case Op::BIND: {
+        const UOp* var = u->src(0).get();
+        if (var->op() != Op::DEFINE_VAR || !u->src(1)->IsConst())
+          return absl::InvalidArgumentError("schedule: BIND must bind a DEFINE_VAR to a CONST");
+        out_.binds.emplace_back(std::get<VarArg>(var->arg()).name, static_cast<int64_t>(u->src(1)->ConstValue()));
+        return u->src(0);
+      }
+      case Op::REDUCE_AXIS: {
+        const ReduceArg& ra = std::get<ReduceArg>(u->arg());
+        const Shape& in = u->src(0)->shape();
+        IndexVec sidx = idx;
+        std::vector<UOpPtr> ranges;
+        for (int64_t a : ra.axes) {
+          if (in[a] == 1) {
+            sidx[a] = IConst(0);
+          } else {
+            sidx[a] = UOp::Range(in[a], next_range_++, AxisType::kReduce);
+            ranges.push_back(sidx[a]);
+          }
+        }
+        reduce_stack_.insert(reduce_stack_.end(), ranges.begin(), ranges.end());
+        auto v = Lower(u->src(0).get(), sidx, valid);
+        reduce_stack_.resize(reduce_stack_.size() - ranges.size());
+        if (!v.ok()) return v.status();
+        if (ranges.empty()) return *v;
+        std::vector<UOpPtr> src{*v};
+        src.insert(src.end(), ranges.begin(), ranges.end());
+        return UOp::Make(Op::REDUCE, u->dtype(), src, ra.op);
+      }
+      case Op::CONTIGUOUS:
+      case Op::CONTIGUOUS_BACKWARD:
+      case Op::DETACH:
+      case Op::COPY:  // same-device copy (cross-device copies are realized)
+        return Lower(u->src(0).get(), idx, valid);
+      default:
+        return absl::UnimplementedError(absl::StrCat("schedule: cannot fuse op ", std::string(OpName(op))));
+    }
+  }
+
+  // Renumbers RANGE ids from 0 in order of first appearance and names the kernel.
+  UOpPtr Finish(const UOpPtr& sink) {
+    absl::flat_hash_map<const UOp*, UOpPtr> subst;
+    std::vector<std::string> loop_dims, reduce_dims;
+    int64_t id = 0;
+    std::vector<const UOp*> ranges;
+    for (const UOp* n : Toposort(sink))
+      if (n->op() == Op::RANGE) ranges.push_back(n);
+    bool has_reduce = false;
+    for (const UOp* n : ranges) {
+      AxisArg a = std::get<AxisArg>(n->arg());
+      (a.type == AxisType::kReduce ? reduce_dims : loop_dims).push_back(absl::StrCat(n->src(0)->ArgInt()));
+      has_reduce |= a.type == AxisType::kReduce;
+      a.id = id++;
+      subst[n] = n->WithArg(a);
+    }
+    loop_dims.insert(loop_dims.end(), reduce_dims.begin(), reduce_dims.end());
+    if (loop_dims.empty()) loop_dims.push_back("1");
+    std::string name = absl::StrCat(has_reduce ? "r_" : "E_", absl::StrJoin(loop_dims, "_"));
+    UOpPtr renamed = Substitute(sink, subst);
+    return renamed->WithArg(name);
+  }
+
+  const GraphInfo& g_;
+  KernelBuild out_;
+  int64_t next_range_ = 0;
+  std::vector<UOpPtr> loop_ranges_;
+  std::vector<UOpPtr> reduce_stack_;
+  absl::flat_hash_map<MemoKey, UOpPtr> memo_;
+  const UOp* assign_buffer_ = nullptr;
+  UOpPtr assign_index_;
+};
+
+}  // namespace
+
+absl::StatusOr<KernelBuild> BuildKernel(const GraphInfo& g, absl::Span<const UOp* const> outputs) {
+  Builder b(g);
+  return b.Build(outputs);
+}
+
+UOpPtr Substitute(const UOpPtr& root, const absl::flat_hash_map<const UOp*, UOpPtr>& subst) {
+  absl::flat_hash_map<const UOp*, UOpPtr> done;
+  for (const UOp* n : Toposort(root)) {
+    if (auto it = subst.find(n); it != subst.end()) {
+      done[n] = it->second;
+      continue;
+    }
+    bool changed = false;
+    std::vector<UOpPtr> src;
+    src.reserve(n->num_src());
+    for (const UOpPtr& s : n->src()) {
+      auto it = done.find(s.get());
+      const UOpPtr& ns = it == done.end() ? s : it->second;
+      changed |= ns != s;
+      src.push_back(ns);
+    }
+    if (changed) done[n] = n->WithSrc(src);
+  }
+  auto it = done.find(root.get());
+  return it == done.end() ? root : it->second;
+}
+
+}  // namespace kiln::schedule

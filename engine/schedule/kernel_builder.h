@@ -1,0 +1,48 @@
+// KernelBuilder (internal to engine/schedule): lowers a group of realized tensor nodes of one output shape into one
+// kernel AST (docs/kernel-ir.md §2), and reports what the fusion pass needs to decide what else to realize.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/uop/uop.h"
+
+namespace kiln::schedule {
+
+// The fusion state a kernel is built against.
+struct GraphInfo {
+  // Nodes stored to a buffer (kernel outputs, ASSIGNs, copies). Consumers load them.
+  absl::flat_hash_set<const UOp*> realized;
+};
+
+// One use of a REDUCE_AXIS inside a kernel.
+struct ReduceUse {
+  const UOp* reduce = nullptr;
+  std::vector<const UOp*> key;  // index expressions + validity (pointer identity = structural identity)
+  bool broadcast = false;       // the index misses a range open at the use: the result is broadcast back
+};
+
+struct KernelBuild {
+  UOpPtr sink;                       // SINK(arg = name) with RANGE ids renumbered from 0
+  std::vector<const UOp*> outputs;   // realized nodes stored, by slot
+  // Slots after the outputs: a BUFFER node (existing memory) or a realized node (its buffer), by slot.
+  std::vector<const UOp*> inputs;
+  std::vector<const UOp*> deps;      // realized nodes whose kernels must run first (loads and ASSIGN results)
+  std::vector<ReduceUse> reduce_uses;
+  bool war_hazard = false;           // an ASSIGN output's value reads the target buffer at another index
+  std::vector<std::pair<std::string, int64_t>> binds;  // bound Variables seen
+};
+
+// Lowers `outputs` (realized nodes of one shape; ASSIGNs are lowered into their target's buffer) into one kernel.
+absl::StatusOr<KernelBuild> BuildKernel(const GraphInfo& g, absl::Span<const UOp* const> outputs);
+
+// Rebuilds `root` with every node in `subst` replaced (iterative; interned).
+UOpPtr Substitute(const UOpPtr& root, const absl::flat_hash_map<const UOp*, UOpPtr>& subst);
+
+}  // namespace kiln::schedule

@@ -1,0 +1,476 @@
+#include "engine/schedule/schedule.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <numeric>
+#include <queue>
+
+#include <pthread.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "engine/base/status.h"
+#include "engine/schedule/kernel_builder.h"
+#include "engine/schedule/memory_planner.h"
+
+namespace kiln {
+
+std::string DefaultDevice() {
+  static const std::string dev = [] {
+    const char* e = std::getenv("DEV");
+    return std::string(e != nullptr && *e != '\0' ? e : "CPU");
+  }();
+  return dev;
+}
+
+UOpPtr NewBuffer(DType dtype, int64_t numel, const std::string& device) {
+  // Ids start high so they never meet UNIQUE ids made elsewhere before this counter existed.
+  static std::atomic<int64_t> next{int64_t{1} << 40};
+  UOpPtr unique = UOp::Make(Op::UNIQUE, dtypes::kVoid, {}, next.fetch_add(1));
+  UOpPtr dev = UOp::Make(Op::DEVICE, dtypes::kVoid, {}, device);
+  return UOp::Make(Op::BUFFER, dtype, {unique, dev}, numel);
+}
+
+const UOp* BufferOf(const UOp* u, bool* contiguous) {
+  bool contig = true;
+  while (IsMovement(u->op())) {
+    if (u->op() != Op::RESHAPE) contig = false;
+    u = u->src(0).get();
+  }
+  if (contiguous != nullptr) *contiguous = contig;
+  return u->op() == Op::BUFFER ? u : nullptr;
+}
+
+namespace {
+
+using schedule::BuildKernel;
+using schedule::GraphInfo;
+using schedule::KernelBuild;
+
+std::string DeviceOfBuffer(const UOp* b) {
+  if (b->num_src() >= 2 && b->src(1)->op() == Op::DEVICE) return b->src(1)->ArgStr();
+  return DefaultDevice();
+}
+
+UOpPtr ViewAs(const UOpPtr& buffer, const Shape& shape) {
+  if (shape.size() == 1 && shape[0] == buffer->shape()[0]) return buffer;
+  return UOp::Make(Op::RESHAPE, buffer->dtype(), {buffer}, IntVec(shape.begin(), shape.end()));
+}
+
+struct UnionFind {
+  absl::flat_hash_map<const UOp*, const UOp*> parent;
+  const UOp* Find(const UOp* x) {
+    auto it = parent.find(x);
+    if (it == parent.end() || it->second == x) return x;
+    const UOp* r = Find(it->second);
+    parent[x] = r;
+    return r;
+  }
+  void Union(const UOp* a, const UOp* b) {
+    a = Find(a);
+    b = Find(b);
+    if (a != b) parent[b] = a;
+  }
+};
+
+class Scheduler {
+ public:
+  absl::StatusOr<Schedule> Run(absl::Span<const UOpPtr> roots) {
+    for (const UOpPtr& r : roots) {
+      if (!r || !r->has_shape()) return absl::InvalidArgumentError("schedule: a root is not a shaped tensor node");
+    }
+    topo_ = Toposort(roots);
+    for (size_t i = 0; i < topo_.size(); ++i) pos_[topo_[i]] = static_cast<int>(i);
+    KILN_RETURN_IF_ERROR(ComputeDevices());
+    KILN_RETURN_IF_ERROR(InitialRealize(roots));
+    KILN_RETURN_IF_ERROR(Fuse());
+    return Emit(roots);
+  }
+
+ private:
+  absl::Status ComputeDevices() {
+    for (const UOp* u : topo_) {
+      std::string d;
+      if (u->op() == Op::BUFFER) {
+        d = DeviceOfBuffer(u);
+      } else if (u->op() == Op::DEVICE) {
+        d = u->ArgStr();
+      } else if (u->op() == Op::COPY && u->src(1)->op() == Op::DEVICE) {
+        d = u->src(1)->ArgStr();
+      } else {
+        for (const UOpPtr& s : u->src())
+          if (auto it = device_.find(s.get()); it != device_.end() && !it->second.empty()) {
+            d = it->second;
+            break;
+          }
+      }
+      device_[u] = d;
+    }
+    return absl::OkStatus();
+  }
+  std::string DeviceOf(const UOp* u) {
+    auto it = device_.find(u);
+    return it == device_.end() || it->second.empty() ? DefaultDevice() : it->second;
+  }
+
+  void Realize(const UOp* u) {
+    if (g_.realized.insert(u).second) order_.push_back(u);
+  }
+  static bool IsContiguousBufferView(const UOp* u) {
+    bool c = false;
+    return BufferOf(u, &c) != nullptr && c;
+  }
+
+  absl::Status InitialRealize(absl::Span<const UOpPtr> roots) {
+    for (const UOp* u : topo_) {
+      switch (u->op()) {
+        case Op::CONTIGUOUS:
+          // A no-op on a contiguous view of a BUFFER or on a node that is stored anyway (CONTIGUOUS(CONTIGUOUS(x))).
+          if (!IsContiguousBufferView(u->src(0).get()) && !g_.realized.contains(u->src(0).get())) Realize(u);
+          break;
+        case Op::ASSIGN:
+          if (BufferOf(u->src(0).get()) == nullptr)
+            return absl::UnimplementedError("schedule: ASSIGN target must be a view of a realized BUFFER");
+          Realize(u);
+          break;
+        case Op::COPY:
+          if (DeviceOf(u) != DeviceOf(u->src(0).get())) {
+            copies_.insert(u);
+            Realize(u);
+            if (!IsContiguousBufferView(u->src(0).get())) Realize(u->src(0).get());
+          }
+          break;
+        default: break;
+      }
+    }
+    for (const UOpPtr& r : roots) {
+      const UOp* u = r.get();
+      if (IsContiguousBufferView(u)) continue;
+      if (u->op() == Op::CONTIGUOUS && !g_.realized.contains(u)) continue;  // contiguous view already
+      Realize(u);
+    }
+    return absl::OkStatus();
+  }
+
+  // Kernel groups: realized nodes (not copies) by union-find representative, in realize order.
+  std::vector<std::vector<const UOp*>> Groups() {
+    std::vector<std::vector<const UOp*>> groups;
+    absl::flat_hash_map<const UOp*, size_t> at;
+    std::vector<const UOp*> sorted = order_;
+    std::stable_sort(sorted.begin(), sorted.end(), [&](const UOp* a, const UOp* b) { return pos_[a] < pos_[b]; });
+    for (const UOp* u : sorted) {
+      if (copies_.contains(u)) continue;
+      const UOp* r = uf_.Find(u);
+      auto [it, fresh] = at.emplace(r, groups.size());
+      if (fresh) groups.emplace_back();
+      groups[it->second].push_back(u);
+    }
+    return groups;
+  }
+
+  // Whether group a (transitively) depends on any node of group b.
+  bool DependsOn(size_t a, size_t b) {
+    absl::flat_hash_set<size_t> seen;
+    std::vector<size_t> stack{a};
+    while (!stack.empty()) {
+      size_t g = stack.back();
+      stack.pop_back();
+      if (!seen.insert(g).second) continue;
+      for (const UOp* d : builds_[g].deps) {
+        auto it = group_of_.find(d);
+        if (it == group_of_.end()) continue;
+        if (it->second == b) return true;
+        stack.push_back(it->second);
+      }
+    }
+    return false;
+  }
+
+  absl::Status BuildAll() {
+    groups_ = Groups();
+    builds_.clear();
+    group_of_.clear();
+    for (size_t i = 0; i < groups_.size(); ++i) {
+      for (const UOp* u : groups_[i]) group_of_[u] = i;
+      KILN_ASSIGN_OR_RETURN(KernelBuild kb, BuildKernel(g_, groups_[i]));
+      builds_.push_back(std::move(kb));
+    }
+    return absl::OkStatus();
+  }
+
+  // Fusion to a fixed point: realize reductions that must not be fused, merge kernels sharing one.
+  absl::Status Fuse() {
+    for (int iter = 0;; ++iter) {
+      if (iter > 10000) return absl::InternalError("schedule: fusion did not converge");
+      KILN_RETURN_IF_ERROR(BuildAll());
+      bool changed = false;
+      // reduce -> group -> distinct keys
+      std::map<int, const UOp*> reduce_order;  // deterministic: by topo position
+      absl::flat_hash_map<const UOp*, std::map<size_t, std::vector<std::vector<const UOp*>>>> uses;
+      absl::flat_hash_set<const UOp*> broadcast;
+      for (size_t gi = 0; gi < builds_.size(); ++gi) {
+        const KernelBuild& kb = builds_[gi];
+        if (kb.war_hazard) {
+          for (const UOp* o : groups_[gi])
+            if (o->op() == Op::ASSIGN && !g_.realized.contains(o->src(1).get())) {
+              Realize(o->src(1).get());
+              changed = true;
+            }
+        }
+        for (const schedule::ReduceUse& ru : kb.reduce_uses) {
+          reduce_order[pos_[ru.reduce]] = ru.reduce;
+          if (ru.broadcast) broadcast.insert(ru.reduce);
+          auto& keys = uses[ru.reduce][gi];
+          if (std::find(keys.begin(), keys.end(), ru.key) == keys.end()) keys.push_back(ru.key);
+        }
+      }
+      for (const auto& [p, r] : reduce_order) {
+        if (g_.realized.contains(r)) continue;
+        const auto& by_group = uses[r];
+        bool realize = broadcast.contains(r);
+        for (const auto& [gi, keys] : by_group) realize |= keys.size() > 1;
+        if (!realize && by_group.size() > 1) {
+          // Merge the kernels into one with several outputs if they agree on shape and index and are independent.
+          const auto& first = *by_group.begin();
+          bool can_merge = true;
+          for (const auto& [gi, keys] : by_group) {
+            can_merge &= keys[0] == first.second[0];
+            can_merge &= groups_[gi][0]->shape() == groups_[first.first][0]->shape();
+            for (const UOp* o : groups_[gi]) can_merge &= o->op() != Op::ASSIGN;
+            for (const auto& [gj, keys2] : by_group)
+              if (gi != gj) can_merge &= !DependsOn(gi, gj);
+          }
+          if (can_merge) {
+            for (const auto& [gi, keys] : by_group) uf_.Union(groups_[first.first][0], groups_[gi][0]);
+            changed = true;
+            break;  // rebuild before deciding more
+          }
+          realize = true;
+        }
+        if (realize) {
+          Realize(r);
+          changed = true;
+        }
+      }
+      if (!changed) return absl::OkStatus();
+    }
+  }
+
+  absl::StatusOr<Schedule> Emit(absl::Span<const UOpPtr> roots) {
+    Schedule s;
+    // Items: one per kernel group and one per copy, ordered by Kahn over dependencies (ties: topo position).
+    struct Node {
+      int prio;
+      bool is_copy;
+      size_t group;
+      const UOp* copy;
+      std::vector<size_t> succ;
+      int indeg = 0;
+    };
+    std::vector<Node> nodes;
+    absl::flat_hash_map<const UOp*, size_t> node_of;  // realized node -> item node
+    for (size_t gi = 0; gi < groups_.size(); ++gi) {
+      int prio = pos_[groups_[gi][0]];
+      for (const UOp* u : groups_[gi]) {
+        prio = std::min(prio, pos_[u]);
+        node_of[u] = nodes.size();
+      }
+      nodes.push_back({prio, false, gi, nullptr, {}, 0});
+    }
+    for (const UOp* c : copies_) {
+      node_of[c] = nodes.size();
+      nodes.push_back({pos_[c], true, 0, c, {}, 0});
+    }
+    auto edge = [&](size_t from, size_t to) {
+      if (from == to) return;
+      if (std::find(nodes[from].succ.begin(), nodes[from].succ.end(), to) != nodes[from].succ.end()) return;
+      nodes[from].succ.push_back(to);
+      nodes[to].indeg++;
+    };
+    absl::flat_hash_map<const UOp*, std::vector<size_t>> readers;  // existing BUFFER -> item nodes loading it
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      if (nodes[n].is_copy) {
+        const UOp* src = nodes[n].copy->src(0).get();
+        if (auto it = node_of.find(src); it != node_of.end()) edge(it->second, n);
+        else if (const UOp* b = BufferOf(src)) readers[b].push_back(n);
+        continue;
+      }
+      const KernelBuild& kb = builds_[nodes[n].group];
+      for (const UOp* d : kb.deps) {
+        auto it = node_of.find(d);
+        if (it == node_of.end()) return absl::InternalError("schedule: dependency on an unscheduled node");
+        edge(it->second, n);
+      }
+      for (const UOp* in : kb.inputs)
+        if (in->op() == Op::BUFFER) readers[in].push_back(n);
+    }
+    // Write-after-read: readers of a buffer's old contents run before the ASSIGN that overwrites it.
+    for (const UOp* u : order_) {
+      if (u->op() != Op::ASSIGN) continue;
+      size_t an = node_of[u];
+      absl::flat_hash_set<size_t> after{an};  // items that already run after the ASSIGN
+      std::vector<size_t> stack{an};
+      while (!stack.empty()) {
+        size_t n = stack.back();
+        stack.pop_back();
+        for (size_t m : nodes[n].succ)
+          if (after.insert(m).second) stack.push_back(m);
+      }
+      for (size_t rn : readers[BufferOf(u->src(0).get())])
+        if (!after.contains(rn)) edge(rn, an);
+    }
+    std::vector<size_t> sorted;
+    auto cmp = [&](size_t a, size_t b) { return nodes[a].prio > nodes[b].prio; };
+    std::priority_queue<size_t, std::vector<size_t>, decltype(cmp)> ready(cmp);
+    for (size_t n = 0; n < nodes.size(); ++n)
+      if (nodes[n].indeg == 0) ready.push(n);
+    while (!ready.empty()) {
+      size_t n = ready.top();
+      ready.pop();
+      sorted.push_back(n);
+      for (size_t m : nodes[n].succ)
+        if (--nodes[m].indeg == 0) ready.push(m);
+    }
+    if (sorted.size() != nodes.size()) return absl::FailedPreconditionError("schedule: cycle detected in assign graph");
+
+    // Buffers: roots keep theirs; ASSIGNs write their target's; intermediates are planned.
+    absl::flat_hash_set<const UOp*> root_set;
+    for (const UOpPtr& r : roots) {
+      const UOp* v = r.get();  // a root that is a no-op CONTIGUOUS keeps the buffer of the node under it
+      while (v->op() == Op::CONTIGUOUS && !g_.realized.contains(v)) v = v->src(0).get();
+      root_set.insert(r.get());
+      root_set.insert(v);
+    }
+    schedule::MemoryPlanner planner;
+    absl::flat_hash_map<const UOp*, UOpPtr> buffer_of;
+    absl::flat_hash_map<const UOp*, int> last_use;  // realized intermediate -> last item reading it
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      const Node& nd = nodes[sorted[i]];
+      if (nd.is_copy) {
+        last_use[nd.copy->src(0).get()] = static_cast<int>(i);
+      } else {
+        for (const UOp* in : builds_[nd.group].inputs) last_use[in] = static_cast<int>(i);
+      }
+    }
+    absl::flat_hash_set<const UOp*> input_set;
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      const Node& nd = nodes[sorted[i]];
+      std::vector<const UOp*> outs = nd.is_copy ? std::vector<const UOp*>{nd.copy} : groups_[nd.group];
+      for (const UOp* o : outs) {
+        if (o->op() == Op::ASSIGN) {
+          const UOp* b = BufferOf(o->src(0).get());
+          buffer_of[o] = b->Ptr();
+          s.assigned.push_back(b->Ptr());
+        } else if (root_set.contains(o)) {
+          buffer_of[o] = NewBuffer(o->dtype(), o->Numel(), DeviceOf(o));
+        } else {
+          buffer_of[o] = planner.Acquire(o->dtype(), o->Numel(), DeviceOf(o));
+        }
+      }
+      ScheduleItem item;
+      item.num_outputs = static_cast<int>(outs.size());
+      item.device = DeviceOf(outs[0]);
+      for (const UOp* o : outs) item.buffers.push_back(buffer_of[o]);
+      std::vector<const UOp*> ins;
+      if (nd.is_copy) {
+        item.kind = ScheduleItem::Kind::kCopy;
+        const UOp* src = nd.copy->src(0).get();
+        const UOp* b = BufferOf(src);
+        ins.push_back(g_.realized.contains(src) || b == nullptr ? src : b);
+      } else {
+        const KernelBuild& kb = builds_[nd.group];
+        item.ast = kb.sink;
+        ins = kb.inputs;
+        for (const auto& [name, val] : kb.binds) {
+          auto [it, fresh] = s.var_vals.emplace(name, val);
+          if (!fresh && it->second != val)
+            return absl::InvalidArgumentError(absl::StrCat("bind mismatch on ", name, ", ", it->second, " != ", val));
+        }
+      }
+      for (const UOp* in : ins) {
+        if (in->op() == Op::BUFFER) {
+          item.buffers.push_back(in->Ptr());
+          if (input_set.insert(in).second) s.inputs.push_back(in->Ptr());
+        } else {
+          auto it = buffer_of.find(in);
+          if (it == buffer_of.end()) return absl::InternalError("schedule: input read before it is written");
+          item.buffers.push_back(it->second);
+        }
+      }
+      bool empty = true;
+      for (const UOp* o : outs) empty &= o->Numel() == 0;
+      if (!empty) s.items.push_back(std::move(item));
+      // Release intermediates whose last reader is this item.
+      for (const UOp* in : ins)
+        if (last_use[in] == static_cast<int>(i) && in->op() != Op::BUFFER && !root_set.contains(in) &&
+            in->op() != Op::ASSIGN)
+          planner.Release(buffer_of[in]);
+    }
+    s.intermediate_bytes = planner.requested_bytes();
+    s.planned_bytes = planner.allocated_bytes();
+
+    for (const UOpPtr& r : roots) {
+      const UOp* u = r.get();
+      if (u->op() == Op::ASSIGN) {
+        s.outputs.push_back(u->src(0));
+      } else if (auto it = buffer_of.find(u); it != buffer_of.end()) {
+        s.outputs.push_back(ViewAs(it->second, u->shape()));
+      } else {
+        const UOp* v = u;
+        while (v->op() == Op::CONTIGUOUS && !buffer_of.contains(v)) v = v->src(0).get();
+        if (auto bit = buffer_of.find(v); bit != buffer_of.end()) {
+          s.outputs.push_back(ViewAs(bit->second, u->shape()));
+          continue;
+        }
+        const UOp* b = BufferOf(v);
+        if (b == nullptr) return absl::InternalError("schedule: root neither realized nor a buffer view");
+        s.outputs.push_back(v == u ? r : ViewAs(b->Ptr(), u->shape()));
+      }
+    }
+    return s;
+  }
+
+  std::vector<const UOp*> topo_;
+  absl::flat_hash_map<const UOp*, int> pos_;
+  absl::flat_hash_map<const UOp*, std::string> device_;
+  GraphInfo g_;
+  std::vector<const UOp*> order_;  // realized nodes in the order they were marked
+  absl::flat_hash_set<const UOp*> copies_;
+  UnionFind uf_;
+  std::vector<std::vector<const UOp*>> groups_;
+  std::vector<KernelBuild> builds_;
+  absl::flat_hash_map<const UOp*, size_t> group_of_;
+};
+
+}  // namespace
+
+absl::StatusOr<Schedule> CreateSchedule(absl::Span<const UOpPtr> roots) {
+  // Kernel lowering recurses along the graph's depth. Deep graphs are scheduled on a thread with a large stack
+  // (reserved, not committed) so a long elementwise chain cannot overflow the caller's stack.
+  constexpr size_t kDeepGraph = 2048;
+  constexpr size_t kBigStack = size_t{1} << 30;
+  if (Toposort(roots).size() < kDeepGraph) return Scheduler().Run(roots);
+  struct Job {
+    absl::Span<const UOpPtr> roots;
+    absl::StatusOr<Schedule> result = absl::InternalError("schedule: worker did not run");
+  } job{roots};
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, kBigStack);
+  pthread_t tid;
+  auto body = [](void* p) -> void* {
+    Job* j = static_cast<Job*>(p);
+    j->result = Scheduler().Run(j->roots);
+    return nullptr;
+  };
+  int rc = pthread_create(&tid, &attr, body, &job);
+  pthread_attr_destroy(&attr);
+  if (rc != 0) return Scheduler().Run(roots);  // no thread: try on this stack
+  pthread_join(tid, nullptr);
+  return std::move(job.result);
+}
+
+}  // namespace kiln

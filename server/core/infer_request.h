@@ -1,0 +1,66 @@
+// Plain request/response structs of the inference path, decoded by a transport (server/grpc,
+// server/rest) and consumed by server/core. They do not own tensor bytes: `raw` and `shape`
+// point into the transport's message, which must outlive the call.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "server/core/datatype.h"
+
+namespace kiln::server {
+
+inline constexpr int kContentsFieldCount = 9;  // values of ContentsField
+
+struct InferInput {
+  std::string name;
+  std::string datatype;             // wire string, unchecked
+  absl::Span<const int64_t> shape;  // full shape, batch dim included
+  bool has_contents = false;        // the typed `contents` message is present
+  // Element counts per typed field (index = static_cast<int>(ContentsField)).
+  std::array<int64_t, kContentsFieldCount> typed_counts{};
+  std::string_view raw;  // raw bytes; meaningful iff the request uses raw form
+};
+
+struct InferRequest {
+  std::string model_name;
+  std::string model_version;  // "" = the version policy decides
+  std::string id;
+  std::vector<InferInput> inputs;
+  std::vector<std::string> requested_outputs;  // empty = all outputs
+  int64_t raw_input_count = 0;                 // entries of raw_input_contents (0 = typed form)
+};
+
+// What validation established about one input (in request order).
+struct ValidatedInput {
+  int config_index = 0;  // index into config.input
+  int64_t element_count = 0;
+  int64_t byte_size = 0;  // recomputed from the shape (raw size for BYTES)
+};
+
+struct ValidatedRequest {
+  int64_t batch_size = 1;  // 1 when the model does not batch
+  std::vector<ValidatedInput> inputs;
+  std::vector<int> outputs;  // config.output indices to return, in order
+  int64_t total_input_bytes = 0;
+};
+
+struct InferOutput {
+  std::string name;
+  std::string datatype;
+  std::vector<int64_t> shape;
+  std::string raw;
+};
+
+struct InferResponse {
+  std::string model_name;
+  std::string model_version;
+  std::string id;
+  std::vector<InferOutput> outputs;
+};
+
+}  // namespace kiln::server

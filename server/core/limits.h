@@ -1,0 +1,19 @@
+// Hard limits the server core enforces before any allocation. Requests over a limit fail with
+// INVALID_ARGUMENT (shape/rank) or RESOURCE_EXHAUSTED (bytes); the message names the field and
+// the limit. Runtime-tunable limits (request bytes) come from kilnd flags via ServerOptions.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::server {
+
+inline constexpr int kMaxTensorRank = 64;                // dims per tensor, batch dim included
+inline constexpr int64_t kMaxBatchSize = 1 << 20;        // config max_batch_size
+inline constexpr int kMaxTensorsPerModel = 1024;         // config inputs / outputs
+inline constexpr int kMaxModelVersions = 1024;           // version folders read per model
+inline constexpr int64_t kMaxConfigBytes = 1 << 20;      // config.pbtxt size
+inline constexpr int64_t kMaxArtifactBytes = 1LL << 30;  // one model file read at load
+inline constexpr int kMaxNameLength = 256;               // model / tensor names
+inline constexpr int64_t kDefaultMaxRequestBytes = 64LL << 20;  // --max-request-bytes default
+
+}  // namespace kiln::server

@@ -1,0 +1,33 @@
+// Load-time checks of a model version's files, per platform, before the version goes READY.
+//
+//   kiln_graph    <version>/model.graph (binary kiln.v1.Graph) or model.graph.pbtxt (text);
+//                 structure checked by CheckGraphStructure and matched against the config.
+//   kiln_builtin  parameters { key: "architecture" } names a known architecture
+//                 (mnist_cnn, mlp) and <version>/model.safetensors exists.
+//   kiln_onnx     <version>/model.onnx exists.
+// Nothing is compiled or executed here (the engine does that later through engine/api).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include "absl/status/status.h"
+#include "inference/model_config.pb.h"
+#include "kiln/v1/graph.pb.h"
+
+namespace kiln::server {
+
+inline constexpr int64_t kMaxGraphNodes = 1 << 20;
+
+// Structural rules of kiln.v1.Graph (proto/kiln/v1/graph.proto): node count <= kMaxGraphNodes,
+// every src index names an earlier node (so no cycle, no dangling source), INPUT nodes index
+// `inputs`, outputs index `nodes`, names unique and non-empty, no op that carries source text.
+// INVALID_ARGUMENT naming the field (e.g. "nodes[7].src[1]") on the first violation.
+absl::Status CheckGraphStructure(const kiln::v1::Graph& graph);
+
+// Checks the files of one version folder for `config` (already normalized).
+// NOT_FOUND if the model file is missing, INVALID_ARGUMENT if it is malformed.
+absl::Status CheckModelArtifact(const inference::ModelConfig& config,
+                                const std::filesystem::path& version_dir);
+
+}  // namespace kiln::server

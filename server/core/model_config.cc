@@ -1,0 +1,198 @@
+#include "server/core/model_config.h"
+
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+#include "server/core/datatype.h"
+#include "server/core/limits.h"
+
+namespace kiln::server {
+namespace {
+
+// Collects TextFormat errors as "line L:C: message" (first few only).
+class ErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (errors_.size() < 5)
+      errors_.push_back(absl::StrCat("line ", line + 1, ":", column + 1, ": ", message));
+  }
+  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+  std::string Text() const { return absl::StrJoin(errors_, "; "); }
+
+ private:
+  std::vector<std::string> errors_;
+};
+
+template <typename Tensor>
+absl::Status CheckTensors(std::string_view field,
+                          const google::protobuf::RepeatedPtrField<Tensor>& tensors, bool batching,
+                          std::set<std::string>* names) {
+  if (tensors.size() > kMaxTensorsPerModel) {
+    return absl::InvalidArgumentError(absl::StrCat("config ", std::string(field), ": ",
+                                                   tensors.size(), " entries exceed the limit ",
+                                                   kMaxTensorsPerModel));
+  }
+  for (int i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    const std::string where = absl::StrCat("config ", std::string(field), "[", i, "]");
+    if (t.name().empty() || t.name().size() > static_cast<size_t>(kMaxNameLength)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".name: must have 1..", kMaxNameLength, " characters"));
+    }
+    if (!names->insert(t.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".name: duplicate tensor name '", t.name(), "'"));
+    }
+    if (t.data_type() == inference::TYPE_INVALID || DataTypeName(t.data_type()) == "INVALID") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".data_type: tensor '", t.name(), "' needs a valid TYPE_*"));
+    }
+    const int rank = t.dims_size() + (batching ? 1 : 0);
+    if (rank > kMaxTensorRank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".dims: rank ", rank, " exceeds the limit ", kMaxTensorRank));
+    }
+    for (int d = 0; d < t.dims_size(); ++d) {
+      if (t.dims(d) < -1 || t.dims(d) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ".dims[", d, "]: ", t.dims(d), " is not -1 or a positive size"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsValidModelName(std::string_view name) {
+  if (name.empty() || name.size() > static_cast<size_t>(kMaxNameLength)) return false;
+  if (name.front() == '.') return false;  // also rejects "." and ".."
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<inference::ModelConfig> ParseModelConfigText(std::string_view text) {
+  if (static_cast<int64_t>(text.size()) > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.pbtxt: ", text.size(), " bytes exceed the limit ", kMaxConfigBytes));
+  }
+  inference::ModelConfig config;
+  ErrorCollector errors;
+  google::protobuf::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &config)) {
+    return absl::InvalidArgumentError(absl::StrCat("config.pbtxt: ", errors.Text()));
+  }
+  return config;
+}
+
+absl::StatusOr<inference::ModelConfig> ParseModelConfigJson(std::string_view json) {
+  if (static_cast<int64_t>(json.size()) > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("parameters[config]: ", json.size(),
+                                                   " bytes exceed the limit ", kMaxConfigBytes));
+  }
+  inference::ModelConfig config;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  auto status = google::protobuf::util::JsonStringToMessage(std::string(json), &config, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameters[config]: invalid JSON ModelConfig: ",
+                     std::string(status.message().data(), status.message().size())));
+  }
+  return config;
+}
+
+absl::Status NormalizeModelConfig(std::string_view model_name, inference::ModelConfig* config) {
+  if (config->name().empty()) {
+    config->set_name(std::string(model_name));
+  } else if (config->name() != model_name) {
+    return absl::InvalidArgumentError(absl::StrCat("config name: '", config->name(),
+                                                   "' differs from the model folder '",
+                                                   std::string(model_name), "'"));
+  }
+  const std::string& platform = config->platform();
+  if (platform.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config platform: required (one of ", std::string(kPlatformGraph), ", ",
+                     std::string(kPlatformBuiltin), ", ", std::string(kPlatformOnnx), ")"));
+  }
+  if (platform != kPlatformGraph && platform != kPlatformBuiltin && platform != kPlatformOnnx) {
+    return absl::InvalidArgumentError(absl::StrCat("config platform: unknown platform '", platform,
+                                                   "' (kiln serves ", std::string(kPlatformGraph),
+                                                   ", ", std::string(kPlatformBuiltin), ", ",
+                                                   std::string(kPlatformOnnx), ")"));
+  }
+  if (config->max_batch_size() < 0 || config->max_batch_size() > kMaxBatchSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config max_batch_size: ", config->max_batch_size(), " is outside 0..", kMaxBatchSize));
+  }
+  if (config->input_size() == 0) {
+    return absl::InvalidArgumentError("config input: a model needs at least one input");
+  }
+  if (config->output_size() == 0) {
+    return absl::InvalidArgumentError("config output: a model needs at least one output");
+  }
+  const bool batching = config->max_batch_size() > 0;
+  std::set<std::string> input_names;
+  std::set<std::string> output_names;
+  if (absl::Status s = CheckTensors("input", config->input(), batching, &input_names); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckTensors("output", config->output(), batching, &output_names); !s.ok()) {
+    return s;
+  }
+
+  if (!config->has_version_policy() || config->version_policy().policy_choice_case() ==
+                                           inference::ModelVersionPolicy::POLICY_CHOICE_NOT_SET) {
+    config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
+  }
+  const auto& policy = config->version_policy();
+  if (policy.has_latest() && policy.latest().num_versions() == 0) {
+    config->mutable_version_policy()->mutable_latest()->set_num_versions(1);
+  }
+  if (policy.has_specific()) {
+    if (policy.specific().versions_size() == 0) {
+      return absl::InvalidArgumentError(
+          "config version_policy.specific.versions: lists no version");
+    }
+    for (int64_t v : policy.specific().versions()) {
+      if (v <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config version_policy.specific.versions: ", v, " is not a positive version"));
+      }
+    }
+  }
+  if (!config->default_model_filename().empty() &&
+      !IsValidModelName(config->default_model_filename())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config default_model_filename: '", config->default_model_filename(),
+                     "' must be a plain file name ([A-Za-z0-9_.-], no leading '.')"));
+  }
+  for (int i = 0; i < config->instance_group_size(); ++i) {
+    if (config->instance_group(i).count() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config instance_group[", i, "].count: must not be negative"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string DefaultModelFilename(const inference::ModelConfig& config) {
+  if (!config.default_model_filename().empty()) return config.default_model_filename();
+  if (config.platform() == kPlatformGraph) return "model.graph";
+  if (config.platform() == kPlatformBuiltin) return "model.safetensors";
+  return "model.onnx";
+}
+
+}  // namespace kiln::server

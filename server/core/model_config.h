@@ -1,0 +1,42 @@
+// Model configuration: config.pbtxt (protobuf text) or a JSON override parsed into
+// inference::ModelConfig, then checked and completed so the rest of the server can trust it.
+//
+// After NormalizeModelConfig succeeds: name equals the model's folder name; platform is one of
+// kKnownPlatforms; 0 <= max_batch_size <= kMaxBatchSize; every input/output has a unique
+// non-empty name, a valid datatype and dims of -1 or > 0 with rank <= kMaxTensorRank (batch dim
+// included); version_policy is set (default latest { num_versions: 1 }). Other fields
+// (instance_group, dynamic_batching, parameters, ...) are kept as written for later stages.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "inference/model_config.pb.h"
+
+namespace kiln::server {
+
+inline constexpr std::string_view kPlatformGraph = "kiln_graph";      // a kiln.v1.Graph
+inline constexpr std::string_view kPlatformBuiltin = "kiln_builtin";  // architecture + safetensors
+inline constexpr std::string_view kPlatformOnnx = "kiln_onnx";        // model.onnx
+
+// True for a name kiln accepts for models and folders: 1..kMaxNameLength characters from
+// [A-Za-z0-9_.-], not "." or "..", no leading '.'. Names are looked up in the repository
+// listing, never joined into a path unchecked.
+bool IsValidModelName(std::string_view name);
+
+// Parses config.pbtxt text. INVALID_ARGUMENT names the line, column and field on a parse error.
+absl::StatusOr<inference::ModelConfig> ParseModelConfigText(std::string_view text);
+
+// Parses a JSON ModelConfig (the `config` load parameter). INVALID_ARGUMENT on error.
+absl::StatusOr<inference::ModelConfig> ParseModelConfigJson(std::string_view json);
+
+// Checks and completes `config` for the model in folder `model_name` (see the file comment).
+absl::Status NormalizeModelConfig(std::string_view model_name, inference::ModelConfig* config);
+
+// The model file a version folder must hold: default_model_filename if set, else the
+// platform's default ("model.graph", "model.safetensors", "model.onnx").
+std::string DefaultModelFilename(const inference::ModelConfig& config);
+
+}  // namespace kiln::server

@@ -1,0 +1,338 @@
+#include "server/core/model_repository.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "server/core/limits.h"
+#include "server/core/model_artifact.h"
+#include "server/core/model_config.h"
+#include "spdlog/spdlog.h"
+
+namespace kiln::server {
+namespace {
+
+// A version folder name: 1..18 digits, value > 0. nullopt otherwise.
+std::optional<int64_t> ParseVersion(std::string_view s) {
+  if (s.empty() || s.size() > 18) return std::nullopt;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+  }
+  int64_t v = 0;
+  if (!absl::SimpleAtoi(std::string(s), &v) || v <= 0) return std::nullopt;
+  return v;
+}
+
+absl::StatusOr<std::string> ReadConfigFile(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return absl::InvalidArgumentError("config.pbtxt is missing");
+  }
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || static_cast<int64_t>(size) > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config.pbtxt is unreadable or larger than ", kMaxConfigBytes, " bytes"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream data;
+  data << in.rdbuf();
+  return data.str();
+}
+
+std::vector<int64_t> ListVersions(const std::filesystem::path& model_dir) {
+  std::vector<int64_t> versions;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(model_dir, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::error_code type_ec;
+    if (!it->is_directory(type_ec)) continue;
+    if (auto v = ParseVersion(it->path().filename().string())) versions.push_back(*v);
+    if (static_cast<int>(versions.size()) >= kMaxModelVersions) break;
+  }
+  std::sort(versions.begin(), versions.end());
+  return versions;
+}
+
+template <typename Slot>
+bool HasReady(const std::map<int64_t, Slot>& versions) {
+  for (const auto& [v, slot] : versions) {
+    if (slot.state == ModelState::kReady) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string_view ModelStateName(ModelState state) {
+  switch (state) {
+    case ModelState::kUnknown:
+      return "UNKNOWN";
+    case ModelState::kReady:
+      return "READY";
+    case ModelState::kUnavailable:
+      return "UNAVAILABLE";
+    case ModelState::kLoading:
+      return "LOADING";
+    case ModelState::kUnloading:
+      return "UNLOADING";
+  }
+  return "UNKNOWN";
+}
+
+ModelRepository::ModelRepository(std::filesystem::path root) : root_(std::move(root)) {}
+
+std::vector<std::string> ModelRepository::ListModelFolders() const {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(root_, ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code type_ec;
+    if (!it->is_directory(type_ec)) continue;
+    std::string name = it->path().filename().string();
+    if (IsValidModelName(name)) names.push_back(std::move(name));
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool ModelRepository::HasFolder(std::string_view name) const {
+  if (!IsValidModelName(name)) return false;
+  std::error_code ec;
+  return std::filesystem::is_directory(root_ / std::string(name), ec);
+}
+
+absl::Status ModelRepository::LoadAll() {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(root_, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("model repository '", root_.string(), "' is not a readable folder"));
+  }
+  for (const std::string& name : ListModelFolders()) {
+    absl::Status status = Load(name);
+    if (status.ok()) {
+      spdlog::info("model '{}' loaded", name);
+    } else {
+      spdlog::warn("model '{}' failed to load: {}", name, std::string(status.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
+    const std::string& name, std::optional<inference::ModelConfig> config_override) const {
+  const std::filesystem::path model_dir = root_ / name;
+  inference::ModelConfig config;
+  if (config_override.has_value()) {
+    config = std::move(*config_override);
+  } else {
+    absl::StatusOr<std::string> text = ReadConfigFile(model_dir / "config.pbtxt");
+    if (!text.ok()) return text.status();
+    absl::StatusOr<inference::ModelConfig> parsed = ParseModelConfigText(*text);
+    if (!parsed.ok()) return parsed.status();
+    config = std::move(*parsed);
+  }
+  if (absl::Status s = NormalizeModelConfig(name, &config); !s.ok()) return s;
+  auto shared_config = std::make_shared<const inference::ModelConfig>(std::move(config));
+
+  const std::vector<int64_t> available = ListVersions(model_dir);
+  const inference::ModelVersionPolicy& policy = shared_config->version_policy();
+  std::vector<int64_t> selected;
+  ModelEntry entry;
+  if (policy.has_all()) {
+    selected = available;
+  } else if (policy.has_specific()) {
+    for (int64_t v : policy.specific().versions()) {
+      if (std::binary_search(available.begin(), available.end(), v)) {
+        selected.push_back(v);
+      } else {
+        entry.versions[v] = {ModelState::kUnavailable, "version folder is missing", nullptr};
+      }
+    }
+  } else {
+    const size_t n = std::max<uint32_t>(1, policy.latest().num_versions());
+    const size_t skip = available.size() > n ? available.size() - n : 0;
+    selected.assign(available.begin() + skip, available.end());
+  }
+  if (selected.empty()) {
+    return absl::InvalidArgumentError(
+        "no version folder matches the version_policy (versions are positive integer folders)");
+  }
+
+  std::string first_error;
+  for (int64_t v : selected) {
+    absl::Status status = CheckModelArtifact(*shared_config, model_dir / std::to_string(v));
+    VersionSlot& slot = entry.versions[v];
+    if (!status.ok()) {
+      slot.state = ModelState::kUnavailable;
+      slot.reason = std::string(status.message());
+      if (first_error.empty()) first_error = absl::StrCat("version ", v, ": ", slot.reason);
+      continue;
+    }
+    auto model = std::make_shared<ModelVersion>();
+    model->name = name;
+    model->version = v;
+    model->config = shared_config;
+    model->stats = std::make_shared<ModelStats>();
+    slot.state = ModelState::kReady;
+    slot.model = std::move(model);
+  }
+  if (!HasReady(entry.versions)) return absl::InvalidArgumentError(first_error);
+  entry.state = ModelState::kReady;
+  return entry;
+}
+
+absl::Status ModelRepository::Load(std::string_view name_view,
+                                   std::optional<inference::ModelConfig> config_override) {
+  if (!IsValidModelName(name_view)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model_name: '", std::string(name_view.substr(0, kMaxNameLength)),
+                     "' is not a valid model name ([A-Za-z0-9_.-], no leading '.', at most ",
+                     kMaxNameLength, " characters)"));
+  }
+  const std::string name(name_view);
+  absl::MutexLock load_lock(&load_mu_);
+  if (!HasFolder(name)) {
+    return absl::NotFoundError(
+        absl::StrCat("model_name: no model '", name, "' in the model repository"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ModelEntry& entry = models_[name];
+    if (!HasReady(entry.versions)) entry.state = ModelState::kLoading;
+  }
+  absl::StatusOr<ModelEntry> built = BuildEntry(name, std::move(config_override));
+  absl::MutexLock lock(&mu_);
+  ModelEntry& entry = models_[name];
+  if (!built.ok()) {
+    const std::string reason = std::string(built.status().message());
+    if (!HasReady(entry.versions)) {
+      entry.versions.clear();
+      entry.state = ModelState::kUnavailable;
+      entry.reason = reason;
+    }  // else: a failed reload keeps the versions that serve
+    return absl::InvalidArgumentError(absl::StrCat("failed to load model '", name, "': ", reason));
+  }
+  entry = std::move(*built);
+  return absl::OkStatus();
+}
+
+absl::Status ModelRepository::Unload(std::string_view name_view) {
+  const std::string name(name_view.substr(0, kMaxNameLength));
+  absl::MutexLock load_lock(&load_mu_);
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(name_view);
+  if (it == models_.end()) {
+    if (HasFolder(name_view)) return absl::OkStatus();  // never loaded: nothing to do
+    return absl::NotFoundError(absl::StrCat("model_name: unknown model '", name, "'"));
+  }
+  ModelEntry& entry = it->second;
+  for (auto& [v, slot] : entry.versions) {
+    slot.state = ModelState::kUnavailable;
+    slot.reason = "unloaded";
+    slot.model.reset();
+  }
+  entry.state = ModelState::kUnavailable;
+  entry.reason = "unloaded";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const ModelVersion>> ModelRepository::GetReady(
+    std::string_view name_view, std::string_view version) const {
+  const std::string name(name_view.substr(0, kMaxNameLength));
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = models_.find(name_view);
+  if (it == models_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown model '", name, "'"));
+  }
+  const ModelEntry& entry = it->second;
+  if (version.empty()) {
+    for (auto v = entry.versions.rbegin(); v != entry.versions.rend(); ++v) {
+      if (v->second.state == ModelState::kReady) return v->second.model;
+    }
+    const std::string reason = entry.reason.empty() ? "" : absl::StrCat(": ", entry.reason);
+    return absl::UnavailableError(absl::StrCat("model '", name, "' has no ready version (",
+                                               std::string(ModelStateName(entry.state)), reason,
+                                               ")"));
+  }
+  std::optional<int64_t> v = ParseVersion(version);
+  if (!v.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat("version '", std::string(version.substr(0, 32)),
+                                                   "' is not a positive integer"));
+  }
+  auto slot = entry.versions.find(*v);
+  if (slot == entry.versions.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown version ", *v, " of model '", name, "'"));
+  }
+  if (slot->second.state != ModelState::kReady) {
+    return absl::UnavailableError(absl::StrCat(
+        "version ", *v, " of model '", name, "' is not ready (",
+        std::string(ModelStateName(slot->second.state)), ": ", slot->second.reason, ")"));
+  }
+  return slot->second.model;
+}
+
+std::vector<std::shared_ptr<const ModelVersion>> ModelRepository::ReadyVersions(
+    std::string_view name) const {
+  std::vector<std::shared_ptr<const ModelVersion>> out;
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) return out;
+  for (const auto& [v, slot] : it->second.versions) {
+    if (slot.state == ModelState::kReady) out.push_back(slot.model);
+  }
+  return out;
+}
+
+std::vector<std::shared_ptr<const ModelVersion>> ModelRepository::AllReady() const {
+  std::vector<std::shared_ptr<const ModelVersion>> out;
+  absl::ReaderMutexLock lock(&mu_);
+  for (const auto& [name, entry] : models_) {
+    for (const auto& [v, slot] : entry.versions) {
+      if (slot.state == ModelState::kReady) out.push_back(slot.model);
+    }
+  }
+  return out;
+}
+
+bool ModelRepository::Exists(std::string_view name) const {
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    if (models_.find(name) != models_.end()) return true;
+  }
+  return HasFolder(name);
+}
+
+std::vector<RepositoryIndexEntry> ModelRepository::Index(bool ready_only) const {
+  std::vector<std::string> folders = ListModelFolders();
+  std::vector<RepositoryIndexEntry> rows;
+  absl::ReaderMutexLock lock(&mu_);
+  for (const auto& [name, entry] : models_) {
+    if (!std::binary_search(folders.begin(), folders.end(), name)) folders.push_back(name);
+  }
+  std::sort(folders.begin(), folders.end());
+  for (const std::string& name : folders) {
+    auto it = models_.find(name);
+    if (it == models_.end()) {
+      if (!ready_only) rows.push_back({name, "", "", ""});
+      continue;
+    }
+    const ModelEntry& entry = it->second;
+    if (entry.versions.empty()) {
+      if (!ready_only) {
+        rows.push_back({name, "", std::string(ModelStateName(entry.state)), entry.reason});
+      }
+      continue;
+    }
+    for (const auto& [v, slot] : entry.versions) {
+      if (ready_only && slot.state != ModelState::kReady) continue;
+      rows.push_back(
+          {name, std::to_string(v), std::string(ModelStateName(slot.state)), slot.reason});
+    }
+  }
+  return rows;
+}
+
+}  // namespace kiln::server

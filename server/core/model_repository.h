@@ -1,0 +1,113 @@
+// The model repository: Triton's folder layout, load/unload, version policies, readiness.
+//
+//   <root>/<model>/config.pbtxt      inference::ModelConfig in protobuf text
+//   <root>/<model>/<version>/...     version folders: positive integers; files per platform
+//
+// Load(model) reads the config, picks versions by version_policy (latest N / all / specific),
+// checks each version's files (model_artifact.h) and publishes the result atomically: a reload
+// that fails keeps the versions already serving. Unload(model) marks every version UNAVAILABLE
+// ("unloaded"); requests in flight keep their shared_ptr<const ModelVersion> and finish.
+//
+// States per version: UNKNOWN, READY, UNAVAILABLE, LOADING, UNLOADING (Triton's names).
+// Thread safety: every method may be called from any thread. Loads and unloads are serialized
+// (one at a time); lookups take a shared lock only and never wait for a load's file I/O.
+// Model names are checked with IsValidModelName and looked up in the folder listing, never used
+// to build a path unchecked; messages name models and versions, never absolute paths.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "inference/model_config.pb.h"
+#include "server/core/statistics.h"
+
+namespace kiln::server {
+
+enum class ModelState { kUnknown, kReady, kUnavailable, kLoading, kUnloading };
+
+std::string_view ModelStateName(ModelState state);
+
+// One loaded, READY version. Immutable except for `stats`.
+struct ModelVersion {
+  std::string name;
+  int64_t version = 0;
+  std::shared_ptr<const inference::ModelConfig> config;
+  std::shared_ptr<ModelStats> stats;
+};
+
+struct RepositoryIndexEntry {
+  std::string name;
+  std::string version;  // "" for a model with no version loaded
+  std::string state;    // ModelStateName, or "" for a model never loaded
+  std::string reason;
+};
+
+class ModelRepository {
+ public:
+  explicit ModelRepository(std::filesystem::path root);
+
+  // Loads every model folder under the root. Models that fail stay UNAVAILABLE with a reason
+  // (logged); only an unreadable root is an error (NOT_FOUND).
+  absl::Status LoadAll();
+
+  // Loads or reloads `name`. `config_override` replaces config.pbtxt (the `config` load
+  // parameter). NOT_FOUND: no such model folder; INVALID_ARGUMENT: bad name, config or files.
+  absl::Status Load(std::string_view name,
+                    std::optional<inference::ModelConfig> config_override = std::nullopt);
+
+  // Unloads every version of `name`. NOT_FOUND if the model is neither loaded nor in the folder.
+  absl::Status Unload(std::string_view name);
+
+  // The version that serves a request: `version` "" = the highest READY version.
+  // NOT_FOUND: unknown model or version; INVALID_ARGUMENT: `version` is not a positive integer;
+  // UNAVAILABLE: known but not READY.
+  absl::StatusOr<std::shared_ptr<const ModelVersion>> GetReady(std::string_view name,
+                                                               std::string_view version) const;
+
+  // READY versions of `name`, ascending (empty if none or unknown).
+  std::vector<std::shared_ptr<const ModelVersion>> ReadyVersions(std::string_view name) const;
+
+  // Every READY version of every model, by name then version.
+  std::vector<std::shared_ptr<const ModelVersion>> AllReady() const;
+
+  // True if `name` is loaded or has a folder in the repository.
+  bool Exists(std::string_view name) const;
+
+  // Models in the folder or loaded, with one row per known version. `ready_only`: READY rows.
+  std::vector<RepositoryIndexEntry> Index(bool ready_only) const;
+
+ private:
+  struct VersionSlot {
+    ModelState state = ModelState::kUnknown;
+    std::string reason;
+    std::shared_ptr<const ModelVersion> model;  // set iff state == kReady
+  };
+  struct ModelEntry {
+    ModelState state = ModelState::kUnknown;  // used when `versions` is empty
+    std::string reason;
+    std::map<int64_t, VersionSlot> versions;
+  };
+
+  std::vector<std::string> ListModelFolders() const;
+  bool HasFolder(std::string_view name) const;
+  // Builds a new entry for `name` without touching the published state (file I/O only).
+  absl::StatusOr<ModelEntry> BuildEntry(
+      const std::string& name, std::optional<inference::ModelConfig> config_override) const;
+
+  const std::filesystem::path root_;
+  absl::Mutex load_mu_;  // serializes Load / Unload
+  mutable absl::Mutex mu_;
+  std::map<std::string, ModelEntry, std::less<>> models_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kiln::server

@@ -1,0 +1,140 @@
+#include "server/grpc/codec.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+
+namespace kiln::server {
+namespace {
+
+void CountContents(const inference::InferTensorContents& c, InferInput* in) {
+  auto set = [in](ContentsField f, int n) { in->typed_counts[static_cast<int>(f)] = n; };
+  set(ContentsField::kBool, c.bool_contents_size());
+  set(ContentsField::kInt, c.int_contents_size());
+  set(ContentsField::kInt64, c.int64_contents_size());
+  set(ContentsField::kUint, c.uint_contents_size());
+  set(ContentsField::kUint64, c.uint64_contents_size());
+  set(ContentsField::kFp32, c.fp32_contents_size());
+  set(ContentsField::kFp64, c.fp64_contents_size());
+  set(ContentsField::kBytes, c.bytes_contents_size());
+}
+
+void EncodeDuration(const Duration& d, inference::StatisticDuration* wire) {
+  wire->set_count(d.count);
+  wire->set_ns(d.ns);
+}
+
+}  // namespace
+
+InferRequest DecodeInferRequest(const inference::ModelInferRequest& wire) {
+  InferRequest request;
+  request.model_name = wire.model_name();
+  request.model_version = wire.model_version();
+  request.id = wire.id();
+  request.raw_input_count = wire.raw_input_contents_size();
+  request.inputs.reserve(wire.inputs_size());
+  for (int i = 0; i < wire.inputs_size(); ++i) {
+    const auto& t = wire.inputs(i);
+    InferInput in;
+    in.name = t.name();
+    in.datatype = t.datatype();
+    in.shape = absl::Span<const int64_t>(t.shape().data(), t.shape_size());
+    in.has_contents = t.has_contents();
+    if (in.has_contents) CountContents(t.contents(), &in);
+    if (i < wire.raw_input_contents_size()) in.raw = wire.raw_input_contents(i);
+    request.inputs.push_back(std::move(in));
+  }
+  for (const auto& out : wire.outputs()) request.requested_outputs.push_back(out.name());
+  return request;
+}
+
+void EncodeInferResponse(const InferResponse& response, inference::ModelInferResponse* wire) {
+  wire->set_model_name(response.model_name);
+  wire->set_model_version(response.model_version);
+  wire->set_id(response.id);
+  for (const InferOutput& out : response.outputs) {
+    auto* t = wire->add_outputs();
+    t->set_name(out.name);
+    t->set_datatype(out.datatype);
+    for (int64_t d : out.shape) t->add_shape(d);
+    wire->add_raw_output_contents(out.raw);
+  }
+}
+
+absl::StatusOr<LoadOptions> DecodeLoadParameters(
+    const google::protobuf::Map<std::string, inference::ModelRepositoryParameter>& params) {
+  LoadOptions options;
+  for (const auto& [key, value] : params) {
+    if (key == "config") {
+      if (value.parameter_choice_case() != inference::ModelRepositoryParameter::kStringParam) {
+        return absl::InvalidArgumentError(
+            "parameters[config]: must be a string_param holding a JSON ModelConfig");
+      }
+      options.config_json = value.string_param();
+    } else if (absl::StartsWith(key, "file:")) {
+      options.has_file_overrides = true;
+    }
+  }
+  return options;
+}
+
+void EncodeServerMetadata(const ServerMetadata& metadata, inference::ServerMetadataResponse* wire) {
+  wire->set_name(metadata.name);
+  wire->set_version(metadata.version);
+  for (const std::string& e : metadata.extensions) wire->add_extensions(e);
+}
+
+void EncodeModelMetadata(const ModelMetadata& metadata, inference::ModelMetadataResponse* wire) {
+  wire->set_name(metadata.name);
+  wire->set_platform(metadata.platform);
+  for (const std::string& v : metadata.versions) wire->add_versions(v);
+  auto encode = [](const TensorMetadata& t, inference::ModelMetadataResponse::TensorMetadata* w) {
+    w->set_name(t.name);
+    w->set_datatype(t.datatype);
+    for (int64_t d : t.shape) w->add_shape(d);
+  };
+  for (const auto& t : metadata.inputs) encode(t, wire->add_inputs());
+  for (const auto& t : metadata.outputs) encode(t, wire->add_outputs());
+}
+
+void EncodeRepositoryIndex(const std::vector<RepositoryIndexEntry>& index,
+                           inference::RepositoryIndexResponse* wire) {
+  for (const RepositoryIndexEntry& e : index) {
+    auto* m = wire->add_models();
+    m->set_name(e.name);
+    m->set_version(e.version);
+    m->set_state(e.state);
+    m->set_reason(e.reason);
+  }
+}
+
+void EncodeStatistics(const std::vector<ModelStatsEntry>& stats,
+                      inference::ModelStatisticsResponse* wire) {
+  for (const ModelStatsEntry& e : stats) {
+    auto* m = wire->add_model_stats();
+    const ModelStatsSnapshot& s = e.stats;
+    m->set_name(e.name);
+    m->set_version(e.version);
+    m->set_last_inference(s.last_inference_ms);
+    m->set_inference_count(s.inference_count);
+    m->set_execution_count(s.execution_count);
+    auto* is = m->mutable_inference_stats();
+    EncodeDuration(s.success, is->mutable_success());
+    EncodeDuration(s.fail, is->mutable_fail());
+    EncodeDuration(s.queue, is->mutable_queue());
+    EncodeDuration(s.compute_input, is->mutable_compute_input());
+    EncodeDuration(s.compute_infer, is->mutable_compute_infer());
+    EncodeDuration(s.compute_output, is->mutable_compute_output());
+    EncodeDuration(s.cache_hit, is->mutable_cache_hit());
+    EncodeDuration(s.cache_miss, is->mutable_cache_miss());
+    for (const auto& [size, b] : s.batch) {
+      auto* bs = m->add_batch_stats();
+      bs->set_batch_size(size);
+      EncodeDuration(b.compute_input, bs->mutable_compute_input());
+      EncodeDuration(b.compute_infer, bs->mutable_compute_infer());
+      EncodeDuration(b.compute_output, bs->mutable_compute_output());
+    }
+  }
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,29 @@
+// Wire <-> core conversions for the KServe v2 gRPC service. Decoding never copies tensor bytes:
+// the decoded InferRequest points into the ModelInferRequest, which must outlive it.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "inference/grpc_service.pb.h"
+#include "server/core/infer_request.h"
+#include "server/core/inference_server.h"
+
+namespace kiln::server {
+
+InferRequest DecodeInferRequest(const inference::ModelInferRequest& wire);
+void EncodeInferResponse(const InferResponse& response, inference::ModelInferResponse* wire);
+
+// `config` (string: JSON ModelConfig) and `file:*` parameters of RepositoryModelLoad.
+// INVALID_ARGUMENT if `config` is not a string parameter.
+absl::StatusOr<LoadOptions> DecodeLoadParameters(
+    const google::protobuf::Map<std::string, inference::ModelRepositoryParameter>& params);
+
+void EncodeServerMetadata(const ServerMetadata& metadata, inference::ServerMetadataResponse* wire);
+void EncodeModelMetadata(const ModelMetadata& metadata, inference::ModelMetadataResponse* wire);
+void EncodeRepositoryIndex(const std::vector<RepositoryIndexEntry>& index,
+                           inference::RepositoryIndexResponse* wire);
+void EncodeStatistics(const std::vector<ModelStatsEntry>& stats,
+                      inference::ModelStatisticsResponse* wire);
+
+}  // namespace kiln::server

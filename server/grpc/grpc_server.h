@@ -1,0 +1,48 @@
+// GrpcServer: builds and owns the grpc::Server for kilnd: the KServe v2 service, the standard
+// health service (grpc.health.v1, SERVING while live) and server reflection.
+//
+// Lifecycle: Start() binds and serves; SetNotServing() flips health to NOT_SERVING at once (for
+// SIGTERM); Shutdown(deadline) stops accepting calls, lets calls in flight finish until the
+// deadline, then cancels the rest. Shutdown is idempotent; the destructor calls it with "now".
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/server.h"
+#include "server/core/inference_server.h"
+#include "server/grpc/inference_service.h"
+
+namespace kiln::server {
+
+struct GrpcServerOptions {
+  std::string address = "0.0.0.0";  // host part of the listening address
+  int port = 8001;                  // 0 = pick a free port (see GrpcServer::port())
+  int64_t max_message_bytes = kDefaultMaxRequestBytes;  // receive limit, clamped to INT32_MAX
+  int max_concurrent_streams = 1024;                    // per connection
+};
+
+class GrpcServer {
+ public:
+  // UNAVAILABLE if the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const GrpcServerOptions& options,
+                                                           InferenceServer* server);
+  ~GrpcServer();
+
+  int port() const { return port_; }
+  void SetNotServing();
+  void Shutdown(std::chrono::system_clock::time_point deadline);
+
+ private:
+  GrpcServer(InferenceServer* server) : service_(server) {}
+
+  InferenceService service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace kiln::server

@@ -1,0 +1,151 @@
+// kilnd: the kiln inference daemon. Wires the model repository (server/core) to the gRPC front
+// end (server/grpc) and waits for SIGTERM/SIGINT; nothing else lives here.
+//
+// Shutdown contract: on the first SIGTERM/SIGINT, health goes NOT_SERVING and readiness false
+// at once, new inference and repository calls get UNAVAILABLE, calls in flight finish, and the
+// process exits before --exit-timeout-secs (a watchdog forces exit code 2 if it cannot).
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "server/core/inference_server.h"
+#include "server/core/limits.h"
+#include "server/grpc/grpc_server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, model_repository, "models", "model repository folder (Triton layout)");
+ABSL_FLAG(std::string, grpc_address, "0.0.0.0", "host/IP the gRPC server listens on");
+ABSL_FLAG(int32_t, grpc_port, 8001, "gRPC port (KServe v2); 0 = pick a free port");
+ABSL_FLAG(int32_t, metrics_port, 8002, "Prometheus metrics port (not served yet)");
+ABSL_FLAG(int64_t, max_request_bytes, kiln::server::kDefaultMaxRequestBytes,
+          "largest gRPC message and total input bytes accepted per request");
+ABSL_FLAG(int32_t, exit_timeout_secs, 30,
+          "on SIGTERM/SIGINT, seconds for calls in flight to finish before exit");
+ABSL_FLAG(std::string, log_format, "default", "log line format: default or ISO8601");
+ABSL_FLAG(bool, debug, false, "debug logging (every failed call is logged)");
+ABSL_FLAG(std::string, port_file, "",
+          "if set, write the bound gRPC port to this file once serving (for tests and scripts)");
+
+namespace {
+
+// absl flag names use '_'; kilnd also accepts Triton-style dashes (--model-repository).
+std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>* storage) {
+  storage->reserve(argc);
+  std::vector<char*> out;
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (i > 0 && arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
+      const size_t end = std::min(arg.find('='), arg.size());
+      for (size_t k = 2; k < end; ++k) {
+        if (arg[k] == '-') arg[k] = '_';
+      }
+    }
+    storage->push_back(std::move(arg));
+    out.push_back(storage->back().data());
+  }
+  return out;
+}
+
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    if (!out.good()) return false;
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  return !ec;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "kilnd --model-repository DIR [--grpc-port 8001] [--max-request-bytes N] ...");
+  std::vector<std::string> storage;
+  std::vector<char*> args = NormalizeFlagNames(argc, argv, &storage);
+  absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
+
+  spdlog::set_level(absl::GetFlag(FLAGS_debug) ? spdlog::level::debug : spdlog::level::info);
+  const std::string log_format = absl::GetFlag(FLAGS_log_format);
+  if (log_format == "ISO8601") {
+    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %l %v", spdlog::pattern_time_type::utc);
+  } else if (log_format != "default") {
+    std::fprintf(stderr, "kilnd: --log-format must be default or ISO8601, not '%s'\n",
+                 log_format.c_str());
+    return 2;
+  }
+  const int64_t max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  const int exit_timeout_secs = std::max(0, absl::GetFlag(FLAGS_exit_timeout_secs));
+  if (max_request_bytes <= 0) {
+    std::fprintf(stderr, "kilnd: --max-request-bytes must be positive\n");
+    return 2;
+  }
+
+  // SIGTERM/SIGINT are taken by sigwait below; block them before any thread starts so every
+  // thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  kiln::server::ServerOptions options;
+  options.model_repository = absl::GetFlag(FLAGS_model_repository);
+  options.max_request_bytes = max_request_bytes;
+  auto core = kiln::server::InferenceServer::Create(options);
+  if (!core.ok()) {
+    spdlog::error("kilnd: {}", std::string(core.status().message()));
+    return 1;
+  }
+
+  kiln::server::GrpcServerOptions grpc_options;
+  grpc_options.address = absl::GetFlag(FLAGS_grpc_address);
+  grpc_options.port = absl::GetFlag(FLAGS_grpc_port);
+  grpc_options.max_message_bytes = max_request_bytes;
+  auto grpc = kiln::server::GrpcServer::Start(grpc_options, core->get());
+  if (!grpc.ok()) {
+    spdlog::error("kilnd: {}", std::string(grpc.status().message()));
+    return 1;
+  }
+  spdlog::info("kilnd: serving KServe v2 gRPC on {}:{} (model repository '{}')",
+               grpc_options.address, (*grpc)->port(), options.model_repository.string());
+  spdlog::info("kilnd: metrics port {} is not served yet", absl::GetFlag(FLAGS_metrics_port));
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty() && !WritePortFile(port_file, (*grpc)->port())) {
+    spdlog::error("kilnd: cannot write --port-file");
+    return 1;
+  }
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("kilnd: signal {}: draining (exit within {} s)", signal_number, exit_timeout_secs);
+  const auto start = std::chrono::system_clock::now();
+  std::thread([exit_timeout_secs] {
+    std::this_thread::sleep_for(std::chrono::seconds(exit_timeout_secs));
+    std::fprintf(stderr, "kilnd: exit timeout reached; forcing exit\n");
+    std::_Exit(2);
+  }).detach();
+
+  (*core)->BeginShutdown();
+  (*grpc)->SetNotServing();
+  // Leave a margin inside the timeout for teardown after the drain.
+  const auto margin = std::chrono::milliseconds(std::min(1000, exit_timeout_secs * 200));
+  (*grpc)->Shutdown(start + std::chrono::seconds(exit_timeout_secs) - margin);
+  grpc->reset();
+  spdlog::info("kilnd: stopped");
+  return 0;
+}

@@ -1,0 +1,142 @@
+// Structure of lowered programs (no backend): names, opts, loop structure, hoisting, index dtype, determinism.
+#include <algorithm>
+
+#include "engine/base/env.h"
+#include "engine/codegen/codegen.h"
+#include "gtest/gtest.h"
+
+namespace kiln {
+namespace {
+
+using codegen::LowerOptions;
+using codegen::Opt;
+using codegen::OptOp;
+using codegen::Program;
+using codegen::Target;
+
+UOpPtr Param(int64_t slot, DType d) { return UOp::Make(Op::PARAM, d.Ptr(), {}, slot); }
+UOpPtr Idx(const UOpPtr& p, const UOpPtr& i) { return UOp::Make(Op::INDEX, p->dtype(), {p, i}); }
+UOpPtr Ld(const UOpPtr& ix) { return UOp::Make(Op::LOAD, ix->dtype().Base().Scalar(), {ix}); }
+UOpPtr St(const UOpPtr& ix, const UOpPtr& v) { return UOp::Make(Op::STORE, dtypes::kVoid, {ix, v}); }
+UOpPtr End(const UOpPtr& v, std::initializer_list<UOpPtr> rs) {
+  UOpVec s{v};
+  for (const UOpPtr& r : rs) s.push_back(r);
+  return UOp::Make(Op::END, dtypes::kVoid, s);
+}
+
+// out[i*m+j] = a[i] + b[i*m+j]
+UOpPtr RowBiasKernel(int64_t n, int64_t m) {
+  UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32), b = Param(2, dtypes::kFloat32);
+  UOpPtr r0 = UOp::Range(n, 0), r1 = UOp::Range(m, 1);
+  return UOp::Sink({End(St(Idx(out, r0 * m + r1), Ld(Idx(a, r0)) + Ld(Idx(b, r0 * m + r1))), {r0, r1})});
+}
+
+UOpPtr SumKernel(int64_t n, int64_t m) {
+  UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32);
+  UOpPtr r0 = UOp::Range(n, 0), r1 = UOp::Range(m, 1, AxisType::kReduce);
+  UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {Ld(Idx(a, r0 * m + r1)), r1}, Op::ADD);
+  return UOp::Sink({End(St(Idx(out, r0), red), {r0})});
+}
+
+int Pos(const Program& p, const UOpPtr& u) {
+  auto it = std::find(p.uops.begin(), p.uops.end(), u);
+  return it == p.uops.end() ? -1 : static_cast<int>(it - p.uops.begin());
+}
+
+absl::StatusOr<Program> NoOpt(const UOpPtr& ast) {
+  Context ctx({{Knob::kNoOpt, 1}});
+  return codegen::LowerKernel(ast, Target{}, {});
+}
+
+TEST(LowerTest, LoopStructureAndHoisting) {
+  auto p = NoOpt(RowBiasKernel(4, 16));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->name, "E_4_16");
+  // Every source before its user, PARAMs before the first RANGE, one END per RANGE after it.
+  int first_range = -1, params_after = 0;
+  for (size_t i = 0; i < p->uops.size(); ++i) {
+    const UOpPtr& u = p->uops[i];
+    for (const UOpPtr& s : u->src()) EXPECT_LT(Pos(*p, s), static_cast<int>(i));
+    if (u->op() == Op::RANGE && first_range < 0) first_range = static_cast<int>(i);
+    if (u->op() == Op::PARAM && first_range >= 0) ++params_after;
+    if (u->op() == Op::RANGE) EXPECT_EQ(u->dtype(), dtypes::kInt32);
+  }
+  EXPECT_EQ(params_after, 0);
+  std::vector<int> range_pos, end_pos;
+  int load_a = -1;
+  for (size_t i = 0; i < p->uops.size(); ++i) {
+    const UOpPtr& u = p->uops[i];
+    if (u->op() == Op::RANGE) range_pos.push_back(static_cast<int>(i));
+    if (u->op() == Op::END) end_pos.push_back(static_cast<int>(i));
+    if (u->op() == Op::LOAD && u->src(0)->src(0)->ArgInt() == 1) load_a = static_cast<int>(i);
+  }
+  ASSERT_EQ(range_pos.size(), 2u);
+  ASSERT_EQ(end_pos.size(), 2u);
+  // a[i] does not depend on the inner range: it is loaded between the two RANGEs.
+  EXPECT_GT(load_a, range_pos[0]);
+  EXPECT_LT(load_a, range_pos[1]);
+  EXPECT_EQ(end_pos.back(), static_cast<int>(p->uops.size()) - 1);
+}
+
+TEST(LowerTest, ReduceBecomesAccumulatorLoop) {
+  auto p = NoOpt(SumKernel(16, 32));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->name, "r_16_32");
+  int regs = 0, reduces = 0, stores = 0;
+  for (const UOpPtr& u : p->uops) {
+    regs += u->op() == Op::DEFINE_REG;
+    reduces += u->op() == Op::REDUCE;
+    stores += u->op() == Op::STORE;
+  }
+  EXPECT_EQ(regs, 1);
+  EXPECT_EQ(reduces, 0);
+  EXPECT_EQ(stores, 3);  // acc init, acc update, output
+}
+
+TEST(LowerTest, DeterministicAndNamesFollowOpts) {
+  auto a = NoOpt(SumKernel(16, 32));
+  auto b = NoOpt(SumKernel(16, 32));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->uops, b->uops);
+  LowerOptions o;
+  o.use_explicit_opts = true;
+  o.opts = {{OptOp::kUnroll, 0, 0}};
+  auto c = codegen::LowerKernel(SumKernel(16, 8), Target{}, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->name, "r_16_8");
+  EXPECT_EQ(c->applied_opts, std::vector<std::string>{"UNROLL(0,0)"});
+  int ranges = 0;
+  for (const UOpPtr& u : c->uops) ranges += u->op() == Op::RANGE;
+  EXPECT_EQ(ranges, 1);  // the reduce axis is fully unrolled: only the output loop is left
+}
+
+TEST(LowerTest, HeuristicChoices) {
+  Target cpu;
+  cpu.has_threads = true;
+  cpu.max_threads = 8;
+  auto opts = codegen::HeuristicOpts(SumKernel(16, 32), cpu);
+  ASSERT_TRUE(opts.ok());
+  EXPECT_EQ(*opts, (std::vector<Opt>{{OptOp::kUnroll, 0, 4}, {OptOp::kUpcast, 0, 8}}));
+  auto small = codegen::HeuristicOpts(SumKernel(16, 12), cpu);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->front(), (Opt{OptOp::kUnroll, 0, 0}));
+}
+
+TEST(LowerTest, WideIndexUsesInt64) {
+  UOpPtr out = Param(0, dtypes::kUInt8);
+  UOpPtr r0 = UOp::Range(int64_t{3} << 30, 0);
+  auto p = NoOpt(UOp::Sink({End(St(Idx(out, r0), UOp::Const(dtypes::kUInt8, int64_t{1})), {r0})}));
+  ASSERT_TRUE(p.ok()) << p.status();
+  for (const UOpPtr& u : p->uops)
+    if (u->op() == Op::RANGE) EXPECT_EQ(u->dtype(), dtypes::kInt64);
+  EXPECT_EQ(p->buffers[0].size, int64_t{3} << 30);
+}
+
+TEST(LowerTest, MalformedAstsAreErrors) {
+  EXPECT_EQ(NoOpt(UOp::Const(dtypes::kFloat32, 1.0)).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(NoOpt(UOp::Sink({UOp::Const(dtypes::kFloat32, 1.0)})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,163 @@
+// Kernel counts of the scheduler (reference/tinygrad.md §10.4), on tensor graphs built with UOp factories.
+// Nothing runs: CreateSchedule only.
+#include <gtest/gtest.h>
+
+#include "engine/schedule/schedule.h"
+#include "tests/engine/schedule/graph_builder.h"
+
+namespace kiln {
+namespace {
+
+using namespace kiln::testing;  // NOLINT(build/namespaces)
+
+int Kernels(std::vector<UOpPtr> roots) {
+  auto s = CreateSchedule(roots);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return -1;
+  int n = 0;
+  for (const ScheduleItem& it : s->items) n += it.kind == ScheduleItem::Kind::kKernel;
+  return n;
+}
+int Kernels(const UOpPtr& root) { return Kernels(std::vector<UOpPtr>{root}); }
+
+TEST(KernelCount, AddChain) {
+  UOpPtr a = Input({10}), b = Input({10}), c = Input({10}), d = Input({10});
+  EXPECT_EQ(Kernels(Add(Add(a, b), c)), 1);
+  EXPECT_EQ(Kernels(Add(Add(Add(a, b), c), d)), 1);
+}
+
+TEST(KernelCount, MulSum) {
+  UOpPtr a = Input({10}), b = Input({10});
+  EXPECT_EQ(Kernels(SumAll(Mul(a, b))), 1);
+  EXPECT_EQ(Kernels(Relu(SumAll(Mul(a, b)))), 1);
+}
+
+TEST(KernelCount, ReshapeAndPermuteFuse) {
+  UOpPtr a = Input({10}), b = Input({10}), c = Input({5, 2});
+  EXPECT_EQ(Kernels(Add(Reshape(Add(a, b), {5, 2}), c)), 1);
+  UOpPtr x = Input({4, 5}), y = Input({4, 5}), z = Input({5, 4});
+  EXPECT_EQ(Kernels(Add(Permute(Add(x, y), {1, 0}), z)), 1);
+}
+
+TEST(KernelCount, ReduceThenElementwise) {
+  UOpPtr a = Input({10, 10}), b = Input({10});
+  EXPECT_EQ(Kernels(Add(Sum(a, {0}), b)), 1);
+  UOpPtr c = Input({4, 5, 6}), d = Input({6, 5, 1});
+  EXPECT_EQ(Kernels(Add(Permute(Sum(c, {0}, true), {2, 1, 0}), d)), 1);
+}
+
+TEST(KernelCount, ElementwiseIntoReduce) {
+  UOpPtr a = Input({100}), b = Input({100}), c = Input({10, 10});
+  EXPECT_EQ(Kernels(Sum(Add(Reshape(Add(a, b), {10, 10}), c), {0})), 1);
+}
+
+TEST(KernelCount, Diamond) {
+  UOpPtr a = Input({10}), b = Input({10}), c = Input({10}), d = Input({10});
+  UOpPtr ab = Add(a, b);
+  EXPECT_EQ(Kernels(Add(Add(ab, c), Add(ab, d))), 1);
+}
+
+TEST(KernelCount, SharedReduce) {
+  UOpPtr a = Input({10});
+  EXPECT_EQ(Kernels(Add(SumAll(a), SumAll(a))), 1);
+  UOpPtr img = Input({64, 64});
+  EXPECT_EQ(Kernels(Relu(Add(Sum(img, {0}), Sum(img, {1})))), 1);
+  UOpPtr x = Input({4, 8}), y = Input({4, 8});
+  EXPECT_EQ(Kernels(Add(Sum(y, {-1}), Sum(x, {-1}))), 1);
+  EXPECT_EQ(Kernels(Add(Sum(x, {-1}), MaxR(y, {-1}))), 1);
+}
+
+TEST(KernelCount, TwoMatmuls) {
+  UOpPtr a = Input({4, 8}), b = Input({8, 3}), c = Input({4, 5}), d = Input({5, 3});
+  EXPECT_EQ(Kernels(Add(Matmul(a, b), Matmul(c, d))), 1);
+}
+
+TEST(KernelCount, RealizeAgainIsFree) {
+  UOpPtr a = Input({10});
+  EXPECT_EQ(Kernels(a), 0);
+  EXPECT_EQ(Kernels(Reshape(a, {2, 5})), 0);
+  EXPECT_EQ(Kernels(Contiguous(Reshape(a, {2, 5}))), 0);
+  EXPECT_EQ(Kernels(Contiguous(Expand(Reshape(a, {1, 10}), {4, 10}))), 1);
+}
+
+TEST(KernelCount, BroadcastReduceRealizes) {
+  UOpPtr a = Input({32, 16});
+  EXPECT_EQ(Kernels(Sub(a, Mean(a, {0}, true))), 2);
+  UOpPtr x = Input({4, 8});
+  EXPECT_EQ(Kernels(Sum(Sub(x, MaxR(x, {-1}, true)), {-1})), 2);
+  EXPECT_EQ(Kernels(Std(x, -1)), 2);
+  EXPECT_EQ(Kernels(Sum(Add(x, Sum(x, {-1}, true)), {-1})), 2);
+}
+
+TEST(KernelCount, LayerNorm) {
+  UOpPtr x = Input({4, 10, 10}), w = Input({10, 10}), b = Input({10, 10});
+  EXPECT_EQ(Kernels(LayerNorm(x, {1, 2}, w, b)), 3);
+}
+
+TEST(KernelCount, Matmul) {
+  UOpPtr a = Input({16, 32}), b = Input({32, 8});
+  EXPECT_EQ(Kernels(Matmul(a, b)), 1);
+}
+
+TEST(KernelCount, Conv2dRelu) {
+  UOpPtr x = Input({2, 3, 16, 16}), w = Input({16, 3, 3, 3}), b = Input({16});
+  EXPECT_EQ(Kernels(Relu(Conv2d(x, w, b))), 1);
+}
+
+TEST(KernelCount, TwoConvsRelu) {
+  UOpPtr x = Input({2, 3, 16, 16}), w1 = Input({8, 3, 3, 3}), b1 = Input({8}), w2 = Input({4, 8, 3, 3}),
+         b2 = Input({4});
+  EXPECT_EQ(Kernels(Relu(Conv2d(Relu(Conv2d(x, w1, b1)), w2, b2))), 2);
+}
+
+TEST(KernelCount, SharedReduceSeveralOutputs) {
+  // tinygrad: 3 kernels; sharing the reduce's index lets the two sums share one kernel here.
+  UOpPtr a = Input({10});
+  UOpPtr out0 = AddC(SumAll(a), 2), out1 = AddC(SumAll(a), 4);
+  int n = Kernels({out0, out1, Mul(out0, out1)});
+  EXPECT_GE(n, 2);
+  EXPECT_LE(n, 3);
+}
+
+TEST(KernelCount, SeveralRootsSharingElementwise) {
+  UOpPtr a = Input({10}), b = Input({10});
+  UOpPtr ab = Add(a, b);
+  EXPECT_EQ(Kernels({AddC(ab, 1), AddC(ab, 2)}), 2);
+}
+
+TEST(KernelCount, ContiguousRealizes) {
+  UOpPtr a = Input({10}), b = Input({10});
+  EXPECT_EQ(Kernels(AddC(Contiguous(Add(a, b)), 1)), 2);
+}
+
+TEST(KernelCount, PadShrinkFlipFuse) {
+  UOpPtr a = Input({4, 4}), b = Input({6, 6});
+  EXPECT_EQ(Kernels(Add(Pad(Flip(a, {1, 0}), {1, 1, 1, 1}), b)), 1);
+  EXPECT_EQ(Kernels(Add(Shrink(b, {1, 5, 1, 5}), a)), 1);
+}
+
+TEST(KernelCount, ReduceUsedAtTwoIndicesIsRealized) {
+  UOpPtr a = Input({8, 8});
+  UOpPtr s = Sum(a, {0});  // (8,)
+  EXPECT_EQ(Kernels(Add(s, Flip(s, {1}))), 2);
+}
+
+TEST(KernelCount, DeepChainDoesNotOverflowTheStack) {
+  UOpPtr y = Input({16});
+  for (int i = 0; i < 20000; ++i) y = AddC(y, 1);
+  EXPECT_EQ(Kernels(y), 1);
+}
+
+TEST(KernelCount, ConstOnlyGraphRunsOnTheDefaultDevice) {
+  auto s = CreateSchedule({Scalar(3.0, {2, 2})});
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->items.size(), 1u);
+  EXPECT_EQ(s->items[0].device, DefaultDevice());
+}
+
+TEST(KernelCount, NullRootIsAnError) {
+  EXPECT_EQ(CreateSchedule({UOpPtr()}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,99 @@
+// Kernel counts of graphs built through engine/tensor (reference/tinygrad.md §10.4). CreateSchedule only: nothing
+// is compiled or run. Inputs are Tensor::Empty (realized BUFFERs).
+#include <gtest/gtest.h>
+
+#include "engine/schedule/schedule.h"
+#include "engine/tensor/tensor.h"
+
+namespace kiln {
+namespace {
+
+int Kernels(std::vector<Tensor> ts) {
+  std::vector<UOpPtr> roots;
+  for (const Tensor& t : ts) {
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok()) return -1;
+    roots.push_back(t.uop());
+  }
+  auto s = CreateSchedule(roots);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return -1;
+  int n = 0;
+  for (const ScheduleItem& it : s->items) n += it.kind == ScheduleItem::Kind::kKernel;
+  return n;
+}
+int Kernels(const Tensor& t) { return Kernels(std::vector<Tensor>{t}); }
+
+Tensor E(std::initializer_list<int64_t> shape) { return Tensor::Empty(std::vector<int64_t>(shape)); }
+
+TEST(TensorKernelCount, Elementwise) {
+  Tensor a = E({10}), b = E({10}), c = E({10}), d = E({10});
+  EXPECT_EQ(Kernels(a + b + c), 1);
+  EXPECT_EQ(Kernels(a + b + c + d), 1);
+  EXPECT_EQ(Kernels((a + b).Reshape({5, 2}) + c.Reshape({5, 2})), 1);
+  Tensor m = E({4, 5}), n = E({4, 5}), p = E({5, 4});
+  EXPECT_EQ(Kernels((m + n).Permute({1, 0}) + p), 1);
+  Tensor ab = a + b;
+  EXPECT_EQ(Kernels((ab + c) + (ab + d)), 1);
+}
+
+TEST(TensorKernelCount, Reductions) {
+  Tensor a = E({10}), b = E({10});
+  EXPECT_EQ(Kernels((a * b).Sum()), 1);
+  EXPECT_EQ(Kernels((a * b).Sum().Relu()), 1);
+  EXPECT_EQ(Kernels(a.Sum() + a.Sum()), 1);
+  Tensor m = E({10, 10}), v = E({10});
+  EXPECT_EQ(Kernels(m.Sum(0) + v), 1);
+  EXPECT_EQ(Kernels(((a + b).Reshape({10, 1}).Expand({10, 10}) + m).Sum(0)), 1);
+  Tensor img = E({64, 64});
+  EXPECT_EQ(Kernels((img.Sum(0) + img.Sum(1)).Relu()), 1);
+  Tensor x = E({4, 8}), y = E({4, 8});
+  EXPECT_EQ(Kernels(y.Sum(-1) + x.Sum(-1)), 1);
+  EXPECT_EQ(Kernels(x.Sum(-1) + y.Max(-1)), 1);
+}
+
+TEST(TensorKernelCount, BroadcastReductions) {
+  Tensor a = E({32, 16});
+  EXPECT_EQ(Kernels(a - a.Mean(0, true)), 2);
+  Tensor x = E({4, 8});
+  EXPECT_EQ(Kernels((x - x.Max(-1, true)).Sum(-1)), 2);
+  EXPECT_EQ(Kernels(x.Std(-1)), 2);
+  EXPECT_EQ(Kernels((x + x.Sum(-1, true)).Sum(-1)), 2);
+}
+
+TEST(TensorKernelCount, Nn) {
+  Tensor x = E({4, 10, 10}), w = E({10, 10}), b = E({10, 10});
+  EXPECT_EQ(Kernels(x.LayerNorm(2, w, b)), 3);
+  Tensor a = E({16, 32}), m = E({32, 8}), c = E({16, 12}), d = E({12, 8});
+  EXPECT_EQ(Kernels(a.Matmul(m)), 1);
+  EXPECT_EQ(Kernels(a.Matmul(m) + c.Matmul(d)), 1);
+  Tensor img = E({2, 3, 16, 16}), cw = E({16, 3, 3, 3}), cb = E({16});
+  EXPECT_EQ(Kernels(img.Conv2d(cw, cb).Relu()), 1);
+  Tensor cw2 = E({8, 16, 3, 3}), cb2 = E({8});
+  EXPECT_EQ(Kernels(img.Conv2d(cw, cb).Relu().Conv2d(cw2, cb2).Relu()), 2);
+}
+
+TEST(TensorKernelCount, RealizedViewsAndContiguous) {
+  Tensor a = E({4});
+  EXPECT_EQ(Kernels(a), 0);
+  EXPECT_EQ(Kernels(a.Reshape({2, 2}).Contiguous()), 0);
+  EXPECT_EQ(Kernels(a.Reshape({1, 4}).Expand({4, 4}).Contiguous()), 1);
+  EXPECT_EQ(Kernels(a.Reshape({1, 4}).Expand({4, 4}).Contiguous().Contiguous()), 1);
+}
+
+TEST(TensorKernelCount, SeveralOutputs) {
+  Tensor a = E({10});
+  Tensor out0 = a.Sum() + 2, out1 = a.Sum() + 4;
+  int n = Kernels({out0, out1, out0 * out1});
+  EXPECT_GE(n, 2);  // tinygrad: 3; the shared reduce lets out0 and out1 share one kernel here
+  EXPECT_LE(n, 3);
+}
+
+TEST(TensorKernelCount, Softmax) {
+  Tensor x = E({4, 32});
+  // max, then sum of exp; the final division fuses the exp again: 3 kernels (tinygrad's count).
+  EXPECT_EQ(Kernels(x.Softmax(-1)), 3);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,205 @@
+// server/core without a daemon: config parsing and normalization, datatypes, validation.
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/core/datatype.h"
+#include "server/core/model_config.h"
+#include "server/core/validate.h"
+
+namespace kiln::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kConfig[] = R"pb(
+  platform: "kiln_graph"
+  max_batch_size: 4 input
+  [ {
+    name: "X"
+    data_type: TYPE_FP32
+    dims: [ -1, 3 ]
+  }
+    , {
+      name: "S"
+      data_type: TYPE_STRING
+      dims: [ 2 ]
+    }] output
+  [ {
+    name: "Y"
+    data_type: TYPE_FP32
+    dims: [ 3 ]
+  }]
+)pb";
+
+inference::ModelConfig Config() {
+  auto config = ParseModelConfigText(kConfig);
+  EXPECT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(NormalizeModelConfig("m", &*config).ok());
+  return *config;
+}
+
+TEST(ModelConfigTest, NormalizeFillsNameAndVersionPolicy) {
+  inference::ModelConfig c = Config();
+  EXPECT_EQ(c.name(), "m");
+  EXPECT_EQ(c.version_policy().latest().num_versions(), 1u);
+}
+
+TEST(ModelConfigTest, ParseErrorNamesLineAndField) {
+  auto c = ParseModelConfigText("platform: \"kiln_graph\"\nbogus: 3\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("line 2"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("bogus"));
+}
+
+TEST(ModelConfigTest, RejectsBadConfigs) {
+  struct Case {
+    std::string text;
+    std::string words;
+  };
+  const std::vector<Case> cases = {
+      {"name: \"other\" platform: \"kiln_graph\"", "differs from the model folder"},
+      {"platform: \"x\"", "unknown platform 'x'"},
+      {"platform: \"kiln_graph\" max_batch_size: -1 input [{name: \"a\" data_type: TYPE_FP32 "
+       "dims: [1]}] output [{name: \"b\" data_type: TYPE_FP32 dims: [1]}]",
+       "max_batch_size"},
+      {"platform: \"kiln_graph\" output [{name: \"b\" data_type: TYPE_FP32 dims: [1]}]",
+       "at least one input"},
+      {"platform: \"kiln_graph\" input [{name: \"a\" data_type: TYPE_FP32 dims: [0]}] "
+       "output [{name: \"b\" data_type: TYPE_FP32 dims: [1]}]",
+       "input[0].dims[0]"},
+      {"platform: \"kiln_graph\" input [{name: \"a\" dims: [1]}] "
+       "output [{name: \"b\" data_type: TYPE_FP32 dims: [1]}]",
+       "input[0].data_type"},
+      {"platform: \"kiln_graph\" input [{name: \"a\" data_type: TYPE_FP32 dims: [1]}, "
+       "{name: \"a\" data_type: TYPE_FP32 dims: [1]}] "
+       "output [{name: \"b\" data_type: TYPE_FP32 dims: [1]}]",
+       "duplicate tensor name 'a'"},
+      {"platform: \"kiln_graph\" default_model_filename: \"../x\" input [{name: \"a\" "
+       "data_type: TYPE_FP32 dims: [1]}] output [{name: \"b\" data_type: TYPE_FP32 dims: [1]}]",
+       "default_model_filename"},
+  };
+  for (const Case& c : cases) {
+    auto parsed = ParseModelConfigText(c.text);
+    ASSERT_TRUE(parsed.ok()) << c.text;
+    absl::Status s = NormalizeModelConfig("m", &*parsed);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.words)) << c.text;
+  }
+}
+
+TEST(ModelConfigTest, ModelNames) {
+  for (const char* ok : {"add_sub", "model-1", "..my_model"}) {
+    EXPECT_EQ(IsValidModelName(ok), ok[0] != '.') << ok;
+  }
+  for (const char* bad : {"", ".", "..", "../etc", "a/b", "/etc", "a b", ".hidden"}) {
+    EXPECT_FALSE(IsValidModelName(bad)) << bad;
+  }
+  EXPECT_FALSE(IsValidModelName(std::string(300, 'a')));
+}
+
+TEST(DataTypeTest, RoundTripsEveryName) {
+  for (const char* name : {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32",
+                           "INT64", "FP16", "FP32", "FP64", "BYTES", "BF16"}) {
+    auto type = ParseDataTypeName(name);
+    ASSERT_TRUE(type.has_value()) << name;
+    EXPECT_EQ(DataTypeName(*type), name);
+  }
+  EXPECT_FALSE(ParseDataTypeName("fp32").has_value());
+  EXPECT_EQ(DataTypeByteSize(inference::TYPE_BF16), 2);
+  EXPECT_EQ(DataTypeByteSize(inference::TYPE_STRING), 0);
+  EXPECT_EQ(ContentsFieldFor(inference::TYPE_INT8), ContentsField::kInt);
+  EXPECT_EQ(ContentsFieldFor(inference::TYPE_FP16), ContentsField::kNone);
+}
+
+// X: FP32 [2, 5, 3] raw; S: BYTES [2, 2] raw with valid framing.
+struct Request {
+  std::vector<int64_t> x_shape = {2, 5, 3};
+  std::vector<int64_t> s_shape = {2, 2};
+  std::string x_raw = std::string(2 * 5 * 3 * 4, '\0');
+  std::string s_raw;
+  Request() {
+    for (int i = 0; i < 4; ++i) s_raw += std::string("\x02\x00\x00\x00hi", 6);
+  }
+  InferRequest Build() const {
+    InferRequest r;
+    r.model_name = "m";
+    r.raw_input_count = 2;
+    InferInput x;
+    x.name = "X";
+    x.datatype = "FP32";
+    x.shape = x_shape;
+    x.raw = x_raw;
+    InferInput s;
+    s.name = "S";
+    s.datatype = "BYTES";
+    s.shape = s_shape;
+    s.raw = s_raw;
+    r.inputs = {x, s};
+    return r;
+  }
+};
+
+TEST(ValidateTest, AcceptsValidRequestAndRecomputesSizes) {
+  Request req;
+  auto v = ValidateInferRequest(Config(), req.Build(), 1 << 20);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->batch_size, 2);
+  EXPECT_EQ(v->inputs[0].byte_size, 120);
+  EXPECT_EQ(v->inputs[1].element_count, 4);
+  EXPECT_EQ(v->outputs, std::vector<int>{0});
+}
+
+TEST(ValidateTest, BytesFramingIsChecked) {
+  Request req;
+  req.s_raw.resize(req.s_raw.size() - 1);  // last element runs past the end
+  auto v = ValidateInferRequest(Config(), req.Build(), 1 << 20);
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("raw_input_contents[1]"));
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("BYTES element 3"));
+
+  Request fewer;
+  fewer.s_raw = fewer.s_raw.substr(0, 18);  // 3 elements for shape [2,2]
+  v = ValidateInferRequest(Config(), fewer.Build(), 1 << 20);
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("holds 3 BYTES elements"));
+}
+
+TEST(ValidateTest, VariableDimAcceptsZeroButBatchDoesNot) {
+  Request req;
+  req.x_shape = {2, 0, 3};
+  req.x_raw.clear();
+  EXPECT_TRUE(ValidateInferRequest(Config(), req.Build(), 1 << 20).ok());
+}
+
+TEST(ValidateTest, TotalBytesLimitIsResourceExhausted) {
+  Request req;
+  auto v = ValidateInferRequest(Config(), req.Build(), 100);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("limit of 100 bytes"));
+}
+
+TEST(ValidateTest, Fp16HasNoTypedForm) {
+  auto config = ParseModelConfigText(
+      "platform: \"kiln_graph\" input [{name: \"h\" data_type: TYPE_FP16 dims: [2]}] "
+      "output [{name: \"o\" data_type: TYPE_FP16 dims: [2]}]");
+  ASSERT_TRUE(config.ok());
+  ASSERT_TRUE(NormalizeModelConfig("m", &*config).ok());
+  std::vector<int64_t> shape = {2};
+  InferRequest r;
+  r.model_name = "m";
+  InferInput h;
+  h.name = "h";
+  h.datatype = "FP16";
+  h.shape = shape;
+  h.has_contents = true;
+  r.inputs = {h};
+  auto v = ValidateInferRequest(*config, r, 1 << 20);
+  ASSERT_FALSE(v.ok());
+  EXPECT_THAT(std::string(v.status().message()), HasSubstr("send raw_input_contents"));
+}
+
+}  // namespace
+}  // namespace kiln::server
