@@ -17,6 +17,8 @@ packages=(
   build-essential cmake ninja-build g++ pkg-config git
   # C++ libraries
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libsqlite3-dev
+  # compressed datasets (IDX .gz, engine/nn/state)
+  zlib1g-dev
   # gRPC and protobuf
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   # metrics

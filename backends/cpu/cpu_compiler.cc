@@ -48,7 +48,7 @@ CpuCompiler::CpuCompiler(std::string cpu, std::string features)
     features_ = absl::StrJoin(f, ",");
   }
   cache_key_ = absl::StrCat("cpu-llvm-", LLVM_VERSION_STRING, "|", triple_, "|", cpu_, "|",
-                            DigestHex(Sha256Of(features_)).substr(0, 16), "|O2|pic|r1");
+                            DigestHex(Sha256Of(features_)).substr(0, 16), "|O2|pic|vec|r2");
 }
 
 absl::StatusOr<std::string> CpuCompiler::Compile(const std::string& source, const std::string& name) {
@@ -82,7 +82,13 @@ absl::StatusOr<std::string> CpuCompiler::Compile(const std::string& source, cons
     llvm::FunctionAnalysisManager fam;
     llvm::CGSCCAnalysisManager cgam;
     llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(tm.get());
+    // PipelineTuningOptions leaves both vectorizers off by default (clang turns them on at -O2): the expanded
+    // UPCAST/UNROLL lanes rely on the SLP vectorizer to become vector code.
+    llvm::PipelineTuningOptions pto;
+    pto.SLPVectorization = true;
+    pto.LoopVectorization = true;
+    pto.LoopUnrolling = true;
+    llvm::PassBuilder pb(tm.get(), pto);
     pb.registerModuleAnalyses(mam);
     pb.registerCGSCCAnalyses(cgam);
     pb.registerFunctionAnalyses(fam);

@@ -68,6 +68,14 @@ uint64_t Threefry2x32(uint64_t x, uint64_t key) {
   return (static_cast<uint64_t>(xr1) << 32) | xr0;
 }
 
+// IEEE 754-2019 maximum, as LLVM's llvm.maximum (the CPU backend): nan if either is nan; +0 > -0.
+template <typename T>
+T Maximum(T x, T y) {
+  if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<T>::quiet_NaN();
+  if (x == y) return std::signbit(x) ? y : x;
+  return y > x ? y : x;
+}
+
 Lane FloatOp(Op op, ScalarType s, const Lane* a) {
   if (s == ScalarType::kFloat64) {
     const double x = a[0].f, y = a[1].f;
@@ -84,7 +92,7 @@ Lane FloatOp(Op op, ScalarType s, const Lane* a) {
       case Op::MUL: return F(x * y);
       case Op::FDIV: return F(x / y);
       case Op::POW: return F(std::pow(x, y));
-      case Op::MAX: return F(y > x ? y : x);
+      case Op::MAX: return F(Maximum(x, y));
       case Op::CMPLT: return B(x < y);
       case Op::CMPNE: return B(x != y);
       case Op::CMPEQ: return B(x == y);
@@ -111,7 +119,7 @@ Lane FloatOp(Op op, ScalarType s, const Lane* a) {
     case Op::MUL: r = x * y; break;
     case Op::FDIV: r = x / y; break;
     case Op::POW: r = std::pow(x, y); break;
-    case Op::MAX: r = y > x ? y : x; break;
+    case Op::MAX: r = Maximum(x, y); break;
     case Op::CMPLT: return B(x < y);
     case Op::CMPNE: return B(x != y);
     case Op::CMPEQ: return B(x == y);

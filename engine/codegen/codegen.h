@@ -49,6 +49,8 @@ struct Target {
   bool has_local = false;           // workgroups (GPUs)
   int max_upcast = 8;               // heuristic upper bound on the product of upcast sizes
   bool supports_vectors = false;    // unused today: expansion always emits scalar copies
+  int vector_bytes =
+      16;  // SIMD register width (RendererCaps::vector_bytes); sizes matmul register tiles
   int64_t max_local_size = 1;
 };
 

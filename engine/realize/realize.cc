@@ -36,11 +36,7 @@ thread_local RealizeStats g_stats;
 
 // ---- loaded kernels, by (device, kernel AST key, opt knobs); bounded LRU ----
 
-struct LoadedKernel {
-  codegen::Program program;
-  std::string source;
-  std::unique_ptr<runtime::Program> runner;
-};
+using realize_internal::LoadedKernel;
 
 class KernelCache {
  public:
@@ -81,15 +77,19 @@ codegen::Target TargetFor(const runtime::Device& dev) {
   if (r.ok()) {
     t.has_threads = (*r)->caps().has_threads;
     t.has_local = (*r)->caps().has_local;
+    t.vector_bytes = (*r)->caps().vector_bytes;
   }
   if (t.has_threads) t.max_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return t;
 }
 
-absl::StatusOr<std::shared_ptr<LoadedKernel>> GetKernel(runtime::Device& dev, const UOpPtr& ast) {
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(runtime::Device& dev, const UOpPtr& ast) {
   std::string key = absl::StrCat(dev.name(), "|", DigestHex(ast->Key()), "|", GetKnob(Knob::kNoOpt), "|",
                                  GetKnob(Knob::kBeam));
   if (auto k = KernelCache::Global().Get(key)) return k;
+  const auto t0 = Clock::now();
   auto k = std::make_shared<LoadedKernel>();
   if (DebugLevel() >= 5) std::fprintf(stderr, "%s\n", PrintGraph(ast).c_str());
   KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, TargetFor(dev)));
@@ -100,8 +100,13 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> GetKernel(runtime::Device& dev, co
     std::fprintf(stderr, "%s: %s\n", k->program.name.c_str(), absl::StrJoin(k->program.applied_opts, ", ").c_str());
   if (DebugLevel() >= 4) std::fprintf(stderr, "%s\n", k->source.c_str());
   KernelCache::Global().Put(key, k);
+  g_stats.compiled += 1;
+  g_stats.compile_seconds += Since(t0);
   return k;
 }
+
+namespace {
+using realize_internal::GetKernel;
 
 // ---- realized-result memo: root Key() -> result, held weakly (see realize_internal.h) ----
 
@@ -125,6 +130,7 @@ class Memo {
     return v;
   }
   void Insert(const Digest& key, const UOpPtr& result, std::vector<const UOp*> reads) {
+    if (realize_internal::AnyVolatile(reads)) return;  // an ExecPlan overwrites one of them on every Run
     auto weak = realize_internal::WeakView::Of(result);
     if (!weak.ok()) return;
     absl::MutexLock l(&mu_);
@@ -167,8 +173,9 @@ absl::StatusOr<runtime::Device*> DeviceOfBuffer(const UOp* b) {
   return runtime::GetDevice(name);
 }
 
-// The Buffer attached to a BUFFER node, allocated on first use.
-absl::StatusOr<std::shared_ptr<runtime::Buffer>> Materialize(const UOpPtr& b) {
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<runtime::Buffer>> realize_internal::Materialize(const UOpPtr& b) {
   runtime::BufferTable& table = runtime::BufferTable::Global();
   if (auto buf = table.Lookup(b.get())) return buf;
   KILN_ASSIGN_OR_RETURN(runtime::Device * dev, DeviceOfBuffer(b.get()));
@@ -178,6 +185,11 @@ absl::StatusOr<std::shared_ptr<runtime::Buffer>> Materialize(const UOpPtr& b) {
   KILN_RETURN_IF_ERROR(st);
   return buf;
 }
+
+void realize_internal::InvalidateMemo(const UOp* buffer) { Memo::Global().Invalidate(buffer); }
+
+namespace {
+using realize_internal::Materialize;
 
 absl::Status RunCopy(const ScheduleItem& item) {
   KILN_ASSIGN_OR_RETURN(auto dst, Materialize(item.buffers[0]));
@@ -195,7 +207,9 @@ absl::Status RunKernel(const ScheduleItem& item, const Schedule& s, int index,
                        absl::flat_hash_set<runtime::Device*>* used) {
   KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(item.device));
   used->insert(dev);
+  const int compiled_before = g_stats.compiled;
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<LoadedKernel> k, GetKernel(*dev, item.ast));
+  const bool compiled = g_stats.compiled != compiled_before;
   std::vector<std::shared_ptr<runtime::Buffer>> hold;
   std::vector<runtime::DeviceMemory> mems;
   for (const UOpPtr& b : item.buffers) {
@@ -219,9 +233,9 @@ absl::Status RunKernel(const ScheduleItem& item, const Schedule& s, int index,
     dims.local[i] = k->program.local_size[i];
   }
   dims.threads = k->program.threads;
-  bool timed = DebugLevel() >= 2;
-  KILN_ASSIGN_OR_RETURN(double secs, k->runner->Launch(mems, vars, dims, timed));
-  if (timed) {
+  KILN_ASSIGN_OR_RETURN(double secs, k->runner->Launch(mems, vars, dims, /*timed=*/true));
+  g_stats.launches.push_back(KernelLaunch{k->program.name, dev->name(), secs, compiled});
+  if (DebugLevel() >= 2) {
     double gflops = secs > 0 ? static_cast<double>(k->program.flops) / secs * 1e-9 : 0.0;
     double gbs = secs > 0 ? static_cast<double>(k->program.mem_bytes) / secs * 1e-9 : 0.0;
     std::fprintf(stderr, "*** %-6s %4d %-32s arg %2zu tm %10.2fus (%9.2f GFLOPS %7.2f GB/s)\n", dev->name().c_str(),
@@ -239,6 +253,8 @@ absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
     if (!r) return absl::InvalidArgumentError("Realize: null root");
 
   // Memo: roots realized before (same interned expression, same buffers) cost nothing.
+  // Under a CaptureScope (exec_plan.h) the schedule is recorded instead of run, and the memo is bypassed both ways.
+  realize_internal::CaptureState* capture = realize_internal::ActiveCapture();
   std::vector<UOpPtr> out(roots.size());
   std::vector<UOpPtr> todo;
   std::vector<size_t> todo_at;
@@ -246,6 +262,11 @@ absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
     bool contiguous = false;
     if (BufferOf(roots[i].get(), &contiguous) != nullptr && contiguous) {
       out[i] = roots[i];
+      continue;
+    }
+    if (capture != nullptr) {
+      todo.push_back(roots[i]);
+      todo_at.push_back(i);
       continue;
     }
     if (UOpPtr hit = Memo::Global().Lookup(roots[i]->Key())) {
@@ -265,6 +286,13 @@ absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
   int kernels = 0;
   for (const ScheduleItem& it : s.items) kernels += it.kind == ScheduleItem::Kind::kKernel;
   for (const UOpPtr& b : s.assigned) Memo::Global().Invalidate(b.get());
+  if (capture != nullptr) {
+    realize_internal::AppendCaptured(capture, s);
+    for (size_t j = 0; j < todo.size(); ++j) out[todo_at[j]] = s.outputs[j];
+    g_stats.kernels = kernels;
+    g_stats.seconds = Since(t0);
+    return out;
+  }
 
   absl::flat_hash_set<runtime::Device*> used;
   for (size_t i = 0; i < s.items.size(); ++i) {
@@ -320,6 +348,9 @@ absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shap
 
 absl::Status ToHost(const UOpPtr& realized, void* dst, size_t nbytes) {
   if (!realized) return absl::InvalidArgumentError("ToHost: null value");
+  if (realize_internal::ActiveCapture() != nullptr)
+    return absl::FailedPreconditionError(
+        "cannot access tensor data during JIT capture, the value will be baked in");
   bool contiguous = false;
   const UOp* b = BufferOf(realized.get(), &contiguous);
   if (b == nullptr || !contiguous || b->ArgInt() != realized->Numel())

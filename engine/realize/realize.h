@@ -17,9 +17,20 @@
 
 namespace kiln {
 
+// One kernel launch of a Realize, in launch order (timed on the device: Launch(..., timed = true)).
+struct KernelLaunch {
+  std::string name;    // generated kernel name (E_..., r_...)
+  std::string device;  // device name ("CPU", "INTERP", ...)
+  double seconds = 0.0;
+  bool compiled = false;  // this launch's kernel was lowered + compiled by this Realize (a cache miss)
+};
+
 struct RealizeStats {
   int kernels = 0;        // kernels scheduled by the last Realize on this thread
   double seconds = 0.0;   // wall time of the last Realize
+  int compiled = 0;       // kernels lowered + compiled (loaded-kernel cache misses) by the last Realize
+  double compile_seconds = 0.0;         // wall time of those lowerings + compiles
+  std::vector<KernelLaunch> launches;   // every kernel launch of the last Realize, in order
 };
 
 absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots);

@@ -7,10 +7,15 @@
 // realize memo can remember results for the process's lifetime without leaking device memory.
 #pragma once
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/codegen/program.h"
 #include "engine/runtime/buffer.h"
+#include "engine/runtime/device.h"
+#include "engine/schedule/schedule.h"
 #include "engine/uop/uop.h"
 
 namespace kiln::realize_internal {
@@ -56,5 +61,29 @@ class WeakView {
   Node buffer_;
   std::vector<Node> buffer_src_;
 };
+
+// ---- shared with exec_plan.cc (defined in realize.cc) ----
+
+// A kernel lowered, compiled and loaded for one device (cached process-wide by device, AST key and opt knobs).
+struct LoadedKernel {
+  codegen::Program program;
+  std::string source;
+  std::unique_ptr<runtime::Program> runner;
+};
+absl::StatusOr<std::shared_ptr<LoadedKernel>> GetKernel(runtime::Device& dev, const UOpPtr& ast);
+
+// The Buffer attached to a BUFFER node, allocated (and attached) on first use.
+absl::StatusOr<std::shared_ptr<runtime::Buffer>> Materialize(const UOpPtr& buffer);
+
+// Capture state of this thread (exec_plan.cc): non-null while a CaptureScope is alive.
+struct CaptureState;
+CaptureState* ActiveCapture();
+// Appends a schedule's items (with its variable values) to the active capture.
+void AppendCaptured(CaptureState* capture, const Schedule& schedule);
+
+// Buffers whose contents a live ExecPlan overwrites on every Run: the memo never remembers a value that reads one.
+bool AnyVolatile(const std::vector<const UOp*>& buffers);
+// Drops every memo entry that reads or is `buffer` (realize.cc).
+void InvalidateMemo(const UOp* buffer);
 
 }  // namespace kiln::realize_internal

@@ -241,12 +241,15 @@ namespace {
 // RESHAPE: groups the non-1 dims of both shapes into runs of equal products; within a run the source index is the
 // run's flat output index re-split by the source dims.
 IndexVec MapReshape(const Shape& in, const Shape& out, const IndexVec& idx) {
+  IndexVec res(in.size(), IConst(0));
+  // A zero-size tensor has no element to address (every loop over it runs zero times); its dims need not group.
+  for (int64_t d : in)
+    if (d == 0) return res;
   std::vector<int> in_dims, out_dims;
   for (size_t i = 0; i < in.size(); ++i)
     if (in[i] != 1) in_dims.push_back(static_cast<int>(i));
   for (size_t j = 0; j < out.size(); ++j)
     if (out[j] != 1) out_dims.push_back(static_cast<int>(j));
-  IndexVec res(in.size(), IConst(0));
   size_t i = 0, j = 0;
   while (i < in_dims.size() && j < out_dims.size()) {
     std::vector<int> gi{in_dims[i++]}, gj{out_dims[j++]};

@@ -98,8 +98,10 @@ Tensor Tensor::Eye(int64_t n, std::optional<int64_t> m, DType dtype, const std::
   int64_t cols = m.value_or(n);
   if (n < 0 || cols < 0) return FromStatus(Invalid("Eye", "negative size (", n, ", ", cols, ")"));
   if (n == 0 || cols == 0) return Zeros({n, cols}, dtype, device);
-  // tinygrad: ones (n, 1) padded to (n, m+1), flattened and cut to n*m: the ones land on the diagonal
-  return Ones({n, 1}, dtype, device).Pad({{0, 0}, {0, cols}}).Flatten().Shrink({{0, n * cols}}).Reshape({n, cols});
+  // tinygrad: ones (n, 1) padded to (n, n+1), flattened and cut to n*n: the ones land on the diagonal; then
+  // columns are padded or cut to m (cutting the flat (n, m+1) layout to n*m is wrong when n > m)
+  Tensor sq = Ones({n, 1}, dtype, device).Pad({{0, 0}, {0, n}}).Flatten().Shrink({{0, n * n}}).Reshape({n, n});
+  return cols >= n ? sq.Pad({{0, 0}, {0, cols - n}}) : sq.Shrink({{0, n}, {0, cols}});
 }
 
 }  // namespace kiln

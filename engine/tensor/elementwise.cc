@@ -25,9 +25,11 @@ Tensor PowPair(const Tensor& base, const Tensor& e) {
   DType dt = base.dtype();
   if (!dt.IsFloat()) {
     // integer (or bool) result: compute in float, round, cast back (numpy's int ** int is exact for
-    // results the float mantissa holds)
+    // results the float mantissa holds); through int64 so that results out of a narrow dtype's range
+    // wrap as in numpy (a float -> narrow int cast of such a value is undefined)
     DType fd = LeastUpperFloat(dt);
-    return PowPair(base.Cast(fd), e.Cast(fd)).Round().Cast(dt);
+    Tensor r = PowPair(base.Cast(fd), e.Cast(fd)).Round();
+    return (dt.ItemSize() < 8 && !dt.IsBool() ? r.Cast(dtypes::kInt64) : r).Cast(dt);
   }
   // |b|**e = exp(e * log|b|); the sign is negative for a negative base and an odd integer exponent;
   // a negative base with a non-integer exponent is nan; 0**0 = 1.

@@ -27,6 +27,9 @@ RngState& Rng() {
   return *s;
 }
 
+// The random-key hook of this thread (see Tensor::SetRngKeyHook); heap-held so thread exit needs no destructor.
+thread_local Tensor::RngKeyHook* t_rng_key_hook = nullptr;
+
 constexpr uint32_t kMix1 = 0x85ebca6bu;
 constexpr uint32_t kMix2 = 0xc2b2ae35u;
 
@@ -57,6 +60,18 @@ Tensor Fmix(const Tensor& x) {
 
 }  // namespace
 
+void Tensor::SetRngKeyHook(RngKeyHook hook) {
+  if (!hook) {
+    delete t_rng_key_hook;
+    t_rng_key_hook = nullptr;
+    return;
+  }
+  if (t_rng_key_hook == nullptr) t_rng_key_hook = new RngKeyHook();
+  *t_rng_key_hook = std::move(hook);
+}
+
+std::pair<uint32_t, uint32_t> Tensor::NextRngKey() { return NextKey(); }
+
 void Tensor::ManualSeed(uint64_t seed) {
   RngState& r = Rng();
   std::lock_guard<std::mutex> lock(r.mu);
@@ -71,6 +86,15 @@ Tensor Tensor::RandomBits(absl::Span<const int64_t> shape, const std::string& de
   auto [k0, k1] = NextKey();
   if (n == 0) return Zeros(shape, dtypes::kUInt32, device);
   Tensor idx = Arange(0, n, 1, dtypes::kUInt32, device);
+  if (t_rng_key_hook != nullptr && *t_rng_key_hook) {
+    Tensor key = (*t_rng_key_hook)(k0, k1, device);
+    if (!key.ok()) return key;
+    if (key.dtype() != dtypes::kUInt32 || key.shape() != Shape{2})
+      return FromStatus(Invalid("Rand", "the random-key hook must return a uint32 tensor of shape (2,)"));
+    const int64_t nn[1] = {n};
+    Tensor key0 = key.Shrink({{0, 1}}).Expand(nn), key1 = key.Shrink({{1, 2}}).Expand(nn);
+    return Fmix(Fmix(idx.BitwiseXor(key0)).Add(key1)).Reshape(shape);
+  }
   return Fmix(Fmix(idx.BitwiseXor(int64_t{k0})).Add(int64_t{k1})).Reshape(shape);
 }
 

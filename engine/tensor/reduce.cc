@@ -1,5 +1,6 @@
 // Reductions: REDUCE_AXIS (ADD, MUL, MAX) with keepdim handling, and the ops built on them (tinygrad).
 #include <algorithm>
+#include <limits>
 
 #include "engine/base/status.h"
 #include "engine/tensor/tensor.h"
@@ -9,6 +10,7 @@ namespace kiln {
 
 using tensor_internal::Invalid;
 using tensor_internal::NormAxis;
+using tensor_internal::ToVec;
 
 namespace {
 
@@ -34,12 +36,22 @@ Tensor Tensor::ReduceOp(Op op, const Axes& axes, bool keepdim) const {
   if (!ok()) return *this;
   auto ax = ResolveAxes("reduce", axes, ndim());
   if (!ax.ok()) return FromStatus(ax.status());
-  Tensor r = ax->empty() ? *this : Node1(Op::REDUCE_AXIS, dtype(), ReduceArg{op, *ax});
-  if (keepdim || ax->empty()) return r;
-  IntVec out;
+  IntVec out, kept = ToVec(shape());
   for (int64_t i = 0; i < ndim(); ++i) {
     if (!std::binary_search(ax->begin(), ax->end(), i)) out.push_back(shape()[i]);
+    else kept[i] = 1;
   }
+  if (numel() == 0 && !ax->empty()) {
+    // Nothing to reduce (tinygrad): the result is the op's identity; no kernel reads the empty input.
+    Scalar identity = op == Op::ADD   ? Scalar(0)
+                      : op == Op::MUL ? Scalar(1)
+                      : dtype().IsFloat() ? Scalar(-std::numeric_limits<double>::infinity())
+                      : dtype().IsBool()  ? Scalar(false)
+                                          : Scalar(DTypeMin(dtype()));
+    return Full(keepdim ? kept : out, identity, dtype(), device());
+  }
+  Tensor r = ax->empty() ? *this : Node1(Op::REDUCE_AXIS, dtype(), ReduceArg{op, *ax});
+  if (keepdim || ax->empty()) return r;
   return r.Reshape(out);
 }
 

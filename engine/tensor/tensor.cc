@@ -196,7 +196,40 @@ Tensor Tensor::Bitcast(DType dtype) const {
   if (ndim() == 0 && dtype.ItemSize() != this->dtype().ItemSize())
     return FromStatus(Invalid("Bitcast", "a 0-d tensor cannot change item size (", this->dtype().Name(), " to ",
                               dtype.Name(), ")"));
-  return Node1(Op::BITCAST, dtype);
+  int64_t ns = dtype.ItemSize(), os = this->dtype().ItemSize();
+  if (ns == os) return Node1(Op::BITCAST, dtype);
+  if ((size(-1) * os) % ns != 0)
+    return FromStatus(Invalid("Bitcast", "last dim ", size(-1), " of ", this->dtype().Name(), " does not fill whole ",
+                              dtype.Name(), " elements"));
+  // tinygrad: a BITCAST keeps the item size; other sizes go through unsigned ints of each width, combined (shift +
+  // or, little-endian) or split (shift + truncate) along the last dim.
+  auto uint_of = [](int64_t bytes) {
+    return bytes == 1 ? dtypes::kUInt8 : bytes == 2 ? dtypes::kUInt16 : bytes == 4 ? dtypes::kUInt32 : dtypes::kUInt64;
+  };
+  Tensor x = Bitcast(uint_of(os));
+  IntVec lead(shape().begin(), shape().end() - 1);
+  if (ns > os) {
+    int64_t r = ns / os;
+    IntVec grouped = lead;
+    grouped.push_back(size(-1) / r);
+    grouped.push_back(r);
+    x = x.Reshape(grouped);
+    std::vector<std::pair<int64_t, int64_t>> bounds;
+    for (int64_t d : grouped) bounds.emplace_back(0, d);
+    Tensor acc;
+    for (int64_t i = 0; i < r; ++i) {
+      bounds.back() = {i, i + 1};
+      Tensor part = x.Shrink(bounds).Reshape(IntVec(grouped.begin(), grouped.end() - 1)).Cast(uint_of(ns));
+      if (i > 0) part = part.Lshift(8 * os * i);
+      acc = i == 0 ? part : acc.BitwiseOr(part);
+    }
+    return acc.Bitcast(dtype);
+  }
+  std::vector<Tensor> parts;
+  for (int64_t i = 0; i < os / ns; ++i) parts.push_back((i == 0 ? x : x.Rshift(8 * ns * i)).Cast(uint_of(ns)));
+  IntVec flat = lead;
+  flat.push_back(size(-1) * (os / ns));
+  return Stack(parts, -1).Reshape(flat).Bitcast(dtype);
 }
 
 Tensor Tensor::Contiguous() const { return Node1(Op::CONTIGUOUS, dtype()); }

@@ -45,7 +45,9 @@
 
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -175,6 +177,14 @@ class Tensor {
   explicit Tensor(UOpPtr uop, const std::string& device = "CPU");
   // An error tensor carrying `status` (which must not be OK; OK becomes an Internal error).
   static Tensor FromStatus(absl::Status status);
+  // Copies and moves carry the autograd state (requires_grad, grad) with the value; *assignment*
+  // replaces only the value (UOp, device, status) and keeps the target's autograd state, so a
+  // parameter stays a parameter when it is reassigned, loaded or Assign()ed (engine/tensor/gradient.h).
+  Tensor(const Tensor& o);
+  Tensor(Tensor&& o) noexcept;
+  Tensor& operator=(const Tensor& o);
+  Tensor& operator=(Tensor&& o) noexcept;
+  ~Tensor();
 
   // ---- state ----
   bool ok() const { return status_.ok(); }
@@ -240,6 +250,14 @@ class Tensor {
   // Uniform in [low, high).
   static Tensor Uniform(absl::Span<const int64_t> shape, double low = 0.0, double high = 1.0,
                         DType dtype = dtypes::kDefaultFloat, const std::string& device = "CPU");
+  // Random-key hook (for TinyJit, engine/jit). While set on this thread, every random call hands its key (k0, k1) --
+  // drawn from the process-wide (seed, counter) stream as usual -- to the hook and uses the uint32 tensor of shape (2,)
+  // it returns instead of baking the key into the graph as constants, so a replayed capture can refill the key on
+  // every replay. An empty hook clears it.
+  using RngKeyHook = std::function<Tensor(uint32_t k0, uint32_t k1, const std::string& device)>;
+  static void SetRngKeyHook(RngKeyHook hook);
+  // Draws the next key of the process-wide stream (advances the call counter), as a random call does.
+  static std::pair<uint32_t, uint32_t> NextRngKey();
 
   // ---- dtype and graph markers ----
   Tensor Cast(DType dtype) const;  // no-op when already `dtype`
@@ -311,7 +329,9 @@ class Tensor {
   Tensor Where(const Operand& x, const Operand& y) const;
 
   // ---- reductions (axes: all by default; negative allowed; duplicates are an error) ----
-  // Ints accumulate in SumAccDType; half/bfloat16 accumulate in float32 and cast back.
+  // Ints accumulate in SumAccDType; half/bfloat16 accumulate in float32 and cast back. Reducing a tensor
+  // with no elements gives the op's identity (sum 0, prod 1, max -inf / the dtype minimum, min +inf / the
+  // dtype maximum; mean nan) where numpy raises for max/min.
   Tensor Sum(const Axes& axes = {}, bool keepdim = false, std::optional<DType> dtype = std::nullopt) const;
   Tensor Prod(const Axes& axes = {}, bool keepdim = false, std::optional<DType> dtype = std::nullopt) const;
   Tensor Max(const Axes& axes = {}, bool keepdim = false) const;
@@ -374,6 +394,25 @@ class Tensor {
   // self == arange(num_classes) along a new last dim (bool).
   Tensor OneHot(int64_t num_classes) const;
 
+  // ---- autograd (engine/tensor/gradient.cc; rules and semantics in engine/tensor/gradient.h) ----
+  // Marks this tensor object as a parameter: Backward() fills its Grad(). Float dtypes only (else
+  // this becomes an error tensor). Returns *this.
+  Tensor& RequiresGrad(bool on = true);
+  bool requires_grad() const { return requires_grad_; }
+  // The gradient written by the last Backward() (accumulated over Backward() calls until ZeroGrad);
+  // an error tensor (FailedPrecondition) when there is none.
+  Tensor Grad() const;
+  bool has_grad() const { return grad_ != nullptr; }
+  void SetGrad(const Tensor& g);
+  void ZeroGrad() { grad_.reset(); }
+  // Scalar loss only: gradients of this tensor w.r.t. every live tensor object with requires_grad
+  // whose current UOp is in this graph; each one's Grad() becomes (old Grad() +) the gradient. Lazy:
+  // nothing is realized.
+  absl::Status Backward();
+  // d(this)/d(targets); `grad` seeds the output gradient (default: ones, scalar outputs only).
+  absl::StatusOr<std::vector<Tensor>> Gradient(absl::Span<const Tensor> targets,
+                                               const std::optional<Tensor>& grad = std::nullopt) const;
+
   // ---- realization (kiln_tensor_realize) ----
   // Realizes this tensor and replaces its UOp by the realized buffer view.
   absl::Status Realize();
@@ -417,6 +456,10 @@ class Tensor {
   UOpPtr uop_;
   UOpPtr device_;  // DEVICE node (interned; its arg is the name)
   absl::Status status_;
+  // Autograd state. requires_grad_ == true means this object is in the live-parameter registry
+  // (gradient.cc) that Backward() scans.
+  bool requires_grad_ = false;
+  std::shared_ptr<const Tensor> grad_;
 };
 
 // Either a Tensor or a Scalar: the right-hand side of binary operations.

@@ -10,24 +10,25 @@ struct DataTypeInfo {
   std::string_view name;
   int64_t byte_size;
   ContentsField contents;
+  std::string_view kiln;  // kiln dtype name; "" = no kiln dtype (BYTES)
 };
 
 // One row per datatype, in enum order (shared/reference/kserve-v2-protocol.md §7).
 constexpr std::array<DataTypeInfo, 14> kDataTypes = {{
-    {inference::TYPE_BOOL, "BOOL", 1, ContentsField::kBool},
-    {inference::TYPE_UINT8, "UINT8", 1, ContentsField::kUint},
-    {inference::TYPE_UINT16, "UINT16", 2, ContentsField::kUint},
-    {inference::TYPE_UINT32, "UINT32", 4, ContentsField::kUint},
-    {inference::TYPE_UINT64, "UINT64", 8, ContentsField::kUint64},
-    {inference::TYPE_INT8, "INT8", 1, ContentsField::kInt},
-    {inference::TYPE_INT16, "INT16", 2, ContentsField::kInt},
-    {inference::TYPE_INT32, "INT32", 4, ContentsField::kInt},
-    {inference::TYPE_INT64, "INT64", 8, ContentsField::kInt64},
-    {inference::TYPE_FP16, "FP16", 2, ContentsField::kNone},
-    {inference::TYPE_FP32, "FP32", 4, ContentsField::kFp32},
-    {inference::TYPE_FP64, "FP64", 8, ContentsField::kFp64},
-    {inference::TYPE_STRING, "BYTES", 0, ContentsField::kBytes},
-    {inference::TYPE_BF16, "BF16", 2, ContentsField::kNone},
+    {inference::TYPE_BOOL, "BOOL", 1, ContentsField::kBool, "bool"},
+    {inference::TYPE_UINT8, "UINT8", 1, ContentsField::kUint, "uint8"},
+    {inference::TYPE_UINT16, "UINT16", 2, ContentsField::kUint, "uint16"},
+    {inference::TYPE_UINT32, "UINT32", 4, ContentsField::kUint, "uint32"},
+    {inference::TYPE_UINT64, "UINT64", 8, ContentsField::kUint64, "uint64"},
+    {inference::TYPE_INT8, "INT8", 1, ContentsField::kInt, "int8"},
+    {inference::TYPE_INT16, "INT16", 2, ContentsField::kInt, "int16"},
+    {inference::TYPE_INT32, "INT32", 4, ContentsField::kInt, "int32"},
+    {inference::TYPE_INT64, "INT64", 8, ContentsField::kInt64, "int64"},
+    {inference::TYPE_FP16, "FP16", 2, ContentsField::kNone, "float16"},
+    {inference::TYPE_FP32, "FP32", 4, ContentsField::kFp32, "float32"},
+    {inference::TYPE_FP64, "FP64", 8, ContentsField::kFp64, "float64"},
+    {inference::TYPE_STRING, "BYTES", 0, ContentsField::kBytes, ""},
+    {inference::TYPE_BF16, "BF16", 2, ContentsField::kNone, "bfloat16"},
 }};
 
 const DataTypeInfo* Find(inference::DataType type) {
@@ -42,6 +43,19 @@ const DataTypeInfo* Find(inference::DataType type) {
 std::string_view DataTypeName(inference::DataType type) {
   const DataTypeInfo* info = Find(type);
   return info != nullptr ? info->name : "INVALID";
+}
+
+std::string_view KilnDTypeName(inference::DataType type) {
+  const DataTypeInfo* info = Find(type);
+  return info != nullptr ? info->kiln : "";
+}
+
+std::optional<inference::DataType> DataTypeFromKiln(std::string_view kiln_dtype) {
+  if (kiln_dtype.empty()) return std::nullopt;
+  for (const DataTypeInfo& info : kDataTypes) {
+    if (info.kiln == kiln_dtype) return info.type;
+  }
+  return std::nullopt;
 }
 
 std::optional<inference::DataType> ParseDataTypeName(std::string_view name) {

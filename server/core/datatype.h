@@ -32,6 +32,11 @@ std::string_view DataTypeName(inference::DataType type);
 // Parses a wire datatype string (exact, upper case). nullopt for anything else.
 std::optional<inference::DataType> ParseDataTypeName(std::string_view name);
 
+// The kiln dtype name of a config datatype ("float32" for TYPE_FP32); "" for BYTES / INVALID.
+std::string_view KilnDTypeName(inference::DataType type);
+// The config datatype of a kiln dtype name; nullopt if none.
+std::optional<inference::DataType> DataTypeFromKiln(std::string_view kiln_dtype);
+
 // Bytes per element; 0 for BYTES (variable) and TYPE_INVALID.
 int64_t DataTypeByteSize(inference::DataType type);
 

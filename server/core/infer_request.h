@@ -16,6 +16,17 @@ namespace kiln::server {
 
 inline constexpr int kContentsFieldCount = 9;  // values of ContentsField
 
+// The typed `contents` of one input, as views into the transport's message.
+struct TypedContents {
+  absl::Span<const bool> bools;
+  absl::Span<const int32_t> ints;
+  absl::Span<const int64_t> int64s;
+  absl::Span<const uint32_t> uints;
+  absl::Span<const uint64_t> uint64s;
+  absl::Span<const float> fp32s;
+  absl::Span<const double> fp64s;
+};
+
 struct InferInput {
   std::string name;
   std::string datatype;             // wire string, unchecked
@@ -23,6 +34,7 @@ struct InferInput {
   bool has_contents = false;        // the typed `contents` message is present
   // Element counts per typed field (index = static_cast<int>(ContentsField)).
   std::array<int64_t, kContentsFieldCount> typed_counts{};
+  TypedContents typed;   // the typed values (when has_contents)
   std::string_view raw;  // raw bytes; meaningful iff the request uses raw form
 };
 
@@ -30,6 +42,7 @@ struct InferRequest {
   std::string model_name;
   std::string model_version;  // "" = the version policy decides
   std::string id;
+  std::string protocol = "grpc";  // the transport, for metrics labels
   std::vector<InferInput> inputs;
   std::vector<std::string> requested_outputs;  // empty = all outputs
   int64_t raw_input_count = 0;                 // entries of raw_input_contents (0 = typed form)

@@ -1,12 +1,15 @@
 #include "server/core/inference_server.h"
 
 #include <chrono>
+#include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/core/datatype.h"
 #include "server/core/model_config.h"
 #include "server/core/validate.h"
+#include "spdlog/spdlog.h"
 
 #ifndef KILN_VERSION
 #define KILN_VERSION "0.0.0"
@@ -35,13 +38,58 @@ TensorMetadata ToMetadata(const Tensor& t, bool batching) {
   return m;
 }
 
+template <typename To, typename From>
+std::string PackAs(absl::Span<const From> values) {
+  std::string out(values.size() * sizeof(To), '\0');
+  for (size_t i = 0; i < values.size(); ++i) {
+    const To v = static_cast<To>(values[i]);
+    std::memcpy(out.data() + i * sizeof(To), &v, sizeof(To));
+  }
+  return out;
+}
+
+// The raw little-endian bytes of an input given in typed `contents` (element counts were checked
+// by validation).
+absl::StatusOr<std::string> PackTypedContents(const InferInput& in, inference::DataType type) {
+  const TypedContents& c = in.typed;
+  switch (type) {
+    case inference::TYPE_BOOL: return PackAs<uint8_t>(c.bools);
+    case inference::TYPE_UINT8: return PackAs<uint8_t>(c.uints);
+    case inference::TYPE_UINT16: return PackAs<uint16_t>(c.uints);
+    case inference::TYPE_UINT32: return PackAs<uint32_t>(c.uints);
+    case inference::TYPE_UINT64: return PackAs<uint64_t>(c.uint64s);
+    case inference::TYPE_INT8: return PackAs<int8_t>(c.ints);
+    case inference::TYPE_INT16: return PackAs<int16_t>(c.ints);
+    case inference::TYPE_INT32: return PackAs<int32_t>(c.ints);
+    case inference::TYPE_INT64: return PackAs<int64_t>(c.int64s);
+    case inference::TYPE_FP32: return PackAs<float>(c.fp32s);
+    case inference::TYPE_FP64: return PackAs<double>(c.fp64s);
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(std::string(DataTypeName(type)),
+                                                     " has no typed contents (send raw_input_contents)"));
+  }
+}
+
 }  // namespace
 
-InferenceServer::InferenceServer(ServerOptions options)
-    : options_(std::move(options)), repository_(options_.model_repository) {}
+InferenceServer::InferenceServer(ServerOptions options, std::unique_ptr<api::Engine> engine)
+    : options_(std::move(options)),
+      engine_(std::move(engine)),
+      graphs_(engine_.get()),
+      repository_(options_.model_repository, engine_.get()) {}
 
 absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Create(ServerOptions options) {
-  std::unique_ptr<InferenceServer> server(new InferenceServer(std::move(options)));
+  api::EngineOptions engine_options;
+  engine_options.device = options.device;
+  absl::StatusOr<std::unique_ptr<api::Engine>> engine = api::Engine::Create(engine_options);
+  if (!engine.ok()) {
+    if (!options.device.empty()) return engine.status();
+    spdlog::warn("no engine device: {}; kiln_graph models cannot execute",
+                 std::string(engine.status().message()));
+    engine = std::unique_ptr<api::Engine>();
+  }
+  std::unique_ptr<InferenceServer> server(
+      new InferenceServer(std::move(options), *std::move(engine)));
   if (absl::Status s = server->repository_.LoadAll(); !s.ok()) return s;
   return server;
 }
@@ -144,6 +192,20 @@ absl::StatusOr<std::vector<ModelStatsEntry>> InferenceServer::Statistics(
 
 absl::StatusOr<InferResponse> InferenceServer::Infer(const InferRequest& request) {
   const auto start = std::chrono::steady_clock::now();
+  InferObservation obs;
+  absl::StatusOr<InferResponse> response = InferImpl(request, &obs);
+  if (observer_ != nullptr) {
+    obs.protocol = request.protocol;
+    obs.code = response.status().code();
+    obs.duration_ns = NanosSince(start);
+    observer_->ObserveInfer(obs);
+  }
+  return response;
+}
+
+absl::StatusOr<InferResponse> InferenceServer::InferImpl(const InferRequest& request,
+                                                         InferObservation* obs) {
+  const auto start = std::chrono::steady_clock::now();
   if (!Ready()) return absl::UnavailableError("the server is shutting down");
   if (request.model_name.empty()) return absl::InvalidArgumentError("model_name: empty");
   auto model = repository_.GetReady(request.model_name, request.model_version);
@@ -155,16 +217,130 @@ absl::StatusOr<InferResponse> InferenceServer::Infer(const InferRequest& request
                                      std::string(model.status().message())));
   }
   const ModelVersion& version = **model;
+  obs->model = version.name;
+  obs->version = std::to_string(version.version);
+  obs->reached_model = true;
   absl::StatusOr<ValidatedRequest> valid =
       ValidateInferRequest(*version.config, request, options_.max_request_bytes);
   if (!valid.ok()) {
     version.stats->RecordFailure(NanosSince(start));
     return valid.status();
   }
-  // TODO(#5): execute through engine/api once the engine lands.
-  version.stats->RecordFailure(NanosSince(start));
-  return absl::UnavailableError(absl::StrCat("platform ", version.config->platform(), " for model ",
-                                             version.name, " is not available in this build"));
+  if (version.config->platform() != kPlatformGraph || version.graph == nullptr ||
+      engine_ == nullptr) {
+    version.stats->RecordFailure(NanosSince(start));
+    return absl::UnavailableError(absl::StrCat("platform ", version.config->platform(),
+                                               " for model ", version.name,
+                                               " is not available in this build"));
+  }
+  ExecutionTimes times;
+  times.batch_size = static_cast<uint64_t>(valid->batch_size);
+  times.queue_ns = NanosSince(start);
+  obs->batch_size = times.batch_size;
+  obs->queue_ns = times.queue_ns;
+  absl::StatusOr<InferResponse> response = Execute(version, request, *valid, &times, obs);
+  obs->compute_infer_ns = times.compute_infer_ns;
+  if (!response.ok()) {
+    version.stats->RecordFailure(NanosSince(start));
+    return response.status();
+  }
+  version.stats->RecordSuccess(NanosSince(start), times);
+  return response;
+}
+
+absl::StatusOr<InferResponse> InferenceServer::Execute(const ModelVersion& version,
+                                                       const InferRequest& request,
+                                                       const ValidatedRequest& valid,
+                                                       ExecutionTimes* times,
+                                                       InferObservation* obs) {
+  const inference::ModelConfig& config = *version.config;
+  const api::PreparedGraph& graph = *version.graph;
+  const api::GraphSpec& spec = graph.spec();
+
+  const auto input_start = std::chrono::steady_clock::now();
+  std::vector<api::HostTensorView> views(spec.inputs.size());
+  std::vector<bool> bound(spec.inputs.size(), false);
+  std::vector<std::string> packed;
+  packed.reserve(request.inputs.size());  // no reallocation: views point into these strings
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const InferInput& in = request.inputs[i];
+    const auto& config_input = config.input(valid.inputs[i].config_index);
+    size_t g = 0;
+    while (g < spec.inputs.size() && spec.inputs[g].name != config_input.name()) ++g;
+    if (g == spec.inputs.size() || bound[g]) {
+      return absl::InternalError(absl::StrCat("inputs[", i, "]: ", config_input.name(),
+                                              " is not an input of the model's graph"));
+    }
+    const std::string_view dtype = KilnDTypeName(config_input.data_type());
+    if (dtype.empty()) {
+      return absl::UnimplementedError(
+          absl::StrCat("inputs[", i, "].datatype: ", std::string(DataTypeName(config_input.data_type())),
+                       " tensors are not supported by platform kiln_graph"));
+    }
+    api::HostTensorView& view = views[g];
+    view.dtype = std::string(dtype);
+    view.shape.assign(in.shape.begin(), in.shape.end());
+    if (request.raw_input_count > 0) {
+      view.data = in.raw;
+    } else {
+      absl::StatusOr<std::string> bytes =
+          PackTypedContents(in, config_input.data_type());
+      if (!bytes.ok()) {
+        return absl::Status(bytes.status().code(),
+                            absl::StrCat("inputs[", i, "].contents: ", bytes.status().message()));
+      }
+      packed.push_back(*std::move(bytes));
+      view.data = packed.back();
+    }
+    bound[g] = true;
+  }
+  for (size_t g = 0; g < bound.size(); ++g) {
+    if (!bound[g]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("inputs: missing ", spec.inputs[g].name, " (an input of the graph)"));
+    }
+  }
+  times->compute_input_ns = NanosSince(input_start);
+
+  const auto infer_start = std::chrono::steady_clock::now();
+  absl::StatusOr<api::RunResult> run = engine_->Run(graph, views);
+  if (!run.ok()) {
+    obs->engine_failure = !absl::IsInvalidArgument(run.status());
+    return run.status();
+  }
+  times->compute_infer_ns = NanosSince(infer_start);
+  if (observer_ != nullptr) observer_->ObserveKernels(run->kernels);
+
+  const auto output_start = std::chrono::steady_clock::now();
+  InferResponse response;
+  response.model_name = version.name;
+  response.model_version = std::to_string(version.version);
+  response.id = request.id;
+  for (int index : valid.outputs) {
+    const auto& config_output = config.output(index);
+    api::HostTensor* found = nullptr;
+    for (api::HostTensor& t : run->outputs) {
+      if (t.name == config_output.name()) found = &t;
+    }
+    if (found == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("output ", config_output.name(), ": not produced by the model's graph"));
+    }
+    std::optional<inference::DataType> type = DataTypeFromKiln(found->dtype);
+    if (!type.has_value() || *type != config_output.data_type()) {
+      return absl::InternalError(absl::StrCat("output ", config_output.name(), ": the graph yields ",
+                                              found->dtype, " but the config says ",
+                                              std::string(DataTypeName(config_output.data_type()))));
+    }
+    InferOutput out;
+    out.name = config_output.name();
+    out.datatype = std::string(DataTypeName(config_output.data_type()));
+    out.shape = std::move(found->shape);
+    out.raw = std::move(found->data);
+    response.outputs.push_back(std::move(out));
+  }
+  times->compute_output_ns = NanosSince(output_start);
+  return response;
 }
 
 }  // namespace kiln::server

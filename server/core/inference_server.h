@@ -17,10 +17,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/api/engine.h"
 #include "inference/model_config.pb.h"
+#include "server/core/graph_service.h"
 #include "server/core/infer_request.h"
 #include "server/core/limits.h"
 #include "server/core/model_repository.h"
+#include "server/core/observer.h"
 #include "server/core/statistics.h"
 
 namespace kiln::server {
@@ -28,6 +31,7 @@ namespace kiln::server {
 struct ServerOptions {
   std::filesystem::path model_repository;
   int64_t max_request_bytes = kDefaultMaxRequestBytes;
+  std::string device;  // engine device; "" = the engine's default
 };
 
 struct ServerMetadata {
@@ -87,16 +91,34 @@ class InferenceServer {
   absl::StatusOr<std::vector<ModelStatsEntry>> Statistics(const std::string& name,
                                                           const std::string& version) const;
 
-  // Validates `request` fully, then executes it. Until the engine API exists no platform can
-  // execute, so a valid request ends in UNAVAILABLE naming the platform and the model.
+  // Validates `request` fully, then executes it through the engine (kiln_graph models). Other
+  // platforms end in UNAVAILABLE naming the platform and the model. Statistics are updated for
+  // every request that reaches a model version.
   absl::StatusOr<InferResponse> Infer(const InferRequest& request);
 
+  // Reports every Infer (and every kernel launch, Infer and graphs) to `observer` (not owned;
+  // null = none). Call once before serving.
+  void SetObserver(InferObserver* observer) {
+    observer_ = observer;
+    graphs_.SetObserver(observer);
+  }
+
+  // kiln.v1.Engine's core: graphs run directly on the engine.
+  GraphService& graphs() { return graphs_; }
+
  private:
-  explicit InferenceServer(ServerOptions options);
+  InferenceServer(ServerOptions options, std::unique_ptr<api::Engine> engine);
+  absl::StatusOr<InferResponse> InferImpl(const InferRequest& request, InferObservation* obs);
+  absl::StatusOr<InferResponse> Execute(const ModelVersion& version, const InferRequest& request,
+                                        const ValidatedRequest& valid, ExecutionTimes* times,
+                                        InferObservation* obs);
   absl::StatusOr<std::shared_ptr<const ModelVersion>> Resolve(const std::string& name,
                                                               const std::string& version) const;
 
   const ServerOptions options_;
+  std::unique_ptr<api::Engine> engine_;  // before repository_: the repository prepares graphs with it
+  GraphService graphs_;
+  InferObserver* observer_ = nullptr;
   ModelRepository repository_;
   std::atomic<bool> shutting_down_{false};
 };

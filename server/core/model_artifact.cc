@@ -56,7 +56,7 @@ absl::Status MatchNames(std::string_view what, const Tensors& config_tensors,
 
 absl::Status CheckGraphModel(const inference::ModelConfig& config,
                              const std::filesystem::path& version_dir,
-                             const std::string& version_name) {
+                             const std::string& version_name, kiln::v1::Graph* graph_out) {
   std::string file = DefaultModelFilename(config);
   const bool explicit_name = !config.default_model_filename().empty();
   std::error_code ec;
@@ -86,7 +86,9 @@ absl::Status CheckGraphModel(const inference::ModelConfig& config,
   for (const auto& in : graph.inputs()) inputs.insert(in.name());
   for (const auto& out : graph.outputs()) outputs.insert(out.name());
   if (absl::Status s = MatchNames("inputs", config.input(), inputs); !s.ok()) return s;
-  return MatchNames("outputs", config.output(), outputs);
+  if (absl::Status s = MatchNames("outputs", config.output(), outputs); !s.ok()) return s;
+  if (graph_out != nullptr) *graph_out = std::move(graph);
+  return absl::OkStatus();
 }
 
 absl::Status CheckBuiltinModel(const inference::ModelConfig& config,
@@ -180,10 +182,11 @@ absl::Status CheckGraphStructure(const kiln::v1::Graph& graph) {
 }
 
 absl::Status CheckModelArtifact(const inference::ModelConfig& config,
-                                const std::filesystem::path& version_dir) {
+                                const std::filesystem::path& version_dir,
+                                kiln::v1::Graph* graph) {
   const std::string version_name = version_dir.filename().string();
   if (config.platform() == kPlatformGraph) {
-    return CheckGraphModel(config, version_dir, version_name);
+    return CheckGraphModel(config, version_dir, version_name, graph);
   }
   if (config.platform() == kPlatformBuiltin) {
     return CheckBuiltinModel(config, version_dir, version_name);

@@ -27,7 +27,9 @@ absl::Status CheckGraphStructure(const kiln::v1::Graph& graph);
 
 // Checks the files of one version folder for `config` (already normalized).
 // NOT_FOUND if the model file is missing, INVALID_ARGUMENT if it is malformed.
+// For kiln_graph, the parsed graph is stored in `graph` when it is not null.
 absl::Status CheckModelArtifact(const inference::ModelConfig& config,
-                                const std::filesystem::path& version_dir);
+                                const std::filesystem::path& version_dir,
+                                kiln::v1::Graph* graph = nullptr);
 
 }  // namespace kiln::server

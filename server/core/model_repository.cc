@@ -8,6 +8,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/core/datatype.h"
+#include "server/core/graph_spec_codec.h"
 #include "server/core/limits.h"
 #include "server/core/model_artifact.h"
 #include "server/core/model_config.h"
@@ -65,6 +67,29 @@ bool HasReady(const std::map<int64_t, Slot>& versions) {
   return false;
 }
 
+// Decodes a kiln_graph version through the engine and checks the graph's input dtypes against
+// the config. INVALID_ARGUMENT naming the field.
+absl::StatusOr<std::shared_ptr<const api::PreparedGraph>> PrepareGraphModel(
+    api::Engine& engine, const inference::ModelConfig& config, const kiln::v1::Graph& graph) {
+  for (const auto& in : graph.inputs()) {
+    for (const auto& c : config.input()) {
+      if (c.name() != in.name()) continue;
+      if (KilnDTypeName(c.data_type()) != in.dtype()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "graph input ", in.name(), " is ", in.dtype(), " but the config says ",
+            std::string(DataTypeName(c.data_type()))));
+      }
+    }
+  }
+  absl::StatusOr<std::shared_ptr<const api::PreparedGraph>> prepared =
+      engine.Prepare(GraphSpecFromProto(graph));
+  if (!prepared.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("graph: ", std::string(prepared.status().message())));
+  }
+  return prepared;
+}
+
 }  // namespace
 
 std::string_view ModelStateName(ModelState state) {
@@ -83,7 +108,8 @@ std::string_view ModelStateName(ModelState state) {
   return "UNKNOWN";
 }
 
-ModelRepository::ModelRepository(std::filesystem::path root) : root_(std::move(root)) {}
+ModelRepository::ModelRepository(std::filesystem::path root, api::Engine* engine)
+    : root_(std::move(root)), engine_(engine) {}
 
 std::vector<std::string> ModelRepository::ListModelFolders() const {
   std::vector<std::string> names;
@@ -163,7 +189,18 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
 
   std::string first_error;
   for (int64_t v : selected) {
-    absl::Status status = CheckModelArtifact(*shared_config, model_dir / std::to_string(v));
+    kiln::v1::Graph graph;
+    absl::Status status = CheckModelArtifact(*shared_config, model_dir / std::to_string(v), &graph);
+    std::shared_ptr<const api::PreparedGraph> prepared;
+    if (status.ok() && engine_ != nullptr && shared_config->platform() == kPlatformGraph) {
+      absl::StatusOr<std::shared_ptr<const api::PreparedGraph>> p =
+          PrepareGraphModel(*engine_, *shared_config, graph);
+      if (p.ok()) {
+        prepared = *std::move(p);
+      } else {
+        status = p.status();
+      }
+    }
     VersionSlot& slot = entry.versions[v];
     if (!status.ok()) {
       slot.state = ModelState::kUnavailable;
@@ -176,6 +213,7 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     model->version = v;
     model->config = shared_config;
     model->stats = std::make_shared<ModelStats>();
+    model->graph = std::move(prepared);
     slot.state = ModelState::kReady;
     slot.model = std::move(model);
   }

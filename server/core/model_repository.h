@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/api/engine.h"
 #include "inference/model_config.pb.h"
 #include "server/core/statistics.h"
 
@@ -43,6 +44,8 @@ struct ModelVersion {
   int64_t version = 0;
   std::shared_ptr<const inference::ModelConfig> config;
   std::shared_ptr<ModelStats> stats;
+  // kiln_graph: the graph, decoded and validated by the engine at load (null without an engine).
+  std::shared_ptr<const api::PreparedGraph> graph;
 };
 
 struct RepositoryIndexEntry {
@@ -54,7 +57,9 @@ struct RepositoryIndexEntry {
 
 class ModelRepository {
  public:
-  explicit ModelRepository(std::filesystem::path root);
+  // `engine` (may be null; not owned, must outlive the repository) prepares kiln_graph versions
+  // at load, so a graph the engine rejects never goes READY.
+  explicit ModelRepository(std::filesystem::path root, api::Engine* engine = nullptr);
 
   // Loads every model folder under the root. Models that fail stay UNAVAILABLE with a reason
   // (logged); only an unreadable root is an error (NOT_FOUND).
@@ -105,6 +110,7 @@ class ModelRepository {
       const std::string& name, std::optional<inference::ModelConfig> config_override) const;
 
   const std::filesystem::path root_;
+  api::Engine* const engine_;
   absl::Mutex load_mu_;  // serializes Load / Unload
   mutable absl::Mutex mu_;
   std::map<std::string, ModelEntry, std::less<>> models_ ABSL_GUARDED_BY(mu_);

@@ -17,6 +17,14 @@ void CountContents(const inference::InferTensorContents& c, InferInput* in) {
   set(ContentsField::kFp32, c.fp32_contents_size());
   set(ContentsField::kFp64, c.fp64_contents_size());
   set(ContentsField::kBytes, c.bytes_contents_size());
+  auto span = [](const auto& field) { return absl::MakeConstSpan(field.data(), field.size()); };
+  in->typed.bools = span(c.bool_contents());
+  in->typed.ints = span(c.int_contents());
+  in->typed.int64s = span(c.int64_contents());
+  in->typed.uints = span(c.uint_contents());
+  in->typed.uint64s = span(c.uint64_contents());
+  in->typed.fp32s = span(c.fp32_contents());
+  in->typed.fp64s = span(c.fp64_contents());
 }
 
 void EncodeDuration(const Duration& d, inference::StatisticDuration* wire) {

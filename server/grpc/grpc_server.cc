@@ -25,6 +25,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   builder.SetMaxSendMessageSize(INT_MAX);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams);
   builder.RegisterService(&self->service_);
+  builder.RegisterService(&self->engine_service_);
   self->server_ = builder.BuildAndStart();
   if (self->server_ == nullptr || self->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("gRPC: cannot listen on ", address));
@@ -32,6 +33,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   if (auto* health = self->server_->GetHealthCheckService()) {
     health->SetServingStatus(true);
     health->SetServingStatus("inference.GRPCInferenceService", true);
+    health->SetServingStatus("kiln.v1.Engine", true);
   }
   return self;
 }

@@ -1,4 +1,4 @@
-// GrpcServer: builds and owns the grpc::Server for kilnd: the KServe v2 service, the standard
+// GrpcServer: builds and owns the grpc::Server for kilnd: the KServe v2 service, kiln.v1.Engine, the standard
 // health service (grpc.health.v1, SERVING while live) and server reflection.
 //
 // Lifecycle: Start() binds and serves; SetNotServing() flips health to NOT_SERVING at once (for
@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
 #include "server/core/inference_server.h"
+#include "server/grpc/engine_service.h"
 #include "server/grpc/inference_service.h"
 
 namespace kiln::server {
@@ -37,9 +38,10 @@ class GrpcServer {
   void Shutdown(std::chrono::system_clock::time_point deadline);
 
  private:
-  GrpcServer(InferenceServer* server) : service_(server) {}
+  GrpcServer(InferenceServer* server) : service_(server), engine_service_(server) {}
 
   InferenceService service_;
+  EngineService engine_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

@@ -23,16 +23,20 @@
 #include "server/core/inference_server.h"
 #include "server/core/limits.h"
 #include "server/grpc/grpc_server.h"
+#include "server/metrics/metrics.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, model_repository, "models", "model repository folder (Triton layout)");
 ABSL_FLAG(std::string, grpc_address, "0.0.0.0", "host/IP the gRPC server listens on");
 ABSL_FLAG(int32_t, grpc_port, 8001, "gRPC port (KServe v2); 0 = pick a free port");
-ABSL_FLAG(int32_t, metrics_port, 8002, "Prometheus metrics port (not served yet)");
+ABSL_FLAG(int32_t, metrics_port, 8002,
+          "Prometheus metrics port (/metrics on the --grpc-address host); 0 = pick a free port, "
+          "negative = no metrics endpoint");
 ABSL_FLAG(int64_t, max_request_bytes, kiln::server::kDefaultMaxRequestBytes,
           "largest gRPC message and total input bytes accepted per request");
 ABSL_FLAG(int32_t, exit_timeout_secs, 30,
           "on SIGTERM/SIGINT, seconds for calls in flight to finish before exit");
+ABSL_FLAG(std::string, device, "", "engine device (CPU, INTERP); empty = CPU when built in, else INTERP");
 ABSL_FLAG(std::string, log_format, "default", "log line format: default or ISO8601");
 ABSL_FLAG(bool, debug, false, "debug logging (every failed call is logged)");
 ABSL_FLAG(std::string, port_file, "",
@@ -106,10 +110,24 @@ int main(int argc, char** argv) {
   kiln::server::ServerOptions options;
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.max_request_bytes = max_request_bytes;
+  options.device = absl::GetFlag(FLAGS_device);
   auto core = kiln::server::InferenceServer::Create(options);
   if (!core.ok()) {
     spdlog::error("kilnd: {}", std::string(core.status().message()));
     return 1;
+  }
+
+  // Metrics are best effort: a port that cannot be bound is logged and kilnd serves without it.
+  std::unique_ptr<kiln::server::Metrics> metrics;
+  const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  {
+    auto started = kiln::server::Metrics::Start(absl::GetFlag(FLAGS_grpc_address), metrics_port);
+    if (started.ok()) {
+      metrics = *std::move(started);
+      (*core)->SetObserver(metrics.get());
+    } else {
+      spdlog::warn("kilnd: {}; serving without metrics", std::string(started.status().message()));
+    }
   }
 
   kiln::server::GrpcServerOptions grpc_options;
@@ -123,7 +141,10 @@ int main(int argc, char** argv) {
   }
   spdlog::info("kilnd: serving KServe v2 gRPC on {}:{} (model repository '{}')",
                grpc_options.address, (*grpc)->port(), options.model_repository.string());
-  spdlog::info("kilnd: metrics port {} is not served yet", absl::GetFlag(FLAGS_metrics_port));
+  if (metrics != nullptr && metrics->port() > 0) {
+    spdlog::info("kilnd: serving Prometheus metrics on {}:{}/metrics", grpc_options.address,
+                 metrics->port());
+  }
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty() && !WritePortFile(port_file, (*grpc)->port())) {
     spdlog::error("kilnd: cannot write --port-file");

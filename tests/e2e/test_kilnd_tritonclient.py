@@ -1,7 +1,10 @@
-"""kilnd with the stock tritonclient.grpc: health, metadata, config, repository, statistics,
-and the honest UNAVAILABLE answer to inference while no execution platform is built in."""
+"""kilnd with the stock tritonclient.grpc: health, metadata, config, repository, inference
+(kiln_graph models run by the engine; outputs compared with numpy), async inference and exact
+statistics counts."""
 
 from __future__ import annotations
+
+import queue
 
 import numpy as np
 import pytest
@@ -91,12 +94,69 @@ def _add_sub_inputs(batch: int, dtype=np.float32, datatype="FP32"):
     return [a, b]
 
 
-def test_infer_is_honestly_unavailable(client):
-    with pytest.raises(InferenceServerException) as err:
-        client.infer("add_sub", _add_sub_inputs(1))
-    assert "StatusCode.UNAVAILABLE" in str(err.value.status())
-    assert err.value.message() == (
-        "platform kiln_graph for model add_sub is not available in this build")
+def _add_sub_expected(batch: int):
+    a = np.arange(batch * 16, dtype=np.float32).reshape(batch, 16)
+    b = np.ones((batch, 16), dtype=np.float32)
+    return a + b, a - b
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_infer_add_sub(client, batch):
+    outputs = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT1")]
+    result = client.infer("add_sub", _add_sub_inputs(batch), outputs=outputs, request_id=f"r{batch}")
+    want0, want1 = _add_sub_expected(batch)
+    out0 = result.as_numpy("OUTPUT0")
+    out1 = result.as_numpy("OUTPUT1")
+    assert out0.dtype == np.float32 and out0.shape == (batch, 16)
+    np.testing.assert_array_equal(out0, want0)
+    np.testing.assert_array_equal(out1, want1)
+    response = result.get_response(as_json=True)
+    assert response["model_name"] == "add_sub"
+    assert response["model_version"] == "1"
+    assert response["id"] == f"r{batch}"
+    assert {o["name"]: o["datatype"] for o in response["outputs"]} == {"OUTPUT0": "FP32",
+                                                                       "OUTPUT1": "FP32"}
+
+
+def test_infer_add_sub_requested_output_only(client):
+    result = client.infer("add_sub", _add_sub_inputs(2),
+                          outputs=[grpcclient.InferRequestedOutput("OUTPUT1")])
+    assert result.as_numpy("OUTPUT0") is None
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), _add_sub_expected(2)[1])
+
+
+def test_infer_reduce_sum(client):
+    x = np.random.default_rng(5).standard_normal((3, 8)).astype(np.float32)
+    inp = grpcclient.InferInput("X", [3, 8], "FP32")
+    inp.set_data_from_numpy(x)
+    result = client.infer("reduce_sum", [inp])
+    out = result.as_numpy("SUM")
+    assert out.shape == (3, 1)
+    np.testing.assert_allclose(out, x.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_infer_reduce_sum_other_row_count(client):
+    x = np.arange(5 * 8, dtype=np.float32).reshape(5, 8)
+    inp = grpcclient.InferInput("X", [5, 8], "FP32")
+    inp.set_data_from_numpy(x)
+    out = client.infer("reduce_sum", [inp]).as_numpy("SUM")
+    np.testing.assert_array_equal(out, x.sum(axis=1, keepdims=True))
+
+
+def test_async_infer(client):
+    done: queue.Queue = queue.Queue()
+    for batch in (1, 3, 8):
+        client.async_infer("add_sub", _add_sub_inputs(batch),
+                           callback=lambda result, error, b=batch: done.put((b, result, error)))
+    seen = set()
+    for _ in range(3):
+        batch, result, error = done.get(timeout=30)
+        assert error is None, error
+        want0, want1 = _add_sub_expected(batch)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), want0)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), want1)
+        seen.add(batch)
+    assert seen == {1, 3, 8}
 
 
 def test_infer_wrong_datatype_is_invalid(client):
@@ -106,16 +166,42 @@ def test_infer_wrong_datatype_is_invalid(client):
     assert "expects FP32, got INT32" in err.value.message()
 
 
-def test_statistics_count_failures(client):
-    before = client.get_inference_statistics("add_sub", as_json=True)["model_stats"][0]
-    failed_before = int(before["inference_stats"]["fail"].get("count", 0))
-    for _ in range(3):
+def _stats(client, model):
+    (entry,) = client.get_inference_statistics(model, as_json=True)["model_stats"]
+    st = entry["inference_stats"]
+    return {
+        "success": int(st["success"].get("count", 0)),
+        "fail": int(st["fail"].get("count", 0)),
+        "queue": int(st["queue"].get("count", 0)),
+        "compute_infer": int(st["compute_infer"].get("count", 0)),
+        "compute_infer_ns": int(st["compute_infer"].get("ns", 0)),
+        "inference_count": int(entry.get("inference_count", 0)),
+        "execution_count": int(entry.get("execution_count", 0)),
+        "batch": {int(b["batch_size"]): int(b["compute_infer"].get("count", 0))
+                  for b in entry.get("batch_stats", [])},
+        "entry": entry,
+    }
+
+
+def test_statistics_counts_match_requests(client):
+    before = _stats(client, "add_sub")
+    batches = [1, 8, 8, 2, 1]
+    for b in batches:
+        client.infer("add_sub", _add_sub_inputs(b))
+    for _ in range(3):  # validation failures: wrong datatype
         with pytest.raises(InferenceServerException):
-            client.infer("add_sub", _add_sub_inputs(1))
-    after = client.get_inference_statistics("add_sub", as_json=True)["model_stats"][0]
-    assert after["name"] == "add_sub"
-    assert after["version"] == "1"
-    assert int(after["inference_stats"]["fail"]["count"]) == failed_before + 3
-    assert int(after["inference_stats"]["success"].get("count", 0)) == 0
+            client.infer("add_sub", _add_sub_inputs(2, np.int32, "INT32"))
+    after = _stats(client, "add_sub")
+    assert after["entry"]["name"] == "add_sub"
+    assert after["entry"]["version"] == "1"
+    assert after["success"] == before["success"] + len(batches)
+    assert after["fail"] == before["fail"] + 3
+    assert after["queue"] == before["queue"] + len(batches)
+    assert after["compute_infer"] == before["compute_infer"] + len(batches)
+    assert after["compute_infer_ns"] > before["compute_infer_ns"]
+    assert after["inference_count"] == before["inference_count"] + sum(batches)
+    assert after["execution_count"] == before["execution_count"] + len(batches)
+    for size in set(batches):
+        assert after["batch"].get(size, 0) == before["batch"].get(size, 0) + batches.count(size)
     everything = client.get_inference_statistics(as_json=True)["model_stats"]
     assert {s["name"] for s in everything} >= {"add_sub", "reduce_sum"}

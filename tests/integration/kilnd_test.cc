@@ -1,7 +1,9 @@
 // kilnd over real gRPC: health, metadata, config, repository index, load/unload/reload,
 // statistics, a repository with broken and binary-graph models, and SIGTERM shutdown.
 #include <chrono>
+#include <cstring>
 #include <fstream>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -130,29 +132,80 @@ TEST_F(KilndTest, RepositoryIndexListsBundledModels) {
   EXPECT_EQ(state["reduce_sum"], "READY");
 }
 
-TEST_F(KilndTest, ValidInferIsHonestlyUnavailable) {
+TEST_F(KilndTest, InferReduceSumReturnsRowSums) {
+  inference::ModelStatisticsRequest sreq;
+  sreq.set_name("reduce_sum");
+  inference::ModelStatisticsResponse before;
+  ASSERT_TRUE(server_->Stub()->ModelStatistics(Context().get(), sreq, &before).ok());
+  ASSERT_EQ(before.model_stats_size(), 1);
+
   inference::ModelInferRequest req;
   req.set_model_name("reduce_sum");
+  req.set_id("sum-1");
   auto* in = req.add_inputs();
   in->set_name("X");
   in->set_datatype("FP32");
   in->add_shape(3);
   in->add_shape(8);
-  req.add_raw_input_contents(std::string(3 * 8 * 4, '\0'));
+  std::vector<float> x(24);
+  for (int i = 0; i < 24; ++i) x[i] = static_cast<float>(i);
+  req.add_raw_input_contents(std::string(reinterpret_cast<const char*>(x.data()), 24 * 4));
   inference::ModelInferResponse resp;
   grpc::Status s = server_->Stub()->ModelInfer(Context().get(), req, &resp);
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
-  EXPECT_EQ(s.error_message(),
-            "platform kiln_graph for model reduce_sum is not available in this build");
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.model_name(), "reduce_sum");
+  EXPECT_EQ(resp.model_version(), "1");
+  EXPECT_EQ(resp.id(), "sum-1");
+  ASSERT_EQ(resp.outputs_size(), 1);
+  EXPECT_EQ(resp.outputs(0).name(), "SUM");
+  EXPECT_EQ(resp.outputs(0).datatype(), "FP32");
+  EXPECT_THAT(resp.outputs(0).shape(), ::testing::ElementsAre(3, 1));
+  ASSERT_EQ(resp.raw_output_contents_size(), 1);
+  ASSERT_EQ(resp.raw_output_contents(0).size(), 12u);
+  float sums[3];
+  std::memcpy(sums, resp.raw_output_contents(0).data(), sizeof(sums));
+  EXPECT_EQ(sums[0], 28.0f);   // 0 + ... + 7
+  EXPECT_EQ(sums[1], 92.0f);   // 8 + ... + 15
+  EXPECT_EQ(sums[2], 156.0f);  // 16 + ... + 23
 
-  inference::ModelStatisticsRequest sreq;
-  sreq.set_name("reduce_sum");
-  inference::ModelStatisticsResponse sresp;
-  ASSERT_TRUE(server_->Stub()->ModelStatistics(Context().get(), sreq, &sresp).ok());
-  ASSERT_EQ(sresp.model_stats_size(), 1);
-  EXPECT_EQ(sresp.model_stats(0).version(), "1");
-  EXPECT_GE(sresp.model_stats(0).inference_stats().fail().count(), 1u);
-  EXPECT_EQ(sresp.model_stats(0).inference_stats().success().count(), 0u);
+  inference::ModelStatisticsResponse after;
+  ASSERT_TRUE(server_->Stub()->ModelStatistics(Context().get(), sreq, &after).ok());
+  ASSERT_EQ(after.model_stats_size(), 1);
+  const auto& b = before.model_stats(0);
+  const auto& a = after.model_stats(0);
+  EXPECT_EQ(a.version(), "1");
+  EXPECT_EQ(a.inference_stats().success().count(), b.inference_stats().success().count() + 1);
+  EXPECT_EQ(a.inference_stats().fail().count(), b.inference_stats().fail().count());
+  EXPECT_EQ(a.execution_count(), b.execution_count() + 1);
+  EXPECT_EQ(a.inference_count(), b.inference_count() + 1);  // no batch dim: one inference
+}
+
+TEST_F(KilndTest, InferAddSubTypedContents) {
+  inference::ModelInferRequest req;
+  req.set_model_name("add_sub");
+  for (const char* name : {"INPUT0", "INPUT1"}) {
+    auto* in = req.add_inputs();
+    in->set_name(name);
+    in->set_datatype("FP32");
+    in->add_shape(2);
+    in->add_shape(16);
+    for (int i = 0; i < 32; ++i) {
+      in->mutable_contents()->add_fp32_contents(name[5] == '0' ? static_cast<float>(i) : 2.0f);
+    }
+  }
+  inference::ModelInferResponse resp;
+  grpc::Status s = server_->Stub()->ModelInfer(Context().get(), req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.raw_output_contents_size(), 2);
+  std::vector<float> sum(32), diff(32);
+  ASSERT_EQ(resp.raw_output_contents(0).size(), 128u);
+  std::memcpy(sum.data(), resp.raw_output_contents(0).data(), 128);
+  std::memcpy(diff.data(), resp.raw_output_contents(1).data(), 128);
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(sum[i], static_cast<float>(i) + 2.0f) << i;
+    EXPECT_EQ(diff[i], static_cast<float>(i) - 2.0f) << i;
+  }
+  EXPECT_THAT(resp.outputs(1).shape(), ::testing::ElementsAre(2, 16));
 }
 
 TEST_F(KilndTest, StatisticsForAllModels) {

@@ -203,7 +203,9 @@ absl::Status Emitter::EmitStore(const UOp& u) {
     Line(absl::StrCat(z, " = zext ", RegType(vd), " ", v, " to ", mt));
     v = z;
   }
-  Line(absl::StrCat("store ", mt, " ", v, ", ptr ", ptr, ", align ", align));
+  const bool to_buffer = u.src(0)->op() == Op::INDEX && u.src(0)->src(0)->op() == Op::PARAM;
+  Line(absl::StrCat("store ", mt, " ", v, ", ptr ", ptr, ", align ", align,
+                    streaming_stores_ && to_buffer && gate.empty() ? ", !nontemporal !0" : ""));
   if (!gate.empty()) {
     Line(absl::StrCat("br label %G", k, ".done"));
     Label(absl::StrCat("G", k, ".done"));
@@ -351,9 +353,18 @@ absl::Status Emitter::EmitOne(size_t i, const UOp& u) {
   }
 }
 
+// Elementwise kernels whose output is at least this large store with !nontemporal (streaming stores: no
+// read-for-ownership of the destination, and the output does not evict the inputs from cache). Below it the output
+// likely stays in the last-level cache for the next kernel, where a normal store is better.
+constexpr int64_t kStreamingStoreBytes = int64_t{16} << 20;
+
 absl::StatusOr<std::string> Emitter::Run() {
   if (!IsValidKernelName(p_.name))
     return absl::InvalidArgumentError("llvm renderer: kernel name must be a generated identifier");
+  int64_t out_bytes = 0;
+  for (const BufferParam& b : p_.buffers)
+    if (b.is_output) out_bytes += b.size * b.dtype.ItemSize();
+  streaming_stores_ = p_.name.rfind("E_", 0) == 0 && out_bytes >= kStreamingStoreBytes;
   int64_t nbufs = static_cast<int64_t>(p_.buffers.size());
   for (const BufferParam& b : p_.buffers) nbufs = std::max(nbufs, b.slot + 1);
   for (const UOpPtr& u : p_.uops) {
@@ -405,6 +416,7 @@ absl::StatusOr<std::string> Emitter::Run() {
   absl::StrAppend(&out, "@", n, ".info = constant [2 x i32] [i32 ", nbufs, ", i32 ", p_.vars.size(), "]\n\n");
   for (const std::string& d : decls_) absl::StrAppend(&out, d, "\n");
   absl::StrAppend(&out, "\nattributes #0 = { alwaysinline nounwind }\nattributes #1 = { nounwind }\n");
+  if (streaming_stores_) absl::StrAppend(&out, "\n!0 = !{i32 1}\n");
   return out;
 }
 
@@ -415,6 +427,12 @@ const RendererCaps& LlvmIrRenderer::caps() const {
     RendererCaps c;
     c.has_local = false;
     c.has_threads = true;
+#if defined(__x86_64__) || defined(__i386__)
+    // The CPU backend JITs for the host CPU (all host features), so the host's widest SIMD is the target's.
+    c.vector_bytes = __builtin_cpu_supports("avx512f") ? 64
+                     : __builtin_cpu_supports("avx2")  ? 32
+                                                       : 16;
+#endif
     return c;
   }();
   return caps;

@@ -24,6 +24,9 @@
 //   - Integer CDIV/CMOD/FLOORDIV/FLOORMOD never trap: division by zero yields 0 and INT_MIN / -1 wraps (its
 //     remainder is 0); the guard is skipped when the divisor is a CONST other than 0 and -1.
 //     Shift amounts are masked to the bit width (no poison).
+//   - Stores to buffers carry !nontemporal (streaming stores) in elementwise ("E_") kernels whose outputs total
+//     >= 16 MiB; nothing else changes. The CPU backend's -O2 pipeline runs the SLP and loop vectorizers, which turn
+//     the straight-line UPCAST/UNROLL copies into vector code.
 //   - Floats: no fast-math flags anywhere except `contract` on MULACC's fmul/fadd. MAX on floats is llvm.maximum
 //     (NaN-propagating, -0 < +0). CMPNE is `fcmp une` (true for NaN), CMPLT/CMPEQ are ordered.
 //     EXP2/LOG2/SIN/SQRT/TRUNC/POW are llvm intrinsics. half and bfloat ALU ops are computed in float and rounded

@@ -71,6 +71,7 @@ class Emitter {
   absl::btree_set<std::string> decls_;
   int64_t ntmp_ = 0;
   int nblock_ = 0;
+  bool streaming_stores_ = false;  // see kStreamingStoreBytes in llvm_ir.cc
 };
 
 }  // namespace kiln::codegen::llvm_internal

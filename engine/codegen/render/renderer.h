@@ -25,6 +25,8 @@ struct RendererCaps {
   bool supports_bfloat16 = true;
   bool native_transcendental = true;  // EXP2/LOG2/SIN/SQRT rendered directly (no polynomial decomposition)
   int64_t global_max[3] = {0, 0, 0};  // 0 = no global dims (CPU loops instead)
+  int vector_bytes =
+      16;  // SIMD register width the heuristic tiles for (CPU: 16 SSE/NEON, 32 AVX2, 64 AVX-512)
 };
 
 class Renderer {

@@ -56,6 +56,10 @@ std::vector<Case> Cases() {
   c.push_back({"max", ReduceKernel(Op::MAX, 24, 20), {Bytes(std::vector<float>(24)), Bytes(Pattern(24 * 20, 53, -0.25f))}});
   c.push_back({"matmul", MatmulKernel(32, 64, 48), {Bytes(std::vector<float>(32 * 64)), Bytes(Pattern(32 * 48, 41, 0.11f)),
                                                     Bytes(Pattern(48 * 64, 37, 0.09f))}});
+  c.push_back({"tiled matmul",
+               MatmulKernel(64, 64, 64),
+               {Bytes(std::vector<float>(64 * 64)), Bytes(Pattern(64 * 64, 43, 0.07f)),
+                Bytes(Pattern(64 * 64, 47, 0.05f))}});
   c.push_back({"big add (threads)", AddKernel(512, 512),
                {Bytes(std::vector<float>(512 * 512)), Bytes(Pattern(512 * 512, 1013, 0.5f)),
                 Bytes(Pattern(512 * 512, 997, 0.25f))}});

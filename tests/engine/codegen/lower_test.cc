@@ -122,6 +122,52 @@ TEST(LowerTest, HeuristicChoices) {
   EXPECT_EQ(small->front(), (Opt{OptOp::kUnroll, 0, 0}));
 }
 
+// out[i*n+j] = sum_k a[i*kk+k] * b[k*n+j] (b_transposed: b[j*kk+k]).
+UOpPtr MatmulKernel(int64_t m, int64_t n, int64_t kk, bool b_transposed = false) {
+  UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32),
+         b = Param(2, dtypes::kFloat32);
+  UOpPtr r0 = UOp::Range(m, 0), r1 = UOp::Range(n, 1), r2 = UOp::Range(kk, 2, AxisType::kReduce);
+  UOpPtr prod = Ld(Idx(a, r0 * kk + r2)) * Ld(Idx(b, b_transposed ? r1 * kk + r2 : r2 * n + r1));
+  UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {prod, r2}, Op::ADD);
+  return UOp::Sink({End(St(Idx(out, r0 * n + r1), red), {r0, r1})});
+}
+
+TEST(LowerTest, MatmulRegisterTile) {
+  Target avx512;
+  avx512.renderer = "llvm";
+  avx512.has_threads = true;
+  avx512.max_threads = 2;
+  avx512.vector_bytes = 64;
+  auto opts = codegen::HeuristicOpts(MatmulKernel(256, 256, 256), avx512);
+  ASSERT_TRUE(opts.ok()) << opts.status();
+  EXPECT_EQ(*opts, (std::vector<Opt>{{OptOp::kThread, 0, 2},
+                                     {OptOp::kUpcast, 1, 16},
+                                     {OptOp::kUpcast, 1, 2},
+                                     {OptOp::kUpcast, 0, 8},
+                                     {OptOp::kUnroll, 0, 2}}));
+  auto p = codegen::LowerKernel(MatmulKernel(256, 256, 256), avx512, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  // The n loop (256 / 32 = 8) runs outside the m loop (256 / 2 threads / 8 rows = 16).
+  EXPECT_EQ(p->name, "r_2_8_16_128_8_2_16_2");
+  EXPECT_EQ(p->threads, 2);
+  // AVX2-sized registers: 4 x 16 tile.
+  Target avx2 = avx512;
+  avx2.vector_bytes = 32;
+  auto narrow = codegen::HeuristicOpts(MatmulKernel(256, 256, 256), avx2);
+  ASSERT_TRUE(narrow.ok());
+  EXPECT_EQ(*narrow, (std::vector<Opt>{{OptOp::kThread, 0, 2},
+                                       {OptOp::kUpcast, 1, 16},
+                                       {OptOp::kUpcast, 0, 4},
+                                       {OptOp::kUnroll, 0, 2}}));
+  // No tile when the n lanes are strided in b (they would be gathers), nor for small kernels.
+  auto strided = codegen::HeuristicOpts(MatmulKernel(256, 256, 256, /*b_transposed=*/true), avx512);
+  ASSERT_TRUE(strided.ok());
+  EXPECT_EQ(std::count(strided->begin(), strided->end(), Opt{OptOp::kUpcast, 1, 16}), 0);
+  auto small = codegen::HeuristicOpts(MatmulKernel(16, 16, 16), avx512);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(std::count(small->begin(), small->end(), Opt{OptOp::kUpcast, 1, 16}), 0);
+}
+
 TEST(LowerTest, WideIndexUsesInt64) {
   UOpPtr out = Param(0, dtypes::kUInt8);
   UOpPtr r0 = UOp::Range(int64_t{3} << 30, 0);

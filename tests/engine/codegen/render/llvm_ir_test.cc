@@ -29,6 +29,17 @@ TEST(LlvmIrTest, ElementwiseSignatureAndTrampoline) {
   EXPECT_EQ(src->find("fast"), std::string::npos);
 }
 
+TEST(LlvmIrTest, LargeElementwiseOutputsUseStreamingStores) {
+  auto small = LlvmIrRenderer().Render(ElementwiseAdd(16));
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->find("nontemporal"), std::string::npos);
+  auto big = LlvmIrRenderer().Render(ElementwiseAdd(int64_t{1} << 22));  // 16 MiB of float32 output
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_NE(big->find("store float %"), std::string::npos) << *big;
+  EXPECT_NE(big->find(", !nontemporal !0"), std::string::npos) << *big;
+  EXPECT_NE(big->find("!0 = !{i32 1}"), std::string::npos);
+}
+
 TEST(LlvmIrTest, DeterministicText) {
   auto a = LlvmIrRenderer().Render(RowSum(4, 8));
   auto b = LlvmIrRenderer().Render(RowSum(4, 8));

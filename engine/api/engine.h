@@ -1,0 +1,137 @@
+// kiln::api::Engine: the facade the server links (DESIGN.md §2, engine/api). Everything crosses it
+// as plain structs and absl::Status; no UOp, DType or device type appears in this header.
+//
+//   Engine::Create        registers the compiled-in backends once and picks a device
+//                         ("" = CPU when compiled in, else INTERP).
+//   Engine::Prepare       GraphSpec -> PreparedGraph: decoded ONCE (op names, dtypes and args parsed,
+//                         the op allowlist and limits checked, src indices checked to point at earlier
+//                         nodes, so cycles and dangling sources are impossible) and, for graphs whose
+//                         input shapes are all static, built through the validating UOp::Create so
+//                         shape and dtype errors surface here. Prepared graphs are cached by GraphKey
+//                         (SHA-256 of the spec), so preparing the same spec twice returns one object.
+//   Engine::Run           binds host tensors to the inputs, builds the graph through UOp::Create,
+//                         realizes every output (schedule -> codegen -> compile (cached) -> run) and
+//                         copies the outputs back. Returns per-kernel timings and compile counts.
+//   Engine::Warm          one Run on zero-filled inputs (static shapes only): compiles ahead of traffic.
+//
+// Errors: INVALID_ARGUMENT (bad graph or inputs; the message names the field, e.g. "nodes[3].src[0]"),
+// UNAVAILABLE (no device), INTERNAL (an engine failure). A bad request never aborts.
+// Thread safety: every method may be called from any thread; runs execute one at a time per Engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/api/graph_spec.h"
+
+namespace kiln::api {
+
+struct EngineOptions {
+  std::string device;  // "" = default ("CPU" when compiled in, else "INTERP")
+  GraphLimits limits;
+  size_t prepared_cache_entries = 256;  // prepared graphs kept by key (LRU)
+};
+
+// A host tensor handed to Run; `data` is not owned and must outlive the call.
+struct HostTensorView {
+  std::string dtype;  // kiln dtype name
+  std::vector<int64_t> shape;
+  std::string_view data;  // little-endian, row-major, numel * itemsize bytes
+};
+
+struct HostTensor {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string data;
+};
+
+struct KernelTiming {
+  std::string name;    // generated kernel name (E_..., r_...)
+  std::string device;
+  uint64_t duration_ns = 0;
+};
+
+struct RunResult {
+  std::vector<HostTensor> outputs;    // in GraphSpec.outputs order
+  std::vector<KernelTiming> kernels;  // one per launch, in launch order
+  int kernels_compiled = 0;           // kernels lowered + compiled by this run (0 = all cached)
+  uint64_t compile_ns = 0;
+  uint64_t total_ns = 0;              // wall time of the run (build + realize + copies)
+};
+
+// Per (graph, kernel) counters, for ListKernels.
+struct KernelStats {
+  std::string graph_key;
+  std::string name;
+  std::string device;
+  uint64_t launches = 0;
+  uint64_t total_ns = 0;
+  uint64_t compiles = 0;  // times this graph's runs compiled this kernel
+};
+
+struct EngineStats {
+  uint64_t prepares = 0;          // Prepare calls that decoded a new graph
+  uint64_t prepare_hits = 0;      // Prepare calls answered from the prepared-graph cache
+  uint64_t runs = 0;
+  uint64_t kernels_compiled = 0;  // over all runs
+};
+
+class Engine;
+
+// A validated, decoded graph. Immutable except for its counters; shared between threads.
+class PreparedGraph {
+ public:
+  ~PreparedGraph();
+  const std::string& key() const;  // hex GraphKey of the spec
+  const GraphSpec& spec() const;
+  int num_inputs() const;
+  // Counters of this graph's runs.
+  uint64_t runs() const;
+  uint64_t kernels_compiled() const;
+  std::vector<KernelStats> Kernels() const;
+
+  struct Impl;
+  explicit PreparedGraph(std::unique_ptr<Impl> impl);
+  Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The structural key of a spec (hex SHA-256 over every field, length-prefixed).
+std::string GraphKey(const GraphSpec& spec);
+
+// Whether an op name may appear in a GraphSpec ("INPUT", "CONST", ALU, CAST, movement,
+// REDUCE_AXIS, CONTIGUOUS).
+bool IsAllowedOp(std::string_view op);
+
+// Bytes per element of a kiln dtype name; 0 if unknown.
+int64_t DTypeItemSize(std::string_view dtype);
+
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(EngineOptions options = {});
+  ~Engine();
+
+  const std::string& device() const;
+  const GraphLimits& limits() const;
+
+  absl::StatusOr<std::shared_ptr<const PreparedGraph>> Prepare(const GraphSpec& spec);
+  absl::StatusOr<RunResult> Run(const PreparedGraph& graph, absl::Span<const HostTensorView> inputs);
+  absl::StatusOr<RunResult> Warm(const PreparedGraph& graph);
+
+  EngineStats stats() const;
+
+ private:
+  struct State;
+  explicit Engine(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace kiln::api

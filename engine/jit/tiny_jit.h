@@ -1,0 +1,122 @@
+// TinyJit: capture a function's kernel sequence once, replay it per call (tinygrad's TinyJit,
+// reference/tinygrad.md §6, with its semantics).
+//
+// Calls (cnt = calls so far):
+//   every call   inputs are collected (positional, then named in name order), unrealized inputs are realized, and
+//                each must be a real, whole, contiguous buffer and appear once.
+//   cnt 0        the function runs normally; its returned tensors are realized.
+//   cnt 1        capture: Realize() calls inside the function (and of its returned tensors) are recorded instead of
+//                run (engine/realize/exec_plan.h); the recording is compiled into an ExecPlan whose inputs are the
+//                input buffers, executed once with this call's inputs, and its outputs are returned.
+//   cnt >= 2     replay: the signature (names, then shape/dtype/device per input) is checked, the new input buffers
+//                are swapped in and the captured kernels run. The SAME output tensors as at capture are returned:
+//                their buffers are overwritten by every replay (clone an output to keep it).
+// Everything else the function reads (weights, realized constants) is an implicit input baked in by buffer identity:
+// replays see its current contents, and ASSIGNs into it (optimizer steps) are replayed.
+// Random numbers regenerate on every replay: during capture each random call's key lives in a small device buffer
+// that every replay refills from the process-wide random stream, so a jitted function draws the same numbers as
+// the same calls without the JIT. An input that the plan itself writes (an output fed back) is copied first.
+// JIT=0 (Knob::kJit) disables capture: every call runs the function.
+//
+// Errors (tinygrad's JitError, as Status; the message carries tinygrad's words):
+//   InvalidArgument     "JIT inputs must be real buffers; use .clone()"    (a const input or a view of a buffer)
+//                       "duplicate inputs to JIT"
+//                       "args mismatch in JIT: expected_names=... != ..."  (different input names / count)
+//                       "args mismatch in JIT: expected_input_info=... != ..." (shape / dtype / device differ)
+//   FailedPrecondition  "didn't JIT anything!"                            (the capture recorded no kernel)
+//                       "having TinyJit inside another TinyJit is not supported" (capture/replay inside a capture)
+//                       "cannot access tensor data during JIT capture, the value will be baked in"
+// A failed call leaves cnt unchanged (a failed capture can be retried).
+//
+// Thread safety: a TinyJit is not thread-safe; call it from one thread at a time (TraceCache serializes per entry).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/dtype/dtype.h"
+#include "engine/realize/exec_plan.h"
+#include "engine/tensor/tensor.h"
+
+namespace kiln::jit {
+
+// Inputs of a jitted call: positional, and named (tinygrad kwargs) ordered by name, so the order a caller builds
+// them in does not matter.
+struct JitArgs {
+  std::vector<Tensor> positional;
+  std::map<std::string, Tensor> named;
+};
+
+using JitFunction = std::function<absl::StatusOr<std::vector<Tensor>>(const JitArgs&)>;
+using PositionalJitFunction =
+    std::function<absl::StatusOr<std::vector<Tensor>>(const std::vector<Tensor>&)>;
+
+// The signature of one input.
+struct InputInfo {
+  Shape shape;
+  DType dtype;
+  std::string device;
+  bool operator==(const InputInfo& o) const {
+    return shape == o.shape && dtype == o.dtype && device == o.device;
+  }
+  bool operator!=(const InputInfo& o) const { return !(*this == o); }
+  std::string ToString() const;  // "(shape=(4, 4), dtype=float, device=CPU)"
+};
+
+class TinyJit {
+ public:
+  explicit TinyJit(JitFunction fn);
+  explicit TinyJit(PositionalJitFunction fn);
+  ~TinyJit();
+  TinyJit(const TinyJit&) = delete;
+  TinyJit& operator=(const TinyJit&) = delete;
+
+  absl::StatusOr<std::vector<Tensor>> operator()(const std::vector<Tensor>& inputs);
+  absl::StatusOr<std::vector<Tensor>> Call(const JitArgs& args);
+
+  // Forgets the capture: the next call runs the function normally (cnt 0).
+  void Reset();
+
+  int cnt() const { return cnt_; }
+  bool captured() const { return plan_ != nullptr; }
+  // Kernels in the captured plan (0 before capture).
+  int num_kernels() const { return plan_ ? plan_->num_kernels() : 0; }
+  const std::vector<std::string>& expected_names() const { return expected_names_; }
+  const std::vector<InputInfo>& expected_input_info() const { return expected_info_; }
+  const ExecPlan* plan() const { return plan_.get(); }
+
+ private:
+  struct Inputs {
+    std::vector<std::string> names;
+    std::vector<Tensor> tensors;  // realized, in order
+    std::vector<UOpPtr> buffers;  // their BUFFER nodes
+  };
+  struct RngKey {
+    UOpPtr node;
+    std::shared_ptr<runtime::Buffer> buffer;
+  };
+  absl::StatusOr<Inputs> PrepareInputs(const JitArgs& args) const;
+  absl::StatusOr<std::vector<Tensor>> RunAndRealize(const JitArgs& args);
+  absl::StatusOr<std::vector<Tensor>> Capture(const JitArgs& args, Inputs inputs);
+  absl::StatusOr<std::vector<Tensor>> Replay(const Inputs& inputs);
+  // Resolves the input memory (copying inputs the plan writes), refills the random keys, runs the plan.
+  absl::Status Execute(const Inputs& inputs);
+
+  JitFunction fn_;
+  int cnt_ = 0;
+  std::unique_ptr<ExecPlan> plan_;
+  std::vector<Tensor> ret_;
+  std::vector<std::string> expected_names_;
+  std::vector<InputInfo> expected_info_;
+  std::vector<RngKey> rng_keys_;
+  std::vector<runtime::DeviceMemory> input_mem_;  // reused per replay
+  std::vector<std::shared_ptr<runtime::Buffer>>
+      alias_scratch_;  // per input, allocated on first aliasing
+};
+
+}  // namespace kiln::jit

@@ -1,0 +1,87 @@
+// TraceCache: see trace_cache.h.
+#include "engine/jit/trace_cache.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status.h"
+
+namespace kiln::jit {
+
+TraceCache::TraceCache(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
+
+absl::StatusOr<std::string> TraceCache::KeyOf(const std::string& model, const JitArgs& args) {
+  std::string key = model;
+  auto add = [&key](const std::string& name, const Tensor& t) -> absl::Status {
+    if (!t.ok()) return t.status();
+    absl::StrAppend(&key, "|", name, ":", InputInfo{t.shape(), t.dtype(), t.device()}.ToString());
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < args.positional.size(); ++i)
+    KILN_RETURN_IF_ERROR(add(absl::StrCat(i), args.positional[i]));
+  for (const auto& [name, t] : args.named) KILN_RETURN_IF_ERROR(add(name, t));
+  return key;
+}
+
+absl::StatusOr<std::vector<Tensor>> TraceCache::Run(const std::string& model, const JitArgs& args,
+                                                    const JitFunction& fn) {
+  KILN_ASSIGN_OR_RETURN(std::string key, KeyOf(model, args));
+  std::shared_ptr<Entry> entry;
+  {
+    absl::MutexLock l(&mu_);
+    if (auto it = index_.find(key); it != index_.end()) {
+      ++stats_.hits;
+      lru_.splice(lru_.begin(), lru_, it->second);
+      entry = *it->second;
+    } else {
+      ++stats_.misses;
+      entry = std::make_shared<Entry>();
+      entry->key = key;
+      entry->model = model;
+      {
+        absl::MutexLock el(&entry->mu);
+        entry->jit = std::make_unique<TinyJit>(fn);
+      }
+      lru_.push_front(entry);
+      index_[key] = lru_.begin();
+      while (lru_.size() > capacity_) {
+        index_.erase(lru_.back()->key);
+        lru_.pop_back();
+        ++stats_.evictions;
+      }
+      stats_.size = static_cast<int64_t>(lru_.size());
+    }
+  }
+  absl::MutexLock el(&entry->mu);
+  return entry->jit->Call(args);
+}
+
+TraceCacheStats TraceCache::stats() const {
+  absl::MutexLock l(&mu_);
+  return stats_;
+}
+
+int TraceCache::Erase(const std::string& model) {
+  absl::MutexLock l(&mu_);
+  int n = 0;
+  for (auto it = lru_.begin(); it != lru_.end();) {
+    if ((*it)->model == model) {
+      index_.erase((*it)->key);
+      it = lru_.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  stats_.size = static_cast<int64_t>(lru_.size());
+  return n;
+}
+
+void TraceCache::Clear() {
+  absl::MutexLock l(&mu_);
+  lru_.clear();
+  index_.clear();
+  stats_.size = 0;
+}
+
+}  // namespace kiln::jit

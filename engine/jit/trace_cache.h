@@ -1,0 +1,66 @@
+// TraceCache: captured JITs keyed by (model, input signature), a bounded LRU (DESIGN.md §2: "the JIT's trace cache,
+// keyed by (graph or model version, input signature, device)"). The server keeps one per engine and runs each
+// request's model function through it.
+//
+// Run(model, args, fn): the key is the model string plus, per input in JitArgs order, its name, shape, dtype and
+// device. A miss creates a TinyJit over `fn` (counted as a miss; when the cache is full the least recently used
+// entry is evicted and counted); a hit reuses the entry's TinyJit (counted as a hit), which runs, captures or
+// replays according to its own call count. `fn` is used only when the entry is created: a model's function must not
+// change under the same model string (bump a version in the string instead).
+//
+// Thread safety: all methods are thread-safe. Calls of one entry are serialized by the entry's mutex; different
+// entries run concurrently. An evicted entry that is running finishes its call (entries are shared_ptrs).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/jit/tiny_jit.h"
+
+namespace kiln::jit {
+
+struct TraceCacheStats {
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t evictions = 0;
+  int64_t size = 0;
+};
+
+class TraceCache {
+ public:
+  // capacity >= 1 (0 is treated as 1).
+  explicit TraceCache(size_t capacity);
+
+  absl::StatusOr<std::vector<Tensor>> Run(const std::string& model, const JitArgs& args,
+                                          const JitFunction& fn);
+
+  TraceCacheStats stats() const;
+  size_t capacity() const { return capacity_; }
+  // Drops every entry whose model is `model` (e.g. on unload); returns how many.
+  int Erase(const std::string& model);
+  void Clear();
+  // The cache key of a call (for tests and logs): "model|name:(shape=..., dtype=..., device=...)|...".
+  static absl::StatusOr<std::string> KeyOf(const std::string& model, const JitArgs& args);
+
+ private:
+  struct Entry {
+    std::string key;
+    std::string model;
+    absl::Mutex mu;
+    std::unique_ptr<TinyJit> jit ABSL_GUARDED_BY(mu);
+  };
+  using Lru = std::list<std::shared_ptr<Entry>>;
+
+  const size_t capacity_;
+  mutable absl::Mutex mu_;
+  Lru lru_ ABSL_GUARDED_BY(mu_);  // most recent first
+  absl::flat_hash_map<std::string, Lru::iterator> index_ ABSL_GUARDED_BY(mu_);
+  TraceCacheStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kiln::jit

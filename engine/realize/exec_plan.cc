@@ -1,0 +1,262 @@
+// CaptureScope and ExecPlan: see exec_plan.h.
+#include "engine/realize/exec_plan.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/base/env.h"
+#include "engine/base/status.h"
+#include "engine/realize/realize_internal.h"
+#include "engine/runtime/registry.h"
+
+namespace kiln {
+namespace realize_internal {
+
+struct CaptureState {
+  std::vector<CapturedItem> items;
+  int kernels = 0;
+};
+
+namespace {
+
+thread_local CaptureState* t_capture = nullptr;
+
+// Volatile buffers (written by live ExecPlans), counted per node.
+struct VolatileSet {
+  absl::Mutex mu;
+  absl::flat_hash_map<const UOp*, int> count ABSL_GUARDED_BY(mu);
+  std::atomic<size_t> size{0};
+};
+VolatileSet& Volatiles() {
+  static VolatileSet* v = new VolatileSet();
+  return *v;
+}
+
+void MarkVolatile(const UOp* b) {
+  VolatileSet& v = Volatiles();
+  absl::MutexLock l(&v.mu);
+  if (v.count[b]++ == 0) v.size.fetch_add(1, std::memory_order_relaxed);
+}
+
+void UnmarkVolatile(const UOp* b) {
+  VolatileSet& v = Volatiles();
+  absl::MutexLock l(&v.mu);
+  auto it = v.count.find(b);
+  if (it == v.count.end()) return;
+  if (--it->second == 0) {
+    v.count.erase(it);
+    v.size.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+const void* MemKey(const runtime::DeviceMemory& m) {
+  return m.ptr != nullptr ? m.ptr : reinterpret_cast<const void*>(static_cast<uintptr_t>(m.handle));
+}
+
+}  // namespace
+
+CaptureState* ActiveCapture() { return t_capture; }
+
+void AppendCaptured(CaptureState* capture, const Schedule& schedule) {
+  for (const ScheduleItem& it : schedule.items) {
+    capture->items.push_back(CapturedItem{it, schedule.var_vals});
+    capture->kernels += it.kind == ScheduleItem::Kind::kKernel;
+  }
+}
+
+bool AnyVolatile(const std::vector<const UOp*>& buffers) {
+  VolatileSet& v = Volatiles();
+  if (v.size.load(std::memory_order_relaxed) == 0) return false;
+  absl::MutexLock l(&v.mu);
+  for (const UOp* b : buffers)
+    if (v.count.contains(b)) return true;
+  return false;
+}
+
+}  // namespace realize_internal
+
+// ---- CaptureScope ----
+
+CaptureScope::CaptureScope() : state_(std::make_unique<realize_internal::CaptureState>()) {
+  prev_ = realize_internal::t_capture;
+  realize_internal::t_capture = state_.get();
+}
+
+CaptureScope::~CaptureScope() { realize_internal::t_capture = prev_; }
+
+bool CaptureScope::Active() { return realize_internal::t_capture != nullptr; }
+
+std::vector<CapturedItem> CaptureScope::Take() {
+  state_->kernels = 0;
+  return std::exchange(state_->items, {});
+}
+
+int CaptureScope::num_kernels() const { return state_->kernels; }
+
+// ---- ExecPlan ----
+
+absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedItem> items,
+                                                          absl::Span<const UOpPtr> inputs,
+                                                          absl::Span<const UOpPtr> extra_buffers) {
+  std::unique_ptr<ExecPlan> plan(new ExecPlan());
+  plan->num_inputs_ = static_cast<int>(inputs.size());
+  absl::flat_hash_map<const UOp*, uint32_t> input_slot;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    input_slot.emplace(inputs[i].get(), static_cast<uint32_t>(i));
+  absl::flat_hash_map<const UOp*, std::shared_ptr<runtime::Buffer>> fixed;
+  absl::flat_hash_set<const UOp*> written_nodes;
+  absl::flat_hash_set<runtime::Device*> devices;
+  size_t staging = 0;
+
+  // Memory of a non-input buffer (allocated now), or a placeholder plus a patch for an input.
+  auto resolve = [&](const UOpPtr& b, uint32_t arg_index,
+                     runtime::Device* want) -> absl::StatusOr<std::shared_ptr<runtime::Buffer>> {
+    if (auto it = input_slot.find(b.get()); it != input_slot.end()) {
+      plan->patches_.push_back(Patch{arg_index, it->second});
+      return std::shared_ptr<runtime::Buffer>();
+    }
+    auto it = fixed.find(b.get());
+    if (it == fixed.end()) {
+      KILN_ASSIGN_OR_RETURN(auto buf, realize_internal::Materialize(b));
+      it = fixed.emplace(b.get(), std::move(buf)).first;
+      plan->held_nodes_.push_back(b);
+      plan->held_buffers_.push_back(it->second);
+    }
+    if (want != nullptr && it->second->device() != want)
+      return absl::InvalidArgumentError(absl::StrCat("ExecPlan: a kernel on ", want->name(),
+                                                     " reads a buffer on ",
+                                                     it->second->device()->name()));
+    plan->args_[arg_index] = it->second->memory();
+    return it->second;
+  };
+
+  for (CapturedItem& ci : items) {
+    const ScheduleItem& item = ci.item;
+    Call call;
+    call.arg_begin = static_cast<uint32_t>(plan->args_.size());
+    call.arg_count = static_cast<uint32_t>(item.buffers.size());
+    plan->args_.resize(plan->args_.size() + item.buffers.size());
+    if (item.kind == ScheduleItem::Kind::kCopy) {
+      if (item.buffers.size() != 2)
+        return absl::InternalError("ExecPlan: a copy item needs 2 buffers");
+      for (int j = 0; j < 2; ++j) {
+        KILN_ASSIGN_OR_RETURN(runtime::Device * dev,
+                              runtime::GetDevice(item.buffers[j]->num_src() >= 2 &&
+                                                         item.buffers[j]->src(1)->op() == Op::DEVICE
+                                                     ? item.buffers[j]->src(1)->ArgStr()
+                                                     : DefaultDevice()));
+        KILN_RETURN_IF_ERROR(resolve(item.buffers[j], call.arg_begin + j, dev).status());
+        (j == 0 ? call.dst_device : call.src_device) = dev;
+        devices.insert(dev);
+      }
+      call.copy_bytes =
+          static_cast<size_t>(std::min(item.buffers[0]->ArgInt(), item.buffers[1]->ArgInt())) *
+          item.buffers[1]->dtype().ItemSize();
+      staging = std::max(staging, call.copy_bytes);
+      call.name = "copy";
+      written_nodes.insert(item.buffers[0].get());
+    } else {
+      KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(item.device));
+      devices.insert(dev);
+      KILN_ASSIGN_OR_RETURN(std::shared_ptr<realize_internal::LoadedKernel> k,
+                            realize_internal::GetKernel(*dev, item.ast));
+      for (size_t j = 0; j < item.buffers.size(); ++j) {
+        KILN_RETURN_IF_ERROR(
+            resolve(item.buffers[j], call.arg_begin + static_cast<uint32_t>(j), dev).status());
+        if (static_cast<int>(j) < item.num_outputs) written_nodes.insert(item.buffers[j].get());
+      }
+      call.var_begin = static_cast<uint32_t>(plan->vars_.size());
+      for (const UOpPtr& v : k->program.vars) {
+        const std::string& name = std::get<VarArg>(v->arg()).name;
+        auto it = ci.var_vals.find(name);
+        if (it == ci.var_vals.end())
+          return absl::InvalidArgumentError(
+              absl::StrCat("unbound Variable ", name, " used by ", k->program.name));
+        plan->vars_.push_back(it->second);
+      }
+      call.var_count = static_cast<uint32_t>(k->program.vars.size());
+      for (int i = 0; i < 3; ++i) {
+        call.dims.global[i] = k->program.global_size[i];
+        call.dims.local[i] = k->program.local_size[i];
+      }
+      call.dims.threads = k->program.threads;
+      call.program = k->runner.get();
+      call.name = k->program.name;
+      plan->kernels_.push_back(std::move(k));
+      ++plan->num_kernels_;
+    }
+    plan->calls_.push_back(std::move(call));
+  }
+  for (const UOpPtr& e : extra_buffers) KILN_RETURN_IF_ERROR(EnsureAllocated(e));
+
+  plan->staging_.resize(staging);
+  plan->devices_.assign(devices.begin(), devices.end());
+  for (const UOp* b : written_nodes) {
+    if (input_slot.contains(b))
+      continue;  // an input the plan writes (ASSIGN into an input): not plan memory
+    plan->written_.push_back(realize_internal::MemKey(fixed.at(b)->memory()));
+    realize_internal::MarkVolatile(b);
+    plan->volatile_.push_back(b);
+    realize_internal::InvalidateMemo(b);
+  }
+  std::sort(plan->written_.begin(), plan->written_.end());
+  if (DebugLevel() >= 1)
+    std::fprintf(stderr, "JIT captured %d kernels with %d inputs\n", plan->num_kernels_,
+                 plan->num_inputs_);
+  return plan;
+}
+
+ExecPlan::~ExecPlan() {
+  for (const UOp* b : volatile_) realize_internal::UnmarkVolatile(b);
+}
+
+absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
+  if (static_cast<int>(inputs.size()) != num_inputs_)
+    return absl::InvalidArgumentError(
+        absl::StrCat("ExecPlan: expected ", num_inputs_, " input buffers, got ", inputs.size()));
+  for (const Patch& p : patches_) args_[p.arg] = inputs[p.input];
+  runtime::DeviceMemory* args = args_.data();
+  const int64_t* vars = vars_.data();
+  for (const Call& c : calls_) {
+    if (c.program != nullptr) {
+      absl::StatusOr<double> r = c.program->Launch(
+          absl::Span<const runtime::DeviceMemory>(args + c.arg_begin, c.arg_count),
+          absl::Span<const int64_t>(vars + c.var_begin, c.var_count), c.dims, /*timed=*/false);
+      if (!r.ok()) return r.status();
+      continue;
+    }
+    if (c.copy_bytes == 0) continue;
+    KILN_RETURN_IF_ERROR(c.src_device->Synchronize());
+    KILN_RETURN_IF_ERROR(
+        c.src_device->allocator().CopyOut(staging_.data(), args[c.arg_begin + 1], c.copy_bytes));
+    KILN_RETURN_IF_ERROR(
+        c.dst_device->allocator().CopyIn(args[c.arg_begin], staging_.data(), c.copy_bytes));
+  }
+  for (runtime::Device* d : devices_) KILN_RETURN_IF_ERROR(d->Synchronize());
+  if (DebugLevel() >= 2) std::fprintf(stderr, "jit execs %zu calls\n", calls_.size());
+  return absl::OkStatus();
+}
+
+bool ExecPlan::Writes(const runtime::DeviceMemory& mem) const {
+  return std::binary_search(written_.begin(), written_.end(), realize_internal::MemKey(mem));
+}
+
+std::vector<std::string> ExecPlan::KernelNames() const {
+  std::vector<std::string> out;
+  for (const Call& c : calls_) out.push_back(c.name);
+  return out;
+}
+
+absl::Status EnsureAllocated(const UOpPtr& view) {
+  if (!view) return absl::InvalidArgumentError("EnsureAllocated: null value");
+  const UOp* b = BufferOf(view.get());
+  if (b == nullptr) return absl::InvalidArgumentError("EnsureAllocated: not a view of a BUFFER");
+  return realize_internal::Materialize(b->Ptr()).status();
+}
+
+}  // namespace kiln

@@ -1,0 +1,123 @@
+// Capture and replay of realizations: the machinery under TinyJit (engine/jit).
+//
+// CaptureScope. While one is alive on a thread, Realize() on that thread schedules as usual but runs nothing: it
+// appends the schedule's items (kernels and copies, with the schedule's variable values) to the scope and returns the
+// output views, whose buffers get memory only when a plan built from the capture runs. During capture the realize
+// memo is bypassed both ways (a value memoized before the capture would drop its kernels from it) and ToHost fails
+// with FailedPrecondition "cannot access tensor data during JIT capture, the value will be baked in". Scopes do not
+// nest: constructing one while another is active on the thread is a caller bug (check CaptureScope::Active()).
+//
+// ExecPlan. Captured items lowered once into loaded programs with pre-resolved buffer memory. `inputs` are BUFFER
+// nodes whose memory is supplied per Run (by position); every other buffer is allocated at Build (unless it already
+// has memory) and held by the plan for its lifetime. Run() patches the input pointers into a flat argument array and
+// launches the kernels in order: no scheduling, no compiling, no allocation, no lock except the devices' own.
+// The buffers a plan writes are "volatile" while the plan lives: the realize memo never remembers a value that reads
+// one (its contents change on every Run), and memo entries that read one are dropped at Build.
+//
+// Thread safety: a CaptureScope is per thread. An ExecPlan is not thread-safe (Run mutates its argument array); use
+// one plan from one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/runtime/buffer.h"
+#include "engine/runtime/device.h"
+#include "engine/schedule/schedule.h"
+#include "engine/uop/uop.h"
+
+namespace kiln {
+
+namespace realize_internal {
+struct LoadedKernel;
+struct CaptureState;
+}  // namespace realize_internal
+
+// One captured schedule item with the variable values of the schedule it came from.
+struct CapturedItem {
+  ScheduleItem item;
+  absl::flat_hash_map<std::string, int64_t> var_vals;
+};
+
+class CaptureScope {
+ public:
+  CaptureScope();
+  ~CaptureScope();
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
+
+  // Whether a scope is alive on this thread.
+  static bool Active();
+  // The items recorded so far (moved out; the scope stays active and records on).
+  std::vector<CapturedItem> Take();
+  int num_kernels() const;
+
+ private:
+  std::unique_ptr<realize_internal::CaptureState> state_;
+  realize_internal::CaptureState* prev_ = nullptr;
+};
+
+class ExecPlan {
+ public:
+  // Lowers and compiles every kernel, allocates the non-input buffers, resolves their memory. `extra_buffers` are
+  // BUFFER nodes (e.g. outputs no kernel writes) that must have memory too. Errors: compile failures, unknown device,
+  // a kernel reading a buffer on another device, out of memory.
+  static absl::StatusOr<std::unique_ptr<ExecPlan>> Build(
+      std::vector<CapturedItem> items, absl::Span<const UOpPtr> inputs,
+      absl::Span<const UOpPtr> extra_buffers = {});
+  ~ExecPlan();
+  ExecPlan(const ExecPlan&) = delete;
+  ExecPlan& operator=(const ExecPlan&) = delete;
+
+  // Runs every item with `inputs[i]` standing for the i-th input BUFFER of Build (same count; each at least as large
+  // as the captured one -- the caller checks signatures). Synchronizes the devices before returning.
+  absl::Status Run(absl::Span<const runtime::DeviceMemory> inputs);
+
+  // Whether the plan writes `mem` (an output or intermediate buffer; an input aliasing one must be copied first).
+  bool Writes(const runtime::DeviceMemory& mem) const;
+  int num_kernels() const { return num_kernels_; }
+  int num_inputs() const { return num_inputs_; }
+  // Names of the kernels in launch order (copies are "copy").
+  std::vector<std::string> KernelNames() const;
+
+ private:
+  struct Call {
+    runtime::Program* program = nullptr;  // null for a copy
+    uint32_t arg_begin = 0, arg_count = 0;
+    uint32_t var_begin = 0, var_count = 0;
+    runtime::LaunchDims dims;
+    runtime::Device* dst_device = nullptr;  // copies: args_[arg_begin] <- args_[arg_begin + 1]
+    runtime::Device* src_device = nullptr;
+    size_t copy_bytes = 0;
+    std::string name;
+  };
+  struct Patch {
+    uint32_t arg;    // index into args_
+    uint32_t input;  // index into Run's inputs
+  };
+  ExecPlan() = default;
+
+  std::vector<Call> calls_;
+  std::vector<runtime::DeviceMemory> args_;
+  std::vector<int64_t> vars_;
+  std::vector<Patch> patches_;
+  std::vector<runtime::Device*> devices_;
+  std::vector<const void*> written_;  // ptr or handle of every buffer the plan writes (sorted)
+  std::vector<std::shared_ptr<realize_internal::LoadedKernel>> kernels_;
+  std::vector<std::shared_ptr<runtime::Buffer>> held_buffers_;
+  std::vector<UOpPtr> held_nodes_;    // non-input BUFFER nodes (keeps their memory attached)
+  std::vector<const UOp*> volatile_;  // registered volatile while the plan lives
+  std::vector<char> staging_;         // host staging for copies
+  int num_kernels_ = 0;
+  int num_inputs_ = 0;
+};
+
+// Allocates memory for a BUFFER node (or a view of one) if it has none. For the JIT's outputs after capture.
+absl::Status EnsureAllocated(const UOpPtr& view);
+
+}  // namespace kiln

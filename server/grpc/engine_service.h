@@ -1,0 +1,33 @@
+// kiln.v1.Engine on the gRPC callback API (proto/kiln/v1/engine.proto): decodes each call into
+// core structs (api::GraphSpec, GraphTensorIn), calls InferenceServer::graphs(), encodes the
+// outputs and per-kernel timings, maps errors with ToGrpcStatus.
+// Thread safety: handlers run concurrently on gRPC's callback threads; `server` is shared.
+#pragma once
+
+#include "kiln/v1/engine.grpc.pb.h"
+#include "server/core/inference_server.h"
+
+namespace kiln::server {
+
+class EngineService final : public kiln::v1::Engine::CallbackService {
+ public:
+  explicit EngineService(InferenceServer* server) : server_(server) {}
+
+  grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
+                                    const kiln::v1::ExecuteRequest* request,
+                                    kiln::v1::ExecuteResponse* response) override;
+  grpc::ServerUnaryReactor* RegisterGraph(grpc::CallbackServerContext* ctx,
+                                          const kiln::v1::RegisterGraphRequest* request,
+                                          kiln::v1::RegisterGraphResponse* response) override;
+  grpc::ServerUnaryReactor* ExecuteRegistered(grpc::CallbackServerContext* ctx,
+                                              const kiln::v1::ExecuteRegisteredRequest* request,
+                                              kiln::v1::ExecuteResponse* response) override;
+  grpc::ServerUnaryReactor* ListKernels(grpc::CallbackServerContext* ctx,
+                                        const kiln::v1::ListKernelsRequest* request,
+                                        kiln::v1::ListKernelsResponse* response) override;
+
+ private:
+  InferenceServer* const server_;
+};
+
+}  // namespace kiln::server

@@ -1,0 +1,126 @@
+#include "server/metrics/metrics.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace kiln::server {
+namespace {
+
+prometheus::Histogram::BucketBoundaries SecondsBuckets() {
+  return {1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1, 5, 10};
+}
+
+std::string CodeName(absl::StatusCode code) { return absl::StatusCodeToString(code); }
+
+}  // namespace
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  using prometheus::BuildCounter;
+  using prometheus::BuildHistogram;
+  request_duration_ = &BuildHistogram()
+                           .Name("kiln_request_duration_seconds")
+                           .Help("Inference request latency by model, protocol and status code")
+                           .Register(*registry_);
+  kernel_duration_ = &BuildHistogram()
+                          .Name("kiln_kernel_duration_seconds")
+                          .Help("Kernel execution time by device and kernel")
+                          .Register(*registry_);
+  kernel_launches_ = &BuildCounter()
+                          .Name("kiln_kernel_launches_total")
+                          .Help("Kernel launches by device")
+                          .Register(*registry_);
+  success_ = &BuildCounter()
+                  .Name("nv_inference_request_success")
+                  .Help("Number of successful inference requests, all batch sizes")
+                  .Register(*registry_);
+  failure_ = &BuildCounter()
+                  .Name("nv_inference_request_failure")
+                  .Help("Number of failed inference requests, all batch sizes")
+                  .Register(*registry_);
+  inference_count_ = &BuildCounter()
+                          .Name("nv_inference_count")
+                          .Help("Number of inferences performed (batch elements)")
+                          .Register(*registry_);
+  exec_count_ = &BuildCounter()
+                     .Name("nv_inference_exec_count")
+                     .Help("Number of model executions performed")
+                     .Register(*registry_);
+  request_us_ = &BuildCounter()
+                     .Name("nv_inference_request_duration_us")
+                     .Help("Cumulative inference request duration in microseconds")
+                     .Register(*registry_);
+  queue_us_ = &BuildCounter()
+                   .Name("nv_inference_queue_duration_us")
+                   .Help("Cumulative inference queuing duration in microseconds")
+                   .Register(*registry_);
+  compute_us_ = &BuildCounter()
+                     .Name("nv_inference_compute_infer_duration_us")
+                     .Help("Cumulative compute inference duration in microseconds")
+                     .Register(*registry_);
+}
+
+Metrics::~Metrics() = default;
+
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& address, int port) {
+  std::unique_ptr<Metrics> m(new Metrics());
+  if (port >= 0) {
+    try {  // prometheus-cpp reports bind failures by throwing; nothing escapes this function
+      m->exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat(address, ":", port));
+    } catch (const std::exception&) {
+      return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", address, ":", port));
+    }
+    m->exposer_->RegisterCollectable(m->registry_);
+    auto ports = m->exposer_->GetListeningPorts();
+    m->port_ = ports.empty() ? port : ports.front();
+  }
+  return m;
+}
+
+void Metrics::ObserveInfer(const InferObservation& o) {
+  const double seconds = static_cast<double>(o.duration_ns) * 1e-9;
+  request_duration_
+      ->Add({{"model", o.model}, {"protocol", o.protocol}, {"code", CodeName(o.code)}},
+            SecondsBuckets())
+      .Observe(seconds);
+  if (!o.reached_model) return;
+  const std::map<std::string, std::string> labels = {{"model", o.model}, {"version", o.version}};
+  if (o.code == absl::StatusCode::kOk) {
+    success_->Add(labels).Increment();
+    inference_count_->Add(labels).Increment(static_cast<double>(o.batch_size));
+    exec_count_->Add(labels).Increment();
+    request_us_->Add(labels).Increment(static_cast<double>(o.duration_ns / 1000));
+    queue_us_->Add(labels).Increment(static_cast<double>(o.queue_ns / 1000));
+    compute_us_->Add(labels).Increment(static_cast<double>(o.compute_infer_ns / 1000));
+  } else {
+    failure_
+        ->Add({{"model", o.model}, {"version", o.version},
+               {"reason", o.engine_failure ? "BACKEND" : "OTHER"}})
+        .Increment();
+  }
+}
+
+void Metrics::ObserveKernels(absl::Span<const api::KernelTiming> kernels) {
+  absl::MutexLock l(&mu_);
+  for (const api::KernelTiming& k : kernels) {
+    std::string name = k.name;
+    if (!known_kernels_.contains(name)) {
+      if (known_kernels_.size() >= kMaxKernelLabels) {
+        name = "other";
+      } else {
+        known_kernels_[name] = true;
+      }
+    }
+    auto key = std::make_pair(k.device, name);
+    auto it = kernel_series_.find(key);
+    if (it == kernel_series_.end()) {
+      prometheus::Histogram* h =
+          &kernel_duration_->Add({{"device", k.device}, {"kernel", name}}, SecondsBuckets());
+      it = kernel_series_.emplace(key, h).first;
+    }
+    it->second->Observe(static_cast<double>(k.duration_ns) * 1e-9);
+    kernel_launches_->Add({{"device", k.device}}).Increment();
+  }
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,72 @@
+// Metrics: kilnd's Prometheus registry and exposer (prometheus-cpp), fed by server/core through
+// InferObserver. Families (DESIGN.md §4):
+//   kiln_request_duration_seconds   histogram {model, protocol, code}   every Infer
+//   kiln_kernel_duration_seconds    histogram {device, kernel}          every kernel launch; at most
+//                                   kMaxKernelLabels distinct kernels, later ones share kernel="other"
+//   kiln_kernel_launches_total      counter   {device}
+//   nv_inference_request_success    counter   {model, version}           Triton's names and labels
+//   nv_inference_request_failure    counter   {model, version, reason}   (reason BACKEND or OTHER)
+//   nv_inference_count              counter   {model, version}           batch elements
+//   nv_inference_exec_count         counter   {model, version}
+//   nv_inference_request_duration_us, nv_inference_queue_duration_us,
+//   nv_inference_compute_infer_duration_us  counters {model, version} (successful requests)
+// Requests that named no known model are counted in kiln_request_duration_seconds with
+// model="" only (so client-chosen names never become labels).
+// Thread safety: Observe* may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "server/core/observer.h"
+
+namespace kiln::server {
+
+inline constexpr size_t kMaxKernelLabels = 256;
+
+class Metrics final : public InferObserver {
+ public:
+  // Serves /metrics on address:port (0 = a free port; negative = no HTTP exposer, the registry
+  // still counts). UNAVAILABLE if the port cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Metrics>> Start(const std::string& address, int port);
+  ~Metrics() override;
+
+  int port() const { return port_; }
+  void ObserveInfer(const InferObservation& observation) override;
+  void ObserveKernels(absl::Span<const api::KernelTiming> kernels) override;
+
+ private:
+  Metrics();
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+  prometheus::Family<prometheus::Histogram>* request_duration_;
+  prometheus::Family<prometheus::Histogram>* kernel_duration_;
+  prometheus::Family<prometheus::Counter>* kernel_launches_;
+  prometheus::Family<prometheus::Counter>* success_;
+  prometheus::Family<prometheus::Counter>* failure_;
+  prometheus::Family<prometheus::Counter>* inference_count_;
+  prometheus::Family<prometheus::Counter>* exec_count_;
+  prometheus::Family<prometheus::Counter>* request_us_;
+  prometheus::Family<prometheus::Counter>* queue_us_;
+  prometheus::Family<prometheus::Counter>* compute_us_;
+
+  absl::Mutex mu_;
+  std::map<std::pair<std::string, std::string>, prometheus::Histogram*> kernel_series_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, bool> known_kernels_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kiln::server
