@@ -72,8 +72,44 @@ absl::Status InitAxes(const UOpPtr& sink, LowerContext& ctx) {
       return absl::InvalidArgumentError(absl::StrCat("kernel AST: two different RANGEs share axis id ", a->id));
     if (fresh) ids.push_back({a->id, IsReduceType(a->type)});
   }
-  std::sort(ids.begin(), ids.end(), [](const auto& x, const auto& y) {
-    return x.second != y.second ? !x.second : x.first < y.first;
+  // Reduce nesting level of each range: a REDUCE inside the value of another REDUCE (a pool or conv followed by a
+  // sum in one kernel) runs its loops inside the outer one's, so its ranges come after the outer reduce's ranges in
+  // the loop nest, whatever their ids. Level 0 = output axes; level k = ranges of a REDUCE nested k-1 deep.
+  absl::flat_hash_map<const UOp*, int> depth;  // REDUCEs enclosing a node's use
+  absl::flat_hash_map<int64_t, int> level;     // axis id -> level
+  {
+    std::vector<const UOp*> topo = Toposort(sink);
+    for (auto it = topo.rbegin(); it != topo.rend(); ++it) {
+      const UOp* u = *it;
+      const int d = depth[u];
+      if (u->op() == Op::REDUCE) {
+        for (size_t i = 1; i < u->num_src(); ++i) {
+          const UOp* r = u->src(i).get();
+          if (const auto* a = r->op() == Op::RANGE ? std::get_if<AxisArg>(&r->arg()) : nullptr) {
+            int& l = level[a->id];
+            l = std::max(l, d + 1);
+          }
+        }
+        if (u->num_src() > 0) {
+          int& s = depth[u->src(0).get()];
+          s = std::max(s, d + 1);
+        }
+        continue;
+      }
+      for (const UOpPtr& s : u->src()) {
+        int& sd = depth[s.get()];
+        sd = std::max(sd, d);
+      }
+    }
+  }
+  auto level_of = [&](int64_t id) {
+    auto it = level.find(id);
+    return it == level.end() ? 0 : it->second;
+  };
+  std::sort(ids.begin(), ids.end(), [&](const auto& x, const auto& y) {
+    if (x.second != y.second) return !x.second;
+    const int lx = level_of(x.first), ly = level_of(y.first);
+    return lx != ly ? lx < ly : x.first < y.first;
   });
   ctx.order.clear();
   ctx.next_axis_id = 0;

@@ -13,6 +13,11 @@ namespace {
 
 using MemoKey = std::vector<const UOp*>;
 
+// The largest reduce (elements reduced per output) fused into the loops of another reduce.
+constexpr int64_t kMaxNestedReduce = 16;
+// ALU ops from which an elementwise value broadcast inside a reduce is realized rather than recomputed.
+constexpr int64_t kExpensiveElementwise = 24;
+
 void CollectRanges(const UOpPtr& u, absl::flat_hash_set<const UOp*>* out) {
   for (const UOp* n : Toposort(u))
     if (n->op() == Op::RANGE) out->insert(n);
@@ -114,7 +119,22 @@ class Builder {
   }
 
   absl::StatusOr<UOpPtr> Compute(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
-    if (u->op() == Op::REDUCE_AXIS) NoteReduce(u, idx, valid);
+    if (IsElementwise(u->op()) && !reduce_stack_.empty() && !g_.realized.contains(u) &&
+        Cost(u) >= kExpensiveElementwise && MissesOpenRange(idx)) {
+      // An expensive elementwise value broadcast inside a reduce (the gradient of a conv output, recomputed for
+      // every input channel and kernel tap of the weight gradient): realize it once instead. This build is thrown
+      // away (see KernelBuild::pruned).
+      out_.realize.push_back(u);
+      out_.pruned = true;
+      return UOp::Const(u->dtype(), int64_t{0});
+    }
+    if (u->op() == Op::REDUCE_AXIS && NoteReduce(u, idx, valid) && !g_.realized.contains(u)) {
+      // A broadcast use of an unrealized reduce: the fusion pass realizes it and rebuilds this kernel, so this
+      // build is thrown away. Do not inline the reduce's source (in a training graph that source nests whole
+      // chains of broadcast reduces, and inlining them all is exponential); a placeholder stands in for it.
+      out_.pruned = true;
+      return UOp::Const(u->dtype(), int64_t{0});
+    }
     MemoKey key;
     key.reserve(idx.size() + reduce_stack_.size() + 3);
     key.push_back(u);
@@ -128,7 +148,34 @@ class Builder {
     return r;
   }
 
-  void NoteReduce(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
+  // ALU ops of the unrealized elementwise subgraph under `u` (counted as a tree, capped); reduces count 0.
+  int64_t Cost(const UOp* u) {
+    if (auto it = cost_.find(u); it != cost_.end()) return it->second;
+    int64_t c = 0;
+    if (!g_.realized.contains(u)) {
+      if (IsElementwise(u->op())) c = 1;
+      if (IsElementwise(u->op()) || IsMovement(u->op()) || u->op() == Op::CONTIGUOUS ||
+          u->op() == Op::CONTIGUOUS_BACKWARD || u->op() == Op::DETACH) {
+        for (const UOpPtr& src : u->src()) c = std::min<int64_t>(c + Cost(src.get()), int64_t{1} << 20);
+      }
+    }
+    cost_[u] = c;
+    return c;
+  }
+
+  // Whether the index misses a range open at this point (the value is broadcast over it).
+  bool MissesOpenRange(const IndexVec& idx) {
+    absl::flat_hash_set<const UOp*> used;
+    for (const UOpPtr& i : idx) CollectRanges(i, &used);
+    for (const UOpPtr& r : loop_ranges_)
+      if (!used.contains(r.get())) return true;
+    for (const UOpPtr& r : reduce_stack_)
+      if (!used.contains(r.get())) return true;
+    return false;
+  }
+
+  // Records the use of a REDUCE_AXIS at `idx`; returns whether the use is a broadcast (see ReduceUse).
+  bool NoteReduce(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
     ReduceUse use;
     use.reduce = u;
     absl::flat_hash_set<const UOp*> used;
@@ -141,7 +188,18 @@ class Builder {
       if (!used.contains(r.get())) use.broadcast = true;
     for (const UOpPtr& r : reduce_stack_)
       if (!used.contains(r.get())) use.broadcast = true;
+    // A reduce nested inside another reduce's loops (conv -> pool, conv -> sum) is inlined only when it is small
+    // (a pool window): a large one would be a deep loop nest recomputed per outer iteration that the codegen
+    // heuristic cannot tile; realizing it gives it a kernel of its own.
+    if (!reduce_stack_.empty()) {
+      const ReduceArg& ra = std::get<ReduceArg>(u->arg());
+      int64_t n = 1;
+      for (int64_t a : ra.axes) n *= u->src(0)->shape()[a];
+      if (n > kMaxNestedReduce) use.broadcast = true;
+    }
+    const bool broadcast = use.broadcast;
     out_.reduce_uses.push_back(std::move(use));
+    return broadcast;
   }
 
   absl::StatusOr<UOpPtr> ComputeUncached(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
@@ -247,6 +305,7 @@ class Builder {
   std::vector<UOpPtr> loop_ranges_;
   std::vector<UOpPtr> reduce_stack_;
   absl::flat_hash_map<MemoKey, UOpPtr> memo_;
+  absl::flat_hash_map<const UOp*, int64_t> cost_;
   const UOp* assign_buffer_ = nullptr;
   UOpPtr assign_index_;
 };

@@ -25,7 +25,9 @@ struct GraphInfo {
 struct ReduceUse {
   const UOp* reduce = nullptr;
   std::vector<const UOp*> key;  // index expressions + validity (pointer identity = structural identity)
-  bool broadcast = false;       // the index misses a range open at the use: the result is broadcast back
+  // The index misses a range open at the use (the result is broadcast back), or the reduce is large and nested in
+  // another reduce's loops: either way the fusion pass realizes it.
+  bool broadcast = false;
 };
 
 struct KernelBuild {
@@ -36,6 +38,10 @@ struct KernelBuild {
   std::vector<const UOp*> deps;      // realized nodes whose kernels must run first (loads and ASSIGN results)
   std::vector<ReduceUse> reduce_uses;
   bool war_hazard = false;           // an ASSIGN output's value reads the target buffer at another index
+  // A broadcast use of an unrealized reduce was replaced by a placeholder: the sink is incomplete and the fusion
+  // pass must realize that reduce and build the kernel again.
+  bool pruned = false;
+  std::vector<const UOp*> realize;  // elementwise nodes the fusion pass must realize (expensive, broadcast in a reduce)
   std::vector<std::pair<std::string, int64_t>> binds;  // bound Variables seen
 };
 

@@ -220,6 +220,12 @@ class Scheduler {
               changed = true;
             }
         }
+        for (const UOp* u : kb.realize) {
+          if (!g_.realized.contains(u)) {
+            Realize(u);
+            changed = true;
+          }
+        }
         for (const schedule::ReduceUse& ru : kb.reduce_uses) {
           reduce_order[pos_[ru.reduce]] = ru.reduce;
           if (ru.broadcast) broadcast.insert(ru.reduce);
@@ -255,7 +261,11 @@ class Scheduler {
           changed = true;
         }
       }
-      if (!changed) return absl::OkStatus();
+      if (!changed) {
+        for (const KernelBuild& kb : builds_)
+          if (kb.pruned) return absl::InternalError("schedule: a pruned kernel build survived fusion");
+        return absl::OkStatus();
+      }
     }
   }
 

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "backends/register_all.h"
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
@@ -103,7 +105,8 @@ const std::map<std::string, Case>* LoadCases(std::string* error) {
   static std::string* err = new std::string();
   static const std::map<std::string, Case>* cases = [] {
     auto* out = new std::map<std::string, Case>();
-    std::string path = ::testing::TempDir() + "kiln_gradient_cases.txt";
+    // One file per process: ctest -j runs several gradient_test processes at once.
+    std::string path = ::testing::TempDir() + "kiln_gradient_cases_" + std::to_string(getpid()) + ".txt";
     std::string cmd = std::string(KILN_TEST_PYTHON) + " " + KILN_GRADIENT_GEN + " " + path + " 2>&1";
     if (std::system(cmd.c_str()) != 0) {
       *err = "cannot run " + cmd + " (numpy missing?)";
@@ -141,6 +144,8 @@ const std::map<std::string, Case>* LoadCases(std::string* error) {
         c.grads[i] = v;
       }
     }
+    f.close();
+    std::remove(path.c_str());
     return out;
   }();
   *error = *err;
