@@ -70,7 +70,10 @@ class KernelCache {
       ABSL_GUARDED_BY(mu_);
 };
 
-codegen::Target TargetFor(const runtime::Device& dev) {
+
+}  // namespace
+
+codegen::Target realize_internal::TargetFor(const runtime::Device& dev) {
   codegen::Target t;
   t.renderer = dev.renderer();
   auto r = codegen::RendererFor(t.renderer);
@@ -83,8 +86,6 @@ codegen::Target TargetFor(const runtime::Device& dev) {
   return t;
 }
 
-}  // namespace
-
 absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(runtime::Device& dev, const UOpPtr& ast) {
   std::string key = absl::StrCat(dev.name(), "|", DigestHex(ast->Key()), "|", GetKnob(Knob::kNoOpt), "|",
                                  GetKnob(Knob::kBeam));
@@ -92,7 +93,7 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(runtim
   const auto t0 = Clock::now();
   auto k = std::make_shared<LoadedKernel>();
   if (DebugLevel() >= 5) std::fprintf(stderr, "%s\n", PrintGraph(ast).c_str());
-  KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, TargetFor(dev)));
+  KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, realize_internal::TargetFor(dev)));
   KILN_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, runtime::CompileKernel(dev, k->program));
   k->source = std::move(ck.source);
   k->runner = std::move(ck.program);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/codegen/codegen.h"
 #include "engine/codegen/program.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/device.h"
@@ -19,6 +20,9 @@
 #include "engine/uop/uop.h"
 
 namespace kiln::realize_internal {
+
+// The codegen Target for a device: its renderer and that renderer's capabilities (threads, locals, vector width).
+codegen::Target TargetFor(const runtime::Device& dev);
 
 class WeakView {
  public:

@@ -11,18 +11,6 @@
 namespace kiln::server {
 namespace {
 
-template <typename Fn>
-grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const char* rpc, Fn&& fn) {
-  absl::Status status = fn();
-  if (!status.ok()) {
-    spdlog::debug("{} failed: {} {}", rpc, absl::StatusCodeToString(status.code()),
-                  std::string(status.message()));
-  }
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
 // Views into `wire` (which outlives the call).
 std::vector<GraphTensorIn> DecodeInputs(
     const google::protobuf::RepeatedPtrField<kiln::v1::Tensor>& wire) {

@@ -8,23 +8,6 @@
 #include "spdlog/spdlog.h"
 
 namespace kiln::server {
-namespace {
-
-// Runs `fn` (returning absl::Status) and finishes the call with its mapped status.
-template <typename Fn>
-grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const char* rpc, Fn&& fn) {
-  absl::Status status = fn();
-  if (!status.ok()) {
-    spdlog::debug("{} failed: {} {}", rpc, absl::StatusCodeToString(status.code()),
-                  std::string(status.message()));
-  }
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
-}  // namespace
-
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* ctx,
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* response) {

@@ -31,6 +31,7 @@
 #include "engine/base/status.h"
 #include "engine/codegen/codegen.h"
 #include "engine/codegen/render/renderer.h"
+#include "engine/realize/realize_internal.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/compile_cache.h"
 #include "engine/runtime/registry.h"
@@ -45,20 +46,6 @@ double Since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The Target engine/realize builds for a device (TargetFor in realize.cc).
-codegen::Target TargetFor(const runtime::Device& dev) {
-  codegen::Target t;
-  t.renderer = dev.renderer();
-  auto r = codegen::RendererFor(t.renderer);
-  if (r.ok()) {
-    t.has_threads = (*r)->caps().has_threads;
-    t.has_local = (*r)->caps().has_local;
-    t.vector_bytes = (*r)->caps().vector_bytes;
-  }
-  if (t.has_threads)
-    t.max_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return t;
-}
 
 struct Loaded {
   codegen::Program program;
@@ -83,7 +70,7 @@ absl::StatusOr<Loaded> Prepare(const Tensor& out) {
   KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(item->device));
   Loaded l;
   auto t0 = Clock::now();
-  KILN_ASSIGN_OR_RETURN(l.program, codegen::LowerKernel(item->ast, TargetFor(*dev)));
+  KILN_ASSIGN_OR_RETURN(l.program, codegen::LowerKernel(item->ast, realize_internal::TargetFor(*dev)));
   l.lower_s = Since(t0);
   runtime::CompileCache cold({.db_path = "", .memory_entries = 0, .disk = false});
   KILN_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, runtime::CompileKernel(*dev, l.program, &cold));
