@@ -52,12 +52,18 @@ struct Target {
   int vector_bytes =
       16;  // SIMD register width (RendererCaps::vector_bytes); sizes matmul register tiles
   int64_t max_local_size = 1;
+  // Index math in 64 bits even when 32 would hold it. On the CPU, i32 offsets are sign-extended per lane before the
+  // GEP, which hides from LLVM that the lanes of an upcast load are consecutive (it emits scalar loads and inserts
+  // instead of one vector load); i64 offsets keep them visibly consecutive.
+  bool wide_index = false;
 };
 
 // The kernel optimisations (tinygrad OptOps). The axis of UPCAST/THREAD/LOCAL counts the kernel's current output
 // (loop) axes in loop-nest order; the axis of UNROLL/GROUP/GROUPTOP counts its current reduce axes. arg = split
 // amount (0 = the whole axis).
-enum class OptOp : uint8_t { kUpcast, kUnroll, kThread, kLocal, kGroup, kGroupTop };
+// ACC (CPU): split a reduce axis into `arg` lanes that each keep their own accumulator through the reduce loop
+// and are summed once after it (vector accumulators when the axis is contiguous in the loads).
+enum class OptOp : uint8_t { kUpcast, kUnroll, kThread, kLocal, kGroup, kGroupTop, kAcc };
 std::string_view OptOpName(OptOp op);
 
 struct Opt {

@@ -22,7 +22,7 @@ absl::StatusOr<UOpPtr> LowerIndexDType(const UOpPtr& sink, LowerContext& ctx) {
       }
     }
   }
-  ctx.index_dtype = wide ? dtypes::kInt64 : dtypes::kInt32;
+  ctx.index_dtype = wide || ctx.target.wide_index ? dtypes::kInt64 : dtypes::kInt32;
   const DType idx = ctx.index_dtype;
   return RewriteBottomUp(sink, [&](const UOp*, const UOpPtr& u) -> UOpPtr {
     DType d = u->dtype();

@@ -1,8 +1,10 @@
 // Kernel optimisations: Opt application by splitting RANGEs (tinygrad shift_to) and the hand-coded heuristic
 // (tinygrad codegen/opt/heuristic.py, adapted to CPUs).
 #include <algorithm>
+#include <optional>
 #include <string>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/base/status.h"
@@ -20,6 +22,7 @@ std::string_view OptOpName(OptOp op) {
     case OptOp::kLocal: return "LOCAL";
     case OptOp::kGroup: return "GROUP";
     case OptOp::kGroupTop: return "GROUPTOP";
+    case OptOp::kAcc: return "ACC";
   }
   return "?";
 }
@@ -184,10 +187,41 @@ absl::StatusOr<UOpPtr> SplitRange(const UOpPtr& sink, const UOpPtr& r, int64_t a
   });
 }
 
+// Splits reduce RANGE `r` (size n) into r_o (n / amt, still REDUCE) and `amt` UNROLL lanes r_i, and rewrites every
+// REDUCE over r into REDUCE(REDUCE(x, ..., r_o), r_i): after expansion each lane is its own inner REDUCE (its own
+// accumulator, all sharing one loop nest) and the lanes are combined once, after the loop.
+absl::StatusOr<UOpPtr> SplitAcc(const UOpPtr& sink, const UOpPtr& r, int64_t amt, LowerContext& ctx) {
+  const int64_t n = RangeSize(r.get());
+  const AxisArg arg = std::get<AxisArg>(r->arg());
+  if (n < 0 || amt <= 1 || n % amt != 0)
+    return absl::InvalidArgumentError(absl::StrCat("opt: accumulator split ", amt, " does not divide axis size ", n));
+  const int64_t new_id = ctx.next_axis_id++;
+  UOpPtr outer = amt == n ? nullptr : UOp::Make(Op::RANGE, r->dtype(), {UOp::Const(r->dtype(), n / amt)}, arg);
+  UOpPtr inner = UOp::Make(Op::RANGE, r->dtype(), {UOp::Const(r->dtype(), amt)}, AxisArg{new_id, AxisType::kUnroll});
+  UOpPtr expr = outer ? outer * amt + inner : inner;
+  ctx.order.insert(ctx.order.begin() + ctx.OrderOf(arg.id) + 1, new_id);
+  const UOp* target = r.get();
+  return RewriteBottomUp(sink, [&](const UOp* orig, const UOpPtr& rebuilt) -> UOpPtr {
+    if (orig == target) return expr;
+    if (orig->op() != Op::REDUCE) return nullptr;
+    bool has = false;
+    for (size_t i = 1; i < orig->num_src(); ++i) has |= orig->src(i).get() == target;
+    if (!has) return nullptr;
+    UOpVec src{rebuilt->src(0)};
+    for (size_t i = 1; i < orig->num_src(); ++i) {
+      if (orig->src(i).get() != target) src.push_back(rebuilt->src(i));
+      else if (outer) src.push_back(outer);
+    }
+    UOpPtr in = src.size() == 1 ? src[0] : rebuilt->WithSrc(src);
+    return UOp::Make(Op::REDUCE, rebuilt->dtype(), {in, inner}, rebuilt->arg());
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<UOpPtr> ApplyOpt(const UOpPtr& sink, const Opt& opt, LowerContext& ctx) {
-  const bool reduce_side = opt.op == OptOp::kUnroll || opt.op == OptOp::kGroup || opt.op == OptOp::kGroupTop;
+  const bool reduce_side = opt.op == OptOp::kUnroll || opt.op == OptOp::kGroup || opt.op == OptOp::kGroupTop ||
+                           opt.op == OptOp::kAcc;
   std::vector<UOpPtr> axes = reduce_side ? AxesOfType(sink, ctx, {AxisType::kReduce})
                                          : AxesOfType(sink, ctx, {AxisType::kLoop, AxisType::kGlobal});
   const std::string what = opt.ToString();
@@ -224,6 +258,11 @@ absl::StatusOr<UOpPtr> ApplyOpt(const UOpPtr& sink, const Opt& opt, LowerContext
       ctx.threads = static_cast<int>(amt);
       break;
     }
+    case OptOp::kAcc: {
+      if (amt > 32) return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": more than 32 accumulator lanes"));
+      KILN_ASSIGN_OR_RETURN(out, SplitAcc(sink, r, amt, ctx));
+      break;
+    }
     case OptOp::kLocal:
     case OptOp::kGroup:
     case OptOp::kGroupTop:
@@ -241,48 +280,75 @@ absl::StatusOr<UOpPtr> ApplyOpt(const UOpPtr& sink, const Opt& opt, LowerContext
 
 namespace {
 
-// Register tile for a reduce kernel with >= 2 output axes (a matmul C[m, n] = sum_k A[m, k] * B[k, n], batched or
-// not): the innermost output axis n is upcast by two SIMD vectors' worth of floats (its lanes are contiguous in C and
-// in B, so LLVM turns each row of lanes into vector loads and vector math), the next output axis m by tm rows (each
-// A element is loaded once and broadcast over the row), and the last reduce axis is unrolled by 2 (4 measured no
-// faster and doubles the LLVM compile time of the 512-lane body). That leaves tm * 2 vector accumulators live
-// across the K loop (AVX-512: 8 x 32 floats = 16 zmm of 32; AVX2: 4 x 16 = 8 ymm of 16). Threads split the
-// outermost output axis. Finally the n loop is placed outside the m loop, so one B panel (K x tn floats) is reused
-// from cache by every row block of the thread (measured ~1.3-1.5x faster at 2048^3 than m outside n; a 16 x 16
-// tile measured slower). Only when LanesContiguous holds for n. Returns false (nothing applied) when the kernel
-// does not fit the pattern; errors only for opts that fail to apply (a bug).
-// True when every global-buffer INDEX in the kernel moves by 0 or 1 element when output axis `n` steps from 0 to 1
-// (all other ranges at 0), and at least one moves by 1: the n lanes are contiguous or broadcast in every buffer, so
-// they vectorize without gathers. Indices whose offsets do not fold to constants count as non-contiguous.
-bool LanesContiguous(const UOpPtr& sink, const UOpPtr& n) {
+// Per global-buffer INDEX: how far its element offset moves when output axis `axis` steps from 0 to 1 (every other
+// range at 0); nullopt when the offset does not fold to constants. `is_store` marks the indices STOREs write through.
+struct IndexStride {
+  const UOp* index;
+  bool is_store;
+  std::optional<int64_t> stride;
+};
+
+std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis) {
   absl::flat_hash_map<const UOp*, UOpPtr> at0, at1;
+  absl::flat_hash_set<const UOp*> stored;
   for (const UOp* u : Toposort(sink)) {
+    if (u->op() == Op::STORE && u->num_src() > 0) stored.insert(u->src(0).get());
     if (u->op() != Op::RANGE) continue;
     at0.emplace(u, UOp::Const(u->dtype(), int64_t{0}));
-    at1.emplace(u, UOp::Const(u->dtype(), int64_t{u == n.get() ? 1 : 0}));
+    at1.emplace(u, UOp::Const(u->dtype(), int64_t{u == axis ? 1 : 0}));
   }
-  bool any = false;
+  std::vector<IndexStride> out;
   for (const UOp* u : Toposort(sink)) {
     if (u->op() != Op::INDEX || u->num_src() < 2 || u->src(0)->op() != Op::PARAM) continue;
     int64_t a = 0, b = 0;
-    if (!ConstInt(Simplify(Substitute(u->src(1), at0)), &a) ||
-        !ConstInt(Simplify(Substitute(u->src(1), at1)), &b))
-      return false;
-    if (b - a != 0 && b - a != 1) return false;
-    any |= b - a == 1;
+    IndexStride s{u, stored.contains(u), std::nullopt};
+    if (ConstInt(Simplify(Substitute(u->src(1), at0)), &a) && ConstInt(Simplify(Substitute(u->src(1), at1)), &b))
+      s.stride = b - a;
+    out.push_back(s);
   }
-  return any;
+  return out;
 }
 
+// Register tile for a reduce kernel with >= 2 output axes: a matmul C[m, n] = sum_k A[m, k] * B[k, n] (batched or
+// not), and convolutions, whose output x axis plays n and the output channel axis plays m.
+//  - The lane axis n: the innermost output axis along which every buffer moves by 0 or 1 element and the output
+//    by 1 (LanesContiguous: vector loads and stores, no gathers). It is upcast by two SIMD vectors' worth of floats
+//    when it divides, else by one vector, else, when the whole axis fits in 32 lanes (a conv's 20- or 24-wide
+//    rows), by the whole axis (LLVM splits it into one wide and one narrow vector).
+//  - The row axis m: the other output axis along which the most vector-loaded buffers (moving by 1 along n) stay
+//    put (move by 0): each vector load is then reused by tm rows (B's rows in a matmul, the input rows in a conv,
+//    which do not depend on the output channel). Upcast by tm rows, keeping tm x tn accumulators within 16 SIMD
+//    registers' worth (AVX-512: 8 x 32 floats; AVX2: 4 x 16).
+//  - The last reduce axis is unrolled by 2 when even (4 measured no faster and doubles the LLVM compile time of a
+//    512-lane body).
+//  - Threads split the outermost output axis; finally the n loop is placed outside the m loop when n was not
+//    upcast whole, so one B panel (K x tn floats) is reused from cache by every row block (measured ~1.3-1.5x
+//    faster at 2048^3 than m outside n; a 16 x 16 tile measured slower).
+// Returns false (nothing applied) when the kernel does not fit; errors only for opts that fail to apply (a bug).
 template <typename Apply>
 absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vector<int64_t>& out,
                                 const std::vector<int64_t>& red, int64_t work, Apply& apply) {
   if (!ctx.has_reduce || out.size() < 2 || red.empty() || work < (int64_t{1} << 18)) return false;
   const int vf = std::max(4, ctx.target.vector_bytes / 4);  // floats per SIMD register
-  const int nm = static_cast<int>(out.size()) - 2, nn = static_cast<int>(out.size()) - 1;
-  const int64_t n = out[nn], m = out[nm], k = red.back();
-  if (!LanesContiguous(cur, AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal})[nn]))
-    return false;
+  const std::vector<UOpPtr> axes = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
+  // The lane axis: innermost first.
+  int nn = -1;
+  std::vector<IndexStride> n_strides;
+  for (int a = static_cast<int>(axes.size()) - 1; a >= 0 && nn < 0; --a) {
+    std::vector<IndexStride> st = StridesAlong(cur, axes[a].get());
+    bool ok = true, store_contig = false, any_vec = false;
+    for (const IndexStride& s : st) {
+      if (!s.stride || (*s.stride != 0 && *s.stride != 1)) ok = false;
+      else if (s.is_store) store_contig |= *s.stride == 1;
+      else any_vec |= *s.stride == 1;
+    }
+    if (ok && store_contig && any_vec) {
+      nn = a;
+      n_strides = std::move(st);
+    }
+  }
+  if (nn < 0) return false;
+  const int64_t n = out[nn];
   int64_t tn = 0;
   for (int64_t c : {int64_t{2} * vf, int64_t{vf}}) {
     if (n % c == 0) {
@@ -290,20 +356,52 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
       break;
     }
   }
+  // The whole axis, when it splits into two upcasts of at most 16 lanes each.
+  if (tn == 0 && n >= 6 && n <= 32) {
+    for (int64_t c = 16; c > 1 && tn == 0; --c)
+      if (n % c == 0 && n / c <= 16) tn = n;
+  }
   if (tn == 0) return false;
+  // The row axis: most vector-loaded buffers broadcast along it; ties go to the inner axis.
+  int nm = -1, best = 0;
+  for (int a = 0; a < static_cast<int>(axes.size()); ++a) {
+    if (a == nn) continue;
+    std::vector<IndexStride> st = StridesAlong(cur, axes[a].get());
+    int score = 0;
+    bool store_moves = false;
+    for (size_t i = 0; i < st.size(); ++i) {
+      if (st[i].is_store) store_moves |= st[i].stride.value_or(1) != 0;
+      else if (n_strides[i].stride == 1 && st[i].stride == 0) ++score;
+    }
+    if (store_moves && score > 0 && score >= best) {
+      best = score;
+      nm = a;
+    }
+  }
+  if (nm < 0) return false;
+  const int64_t m = out[nm];
+  // Accumulator budget: 16 of AVX-512's 32 registers, 8 of AVX2's 16; a row of tn lanes takes ceil(tn / vf).
+  const int64_t regs = vf >= 16 ? 16 : 8;
+  const int64_t max_rows = std::max<int64_t>(2, regs / ((tn + vf - 1) / vf));
   int64_t tm = 0;
-  static constexpr int64_t kRowsWide[] = {8, 6, 4, 2}, kRowsNarrow[] = {4, 3, 2, 0};
-  for (int64_t c : vf >= 16 ? kRowsWide : kRowsNarrow) {
-    if (c > 0 && m % c == 0) {
+  for (int64_t c : {16, 12, 8, 6, 4, 3, 2}) {
+    if (c <= max_rows && m % c == 0) {
       tm = c;
       break;
     }
   }
   if (tm == 0) return false;
-  // Threads over the outermost output axis (m itself when there is no batch axis), keeping whole row tiles.
+  const int64_t id_n = std::get<AxisArg>(axes[nn]->arg()).id, id_m = std::get<AxisArg>(axes[nm]->arg()).id;
+  auto index_of = [&](int64_t id) {
+    std::vector<UOpPtr> now = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
+    for (int i = 0; i < static_cast<int>(now.size()); ++i)
+      if (std::get<AxisArg>(now[i]->arg()).id == id) return i;
+    return -1;
+  };
+  // Threads over the outermost output axis (keeping whole row tiles when that axis is m).
   int threads = 1;
   if (ctx.target.has_threads && ctx.target.max_threads > 1) {
-    const int64_t unit = nm == 0 ? tm : 1;
+    const int64_t unit = nm == 0 ? tm : (nn == 0 ? tn : 1);
     for (int t : {32, 16, 12, 8, 6, 5, 4, 3, 2}) {
       if (t <= ctx.target.max_threads && out[0] % (t * unit) == 0 && work / t >= 128 * 1024) {
         threads = t;
@@ -312,28 +410,119 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
     }
   }
   if (threads > 1) KILN_RETURN_IF_ERROR(apply({OptOp::kThread, 0, threads}));
-  // The THREAD split may have used up a batch axis entirely: count the output axes again.
-  const int left =
-      static_cast<int>(AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal}).size());
-  if (left < 2) return true;
-  const int am = left - 2, an = left - 1;
-  KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, an, std::min<int64_t>(tn, 16)}));
-  if (tn > 16) KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, an, tn / 16}));
-  KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, am, tm}));
+  // Upcast n (in chunks of at most 16 lanes, the innermost chunk first, so lanes stay in memory order), then m.
+  for (int64_t left = tn; left > 1;) {
+    const int an = index_of(id_n);
+    if (an < 0) return absl::InternalError("matmul tile: lane axis vanished");
+    int64_t chunk = 1;
+    for (int64_t c = std::min<int64_t>(left, 16); c > 1; --c) {
+      if (left % c == 0) {
+        chunk = c;
+        break;
+      }
+    }
+    KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, an, chunk}));
+    left /= chunk;
+    if (chunk == 1) break;
+  }
+  if (const int am = index_of(id_m); am >= 0) {
+    KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, am, tm}));
+  }
   const int last = static_cast<int>(red.size()) - 1;
+  const int64_t k = red.back();
   if (k % 2 == 0 && k > 2) {
     KILN_RETURN_IF_ERROR(apply({OptOp::kUnroll, last, 2}));
   } else if (k == 2) {
     KILN_RETURN_IF_ERROR(apply({OptOp::kUnroll, last, 0}));
   }
   // Loop order: the remaining n loop outside the remaining m loop.
-  std::vector<UOpPtr> rest = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
-  if (rest.size() >= 2 && n > tn && RangeSize(rest.back().get()) == n / tn) {
-    const int64_t id_m = std::get<AxisArg>(rest[rest.size() - 2]->arg()).id;
-    const int64_t id_n = std::get<AxisArg>(rest[rest.size() - 1]->arg()).id;
+  if (n > tn) {
     auto pm = std::find(ctx.order.begin(), ctx.order.end(), id_m);
     auto pn = std::find(ctx.order.begin(), ctx.order.end(), id_n);
-    if (pm != ctx.order.end() && pn != ctx.order.end()) std::iter_swap(pm, pn);
+    if (pm != ctx.order.end() && pn != ctx.order.end() && pm < pn) std::iter_swap(pm, pn);
+  }
+  return true;
+}
+
+// Vector accumulators for a reduce kernel whose innermost reduce axis r is contiguous (stride 1) or broadcast
+// (stride 0) in every load while no output axis is (MatmulTile does not apply): a conv's weight gradient, which sums
+// over the output x axis. r is split into v lanes (ACC) that each keep an accumulator through the loop, so each
+// iteration is v-wide vector loads and FMAs; the lanes are summed once after the loop. Output axes along which a
+// vector load does not move are then upcast so each vector load feeds several accumulators (a conv weight gradient:
+// the input rows are shared by every output channel, the output-gradient rows by every kernel column).
+template <typename Apply>
+absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply& apply) {
+  if (!ctx.has_reduce || work < (int64_t{1} << 18) || !ctx.target.has_threads) return false;
+  const int vf = std::max(4, ctx.target.vector_bytes / 4);
+  std::vector<UOpPtr> red = AxesOfType(cur, ctx, {AxisType::kReduce});
+  if (red.empty()) return false;
+  const UOpPtr rr = red.back();
+  const int64_t n = RangeSize(rr.get());
+  std::vector<IndexStride> rs = StridesAlong(cur, rr.get());
+  bool any_vec = false;
+  for (const IndexStride& s : rs) {
+    if (s.is_store) continue;
+    if (!s.stride || (*s.stride != 0 && *s.stride != 1)) return false;
+    any_vec |= *s.stride == 1;
+  }
+  if (!any_vec) return false;
+  int64_t v = 0;
+  // Whole SIMD registers of lanes; 16 or 8 when they divide (narrower vectors still beat scalar code). Lane counts
+  // that are not a power of two (a conv's 20-wide rows) measured worse: the vectorizer shuffles them.
+  if (n % vf == 0) v = vf;
+  else if (n % 16 == 0) v = 16;
+  else if (n % 8 == 0) v = 8;
+  else if (n % 4 == 0) v = 4;
+  if (v == 0) return false;
+  // Threads first (they may consume the outermost output axis), then the split, then the reuse upcasts.
+  std::vector<UOpPtr> outs = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
+  if (ctx.target.max_threads > 1 && !outs.empty()) {
+    const int64_t o0 = RangeSize(outs[0].get());
+    for (int t : {32, 16, 12, 8, 6, 5, 4, 3, 2}) {
+      if (t <= ctx.target.max_threads && o0 % t == 0 && work / t >= 128 * 1024) {
+        KILN_RETURN_IF_ERROR(apply({OptOp::kThread, 0, t}));
+        break;
+      }
+    }
+  }
+  red = AxesOfType(cur, ctx, {AxisType::kReduce});
+  KILN_RETURN_IF_ERROR(apply({OptOp::kAcc, static_cast<int>(red.size()) - 1, v == n ? 0 : v}));
+  int64_t budget = std::max<int64_t>(1, 12 / ((v + vf - 1) / vf));  // accumulators of v lanes
+  std::vector<bool> used_load(rs.size(), false);
+  for (int pass = 0; pass < 2 && budget >= 2; ++pass) {
+    outs = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
+    int pick = -1, best = 0;
+    std::vector<size_t> pick_loads;
+    for (int a = 0; a < static_cast<int>(outs.size()); ++a) {
+      std::vector<IndexStride> st = StridesAlong(cur, outs[a].get());
+      if (st.size() != rs.size()) return absl::InternalError("acc tile: buffer count changed");
+      int score = 0;
+      std::vector<size_t> loads;
+      for (size_t i = 0; i < st.size(); ++i) {
+        if (!st[i].is_store && rs[i].stride == 1 && st[i].stride == 0 && !used_load[i]) {
+          ++score;
+          loads.push_back(i);
+        }
+      }
+      if (score > 0 && score >= best && RangeSize(outs[a].get()) > 1) {
+        best = score;
+        pick = a;
+        pick_loads = loads;
+      }
+    }
+    if (pick < 0) break;
+    const int64_t size = RangeSize(outs[pick].get());
+    int64_t amt = 0;
+    for (int64_t c : {8, 6, 5, 4, 3, 2}) {
+      if (c <= budget && size % c == 0) {
+        amt = c;
+        break;
+      }
+    }
+    if (amt == 0) break;
+    KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, pick, amt}));
+    budget /= amt;
+    for (size_t i : pick_loads) used_load[i] = true;
   }
   return true;
 }
@@ -364,6 +553,8 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
   // 0. matmul-like reduce kernels get a register-blocked micro-kernel (see MatmulTile).
   KILN_ASSIGN_OR_RETURN(bool tiled, MatmulTile(cur, ctx, out, red, work, apply));
   if (tiled) return cur;
+  KILN_ASSIGN_OR_RETURN(bool acc, AccTile(cur, ctx, work, apply));
+  if (acc) return cur;
 
   // 1. unroll the last reduce axis: fully when small, else by 4 (tinygrad step 7).
   int64_t lanes = 1;

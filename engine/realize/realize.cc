@@ -82,6 +82,7 @@ codegen::Target realize_internal::TargetFor(const runtime::Device& dev) {
     t.has_local = (*r)->caps().has_local;
     t.vector_bytes = (*r)->caps().vector_bytes;
   }
+  t.wide_index = t.renderer == "llvm";
   if (t.has_threads) t.max_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return t;
 }

@@ -13,7 +13,7 @@ class Case:
     from numpy's and then `note` must say why. A float64 reference computed from float32-only inputs is cast to
     float32 silently (the reference is just more precise). `xfail` = (backends, reason) marks a known kiln bug."""
 
-    def __init__(self, name, op, ins, want, attr=None, dt=None, note=None, xfail=None, family=""):
+    def __init__(self, name, op, ins, want, attr=None, dt=None, note=None, xfail=None, family="", atol=None):
         want = np.asarray(want)
         ins = [np.asarray(x) for x in ins]
         if dt is not None:
@@ -29,6 +29,7 @@ class Case:
         self.name, self.op, self.ins, self.want = name, op, ins, want
         self.attr = list(attr) if attr is not None else None
         self.note, self.xfail, self.family = note, xfail, family or op
+        self.atol = atol  # absolute tolerance replacing the default 1e-5 (float outputs), e.g. for long sums
 
 
 def f32(*shape, lo=-2.0, hi=2.0):

@@ -1,6 +1,6 @@
 // Conformance: ops computed through engine/tensor on every executing backend, compared with numpy results that
 // tests/conformance/gen_cases.py wrote to $KILN_CONFORMANCE_DATA (run_conformance.py sets it up). Floats compare with
-// rtol 1e-4 / atol 1e-5 (nan equals nan, infinities must match exactly), integers and bools exactly; the dtype and
+// rtol 1e-4 / atol 1e-5 or the case's own atol (nan equals nan, infinities must match exactly), integers and bools exactly; the dtype and
 // shape must match too. A case marked `| xfail <backends> <reason>` in the manifest is a known kiln bug: its failure
 // is printed loudly and not counted, and its passing is an error (remove the mark). $KILN_CONFORMANCE_FILTER (a
 // substring of case names) runs a subset; $KILN_CONFORMANCE_VERBOSE prints each case before it runs.
@@ -41,6 +41,7 @@ struct Case {
   std::vector<ArraySpec> inputs;
   ArraySpec output;
   std::string xfail_backends, xfail_reason;  // empty: none
+  double atol = 1e-5;                         // float outputs; the manifest's atol= overrides it
 };
 
 std::string DataDir() {
@@ -89,6 +90,10 @@ std::vector<Case> LoadCases(const std::string& dir) {
     bool ok = true;
     for (auto& s : c.inputs) ok &= ReadSpec(in, &s);
     ok &= ReadSpec(in, &c.output);
+    if (std::string tok; in >> tok) {
+      ok &= tok.rfind("atol=", 0) == 0;
+      if (ok) c.atol = std::stod(tok.substr(5));
+    }
     if (!mark.empty()) {
       std::istringstream m(mark);
       std::string kw;
@@ -142,7 +147,7 @@ std::string IntAt(const std::string& b, DType dt, int64_t i) {
 }
 
 // "" when `got` matches `want`, else a description of the first mismatches.
-std::string Compare(const std::string& want, const std::string& got, DType dt) {
+std::string Compare(const std::string& want, const std::string& got, DType dt, double atol) {
   int64_t n = static_cast<int64_t>(want.size()) / dt.ItemSize();
   std::string err;
   int bad = 0;
@@ -151,7 +156,7 @@ std::string Compare(const std::string& want, const std::string& got, DType dt) {
       double w = FloatAt(want, dt, i), g = FloatAt(got, dt, i);
       bool same = std::isnan(w) ? std::isnan(g)
                   : std::isinf(w) ? g == w
-                                  : std::abs(g - w) <= 1e-5 + 1e-4 * std::abs(w);
+                                  : std::abs(g - w) <= atol + 1e-4 * std::abs(w);
       if (!same) {
         absl::StrAppend(&err, " [", i, "] got ", g, " want ", w, ";");
         ++bad;
@@ -194,7 +199,7 @@ std::string RunCase(const std::string& dir, const Case& c, const std::string& de
   std::string got(want.size(), '\0');
   absl::Status st = out.CopyToHost(got.data(), got.size());
   if (!st.ok()) return "CopyToHost: " + st.ToString();
-  return Compare(want, got, c.output.dtype);
+  return Compare(want, got, c.output.dtype, c.atol);
 }
 
 bool XfailOn(const Case& c, const std::string& device) {

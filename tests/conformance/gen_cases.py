@@ -3,7 +3,7 @@
 manifest that tests/conformance/conformance_test.cc reads. The cases themselves are in cases_*.py.
 
 Manifest: one case per line, whitespace-separated:
-    <name> <op> <attr> <n_in> (<file> <dtype> <ndim> <dims...>){n_in} <file> <dtype> <ndim> <dims...> [| xfail <backends> <reason>]
+    <name> <op> <attr> <n_in> (<file> <dtype> <ndim> <dims...>){n_in} <file> <dtype> <ndim> <dims...> [atol=<x>] [| xfail <backends> <reason>]
 <attr> is a comma-separated list of numbers, or '-' when the op takes none (its layout per op: conformance_ops.cc).
 dtypes are numpy names (float32, int8, uint32, bool, ...). <backends> is CPU, INTERP, CPU,INTERP or *.
 
@@ -68,6 +68,8 @@ def main():
         for k, x in enumerate(c.ins):
             toks += spec(os.path.join(out_dir, f"{c.name}.in{k}.bin"), np.asarray(x))
         toks += spec(os.path.join(out_dir, f"{c.name}.out.bin"), want)
+        if c.atol is not None:
+            toks.append(f"atol={c.atol:.6g}")
         if c.xfail:
             toks += ["|", "xfail", c.xfail[0], c.xfail[1]]
         lines.append(" ".join(toks))

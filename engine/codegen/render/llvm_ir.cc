@@ -439,7 +439,7 @@ const RendererCaps& LlvmIrRenderer::caps() const {
 }
 
 absl::StatusOr<std::string> LlvmIrRenderer::Render(const Program& program) const {
-  llvm_internal::Emitter e(program);
+  llvm_internal::Emitter e(program, fp_contract_);
   return e.Run();
 }
 

@@ -45,9 +45,16 @@ namespace kiln::codegen {
 
 class LlvmIrRenderer final : public Renderer {
  public:
+  // fp_contract: float ADD/SUB/MUL carry LLVM's `contract` flag, so a multiply feeding an add may become one FMA
+  // (one rounding instead of two). On by default; off makes the output bit-identical to the interpreter, which
+  // rounds every operation (tests/backends/interp/interp_vs_cpu_test.cc).
+  explicit LlvmIrRenderer(bool fp_contract = true) : fp_contract_(fp_contract) {}
   std::string name() const override { return "llvm"; }
   const RendererCaps& caps() const override;
   absl::StatusOr<std::string> Render(const Program& program) const override;
+
+ private:
+  bool fp_contract_;
 };
 
 // Exposed for tests: IEEE binary16 / bfloat16 bits of `v`, rounded to nearest even (NaN -> quiet NaN, overflow ->

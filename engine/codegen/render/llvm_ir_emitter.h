@@ -24,7 +24,7 @@ std::string Splat(const std::string& ty, const std::string& lit, int count);
 
 class Emitter {
  public:
-  explicit Emitter(const Program& p) : p_(p) {}
+  Emitter(const Program& p, bool fp_contract) : p_(p), fp_contract_(fp_contract) {}
   absl::StatusOr<std::string> Run();
 
   // ---- used by the op emitters ----
@@ -72,6 +72,10 @@ class Emitter {
   int64_t ntmp_ = 0;
   int nblock_ = 0;
   bool streaming_stores_ = false;  // see kStreamingStoreBytes in llvm_ir.cc
+  bool fp_contract_ = true;        // LlvmIrRenderer's fp_contract
+
+ public:
+  bool fp_contract() const { return fp_contract_; }
 };
 
 }  // namespace kiln::codegen::llvm_internal

@@ -1,5 +1,6 @@
 // Conformance: the same lowered programs on CPU (LLVM) and INTERP must produce identical bytes (the programs fix the
-// order of every float operation, so even sums agree bit for bit). Built only when the CPU backend is.
+// order of every float operation, so even sums agree bit for bit). The LLVM renderer runs with fp_contract off here:
+// FMA fusion (on in production) rounds once where the interpreter rounds twice. Built only when the CPU backend is.
 #include <memory>
 
 #include "backends/cpu/cpu_device.h"
@@ -53,6 +54,11 @@ std::vector<Case> Cases() {
   c.push_back({"broadcast", BroadcastKernel(32, 24), {Bytes(std::vector<float>(32 * 24)), Bytes(Pattern(32 * 24, 31, 0.3f)),
                                                       Bytes(Pattern(24, 13, 0.7f))}});
   c.push_back({"sum", ReduceKernel(Op::ADD, 48, 96), {Bytes(std::vector<float>(48)), Bytes(Pattern(48 * 96, 101, 0.013f))}});
+  // Big enough (2^18 multiply-adds) for the heuristic's vector-accumulator split (ACC) with threads on.
+  c.push_back({"long sum (ACC lanes)", ReduceKernel(Op::ADD, 512, 512),
+               {Bytes(std::vector<float>(512)), Bytes(Pattern(512 * 512, 1009, 0.013f))}});
+  c.push_back({"long max (ACC lanes)", ReduceKernel(Op::MAX, 512, 512),
+               {Bytes(std::vector<float>(512)), Bytes(Pattern(512 * 512, 1013, -0.25f))}});
   c.push_back({"max", ReduceKernel(Op::MAX, 24, 20), {Bytes(std::vector<float>(24)), Bytes(Pattern(24 * 20, 53, -0.25f))}});
   c.push_back({"matmul", MatmulKernel(32, 64, 48), {Bytes(std::vector<float>(32 * 64)), Bytes(Pattern(32 * 48, 41, 0.11f)),
                                                     Bytes(Pattern(48 * 64, 37, 0.09f))}});
@@ -80,7 +86,7 @@ TEST_P(InterpVsCpuTest, SameBytes) {
   absl::StatusOr<std::unique_ptr<backends::CpuDevice>> cpu = backends::CpuDevice::Create();
   if (!cpu.ok()) GTEST_SKIP() << "no LLVM JIT for this host: " << cpu.status();
   backends::InterpDevice interp;
-  codegen::LlvmIrRenderer llvm;
+  codegen::LlvmIrRenderer llvm(/*fp_contract=*/false);
   codegen::InterpTextRenderer text;
   const int mode = GetParam();  // 0 NOOPT, 1 heuristic, 2 heuristic with threads
   codegen::Target t;

@@ -24,7 +24,7 @@ TEST(LlvmIrTest, ElementwiseSignatureAndTrampoline) {
       << *src;
   EXPECT_NE(src->find("define void @E_16.entry(ptr %bufs, ptr %vars, i32 %core_id)"), std::string::npos);
   EXPECT_NE(src->find("@E_16.info = constant [2 x i32] [i32 3, i32 0]"), std::string::npos);
-  EXPECT_NE(src->find("fadd float"), std::string::npos);
+  EXPECT_NE(src->find("fadd contract float"), std::string::npos);
   EXPECT_NE(src->find("phi i32"), std::string::npos);
   EXPECT_EQ(src->find("fast"), std::string::npos);
 }
