@@ -266,3 +266,37 @@ def test_grafana_provisioning():
     dashboard = json.loads((DEPLOY / "grafana" / "kiln.json").read_text())
     uids = {t["datasource"]["uid"] for p in dashboard["panels"] for t in p.get("targets", [])}
     assert uids == {datasource["uid"]}
+
+
+def test_dashboard_layout_and_panels():
+    """Grafana's own rules a broken file would trip, and the panels issue #9 asks for."""
+    dashboard = json.loads((DEPLOY / "grafana" / "kiln.json").read_text())
+    panels = dashboard["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    cells = set()
+    for p in panels:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["w"] > 0 and g["x"] + g["w"] <= 24, p["title"]
+        taken = {(g["x"] + dx, g["y"] + dy) for dx in range(g["w"]) for dy in range(g["h"])}
+        assert not taken & cells, f"panel '{p['title']}' overlaps another"
+        cells |= taken
+        if p["type"] == "row":
+            continue
+        assert p["targets"] and all(t["expr"].strip() for t in p["targets"]), p["title"]
+        refs = [t["refId"] for t in p["targets"]]
+        assert len(refs) == len(set(refs)), p["title"]
+        if p["type"] == "heatmap":
+            assert all(t.get("format") == "heatmap" and t["legendFormat"] == "{{le}}"
+                       for t in p["targets"]), p["title"]
+            assert all("_bucket" in t["expr"] for t in p["targets"]), p["title"]
+    titles = {p["title"] for p in panels}
+    for wanted in ("Request rate by model", "Failures by model", "Latency p50 / p99", "Queue time",
+                   "Compute time", "Kernel time (heatmap)", "Kernel time by kernel",
+                   "JIT cache hit rate", "Compile time", "Device memory", "Training loss",
+                   "Training throughput"):
+        assert wanted in titles
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    used = {name for p in panels for t in p.get("targets", [])
+            for name in variables if f"${name}" in t["expr"]}
+    assert used == variables, f"unused dashboard variables: {variables - used}"
