@@ -1,8 +1,9 @@
 """The YAML under deploy/: yamllint on all of it; kubernetes-validate (strict, oldest and newest
 bundled schema) on every Kubernetes manifest; our own required-field checks for the custom
-resources it has no schema for (KServe ServingRuntime and InferenceService, PodMonitor); the
-references between the manifests; docker-compose's own validation of compose.yaml; promtool on
-the Prometheus config; and the Grafana provisioning."""
+resources it has no schema for (KServe ServingRuntime and InferenceService, PodMonitor,
+PrometheusRule); the references between the manifests; docker-compose's own validation of
+compose.yaml; promtool on the Prometheus config and alerts (with unit tests); and the Grafana
+provisioning."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ CUSTOM_KINDS = {
     ("serving.kserve.io/v1alpha1", "ServingRuntime"),
     ("serving.kserve.io/v1beta1", "InferenceService"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
 }
 
 
@@ -140,6 +142,19 @@ def test_podmonitor():
              ["containers"] for p in c["ports"]}
     assert [e["port"] for e in endpoints] == ["metrics"] and endpoints[0]["path"] == "/metrics"
     assert ports["metrics"] == 8002
+    # The alerts select job="kilnd", the compose job name: the PodMonitor gives pods that job.
+    assert labels[pm["spec"]["jobLabel"]] == "kilnd"
+
+
+def test_prometheusrule_is_the_alerts_file():
+    rule = resources()["PrometheusRule"]
+    groups = require(rule, "spec.groups")
+    for group in groups:
+        assert group.get("name"), "groups[].name is required"
+        for r in group["rules"]:
+            assert r.get("expr"), "rules[].expr is required"
+    assert rule["spec"] == load(DEPLOY / "prometheus" / "alerts.yml"), \
+        "deploy/k8s/prometheusrule.yaml differs from deploy/prometheus/alerts.yml"
 
 
 # ---- references between the Kubernetes manifests ----
@@ -244,7 +259,27 @@ def test_promtool_check_config():
     assert out.returncode == 0, out.stdout + out.stderr
     config = load(DEPLOY / "prometheus" / "prometheus.yml")
     (job,) = config["scrape_configs"]
+    assert job["job_name"] == "kilnd"
     assert job["static_configs"][0]["targets"] == ["kilnd:8002"]
+    assert config["rule_files"] == ["alerts.yml"]
+    prometheus = load(DEPLOY / "compose.yaml")["services"]["prometheus"]
+    assert "./prometheus/alerts.yml:/etc/prometheus/alerts.yml:ro" in prometheus["volumes"]
+
+
+def test_promtool_check_rules():
+    out = run(["promtool", "check", "rules", str(DEPLOY / "prometheus" / "alerts.yml")])
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_promtool_alert_unit_tests():
+    """tests/deploy/alerts_test.yml: every alert fires on a sick kilnd, none on a healthy one."""
+    out = run(["promtool", "test", "rules", "alerts_test.yml"], cwd=Path(__file__).parent)
+    assert out.returncode == 0, out.stdout + out.stderr
+    tested = {t["alertname"] for group in load(Path(__file__).parent / "alerts_test.yml")["tests"]
+              for t in group["alert_rule_test"] if t["exp_alerts"]}
+    alerts = {r["alert"] for g in load(DEPLOY / "prometheus" / "alerts.yml")["groups"]
+              for r in g["rules"]}
+    assert tested == alerts, f"alerts without a firing test: {alerts - tested}"
 
 
 def test_promtool_catches_problems(tmp_path):

@@ -1,7 +1,8 @@
 """The monitoring stack against a live kilnd: a real Prometheus on loopback (the job of
 deploy/prometheus/prometheus.yml with a 1 s scrape interval) scrapes a real kilnd under a short
 load, and every PromQL query in the Grafana dashboard (deploy/grafana/kiln.json: panels and
-template variables) and in the prometheus-adapter rule behind the HPA is run through
+template variables), in the prometheus-adapter rule behind the HPA and in the alerts (without
+their thresholds) is run through
 Prometheus' HTTP API and must return data (a finite value, for instant queries).
 
 The metric names are parsed out of each query (promql-parser) and compared with what kilnd's
@@ -108,12 +109,29 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+COMPARISONS = {"==", "!=", ">", "<", ">=", "<="}
+
+
+def alert_queries() -> list[tuple[str, str]]:
+    """Each alert of deploy/prometheus/alerts.yml without its threshold (`X > 0.05` -> `X`): the
+    quantity it watches, which must have data while the alert itself stays quiet."""
+    alerts = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    out = []
+    for group in alerts["groups"]:
+        for rule in group["rules"]:
+            expr = promql_parser.parse(rule["expr"])
+            assert isinstance(expr, promql_parser.BinaryExpr) and str(expr.op) in COMPARISONS, \
+                f"alert {rule['alert']}: expected `quantity <op> threshold`"
+            out.append((f"alert {rule['alert']}", str(expr.lhs)))
+    return out
+
+
 def all_queries() -> list[tuple[str, str]]:
     rule = adapter_rule()
     return [(w, fill(e, GRAFANA_VARS)) for w, e in dashboard_queries()] + [
         ("adapter metricsQuery", fill(rule["metricsQuery"], ADAPTER_VARS)),
         ("adapter seriesQuery", rule["seriesQuery"]),
-    ]
+    ] + alert_queries()
 
 
 def test_queries_parse():
@@ -131,6 +149,11 @@ def test_pending_list_is_used():
 
 
 # ---- the live stack ----
+
+# Series Prometheus makes itself for every target, whatever the target exports.
+PROMETHEUS_SERIES = {"up", "scrape_duration_seconds", "scrape_samples_scraped",
+                     "scrape_samples_post_metric_relabeling", "scrape_series_added"}
+
 
 def exposed_names(text: str) -> set[str]:
     """Sample names kilnd's exposition offers: families from HELP/TYPE lines (with the
@@ -170,6 +193,7 @@ class Prometheus:
         config["global"]["evaluation_interval"] = "1s"
         (job,) = config["scrape_configs"]
         job["static_configs"] = [{"targets": [f"127.0.0.1:{metrics_port}"], "labels": POD_LABELS}]
+        config["rule_files"] = [str(DEPLOY / "prometheus" / f) for f in config["rule_files"]]
         self.config = self.scratch / "prometheus.yml"
         self.config.write_text(yaml.safe_dump(config))
         check = run(["promtool", "check", "config", str(self.config)])
@@ -319,7 +343,7 @@ def test_dashboard_names_are_exported(stack):
     unknown = {}
     for where, expr in all_queries():
         for name in metric_names(expr):
-            if name not in exposed and pending_family(name) is None:
+            if name not in exposed | PROMETHEUS_SERIES and pending_family(name) is None:
                 unknown.setdefault(name, []).append(where)
     assert not unknown, f"queries use metrics kilnd does not export: {unknown}"
 
