@@ -213,3 +213,14 @@ def test_healthcheck_script():
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         assert healthcheck(silent.getsockname()[1], timeout="1") == 1
+
+
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: p.name)
+def test_build_context_leaves_out_local_trees(path):
+    """BuildKit reads <Dockerfile>.dockerignore. A local build/ in the context would carry a
+    CMakeCache.txt for another source path into the image and fail the configure step; .venv
+    and .git are large and unused."""
+    ignore = Path(f"{path}.dockerignore")
+    entries = {line.strip() for line in ignore.read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert {".git", ".venv", "build"} <= entries
