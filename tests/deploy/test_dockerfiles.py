@@ -224,3 +224,11 @@ def test_build_context_leaves_out_local_trees(path):
     entries = {line.strip() for line in ignore.read_text().splitlines()
                if line.strip() and not line.startswith("#")}
     assert {".git", ".venv", "build"} <= entries
+
+
+def test_shellcheck_scripts():
+    """The scripts the images run (healthcheck, library bundle) and the build stage's deps script."""
+    scripts = sorted(DEPLOY.glob("*.sh"))
+    assert {p.name for p in scripts} >= {"healthcheck.sh", "bundle-libs.sh", "install-deps.sh"}
+    out = run([tool("shellcheck"), *map(str, scripts)])
+    assert out.returncode == 0, out.stdout + out.stderr
