@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEPLOY, REPO, exec_form, free_port, kilnd_binary, read_dockerfile, run, tool
+from conftest import (DEPLOY, REPO, exec_form, free_port, kilnd_binary, read_dockerfile, run,
+                      tool)
 
 DOCKERFILES = [DEPLOY / "Dockerfile", DEPLOY / "Dockerfile.cuda"]
 RUNTIME_PACKAGES = DEPLOY / "runtime-packages.txt"
@@ -42,8 +43,8 @@ def test_build_stage_matches_make_test(path):
     runs = " && ".join(build.all("RUN"))
     assert "bash deploy/install-deps.sh" in runs
     # make test builds the release preset (Makefile: test -> build-release -> preset release).
-    assert re.search(r"^build-release:.*\n\t\$\(call build,release\)", (REPO / "Makefile").read_text(),
-                     re.M)
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^build-release:.*\n\t\$\(call build,release\)", makefile, re.M)
     assert "cmake --preset release" in runs
     assert "cmake --build --preset release --target kilnd" in runs
     assert runtime.name == "runtime"
@@ -141,8 +142,8 @@ def test_runtime_packages_match_ldd():
     extra = sorted(set(listed) - set(needed))
     assert not missing, "add to deploy/runtime-packages.txt: " + ", ".join(
         f"{p} ({' '.join(needed[p])})" for p in missing)
-    assert not extra, "kilnd links nothing from these; remove from deploy/runtime-packages.txt: " + \
-        ", ".join(extra)
+    assert not extra, "kilnd links nothing from these; remove from " \
+        "deploy/runtime-packages.txt: " + ", ".join(extra)
 
 
 def test_runtime_image_installs_only_the_list():
@@ -165,7 +166,8 @@ def test_cuda_bundle_runs_kilnd():
         bundled = set(os.listdir(dest))
         assert any(n.startswith("libLLVM") for n in bundled), bundled
         assert any(n.startswith("libgrpc++") for n in bundled), bundled
-        assert not any(re.match(r"(libc|libm|libstdc\+\+|libgcc_s)\.so|ld-linux", n) for n in bundled)
+        c_runtime = re.compile(r"(libc|libm|libstdc\+\+|libgcc_s)\.so|ld-linux")
+        assert not any(c_runtime.match(n) for n in bundled), bundled
         env = dict(os.environ, LD_LIBRARY_PATH=dest)
         resolved = run(["ldd", str(kilnd_binary())], env=env).stdout
         for line in resolved.splitlines():
@@ -227,7 +229,8 @@ def test_build_context_leaves_out_local_trees(path):
 
 
 def test_shellcheck_scripts():
-    """The scripts the images run (healthcheck, library bundle) and the build stage's deps script."""
+    """The scripts the images run (healthcheck, library bundle) and the build stage's deps
+    script."""
     scripts = sorted(DEPLOY.glob("*.sh"))
     assert {p.name for p in scripts} >= {"healthcheck.sh", "bundle-libs.sh", "install-deps.sh"}
     out = run([tool("shellcheck"), *map(str, scripts)])

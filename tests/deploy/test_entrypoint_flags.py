@@ -2,8 +2,8 @@
 argument list of the image's CMD (both Dockerfiles), the Kubernetes Deployment and the KServe
 ServingRuntime, with only the listening ports made free and the repository path made local (for
 the Deployment, the ConfigMap mounted the way its volume items say). Each must come up ready
-with the bundled models, answer an inference and count it in its metrics, pass the HEALTHCHECK script once the REST gateway
-exists, and exit 0 on SIGTERM."""
+with the bundled models, answer an inference and count it in its metrics, pass the HEALTHCHECK
+script once the REST gateway exists, and exit 0 on SIGTERM."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ def configmap_repository(dest: Path) -> Path:
 
 def test_pending_flags_are_still_pending(flag_defaults):
     landed = sorted(f for f in PENDING_FLAGS if f in flag_defaults)
-    assert not landed, f"kilnd has {landed} now: remove them from PENDING_FLAGS (tests/deploy/conftest.py)"
+    assert not landed, \
+        f"kilnd has {landed} now: remove them from PENDING_FLAGS (tests/deploy/conftest.py)"
 
 
 @pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.cuda"])

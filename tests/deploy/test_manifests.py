@@ -44,8 +44,9 @@ def resources() -> dict[str, dict]:
 
 def test_yaml_files_found():
     names = {p.relative_to(DEPLOY).as_posix() for p in YAML_FILES}
-    for expected in ("compose.yaml", "prometheus/prometheus.yml", "k8s/deployment.yaml",
-                     "kserve/servingruntime.yaml", "grafana/provisioning/datasources/prometheus.yaml"):
+    for expected in ("compose.yaml", "prometheus/prometheus.yml", "prometheus/alerts.yml",
+                     "k8s/deployment.yaml", "kserve/servingruntime.yaml",
+                     "grafana/provisioning/datasources/prometheus.yaml"):
         assert expected in names
 
 
@@ -217,7 +218,7 @@ def test_hpa_uses_the_adapter_rule():
     hpa, adapter = res["HorizontalPodAutoscaler"], res["prometheus-adapter"]
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
                                              "name": res["Deployment"]["metadata"]["name"]}
-    assert hpa["spec"]["minReplicas"] >= 1 and hpa["spec"]["maxReplicas"] > hpa["spec"]["minReplicas"]
+    assert 1 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
     (metric,) = hpa["spec"]["metrics"]
     assert metric["type"] == "Pods"
     rules = yaml.safe_load(adapter["data"]["config.yaml"])["rules"]

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -234,8 +235,8 @@ class Prometheus:
         return http_json(url)["data"]
 
     def label_values(self, label: str, match: str) -> list:
-        url = f"{self.url}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": match})
-        return http_json(url)["data"]
+        query = urllib.parse.urlencode({"match[]": match})
+        return http_json(f"{self.url}/api/v1/label/{label}/values?{query}")["data"]
 
     def last_scrape(self) -> float:
         """When the kilnd target was last scraped (0 before target discovery, which Prometheus
