@@ -31,6 +31,8 @@ packages=(
   dataset-fashion-mnist
   # Python test harness and tools
   python3 python3-venv python3-pip curl clang-format clang-tidy
+  # deploy tests: promtool + a real Prometheus, docker-compose to validate compose.yaml, shellcheck
+  prometheus docker-compose shellcheck
 )
 
 log() { printf '[install-deps] %s\n' "$*"; }
