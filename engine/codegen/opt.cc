@@ -527,6 +527,69 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
   return true;
 }
 
+// Merges adjacent output axes (outer a, inner b, next to each other in the loop nest) that every buffer walks as
+// one: stride(a) == size(b) * stride(b) in every INDEX (tinygrad's shape merging, done here on ranges). A conv's
+// input-gradient intermediate [.., ky, kx] then has one 25-wide axis contiguous in the weights and the output, which
+// MatmulTile can vectorize, where 5-wide kx alone was too narrow. a becomes r / size(b), b becomes r % size(b); the
+// symbolic pass folds the recombined index back to r * stride(b).
+absl::StatusOr<UOpPtr> MergeAxes(const UOpPtr& sink, LowerContext& ctx) {
+  UOpPtr cur = sink;
+  for (int guard = 0; guard < 16; ++guard) {
+    std::vector<UOpPtr> axes = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
+    bool merged = false;
+    for (size_t i = 0; i + 1 < axes.size() && !merged; ++i) {
+      const UOpPtr& ra = axes[i];
+      const UOpPtr& rb = axes[i + 1];
+      const int64_t na = RangeSize(ra.get()), nb = RangeSize(rb.get());
+      if (na <= 1 || nb <= 1) continue;
+      if (ctx.OrderOf(rb.get()) != ctx.OrderOf(ra.get()) + 1) continue;
+      std::vector<IndexStride> sa = StridesAlong(cur, ra.get()), sb = StridesAlong(cur, rb.get());
+      bool ok = !sa.empty() && sa.size() == sb.size();
+      for (size_t k = 0; ok && k < sa.size(); ++k)
+        ok = sa[k].stride && sb[k].stride && *sa[k].stride == nb * *sb[k].stride;
+      if (!ok) continue;
+      const AxisArg arg = std::get<AxisArg>(ra->arg());
+      const int64_t id_b = std::get<AxisArg>(rb->arg()).id;
+      UOpPtr r = UOp::Make(Op::RANGE, ra->dtype(), {UOp::Const(ra->dtype(), na * nb)}, arg);
+      UOpPtr cb = UOp::Const(ra->dtype(), nb);
+      UOpPtr ea = UOp::Make(Op::CDIV, ra->dtype(), {r, cb}), eb = UOp::Make(Op::CMOD, ra->dtype(), {r, cb});
+      const UOp* ta = ra.get();
+      const UOp* tb = rb.get();
+      cur = RewriteBottomUp(cur, [&](const UOp* orig, const UOpPtr& rebuilt) -> UOpPtr {
+        if (orig == ta) return ea;
+        if (orig == tb) return eb;
+        if (orig->op() != Op::END && orig->op() != Op::REDUCE) return nullptr;
+        bool has = false;
+        for (const UOpPtr& x : orig->src()) has |= x.get() == ta || x.get() == tb;
+        if (!has) return nullptr;
+        UOpVec src;
+        for (size_t k = 0; k < orig->num_src(); ++k) {
+          const bool is_range = orig->op() == Op::END || k > 0;
+          if (is_range && orig->src(k).get() == ta) src.push_back(r);
+          else if (is_range && orig->src(k).get() == tb) continue;
+          else src.push_back(rebuilt->src(k));
+        }
+        return rebuilt->WithSrc(src);
+      });
+      cur = RewriteBottomUp(cur, [](const UOp*, const UOpPtr& u) -> UOpPtr {
+        if (u->op() != Op::INDEX) return nullptr;
+        UOpVec src(u->src().begin(), u->src().end());
+        bool changed = false;
+        for (size_t k = 1; k < src.size(); ++k) {
+          UOpPtr x = Simplify(src[k]);
+          changed |= x != src[k];
+          src[k] = x;
+        }
+        return changed ? u->WithSrc(src) : nullptr;
+      });
+      ctx.order.erase(std::find(ctx.order.begin(), ctx.order.end(), id_b));
+      merged = true;
+    }
+    if (!merged) break;
+  }
+  return cur;
+}
+
 }  // namespace
 
 absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std::vector<Opt>* chosen) {
@@ -541,6 +604,9 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
     for (const UOpPtr& r : AxesOfType(cur, ctx, t)) s.push_back(RangeSize(r.get()));
     return s;
   };
+  if (ctx.target.has_threads) {
+    KILN_ASSIGN_OR_RETURN(cur, MergeAxes(cur, ctx));
+  }
   std::vector<int64_t> out = sizes({AxisType::kLoop, AxisType::kGlobal});
   std::vector<int64_t> red = sizes({AxisType::kReduce});
   if (std::any_of(out.begin(), out.end(), [](int64_t s) { return s < 0; }) ||
