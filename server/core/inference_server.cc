@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "server/core/datatype.h"
+#include "server/core/model_artifact.h"
 #include "server/core/model_config.h"
 #include "server/core/validate.h"
 #include "spdlog/spdlog.h"
@@ -92,6 +93,7 @@ InferenceServer::~InferenceServer() {
 absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Create(ServerOptions options) {
   api::EngineOptions engine_options;
   engine_options.device = options.device;
+  engine_options.limits.max_nodes = kMaxGraphNodes;
   absl::StatusOr<std::unique_ptr<api::Engine>> engine = api::Engine::Create(engine_options);
   if (!engine.ok()) {
     if (!options.device.empty()) return engine.status();
