@@ -32,14 +32,14 @@ def stats(client, model):
     return s.success.count, s.compute_infer.ns, s.queue.ns, s.success.ns
 
 
-def run_level(url, model, x, concurrency, seconds):
+def run_level(url, model, x, concurrency, seconds, input_name):
     latencies: list[list[float]] = [[] for _ in range(concurrency)]
     stop = time.monotonic() + seconds
     barrier = threading.Barrier(concurrency)
 
     def worker(out):
         c = grpcclient.InferenceServerClient(url=url)
-        inp = grpcclient.InferInput("INPUT", list(x.shape), "FP32")
+        inp = grpcclient.InferInput(input_name, list(x.shape), "FP32")
         inp.set_data_from_numpy(x)
         barrier.wait()
         while time.monotonic() < stop:
@@ -74,7 +74,8 @@ def main() -> int:
     try:
         client = grpcclient.InferenceServerClient(url=server.url)
         x = np.random.default_rng(0).random((1, 1, 28, 28), dtype=np.float32)
-        inp = grpcclient.InferInput("INPUT", list(x.shape), "FP32")
+        input_name = client.get_model_metadata(model).inputs[0].name
+        inp = grpcclient.InferInput(input_name, list(x.shape), "FP32")
         inp.set_data_from_numpy(x)
         for _ in range(5):  # run, capture, replays: the window measures replays only
             client.infer(model, [inp])
@@ -84,7 +85,7 @@ def main() -> int:
               f"{'compute us':>10} {'queue us':>9} {'overhead us':>11} {'excl queue us':>13}")
         for conc in (1, 4, 16):
             n0, c0, q0, _ = stats(client, model)
-            lat = run_level(server.url, model, x, conc, seconds)
+            lat = run_level(server.url, model, x, conc, seconds, input_name)
             n1, c1, q1, _ = stats(client, model)
             count = max(1, n1 - n0)
             compute_us = (c1 - c0) / count / 1e3
