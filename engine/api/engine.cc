@@ -13,9 +13,11 @@
 #include "absl/synchronization/mutex.h"
 #include "backends/register_all.h"
 #include "engine/api/decode.h"
+#include "engine/api/engine_state.h"
 #include "engine/base/sha256.h"
 #include "engine/base/status.h"
 #include "engine/realize/realize.h"
+#include "engine/runtime/buffer.h"
 #include "engine/runtime/registry.h"
 
 namespace kiln::api {
@@ -119,16 +121,6 @@ std::string GraphKey(const GraphSpec& spec) {
 
 // ---- Engine ----
 
-struct Engine::State {
-  EngineOptions options;
-  std::string device;
-  absl::Mutex run_mu;  // one Run at a time per Engine
-  mutable absl::Mutex mu;
-  std::list<std::pair<std::string, std::shared_ptr<const PreparedGraph>>> lru ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<std::string, decltype(lru)::iterator> index ABSL_GUARDED_BY(mu);
-  EngineStats stats ABSL_GUARDED_BY(mu);
-};
-
 Engine::Engine(std::unique_ptr<State> state) : state_(std::move(state)) {}
 Engine::~Engine() = default;
 const std::string& Engine::device() const { return state_->device; }
@@ -154,8 +146,21 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(EngineOptions options) {
 }
 
 EngineStats Engine::stats() const {
-  absl::MutexLock l(&state_->mu);
-  return state_->stats;
+  EngineStats out;
+  {
+    absl::MutexLock l(&state_->mu);
+    out = state_->stats;
+  }
+  const jit::TraceCacheStats jit = state_->traces.stats();
+  out.jit_hits = jit.hits;
+  out.jit_misses = jit.misses;
+  out.jit_evictions = jit.evictions;
+  out.jit_entries = jit.size;
+  return out;
+}
+
+std::vector<DeviceMemoryUsage> Engine::DeviceMemory() const {
+  return {{state_->device, static_cast<uint64_t>(runtime::BufferTable::Global().total_bytes())}};
 }
 
 absl::StatusOr<std::shared_ptr<const PreparedGraph>> Engine::Prepare(const GraphSpec& spec) {
@@ -264,6 +269,7 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
   absl::MutexLock l(&state_->mu);
   ++state_->stats.runs;
   state_->stats.kernels_compiled += result.kernels_compiled;
+  state_->stats.compile_ns += result.compile_ns;
   return result;
 }
 

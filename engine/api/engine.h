@@ -13,6 +13,12 @@
 //                         realizes every output (schedule -> codegen -> compile (cached) -> run) and
 //                         copies the outputs back. Returns per-kernel timings and compile counts.
 //   Engine::Warm          one Run on zero-filled inputs (static shapes only): compiles ahead of traffic.
+//   Engine::LoadBuiltin   a builtin architecture ("mnist_cnn", "mlp") with its weights from a
+//                         safetensors file (names and shapes checked against the architecture).
+//   Engine::RunBuiltin    runs one batch through the model in eval mode under TinyJit: the engine's
+//                         TraceCache keys a trace by (model, input signature), so the first two
+//                         calls of a signature run and capture, later ones replay the captured
+//                         kernels without scheduling (replayed launches are counted, not timed).
 //
 // Errors: INVALID_ARGUMENT (bad graph or inputs; the message names the field, e.g. "nodes[3].src[0]"),
 // UNAVAILABLE (no device), INTERNAL (an engine failure). A bad request never aborts.
@@ -55,6 +61,7 @@ struct KernelTiming {
   std::string name;    // generated kernel name (E_..., r_...)
   std::string device;
   uint64_t duration_ns = 0;
+  bool timed = true;   // false: a JIT replay launch, duration unknown (0)
 };
 
 struct RunResult {
@@ -63,6 +70,10 @@ struct RunResult {
   int kernels_compiled = 0;           // kernels lowered + compiled by this run (0 = all cached)
   uint64_t compile_ns = 0;
   uint64_t total_ns = 0;              // wall time of the run (build + realize + copies)
+  // Builtin models: what the trace cache did ("run", "capture" or "replay") and whether the
+  // signature's trace existed (a cache hit).
+  std::string jit_event;
+  bool jit_hit = false;
 };
 
 // Per (graph, kernel) counters, for ListKernels.
@@ -80,7 +91,44 @@ struct EngineStats {
   uint64_t prepare_hits = 0;      // Prepare calls answered from the prepared-graph cache
   uint64_t runs = 0;
   uint64_t kernels_compiled = 0;  // over all runs
+  uint64_t compile_ns = 0;        // over all runs
+  // The builtin models' JIT trace cache (engine/jit TraceCache).
+  int64_t jit_hits = 0;
+  int64_t jit_misses = 0;
+  int64_t jit_evictions = 0;
+  int64_t jit_entries = 0;
 };
+
+// Bytes held in device buffers, per device.
+struct DeviceMemoryUsage {
+  std::string device;
+  uint64_t bytes = 0;
+};
+
+// A builtin architecture with its weights (Engine::LoadBuiltin). Immutable; shared between threads.
+//   mnist_cnn  tinygrad's beautiful_mnist CNN (conv 5x5 x2, BatchNorm, pool, conv 3x3 x2, BatchNorm,
+//              pool, Linear 576->10); input (N, 1, 28, 28) float32, output logits (N, 10).
+//   mlp        Linear layers with ReLU between them, sizes from the weights
+//              (layers.<i>.weight (out, in), layers.<i>.bias (out)); input (N, in), output (N, out).
+class BuiltinModel {
+ public:
+  ~BuiltinModel();
+  const std::string& architecture() const;
+  const std::vector<int64_t>& input_shape() const;   // one item, batch dim excluded
+  const std::vector<int64_t>& output_shape() const;  // one item, batch dim excluded
+  const std::string& dtype() const;                  // of input and output: "float32"
+  int64_t num_parameters() const;                    // elements over every state tensor
+
+  struct Impl;
+  explicit BuiltinModel(std::unique_ptr<Impl> impl);
+  Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The architectures LoadBuiltin knows.
+std::vector<std::string> BuiltinArchitectures();
 
 class Engine;
 
@@ -126,10 +174,20 @@ class Engine {
   absl::StatusOr<RunResult> Run(const PreparedGraph& graph, absl::Span<const HostTensorView> inputs);
   absl::StatusOr<RunResult> Warm(const PreparedGraph& graph);
 
+  // NOT_FOUND: the weights file is missing; INVALID_ARGUMENT: unknown architecture, or the file
+  // is not safetensors or does not match the architecture (names the tensor and the shapes).
+  absl::StatusOr<std::shared_ptr<const BuiltinModel>> LoadBuiltin(const std::string& architecture,
+                                                                  const std::string& weights_path);
+  // `input`: float32, shape (N, *model.input_shape()) with N >= 1. Output "output" (N, *output_shape).
+  absl::StatusOr<RunResult> RunBuiltin(const BuiltinModel& model, const HostTensorView& input);
+
+  std::vector<DeviceMemoryUsage> DeviceMemory() const;
+
   EngineStats stats() const;
 
+  struct State;  // engine_state.h
+
  private:
-  struct State;
   explicit Engine(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };

@@ -24,13 +24,15 @@ absl::StatusOr<std::string> TraceCache::KeyOf(const std::string& model, const Ji
 }
 
 absl::StatusOr<std::vector<Tensor>> TraceCache::Run(const std::string& model, const JitArgs& args,
-                                                    const JitFunction& fn) {
+                                                    const JitFunction& fn, TraceRunInfo* info) {
   KILN_ASSIGN_OR_RETURN(std::string key, KeyOf(model, args));
   std::shared_ptr<Entry> entry;
+  bool hit = false;
   {
     absl::MutexLock l(&mu_);
     if (auto it = index_.find(key); it != index_.end()) {
       ++stats_.hits;
+      hit = true;
       lru_.splice(lru_.begin(), lru_, it->second);
       entry = *it->second;
     } else {
@@ -53,7 +55,13 @@ absl::StatusOr<std::vector<Tensor>> TraceCache::Run(const std::string& model, co
     }
   }
   absl::MutexLock el(&entry->mu);
-  return entry->jit->Call(args);
+  if (info != nullptr) {
+    info->hit = hit;
+    info->call = entry->jit->cnt();
+  }
+  absl::StatusOr<std::vector<Tensor>> out = entry->jit->Call(args);
+  if (info != nullptr && entry->jit->plan() != nullptr) info->plan_kernels = entry->jit->plan()->KernelNames();
+  return out;
 }
 
 TraceCacheStats TraceCache::stats() const {

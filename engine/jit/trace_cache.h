@@ -16,6 +16,7 @@
 #include <list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -23,6 +24,15 @@
 #include "engine/jit/tiny_jit.h"
 
 namespace kiln::jit {
+
+// What one Run did, for callers that account kernels (engine/api): whether the entry existed, the
+// entry's TinyJit call count before the call (0 = plain run, 1 = capture, >= 2 = replay) and, once
+// captured, the kernel names of its plan in launch order (replays launch exactly these, untimed).
+struct TraceRunInfo {
+  bool hit = false;
+  int call = 0;
+  std::vector<std::string> plan_kernels;
+};
 
 struct TraceCacheStats {
   int64_t hits = 0;
@@ -37,7 +47,7 @@ class TraceCache {
   explicit TraceCache(size_t capacity);
 
   absl::StatusOr<std::vector<Tensor>> Run(const std::string& model, const JitArgs& args,
-                                          const JitFunction& fn);
+                                          const JitFunction& fn, TraceRunInfo* info = nullptr);
 
   TraceCacheStats stats() const;
   size_t capacity() const { return capacity_; }

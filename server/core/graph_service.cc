@@ -39,7 +39,14 @@ absl::StatusOr<api::RunResult> GraphService::RunPrepared(const api::PreparedGrap
     }
   }
   absl::StatusOr<api::RunResult> run = engine_->Run(graph, views);
-  if (run.ok() && observer_ != nullptr) observer_->ObserveKernels(run->kernels);
+  if (run.ok() && observer_ != nullptr) {
+    observer_->ObserveKernels(run->kernels);
+    EngineRunObservation o;
+    o.compile_ns = run->compile_ns;
+    o.kernels_compiled = run->kernels_compiled;
+    o.device_memory = engine_->DeviceMemory();
+    observer_->ObserveEngineRun(o);
+  }
   return run;
 }
 

@@ -1,5 +1,8 @@
 #include "server/core/graph_spec_codec.h"
 
+#include "absl/strings/str_cat.h"
+#include "server/core/model_artifact.h"
+
 namespace kiln::server {
 
 api::GraphSpec GraphSpecFromProto(const kiln::v1::Graph& graph) {
@@ -51,6 +54,15 @@ api::GraphSpec GraphSpecFromProto(const kiln::v1::Graph& graph) {
   spec.outputs.reserve(graph.outputs_size());
   for (const auto& o : graph.outputs()) spec.outputs.push_back({o.name(), o.node()});
   return spec;
+}
+
+absl::Status CheckGraphSize(const kiln::v1::Graph& graph) {
+  if (graph.nodes_size() > kMaxGraphNodes) {
+    return absl::InvalidArgumentError(absl::StrCat("graph.nodes: ", graph.nodes_size(),
+                                                   " nodes exceed the limit ", kMaxGraphNodes,
+                                                   " (kMaxGraphNodes)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kiln::server

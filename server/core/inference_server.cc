@@ -1,12 +1,15 @@
 #include "server/core/inference_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "server/core/datatype.h"
+#include "server/core/model_artifact.h"
 #include "server/core/model_config.h"
 #include "server/core/validate.h"
 #include "spdlog/spdlog.h"
@@ -76,11 +79,21 @@ InferenceServer::InferenceServer(ServerOptions options, std::unique_ptr<api::Eng
     : options_(std::move(options)),
       engine_(std::move(engine)),
       graphs_(engine_.get()),
-      repository_(options_.model_repository, engine_.get()) {}
+      repository_(options_.model_repository, engine_.get()),
+      executor_([this] { ExecutorLoop(); }) {}
+
+InferenceServer::~InferenceServer() {
+  {
+    absl::MutexLock lock(&queue_mu_);
+    stop_executor_ = true;
+  }
+  executor_.join();
+}
 
 absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Create(ServerOptions options) {
   api::EngineOptions engine_options;
   engine_options.device = options.device;
+  engine_options.limits.max_nodes = kMaxGraphNodes;
   absl::StatusOr<std::unique_ptr<api::Engine>> engine = api::Engine::Create(engine_options);
   if (!engine.ok()) {
     if (!options.device.empty()) return engine.status();
@@ -191,21 +204,31 @@ absl::StatusOr<std::vector<ModelStatsEntry>> InferenceServer::Statistics(
 }
 
 absl::StatusOr<InferResponse> InferenceServer::Infer(const InferRequest& request) {
-  const auto start = std::chrono::steady_clock::now();
-  InferObservation obs;
-  absl::StatusOr<InferResponse> response = InferImpl(request, &obs);
-  if (observer_ != nullptr) {
-    obs.protocol = request.protocol;
-    obs.code = response.status().code();
-    obs.duration_ns = NanosSince(start);
-    observer_->ObserveInfer(obs);
-  }
-  return response;
+  absl::Notification finished;
+  absl::StatusOr<InferResponse> out = absl::UnknownError("no answer");
+  InferAsync(request, [&](absl::StatusOr<InferResponse> response) {
+    out = std::move(response);
+    finished.Notify();
+  });
+  finished.WaitForNotification();
+  return out;
 }
 
-absl::StatusOr<InferResponse> InferenceServer::InferImpl(const InferRequest& request,
-                                                         InferObservation* obs) {
-  const auto start = std::chrono::steady_clock::now();
+void InferenceServer::InferAsync(const InferRequest& request, InferCallback done) {
+  Task task;
+  task.start = std::chrono::steady_clock::now();
+  task.done = std::move(done);
+  task.obs.protocol = request.protocol;
+  absl::Status admitted = Admit(request, &task);
+  if (!admitted.ok()) {
+    Finish(task, admitted);
+    return;
+  }
+  absl::MutexLock lock(&queue_mu_);
+  queue_.push_back(std::move(task));
+}
+
+absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
   if (!Ready()) return absl::UnavailableError("the server is shutting down");
   if (request.model_name.empty()) return absl::InvalidArgumentError("model_name: empty");
   auto model = repository_.GetReady(request.model_name, request.model_version);
@@ -217,34 +240,148 @@ absl::StatusOr<InferResponse> InferenceServer::InferImpl(const InferRequest& req
                                      std::string(model.status().message())));
   }
   const ModelVersion& version = **model;
-  obs->model = version.name;
-  obs->version = std::to_string(version.version);
-  obs->reached_model = true;
+  task->model = *model;
+  task->obs.model = version.name;
+  task->obs.version = std::to_string(version.version);
+  task->obs.reached_model = true;
   absl::StatusOr<ValidatedRequest> valid =
       ValidateInferRequest(*version.config, request, options_.max_request_bytes);
-  if (!valid.ok()) {
-    version.stats->RecordFailure(NanosSince(start));
-    return valid.status();
-  }
-  if (version.config->platform() != kPlatformGraph || version.graph == nullptr ||
-      engine_ == nullptr) {
-    version.stats->RecordFailure(NanosSince(start));
+  if (!valid.ok()) return valid.status();
+  const bool runnable =
+      engine_ != nullptr && ((version.config->platform() == kPlatformGraph && version.graph) ||
+                             (version.config->platform() == kPlatformBuiltin && version.builtin));
+  if (!runnable) {
     return absl::UnavailableError(absl::StrCat("platform ", version.config->platform(),
                                                " for model ", version.name,
                                                " is not available in this build"));
   }
-  ExecutionTimes times;
-  times.batch_size = static_cast<uint64_t>(valid->batch_size);
-  times.queue_ns = NanosSince(start);
-  obs->batch_size = times.batch_size;
-  obs->queue_ns = times.queue_ns;
-  absl::StatusOr<InferResponse> response = Execute(version, request, *valid, &times, obs);
-  obs->compute_infer_ns = times.compute_infer_ns;
-  if (!response.ok()) {
-    version.stats->RecordFailure(NanosSince(start));
-    return response.status();
+  const uint32_t configured =
+      version.config->dynamic_batching().default_queue_policy().max_queue_size();
+  const int64_t limit = configured > 0 ? configured : options_.max_queue_size;
+  if (version.pending->fetch_add(1) >= limit) {
+    version.pending->fetch_sub(1);
+    task->obs.rejected = true;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model '", version.name, "' version ", version.version,
+        ": the queue is full (max_queue_size ", limit, " requests waiting); retry later"));
   }
-  version.stats->RecordSuccess(NanosSince(start), times);
+  if (observer_ != nullptr) observer_->ObservePending(task->obs.model, task->obs.version, +1);
+  task->request = request;
+  task->valid = *std::move(valid);
+  return absl::OkStatus();
+}
+
+void InferenceServer::Finish(Task& task, absl::StatusOr<InferResponse> response) {
+  const uint64_t total_ns = NanosSince(task.start);
+  if (task.model != nullptr && !response.ok()) task.model->stats->RecordFailure(total_ns);
+  if (observer_ != nullptr) {
+    task.obs.code = response.status().code();
+    task.obs.duration_ns = total_ns;
+    observer_->ObserveInfer(task.obs);
+  }
+  InferCallback done = std::move(task.done);
+  done(std::move(response));
+}
+
+void InferenceServer::ExecutorLoop() {
+  for (;;) {
+    Task task;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      queue_mu_.Await(absl::Condition(
+          +[](InferenceServer* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->queue_mu_) {
+            return !s->queue_.empty() || s->stop_executor_;
+          },
+          this));
+      if (queue_.empty()) return;  // stopping and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    RunTask(task);
+  }
+}
+
+void InferenceServer::RunTask(Task& task) {
+  const ModelVersion& version = *task.model;
+  version.pending->fetch_sub(1);
+  if (observer_ != nullptr) observer_->ObservePending(task.obs.model, task.obs.version, -1);
+  ExecutionTimes times;
+  times.batch_size = static_cast<uint64_t>(task.valid.batch_size);
+  times.queue_ns = NanosSince(task.start);
+  task.obs.batch_size = times.batch_size;
+  task.obs.queue_ns = times.queue_ns;
+  absl::StatusOr<InferResponse> response =
+      version.builtin != nullptr
+          ? ExecuteBuiltin(version, task.request, task.valid, &times, &task.obs)
+          : Execute(version, task.request, task.valid, &times, &task.obs);
+  task.obs.compute_infer_ns = times.compute_infer_ns;
+  if (response.ok()) version.stats->RecordSuccess(NanosSince(task.start), times);
+  Finish(task, std::move(response));
+}
+
+void InferenceServer::ObserveRun(const api::RunResult& run) {
+  if (observer_ == nullptr) return;
+  observer_->ObserveKernels(run.kernels);
+  EngineRunObservation o;
+  o.compile_ns = run.compile_ns;
+  o.kernels_compiled = run.kernels_compiled;
+  o.jit = !run.jit_event.empty();
+  o.jit_hit = run.jit_hit;
+  const int64_t evictions = engine_->stats().jit_evictions;
+  o.jit_evictions = std::max<int64_t>(0, evictions - seen_jit_evictions_.exchange(evictions));
+  o.device_memory = engine_->DeviceMemory();
+  observer_->ObserveEngineRun(o);
+}
+
+absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(const ModelVersion& version,
+                                                              const InferRequest& request,
+                                                              const ValidatedRequest& valid,
+                                                              ExecutionTimes* times,
+                                                              InferObservation* obs) {
+  const inference::ModelConfig& config = *version.config;
+  const auto input_start = std::chrono::steady_clock::now();
+  // Validation matched the one input against the config (FP32, dims, batch, byte size).
+  const InferInput& in = request.inputs.at(0);
+  api::HostTensorView view;
+  view.dtype = "float32";
+  view.shape.assign(in.shape.begin(), in.shape.end());
+  std::string packed;
+  if (request.raw_input_count > 0) {
+    view.data = in.raw;
+  } else {
+    absl::StatusOr<std::string> bytes = PackTypedContents(in, config.input(0).data_type());
+    if (!bytes.ok()) {
+      return absl::Status(bytes.status().code(),
+                          absl::StrCat("inputs[0].contents: ", bytes.status().message()));
+    }
+    packed = *std::move(bytes);
+    view.data = packed;
+  }
+  times->compute_input_ns = NanosSince(input_start);
+
+  const auto infer_start = std::chrono::steady_clock::now();
+  absl::StatusOr<api::RunResult> run = engine_->RunBuiltin(*version.builtin, view);
+  if (!run.ok()) {
+    obs->engine_failure = !absl::IsInvalidArgument(run.status());
+    return run.status();
+  }
+  times->compute_infer_ns = NanosSince(infer_start);
+  ObserveRun(*run);
+
+  const auto output_start = std::chrono::steady_clock::now();
+  InferResponse response;
+  response.model_name = version.name;
+  response.model_version = std::to_string(version.version);
+  response.id = request.id;
+  for (int index : valid.outputs) {
+    InferOutput out;
+    out.name = config.output(index).name();
+    out.datatype = std::string(DataTypeName(config.output(index).data_type()));
+    out.shape = run->outputs.at(0).shape;
+    out.raw = run->outputs.at(0).data;
+    response.outputs.push_back(std::move(out));
+  }
+  times->compute_output_ns = NanosSince(output_start);
   return response;
 }
 
@@ -309,7 +446,7 @@ absl::StatusOr<InferResponse> InferenceServer::Execute(const ModelVersion& versi
     return run.status();
   }
   times->compute_infer_ns = NanosSince(infer_start);
-  if (observer_ != nullptr) observer_->ObserveKernels(run->kernels);
+  ObserveRun(*run);
 
   const auto output_start = std::chrono::steady_clock::now();
   InferResponse response;

@@ -1,22 +1,33 @@
 // InferenceServer: the one API that transports (server/grpc, server/rest) call. It owns the
 // model repository, answers health/metadata/config/index/statistics queries, validates
-// inference requests and (once the engine lands, through engine/api) runs them.
+// inference requests and runs them through engine/api.
+//
+// Execution: InferAsync validates on the caller's thread, then admits the request into its model
+// version's queue (bounded: config dynamic_batching.default_queue_policy.max_queue_size, else
+// ServerOptions::max_queue_size; a full queue answers RESOURCE_EXHAUSTED naming the limit) and
+// returns at once. One executor thread takes requests in arrival order (the engine runs one at a
+// time) and calls `done` with the answer; queue time is arrival to execution start.
 //
 // Thread safety: every method may be called concurrently from any thread.
 // Shutdown: BeginShutdown() makes Ready() false and refuses new inference and repository calls
-// with UNAVAILABLE at once; calls already inside Infer() finish normally.
+// with UNAVAILABLE at once; requests already admitted still execute and answer normally.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/api/engine.h"
 #include "inference/model_config.pb.h"
 #include "server/core/graph_service.h"
@@ -32,6 +43,7 @@ struct ServerOptions {
   std::filesystem::path model_repository;
   int64_t max_request_bytes = kDefaultMaxRequestBytes;
   std::string device;  // engine device; "" = the engine's default
+  int64_t max_queue_size = kDefaultMaxQueueSize;  // per model version, unless its config sets one
 };
 
 struct ServerMetadata {
@@ -67,6 +79,7 @@ struct LoadOptions {
 
 class InferenceServer {
  public:
+  ~InferenceServer();  // runs the requests still queued, then stops the executor
   // Loads every model under options.model_repository. NOT_FOUND if the folder is unreadable.
   static absl::StatusOr<std::unique_ptr<InferenceServer>> Create(ServerOptions options);
 
@@ -91,9 +104,14 @@ class InferenceServer {
   absl::StatusOr<std::vector<ModelStatsEntry>> Statistics(const std::string& name,
                                                           const std::string& version) const;
 
-  // Validates `request` fully, then executes it through the engine (kiln_graph models). Other
-  // platforms end in UNAVAILABLE naming the platform and the model. Statistics are updated for
-  // every request that reaches a model version.
+  using InferCallback = std::function<void(absl::StatusOr<InferResponse>)>;
+
+  // Validates `request` fully, queues it and executes it through the engine (kiln_graph and
+  // kiln_builtin models); `done` runs exactly once, on this thread for a request refused before
+  // queueing, else on the executor thread. The request's views (InferInput::raw, shape) must stay
+  // valid until `done` runs. Statistics are updated for every request that reaches a version.
+  void InferAsync(const InferRequest& request, InferCallback done);
+  // InferAsync and wait for the answer.
   absl::StatusOr<InferResponse> Infer(const InferRequest& request);
 
   // Reports every Infer (and every kernel launch, Infer and graphs) to `observer` (not owned;
@@ -107,11 +125,29 @@ class InferenceServer {
   GraphService& graphs() { return graphs_; }
 
  private:
+  struct Task {
+    std::shared_ptr<const ModelVersion> model;
+    InferRequest request;
+    ValidatedRequest valid;
+    std::chrono::steady_clock::time_point start;     // arrival
+    InferObservation obs;
+    InferCallback done;
+  };
+
   InferenceServer(ServerOptions options, std::unique_ptr<api::Engine> engine);
-  absl::StatusOr<InferResponse> InferImpl(const InferRequest& request, InferObservation* obs);
+  // Resolves, validates and admits; on refusal returns the error (obs filled).
+  absl::Status Admit(const InferRequest& request, Task* task);
+  void Finish(Task& task, absl::StatusOr<InferResponse> response);
+  void ExecutorLoop();
+  void RunTask(Task& task);
   absl::StatusOr<InferResponse> Execute(const ModelVersion& version, const InferRequest& request,
                                         const ValidatedRequest& valid, ExecutionTimes* times,
                                         InferObservation* obs);
+  absl::StatusOr<InferResponse> ExecuteBuiltin(const ModelVersion& version,
+                                               const InferRequest& request,
+                                               const ValidatedRequest& valid, ExecutionTimes* times,
+                                               InferObservation* obs);
+  void ObserveRun(const api::RunResult& run);
   absl::StatusOr<std::shared_ptr<const ModelVersion>> Resolve(const std::string& name,
                                                               const std::string& version) const;
 
@@ -121,6 +157,12 @@ class InferenceServer {
   InferObserver* observer_ = nullptr;
   ModelRepository repository_;
   std::atomic<bool> shutting_down_{false};
+  std::atomic<int64_t> seen_jit_evictions_{0};
+
+  absl::Mutex queue_mu_;
+  std::deque<Task> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool stop_executor_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::thread executor_;  // last: started after everything above exists
 };
 
 }  // namespace kiln::server

@@ -15,5 +15,6 @@ inline constexpr int64_t kMaxConfigBytes = 1 << 20;      // config.pbtxt size
 inline constexpr int64_t kMaxArtifactBytes = 1LL << 30;  // one model file read at load
 inline constexpr int kMaxNameLength = 256;               // model / tensor names
 inline constexpr int64_t kDefaultMaxRequestBytes = 64LL << 20;  // --max-request-bytes default
+inline constexpr int64_t kDefaultMaxQueueSize = 64;  // --max-queue-size default (per model version)
 
 }  // namespace kiln::server

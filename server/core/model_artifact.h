@@ -17,7 +17,8 @@
 
 namespace kiln::server {
 
-inline constexpr int64_t kMaxGraphNodes = 1 << 20;
+// Nodes per graph (model files and kiln.v1 requests); also the engine's GraphLimits::max_nodes.
+inline constexpr int64_t kMaxGraphNodes = 1 << 16;
 
 // Structural rules of kiln.v1.Graph (proto/kiln/v1/graph.proto): node count <= kMaxGraphNodes,
 // every src index names an earlier node (so no cycle, no dangling source), INPUT nodes index

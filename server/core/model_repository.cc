@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "server/core/datatype.h"
 #include "server/core/graph_spec_codec.h"
 #include "server/core/limits.h"
@@ -88,6 +89,51 @@ absl::StatusOr<std::shared_ptr<const api::PreparedGraph>> PrepareGraphModel(
         absl::StrCat("graph: ", std::string(prepared.status().message())));
   }
   return prepared;
+}
+
+template <typename Tensor>
+absl::Status CheckBuiltinTensor(const char* field, const Tensor& t,
+                                const std::vector<int64_t>& dims) {
+  if (t.data_type() != inference::TYPE_FP32) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".data_type: the architecture needs TYPE_FP32, not ",
+                                                   std::string(DataTypeName(t.data_type()))));
+  }
+  if (!std::equal(t.dims().begin(), t.dims().end(), dims.begin(), dims.end())) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".dims: [", absl::StrJoin(t.dims(), ", "),
+                                                   "] but the architecture needs [",
+                                                   absl::StrJoin(dims, ", "), "]"));
+  }
+  return absl::OkStatus();
+}
+
+// Loads a kiln_builtin version through the engine and checks the config's tensors against the
+// architecture (one FP32 input and output, dims without the batch dim, batching on).
+absl::StatusOr<std::shared_ptr<const api::BuiltinModel>> LoadBuiltinModel(
+    api::Engine& engine, const inference::ModelConfig& config,
+    const std::filesystem::path& version_dir) {
+  const std::string arch = config.parameters().at("architecture").string_value();
+  absl::StatusOr<std::shared_ptr<const api::BuiltinModel>> model =
+      engine.LoadBuiltin(arch, (version_dir / DefaultModelFilename(config)).string());
+  if (!model.ok()) return model.status();
+  if (config.max_batch_size() < 1) {
+    return absl::InvalidArgumentError(
+        "max_batch_size: kiln_builtin models batch; set max_batch_size >= 1");
+  }
+  if (config.input_size() != 1 || config.output_size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input/output: architecture ", arch, " has one input and one output, the config has ",
+        config.input_size(), " and ", config.output_size()));
+  }
+  if (absl::Status s = CheckBuiltinTensor("input[0]", config.input(0), (*model)->input_shape());
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CheckBuiltinTensor("output[0]", config.output(0), (*model)->output_shape());
+      !s.ok()) {
+    return s;
+  }
+  return model;
 }
 
 }  // namespace
@@ -192,6 +238,16 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     kiln::v1::Graph graph;
     absl::Status status = CheckModelArtifact(*shared_config, model_dir / std::to_string(v), &graph);
     std::shared_ptr<const api::PreparedGraph> prepared;
+    std::shared_ptr<const api::BuiltinModel> builtin;
+    if (status.ok() && engine_ != nullptr && shared_config->platform() == kPlatformBuiltin) {
+      absl::StatusOr<std::shared_ptr<const api::BuiltinModel>> b =
+          LoadBuiltinModel(*engine_, *shared_config, model_dir / std::to_string(v));
+      if (b.ok()) {
+        builtin = *std::move(b);
+      } else {
+        status = b.status();
+      }
+    }
     if (status.ok() && engine_ != nullptr && shared_config->platform() == kPlatformGraph) {
       absl::StatusOr<std::shared_ptr<const api::PreparedGraph>> p =
           PrepareGraphModel(*engine_, *shared_config, graph);
@@ -214,6 +270,7 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     model->config = shared_config;
     model->stats = std::make_shared<ModelStats>();
     model->graph = std::move(prepared);
+    model->builtin = std::move(builtin);
     slot.state = ModelState::kReady;
     slot.model = std::move(model);
   }

@@ -15,6 +15,7 @@
 // to build a path unchecked; messages name models and versions, never absolute paths.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -46,6 +47,10 @@ struct ModelVersion {
   std::shared_ptr<ModelStats> stats;
   // kiln_graph: the graph, decoded and validated by the engine at load (null without an engine).
   std::shared_ptr<const api::PreparedGraph> graph;
+  // kiln_builtin: the architecture with its weights, loaded by the engine (null without an engine).
+  std::shared_ptr<const api::BuiltinModel> builtin;
+  // Requests of this version waiting for execution (bounded by InferenceServer).
+  std::shared_ptr<std::atomic<int64_t>> pending = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 struct RepositoryIndexEntry {

@@ -20,10 +20,21 @@ struct InferObservation {
   absl::StatusCode code = absl::StatusCode::kOk;
   bool reached_model = false;  // the request resolved to a READY model version
   bool engine_failure = false; // failed inside execution (not validation)
+  bool rejected = false;       // refused by the model's full queue (Triton reason REJECTED)
   uint64_t batch_size = 0;
   uint64_t duration_ns = 0;    // whole request
   uint64_t queue_ns = 0;
   uint64_t compute_infer_ns = 0;
+};
+
+// One engine execution (a model's Infer or a kiln.v1 graph run).
+struct EngineRunObservation {
+  uint64_t compile_ns = 0;      // lowering + compiling of this run's new kernels
+  int kernels_compiled = 0;
+  bool jit = false;             // ran through the JIT trace cache (builtin models)
+  bool jit_hit = false;         // ... and the signature's trace existed
+  int64_t jit_evictions = 0;    // traces evicted since the previous observation
+  std::vector<api::DeviceMemoryUsage> device_memory;  // after the run
 };
 
 class InferObserver {
@@ -31,6 +42,10 @@ class InferObserver {
   virtual ~InferObserver() = default;
   virtual void ObserveInfer(const InferObservation& observation) = 0;
   virtual void ObserveKernels(absl::Span<const api::KernelTiming> kernels) = 0;
+  virtual void ObserveEngineRun(const EngineRunObservation&) {}
+  // A request entered (+1) or left (-1) the queue of model `model` version `version`.
+  virtual void ObservePending(const std::string& /*model*/, const std::string& /*version*/,
+                              int /*delta*/) {}
 };
 
 }  // namespace kiln::server

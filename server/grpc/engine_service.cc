@@ -54,6 +54,7 @@ grpc::ServerUnaryReactor* EngineService::Execute(grpc::CallbackServerContext* ct
   return Unary(ctx, "Execute", [&]() -> absl::Status {
     if (absl::Status s = CheckServing(*server_); !s.ok()) return s;
     if (!request->has_graph()) return absl::InvalidArgumentError("graph: missing");
+    if (absl::Status s = CheckGraphSize(request->graph()); !s.ok()) return s;
     std::vector<GraphTensorIn> inputs = DecodeInputs(request->inputs());
     absl::StatusOr<api::RunResult> run =
         server_->graphs().Execute(GraphSpecFromProto(request->graph()), inputs);
@@ -69,6 +70,7 @@ grpc::ServerUnaryReactor* EngineService::RegisterGraph(
   return Unary(ctx, "RegisterGraph", [&]() -> absl::Status {
     if (absl::Status s = CheckServing(*server_); !s.ok()) return s;
     if (!request->has_graph()) return absl::InvalidArgumentError("graph: missing");
+    if (absl::Status s = CheckGraphSize(request->graph()); !s.ok()) return s;
     absl::StatusOr<RegisteredGraphInfo> info =
         server_->graphs().Register(GraphSpecFromProto(request->graph()));
     if (!info.ok()) return info.status();

@@ -1,8 +1,11 @@
 #include "server/grpc/inference_service.h"
 
+#include <deque>
+#include <memory>
 #include <string>
 #include <utility>
 
+#include "absl/synchronization/mutex.h"
 #include "server/grpc/codec.h"
 #include "server/grpc/status_map.h"
 #include "spdlog/spdlog.h"
@@ -60,13 +63,112 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* ctx,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
-  return Unary(ctx, "ModelInfer", [&]() -> absl::Status {
-    const InferRequest decoded = DecodeInferRequest(*request);
-    absl::StatusOr<InferResponse> result = server_->Infer(decoded);
-    if (!result.ok()) return result.status();
-    EncodeInferResponse(*result, response);
-    return absl::OkStatus();
-  });
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  // `request` and `response` live until Finish, so the decoded views stay valid.
+  server_->InferAsync(DecodeInferRequest(*request),
+                      [reactor, response](absl::StatusOr<InferResponse> result) {
+                        if (!result.ok()) {
+                          spdlog::debug("ModelInfer failed: {} {}",
+                                        absl::StatusCodeToString(result.status().code()),
+                                        std::string(result.status().message()));
+                          reactor->Finish(ToGrpcStatus(result.status()));
+                          return;
+                        }
+                        EncodeInferResponse(*result, response);
+                        reactor->Finish(grpc::Status::OK);
+                      });
+  return reactor;
+}
+
+namespace {
+
+// One ModelStreamInfer call. Reads requests one after another and hands each to the core; each
+// answer is queued for writing (one write in flight at a time). The call finishes with OK once
+// the client has half-closed (or cancelled), every request has been answered and every write
+// has completed; OnDone then deletes the reactor.
+class StreamInferReactor final
+    : public grpc::ServerBidiReactor<inference::ModelInferRequest,
+                                     inference::ModelStreamInferResponse> {
+ public:
+  explicit StreamInferReactor(InferenceServer* server) : server_(server) { StartRead(&incoming_); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      absl::MutexLock lock(&mu_);
+      reading_done_ = true;
+      MaybeFinishLocked();
+      return;
+    }
+    auto message = std::make_shared<inference::ModelInferRequest>(std::move(incoming_));
+    incoming_.Clear();
+    {
+      absl::MutexLock lock(&mu_);
+      ++outstanding_;
+    }
+    // The decoded views point into *message, which the callback keeps alive.
+    server_->InferAsync(DecodeInferRequest(*message),
+                        [this, message](absl::StatusOr<InferResponse> result) {
+                          inference::ModelStreamInferResponse out;
+                          if (result.ok()) {
+                            EncodeInferResponse(*result, out.mutable_infer_response());
+                          } else {
+                            out.set_error_message(std::string(result.status().message()));
+                            out.mutable_infer_response()->set_id(message->id());
+                            out.mutable_infer_response()->set_model_name(message->model_name());
+                            out.mutable_infer_response()->set_model_version(
+                                message->model_version());
+                          }
+                          Enqueue(std::move(out));
+                        });
+    StartRead(&incoming_);
+  }
+
+  void OnWriteDone(bool /*ok*/) override {
+    absl::MutexLock lock(&mu_);
+    writes_.pop_front();
+    --outstanding_;
+    if (!writes_.empty()) {
+      StartWrite(&writes_.front());
+    } else {
+      writing_ = false;
+    }
+    MaybeFinishLocked();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Enqueue(inference::ModelStreamInferResponse response) {
+    absl::MutexLock lock(&mu_);
+    writes_.push_back(std::move(response));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&writes_.front());
+    }
+  }
+
+  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (reading_done_ && outstanding_ == 0 && !writing_ && !finished_) {
+      finished_ = true;
+      Finish(grpc::Status::OK);
+    }
+  }
+
+  InferenceServer* const server_;
+  inference::ModelInferRequest incoming_;  // only touched by the read chain
+  absl::Mutex mu_;
+  std::deque<inference::ModelStreamInferResponse> writes_ ABSL_GUARDED_BY(mu_);  // front in flight
+  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // requests read, answer not yet written
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool reading_done_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+InferenceService::ModelStreamInfer(grpc::CallbackServerContext*) {
+  return new StreamInferReactor(server_);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(

@@ -1,8 +1,12 @@
 // KServe v2 GRPCInferenceService on the gRPC callback API: decodes each call into core structs
 // (codec.h), calls InferenceServer, encodes the answer, maps errors with ToGrpcStatus.
 // Implemented: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer,
-// ModelConfig, ModelStatistics, RepositoryIndex, RepositoryModelLoad, RepositoryModelUnload.
-// The rest (stream infer, shared memory, trace, log settings) answer UNIMPLEMENTED.
+// ModelStreamInfer, ModelConfig, ModelStatistics, RepositoryIndex, RepositoryModelLoad,
+// RepositoryModelUnload. The rest (shared memory, trace, log settings) answer UNIMPLEMENTED.
+// ModelInfer and ModelStreamInfer never block a gRPC thread on execution: the request is queued
+// in the core (InferAsync) and the answer is sent from the core's executor. On a stream every
+// request gets one ModelStreamInferResponse (in completion order; the id correlates): a failed
+// request carries error_message (plus the id) and the stream stays open.
 // Thread safety: handlers run concurrently on gRPC's callback threads; `server` is shared.
 #pragma once
 
@@ -33,6 +37,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* ModelConfig(grpc::CallbackServerContext* ctx,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) override;

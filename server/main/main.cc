@@ -34,6 +34,9 @@ ABSL_FLAG(int32_t, metrics_port, 8002,
           "negative = no metrics endpoint");
 ABSL_FLAG(int64_t, max_request_bytes, kiln::server::kDefaultMaxRequestBytes,
           "largest gRPC message and total input bytes accepted per request");
+ABSL_FLAG(int64_t, max_queue_size, kiln::server::kDefaultMaxQueueSize,
+          "requests waiting per model version before new ones get RESOURCE_EXHAUSTED (a model's "
+          "dynamic_batching.default_queue_policy.max_queue_size overrides it)");
 ABSL_FLAG(int32_t, exit_timeout_secs, 30,
           "on SIGTERM/SIGINT, seconds for calls in flight to finish before exit");
 ABSL_FLAG(std::string, device, "", "engine device (CPU, INTERP); empty = CPU when built in, else INTERP");
@@ -111,6 +114,7 @@ int main(int argc, char** argv) {
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.max_request_bytes = max_request_bytes;
   options.device = absl::GetFlag(FLAGS_device);
+  options.max_queue_size = std::max<int64_t>(1, absl::GetFlag(FLAGS_max_queue_size));
   auto core = kiln::server::InferenceServer::Create(options);
   if (!core.ok()) {
     spdlog::error("kilnd: {}", std::string(core.status().message()));

@@ -58,6 +58,34 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                      .Name("nv_inference_compute_infer_duration_us")
                      .Help("Cumulative compute inference duration in microseconds")
                      .Register(*registry_);
+  pending_ = &prometheus::BuildGauge()
+                  .Name("nv_inference_pending_request_count")
+                  .Help("Instantaneous number of pending requests awaiting execution per-model.")
+                  .Register(*registry_);
+  compile_duration_ = &BuildHistogram()
+                           .Name("kiln_compile_duration_seconds")
+                           .Help("Kernel lowering and compile time per engine run that compiled")
+                           .Register(*registry_);
+  jit_hits_ = &BuildCounter()
+                   .Name("kiln_jit_cache_hits_total")
+                   .Help("JIT trace cache lookups that found a trace for the input signature")
+                   .Register(*registry_);
+  jit_misses_ = &BuildCounter()
+                     .Name("kiln_jit_cache_misses_total")
+                     .Help("JIT trace cache lookups that created a new trace")
+                     .Register(*registry_);
+  jit_evictions_ = &BuildCounter()
+                        .Name("kiln_jit_cache_evictions_total")
+                        .Help("JIT traces evicted from the trace cache (LRU)")
+                        .Register(*registry_);
+  queue_duration_ = &BuildHistogram()
+                         .Name("kiln_queue_duration_seconds")
+                         .Help("Time from request arrival to execution start")
+                         .Register(*registry_);
+  device_memory_ = &prometheus::BuildGauge()
+                        .Name("kiln_device_memory_bytes")
+                        .Help("Bytes held in device buffers")
+                        .Register(*registry_);
 }
 
 Metrics::~Metrics() = default;
@@ -92,12 +120,30 @@ void Metrics::ObserveInfer(const InferObservation& o) {
     request_us_->Add(labels).Increment(static_cast<double>(o.duration_ns / 1000));
     queue_us_->Add(labels).Increment(static_cast<double>(o.queue_ns / 1000));
     compute_us_->Add(labels).Increment(static_cast<double>(o.compute_infer_ns / 1000));
+    queue_duration_->Add(labels, SecondsBuckets()).Observe(static_cast<double>(o.queue_ns) * 1e-9);
   } else {
-    failure_
-        ->Add({{"model", o.model}, {"version", o.version},
-               {"reason", o.engine_failure ? "BACKEND" : "OTHER"}})
-        .Increment();
+    const char* reason = o.rejected ? "REJECTED" : o.engine_failure ? "BACKEND" : "OTHER";
+    failure_->Add({{"model", o.model}, {"version", o.version}, {"reason", reason}}).Increment();
   }
+}
+
+void Metrics::ObserveEngineRun(const EngineRunObservation& o) {
+  for (const api::DeviceMemoryUsage& m : o.device_memory) {
+    device_memory_->Add({{"device", m.device}}).Set(static_cast<double>(m.bytes));
+  }
+  const std::string device = o.device_memory.empty() ? "" : o.device_memory.front().device;
+  if (o.kernels_compiled > 0) {
+    compile_duration_->Add({{"device", device}}, SecondsBuckets())
+        .Observe(static_cast<double>(o.compile_ns) * 1e-9);
+  }
+  if (o.jit) (o.jit_hit ? jit_hits_ : jit_misses_)->Add({{"device", device}}).Increment();
+  if (o.jit_evictions > 0) {
+    jit_evictions_->Add({{"device", device}}).Increment(static_cast<double>(o.jit_evictions));
+  }
+}
+
+void Metrics::ObservePending(const std::string& model, const std::string& version, int delta) {
+  pending_->Add({{"model", model}, {"version", version}}).Increment(delta);
 }
 
 void Metrics::ObserveKernels(absl::Span<const api::KernelTiming> kernels) {
@@ -118,7 +164,7 @@ void Metrics::ObserveKernels(absl::Span<const api::KernelTiming> kernels) {
           &kernel_duration_->Add({{"device", k.device}, {"kernel", name}}, SecondsBuckets());
       it = kernel_series_.emplace(key, h).first;
     }
-    it->second->Observe(static_cast<double>(k.duration_ns) * 1e-9);
+    if (k.timed) it->second->Observe(static_cast<double>(k.duration_ns) * 1e-9);
     kernel_launches_->Add({{"device", k.device}}).Increment();
   }
 }

@@ -3,13 +3,20 @@
 //   kiln_request_duration_seconds   histogram {model, protocol, code}   every Infer
 //   kiln_kernel_duration_seconds    histogram {device, kernel}          every kernel launch; at most
 //                                   kMaxKernelLabels distinct kernels, later ones share kernel="other"
-//   kiln_kernel_launches_total      counter   {device}
+//   kiln_kernel_launches_total      counter   {device}        every launch, JIT replays included
+//                                   (replayed launches are not timed, so they add no histogram sample)
+//   kiln_compile_duration_seconds   histogram {device}          per run that compiled kernels
+//   kiln_jit_cache_hits_total, kiln_jit_cache_misses_total, kiln_jit_cache_evictions_total
+//                                   counters  {device}          the builtin models' trace cache
+//   kiln_queue_duration_seconds     histogram {model, version}  arrival to execution start
+//   kiln_device_memory_bytes        gauge     {device}          bytes in device buffers
 //   nv_inference_request_success    counter   {model, version}           Triton's names and labels
 //   nv_inference_request_failure    counter   {model, version, reason}   (reason BACKEND or OTHER)
 //   nv_inference_count              counter   {model, version}           batch elements
 //   nv_inference_exec_count         counter   {model, version}
 //   nv_inference_request_duration_us, nv_inference_queue_duration_us,
 //   nv_inference_compute_infer_duration_us  counters {model, version} (successful requests)
+//   nv_inference_pending_request_count       gauge {model, version}: queued, not yet executing
 // Requests that named no known model are counted in kiln_request_duration_seconds with
 // model="" only (so client-chosen names never become labels).
 // Thread safety: Observe* may be called from any thread.
@@ -27,6 +34,7 @@
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
 #include "prometheus/family.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "server/core/observer.h"
@@ -45,6 +53,8 @@ class Metrics final : public InferObserver {
   int port() const { return port_; }
   void ObserveInfer(const InferObservation& observation) override;
   void ObserveKernels(absl::Span<const api::KernelTiming> kernels) override;
+  void ObserveEngineRun(const EngineRunObservation& observation) override;
+  void ObservePending(const std::string& model, const std::string& version, int delta) override;
 
  private:
   Metrics();
@@ -62,6 +72,13 @@ class Metrics final : public InferObserver {
   prometheus::Family<prometheus::Counter>* request_us_;
   prometheus::Family<prometheus::Counter>* queue_us_;
   prometheus::Family<prometheus::Counter>* compute_us_;
+  prometheus::Family<prometheus::Gauge>* pending_;
+  prometheus::Family<prometheus::Histogram>* compile_duration_;
+  prometheus::Family<prometheus::Counter>* jit_hits_;
+  prometheus::Family<prometheus::Counter>* jit_misses_;
+  prometheus::Family<prometheus::Counter>* jit_evictions_;
+  prometheus::Family<prometheus::Histogram>* queue_duration_;
+  prometheus::Family<prometheus::Gauge>* device_memory_;
 
   absl::Mutex mu_;
   std::map<std::pair<std::string, std::string>, prometheus::Histogram*> kernel_series_

@@ -6,7 +6,7 @@
 #      tests/CMakeLists.txt puts them there), with BENCH_ARGS appended (e.g.
 #      BENCH_ARGS='--benchmark_filter=Rewrite --benchmark_min_time=0.1s');
 #   2. every tests/bench/*_compare.py with .venv/bin/python from the repo root (kiln vs tinygrad /
-#      numpy comparisons).
+#      numpy comparisons), and tests/bench/serve_bench.py (closed-loop gRPC load on kilnd).
 # Prints a banner per run and a summary; exits non-zero if any run failed.
 set -uo pipefail
 
@@ -42,7 +42,7 @@ binaries=()
 for f in "$build_dir"/tests/bench/bench_*; do
   [[ -f "$f" && -x "$f" ]] && binaries+=("$f")
 done
-scripts=(tests/bench/*_compare.py)
+scripts=(tests/bench/*_compare.py tests/bench/serve_bench.py)
 
 if [[ ${#binaries[@]} -eq 0 && ${#scripts[@]} -eq 0 ]]; then
   echo "bench: no benchmarks yet (no $build_dir/tests/bench/bench_* and no tests/bench/*_compare.py)"

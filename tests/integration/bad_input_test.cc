@@ -6,8 +6,12 @@
 #include <string>
 #include <vector>
 
+#include <fstream>
+#include <sstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kiln/v1/engine.grpc.pb.h"
 #include "tests/integration/kilnd_harness.h"
 
 namespace kiln::testing {
@@ -15,7 +19,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr int64_t kMaxRequestBytes = 1 << 20;
+constexpr int64_t kMaxRequestBytes = 4 << 20;  // fits the 10^6-node graph (2 bytes a node)
 
 // A valid add_sub request: batch 1, two FP32 [1,16] inputs, raw contents.
 inference::ModelInferRequest AddSub() {
@@ -203,6 +207,89 @@ std::vector<Case> InferCases() {
   };
 }
 
+// A valid kiln.v1.Engine request: y = A + A over float32 [4].
+kiln::v1::ExecuteRequest AddGraph() {
+  kiln::v1::ExecuteRequest req;
+  auto* g = req.mutable_graph();
+  auto* in = g->add_inputs();
+  in->set_name("A");
+  in->set_dtype("float32");
+  in->add_shape(4);
+  auto* n0 = g->add_nodes();
+  n0->set_op("INPUT");
+  n0->set_dtype("float32");
+  n0->mutable_arg()->set_int_value(0);
+  auto* n1 = g->add_nodes();
+  n1->set_op("ADD");
+  n1->set_dtype("float32");
+  n1->add_src(0);
+  n1->add_src(0);
+  auto* out = g->add_outputs();
+  out->set_name("y");
+  out->set_node(1);
+  auto* t = req.add_inputs();
+  t->set_name("A");
+  t->set_dtype("float32");
+  t->add_shape(4);
+  t->set_raw(std::string(16, '\0'));
+  return req;
+}
+
+struct GraphCase {
+  std::string name;
+  std::function<void(kiln::v1::ExecuteRequest*)> mutate;
+  grpc::StatusCode code;
+  std::vector<std::string> words;
+};
+
+std::vector<GraphCase> GraphCases() {
+  using R = kiln::v1::ExecuteRequest;
+  return {
+      {"graph_missing", [](R* r) { r->clear_graph(); }, grpc::StatusCode::INVALID_ARGUMENT,
+       {"graph: missing"}},
+      {"graph_cycle", [](R* r) { r->mutable_graph()->mutable_nodes(1)->set_src(0, 1); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"nodes[1].src[0]"}},
+      {"graph_dangling_source", [](R* r) { r->mutable_graph()->mutable_nodes(1)->set_src(1, 7); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"nodes[1].src[1]"}},
+      {"graph_disallowed_op_custom",
+       [](R* r) { r->mutable_graph()->mutable_nodes(1)->set_op("CUSTOM"); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"nodes[1].op", "CUSTOM"}},
+      {"graph_disallowed_op_buffer",
+       [](R* r) { r->mutable_graph()->mutable_nodes(1)->set_op("BUFFER"); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"nodes[1].op", "BUFFER"}},
+      {"graph_unknown_op", [](R* r) { r->mutable_graph()->mutable_nodes(1)->set_op("FROB"); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"nodes[1].op", "unknown op 'FROB'"}},
+      {"graph_output_out_of_range", [](R* r) { r->mutable_graph()->mutable_outputs(0)->set_node(9); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"outputs[0].node"}},
+      {"graph_input_short_raw",
+       [](R* r) { r->mutable_inputs(0)->set_raw(std::string(15, '\0')); },
+       grpc::StatusCode::INVALID_ARGUMENT, {"inputs[0].raw"}},
+      {"graph_million_nodes",
+       [](R* r) {
+         auto* nodes = r->mutable_graph()->mutable_nodes();
+         nodes->Reserve(1000000);
+         while (nodes->size() < 1000000) nodes->Add();  // empty nodes: refused by count first
+       },
+       grpc::StatusCode::INVALID_ARGUMENT,
+       {"graph.nodes", "1000000 nodes exceed the limit 65536"}},
+  };
+}
+
+// kilnd's resident set (VmRSS) in KiB, from /proc.
+int64_t RssKiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      std::istringstream fields(line.substr(6));
+      int64_t kib = -1;
+      fields >> kib;
+      return kib;
+    }
+  }
+  return -1;
+}
+
 class BadInputTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -231,6 +318,29 @@ class BadInputTest : public ::testing::Test {
     }
   }
 
+  static void RunGraphTable(kiln::v1::Engine::Stub* stub,
+                            const std::vector<std::pair<GraphCase, kiln::v1::ExecuteRequest>>& cases) {
+    for (const auto& [c, req] : cases) {
+      kiln::v1::ExecuteResponse resp;
+      grpc::Status s = stub->Execute(Context(30).get(), req, &resp);
+      EXPECT_EQ(s.error_code(), c.code) << c.name << ": " << s.error_message();
+      for (const std::string& w : c.words) {
+        EXPECT_THAT(s.error_message(), HasSubstr(w)) << c.name;
+      }
+      EXPECT_LT(s.error_message().size(), 512u) << c.name;
+    }
+  }
+
+  static std::vector<std::pair<GraphCase, kiln::v1::ExecuteRequest>> BuildGraphCases() {
+    std::vector<std::pair<GraphCase, kiln::v1::ExecuteRequest>> out;
+    for (const GraphCase& c : GraphCases()) {
+      kiln::v1::ExecuteRequest req = AddGraph();
+      c.mutate(&req);
+      out.emplace_back(c, std::move(req));
+    }
+    return out;
+  }
+
   static void ExpectHealthy() {
     auto stub = server_->Stub();
     inference::ServerLiveResponse live;
@@ -254,7 +364,10 @@ class BadInputTest : public ::testing::Test {
 };
 KilndProcess* BadInputTest::server_ = nullptr;
 
-TEST_F(BadInputTest, TableHasEnoughCases) { EXPECT_GE(InferCases().size(), 25u); }
+TEST_F(BadInputTest, TableHasEnoughCases) {
+  EXPECT_GE(InferCases().size(), 25u);
+  EXPECT_GE(InferCases().size() + GraphCases().size(), 35u);
+}
 
 TEST_F(BadInputTest, BaselineRequestIsValid) { ExpectHealthy(); }
 
@@ -263,6 +376,36 @@ TEST_F(BadInputTest, InferTableThenHealthy) {
   for (int round = 0; round < 5; ++round) RunTable(stub.get());
   ExpectHealthy();
   ASSERT_TRUE(server_->running());
+}
+
+TEST_F(BadInputTest, GraphTableThenHealthy) {
+  auto stub = kiln::v1::Engine::NewStub(server_->channel());
+  kiln::v1::ExecuteResponse ok;
+  grpc::Status s = stub->Execute(Context().get(), AddGraph(), &ok);
+  ASSERT_TRUE(s.ok()) << s.error_message();  // the base request is valid
+  ASSERT_EQ(ok.outputs_size(), 1);
+  RunGraphTable(stub.get(), BuildGraphCases());
+  ExpectHealthy();
+}
+
+// Both tables 100 times: the daemon answers every case and its RSS grows < 32 MiB (error paths
+// free what they allocate). The first round warms allocator pools and is not counted.
+TEST_F(BadInputTest, TablesHundredTimesRssBounded) {
+  auto stub = server_->Stub();
+  auto engine = kiln::v1::Engine::NewStub(server_->channel());
+  const auto graph_cases = BuildGraphCases();
+  RunTable(stub.get());
+  RunGraphTable(engine.get(), graph_cases);
+  const int64_t before = RssKiB(server_->pid());
+  ASSERT_GT(before, 0);
+  for (int round = 0; round < 100; ++round) {
+    RunTable(stub.get());
+    RunGraphTable(engine.get(), graph_cases);
+    if (HasFailure()) break;
+  }
+  const int64_t after = RssKiB(server_->pid());
+  EXPECT_LT(after - before, 32 * 1024) << "RSS " << before << " KiB -> " << after << " KiB";
+  ExpectHealthy();
 }
 
 TEST_F(BadInputTest, MetadataAndConfigErrors) {

@@ -1,0 +1,221 @@
+// Builtin models: an engine/nn architecture with safetensors weights, run under the engine's JIT
+// trace cache. See engine.h (Engine::LoadBuiltin, Engine::RunBuiltin, BuiltinModel).
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/api/engine.h"
+#include "engine/api/engine_state.h"
+#include "engine/base/status.h"
+#include "engine/nn/models.h"
+#include "engine/nn/module.h"
+#include "engine/nn/state/safetensors.h"
+#include "engine/realize/realize.h"
+
+namespace kiln::api {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+uint64_t NanosSince(Clock::time_point t0) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+}
+
+constexpr const char* kArchitectures[] = {"mlp", "mnist_cnn"};
+
+std::string ShapeText(absl::Span<const int64_t> shape) {
+  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+}
+
+// The Linear layer sizes of an MLP state dict: layers.<i>.weight (out, in) for ascending i, each
+// `in` equal to the previous `out`. The sizes are [in_0, out_0, out_1, ...].
+absl::StatusOr<std::vector<int64_t>> MlpSizes(const std::map<std::string, Tensor>& weights) {
+  std::map<int64_t, const Tensor*> layers;
+  for (const auto& [name, t] : weights) {
+    if (name.rfind("layers.", 0) != 0) continue;
+    const std::string rest = name.substr(7);
+    const size_t dot = rest.find('.');
+    int64_t index = 0;
+    if (dot == std::string::npos || !absl::SimpleAtoi(rest.substr(0, dot), &index) || index < 0) {
+      continue;
+    }
+    if (rest.substr(dot + 1) == "weight") layers[index] = &t;
+  }
+  if (layers.empty()) {
+    return absl::InvalidArgumentError(
+        "weights: an mlp needs layers.<i>.weight tensors (out_features, in_features)");
+  }
+  std::vector<int64_t> sizes;
+  for (const auto& [index, t] : layers) {
+    const Shape& s = t->shape();
+    if (s.size() != 2 || s[0] <= 0 || s[1] <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("weights: layers.", index,
+                                                     ".weight has shape ", ShapeText(s),
+                                                     ", expected (out_features, in_features)"));
+    }
+    if (sizes.empty()) {
+      sizes.push_back(s[1]);
+    } else if (sizes.back() != s[1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights: layers.", index, ".weight has in_features ", s[1],
+                       " but the previous layer has out_features ", sizes.back()));
+    }
+    sizes.push_back(s[0]);
+  }
+  return sizes;
+}
+
+}  // namespace
+
+struct BuiltinModel::Impl {
+  std::string architecture;
+  std::vector<int64_t> input_shape;
+  std::vector<int64_t> output_shape;
+  std::string dtype = "float32";
+  int64_t num_parameters = 0;
+  std::string trace_key;  // unique per loaded model: "builtin/<id>/<architecture>"
+  jit::JitFunction fn;    // eval-mode forward; holds the module
+  jit::TraceCache* traces = nullptr;
+};
+
+BuiltinModel::BuiltinModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+BuiltinModel::~BuiltinModel() {
+  if (impl_->traces != nullptr) impl_->traces->Erase(impl_->trace_key);
+}
+const std::string& BuiltinModel::architecture() const { return impl_->architecture; }
+const std::vector<int64_t>& BuiltinModel::input_shape() const { return impl_->input_shape; }
+const std::vector<int64_t>& BuiltinModel::output_shape() const { return impl_->output_shape; }
+const std::string& BuiltinModel::dtype() const { return impl_->dtype; }
+int64_t BuiltinModel::num_parameters() const { return impl_->num_parameters; }
+
+std::vector<std::string> BuiltinArchitectures() {
+  return std::vector<std::string>(std::begin(kArchitectures), std::end(kArchitectures));
+}
+
+absl::StatusOr<std::shared_ptr<const BuiltinModel>> Engine::LoadBuiltin(
+    const std::string& architecture, const std::string& weights_path) {
+  const std::vector<std::string> known = BuiltinArchitectures();
+  if (std::find(known.begin(), known.end(), architecture) == known.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("architecture: unknown '",
+                                                   architecture.substr(0, 64), "' (known: ",
+                                                   absl::StrJoin(known, ", "), ")"));
+  }
+  absl::StatusOr<std::map<std::string, Tensor>> weights =
+      nn::SafeLoad(weights_path, state_->device);
+  if (!weights.ok()) {
+    if (absl::IsNotFound(weights.status())) {
+      return absl::NotFoundError("weights: model.safetensors is missing");
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights: ", std::string(weights.status().message())));
+  }
+  auto impl = std::make_unique<BuiltinModel::Impl>();
+  impl->architecture = architecture;
+  std::shared_ptr<nn::Module> module;
+  if (architecture == "mnist_cnn") {
+    module = std::make_shared<nn::MnistCnn>(state_->device);
+    impl->input_shape = {1, 28, 28};
+    impl->output_shape = {10};
+  } else {
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, MlpSizes(*weights));
+    module = std::make_shared<nn::Mlp>(sizes, state_->device);
+    impl->input_shape = {sizes.front()};
+    impl->output_shape = {sizes.back()};
+  }
+  for (const auto& [name, t] : *weights) impl->num_parameters += t.numel();
+  if (absl::Status st = nn::LoadStateDict(*module, *weights, /*strict=*/true); !st.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("weights: ", st.message()));
+  }
+  impl->fn = [module](const jit::JitArgs& args) -> absl::StatusOr<std::vector<Tensor>> {
+    nn::TrainingScope eval(false);  // BatchNorm uses its running statistics
+    Tensor y = module->Forward(args.positional.at(0));
+    if (!y.ok()) return y.status();
+    return std::vector<Tensor>{std::move(y)};
+  };
+  {
+    absl::MutexLock l(&state_->mu);
+    impl->trace_key = absl::StrCat("builtin/", state_->next_builtin_id++, "/", architecture);
+  }
+  impl->traces = &state_->traces;
+  return std::make_shared<const BuiltinModel>(std::move(impl));
+}
+
+absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model,
+                                             const HostTensorView& input) {
+  const auto t0 = Clock::now();
+  const BuiltinModel::Impl& m = model.impl();
+  if (input.dtype != m.dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input: dtype ", input.dtype, ", the model needs ", m.dtype));
+  }
+  if (input.shape.size() != m.input_shape.size() + 1 ||
+      !std::equal(m.input_shape.begin(), m.input_shape.end(), input.shape.begin() + 1) ||
+      input.shape[0] < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("input: shape ", ShapeText(input.shape),
+                                                   ", the model needs (N, ",
+                                                   absl::StrJoin(m.input_shape, ", "), ")"));
+  }
+  const int64_t batch = input.shape[0];
+  int64_t in_numel = batch;
+  for (int64_t d : m.input_shape) in_numel *= d;
+  if (static_cast<int64_t>(input.data.size()) != in_numel * 4) {
+    return absl::InvalidArgumentError(absl::StrCat("input: ", input.data.size(),
+                                                   " bytes, the shape needs ", in_numel * 4));
+  }
+  int64_t out_numel = batch;
+  for (int64_t d : m.output_shape) out_numel *= d;
+
+  RunResult result;
+  {
+    absl::MutexLock run_lock(&state_->run_mu);
+    Tensor x = Tensor::FromHost(input.data.data(), dtypes::kFloat32, input.shape, state_->device);
+    if (!x.ok()) return absl::InternalError(absl::StrCat("input: ", x.status().message()));
+    jit::JitArgs args;
+    args.positional.push_back(std::move(x));
+    jit::TraceRunInfo info;
+    absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(m.trace_key, args, m.fn, &info);
+    if (!out.ok() || out->size() != 1) {
+      return absl::InternalError(absl::StrCat(
+          "run: ", out.ok() ? "the model returned no single output" : out.status().message()));
+    }
+    result.jit_hit = info.hit;
+    if (info.call == 0) {
+      result.jit_event = "run";
+      const RealizeStats& st = LastRealizeStats();
+      for (const KernelLaunch& k : st.launches) {
+        result.kernels.push_back({k.name, k.device, static_cast<uint64_t>(k.seconds * 1e9)});
+      }
+      result.kernels_compiled = st.compiled;
+      result.compile_ns = static_cast<uint64_t>(st.compile_seconds * 1e9);
+    } else {
+      result.jit_event = info.call == 1 ? "capture" : "replay";
+      for (const std::string& name : info.plan_kernels) {
+        if (name == "copy") continue;
+        result.kernels.push_back({name, state_->device, 0, /*timed=*/false});
+      }
+    }
+    // After reading LastRealizeStats: the copy may realize too.
+    HostTensor host;
+    host.name = "output";
+    host.dtype = m.dtype;
+    host.shape.push_back(batch);
+    host.shape.insert(host.shape.end(), m.output_shape.begin(), m.output_shape.end());
+    host.data.resize(static_cast<size_t>(out_numel) * 4);
+    if (absl::Status st = (*out)[0].CopyToHost(host.data.data(), host.data.size()); !st.ok()) {
+      return absl::InternalError(absl::StrCat("output: ", st.message()));
+    }
+    result.outputs.push_back(std::move(host));
+  }
+  result.total_ns = NanosSince(t0);
+  absl::MutexLock l(&state_->mu);
+  ++state_->stats.runs;
+  state_->stats.kernels_compiled += result.kernels_compiled;
+  state_->stats.compile_ns += result.compile_ns;
+  return result;
+}
+
+}  // namespace kiln::api

@@ -1,0 +1,110 @@
+"""Closed-loop gRPC load on kilnd with the stock tritonclient: the kiln_builtin mnist_cnn model,
+batch 1, at concurrency 1, 4 and 16. Reports throughput, client p50/p99/mean latency and the
+overhead = mean client latency - mean compute (ModelStatistics compute_infer ns / count over the
+window; the statistics give means only), also with the mean queue time taken out.
+
+Weights: models/fashion_mnist/1/model.safetensors when present (model fashion_mnist), else a
+temporary repository with random weights (tests/e2e/builtin_models.py). kilnd comes from
+$KILN_BUILD_DIR/server/main/kilnd (default build/release). SERVE_BENCH_SECONDS sets the window
+per concurrency (default 5)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+from builtin_models import make_repo  # noqa: E402
+from conftest import Kilnd  # noqa: E402
+
+
+def stats(client, model):
+    s = client.get_inference_statistics(model, "1").model_stats[0].inference_stats
+    return s.success.count, s.compute_infer.ns, s.queue.ns, s.success.ns
+
+
+def run_level(url, model, x, concurrency, seconds, input_name):
+    latencies: list[list[float]] = [[] for _ in range(concurrency)]
+    stop = time.monotonic() + seconds
+    barrier = threading.Barrier(concurrency)
+
+    def worker(out):
+        c = grpcclient.InferenceServerClient(url=url)
+        inp = grpcclient.InferInput(input_name, list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        barrier.wait()
+        while time.monotonic() < stop:
+            t0 = time.perf_counter()
+            c.infer(model, [inp])
+            out.append(time.perf_counter() - t0)
+        c.close()
+
+    threads = [threading.Thread(target=worker, args=(l,)) for l in latencies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return np.array([v for l in latencies for v in l])
+
+
+def main() -> int:
+    build = Path(os.environ.get("KILN_BUILD_DIR", "build/release"))
+    if not build.is_absolute():
+        build = ROOT / build
+    os.environ["KILND"] = str(build / "server" / "main" / "kilnd")
+    seconds = float(os.environ.get("SERVE_BENCH_SECONDS", "5"))
+    tmp = None
+    weights = ROOT / "models" / "fashion_mnist" / "1" / "model.safetensors"
+    if weights.is_file():
+        repo, model, source = ROOT / "models", "fashion_mnist", "trained fashion_mnist weights"
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="kiln_serve_bench_"))
+        make_repo(tmp)
+        repo, model, source = tmp, "mnist", "random weights (no models/fashion_mnist yet)"
+    server = Kilnd(repo, ["--metrics-port=-1", "--max-queue-size=64"])
+    try:
+        client = grpcclient.InferenceServerClient(url=server.url)
+        x = np.random.default_rng(0).random((1, 1, 28, 28), dtype=np.float32)
+        input_name = client.get_model_metadata(model).inputs[0].name
+        inp = grpcclient.InferInput(input_name, list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        for _ in range(5):  # run, capture, replays: the window measures replays only
+            client.infer(model, [inp])
+        print(f"serve_bench: kilnd {server.url}, model {model} (kiln_builtin mnist_cnn, {source}), "
+              f"batch 1, {seconds:g} s per level")
+        print(f"{'conc':>4} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} "
+              f"{'compute us':>10} {'queue us':>9} {'overhead us':>11} {'excl queue us':>13}")
+        for conc in (1, 4, 16):
+            n0, c0, q0, _ = stats(client, model)
+            lat = run_level(server.url, model, x, conc, seconds, input_name)
+            n1, c1, q1, _ = stats(client, model)
+            count = max(1, n1 - n0)
+            compute_us = (c1 - c0) / count / 1e3
+            queue_us = (q1 - q0) / count / 1e3
+            p50, p99 = np.percentile(lat, 50) * 1e3, np.percentile(lat, 99) * 1e3
+            mean_us = lat.mean() * 1e6
+            print(f"{conc:>4} {len(lat) / seconds:>9.1f} {p50:>8.3f} {p99:>8.3f} {mean_us / 1e3:>8.3f} "
+                  f"{compute_us:>10.1f} {queue_us:>9.1f} {mean_us - compute_us:>11.1f} "
+                  f"{mean_us - compute_us - queue_us:>13.1f}")
+            if n1 - n0 != len(lat):
+                print(f"serve_bench: statistics counted {n1 - n0} successes for {len(lat)} requests")
+                return 1
+        client.close()
+    finally:
+        assert server.stop() == 0
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
