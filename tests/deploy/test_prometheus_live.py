@@ -35,13 +35,6 @@ from conftest import DEPLOY, REPO, Daemon, free_port, run
 
 # Families the dashboard uses that kilnd does not export yet, with the issue that adds them.
 PENDING_METRICS = {
-    "kiln_compile_duration_seconds": "#5",
-    "kiln_jit_cache_hits_total": "#5",
-    "kiln_jit_cache_misses_total": "#5",
-    "kiln_jit_cache_evictions_total": "#5",
-    "kiln_queue_duration_seconds": "#5",
-    "kiln_device_memory_bytes": "#5",
-    "nv_inference_pending_request_count": "#5",
     "kiln_training_loss": "#8",
     "kiln_training_steps_total": "#8",
     "kiln_training_examples_per_second": "#8",
