@@ -3,6 +3,7 @@
 #include "engine/realize/realize.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -87,9 +88,12 @@ codegen::Target realize_internal::TargetFor(const runtime::Device& dev) {
   return t;
 }
 
+std::string realize_internal::KernelKey(const runtime::Device& dev, const UOpPtr& ast) {
+  return absl::StrCat(dev.name(), "|", DigestHex(ast->Key()), "|", GetKnob(Knob::kNoOpt), "|", GetKnob(Knob::kBeam));
+}
+
 absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(runtime::Device& dev, const UOpPtr& ast) {
-  std::string key = absl::StrCat(dev.name(), "|", DigestHex(ast->Key()), "|", GetKnob(Knob::kNoOpt), "|",
-                                 GetKnob(Knob::kBeam));
+  const std::string key = KernelKey(dev, ast);
   if (auto k = KernelCache::Global().Get(key)) return k;
   const auto t0 = Clock::now();
   auto k = std::make_shared<LoadedKernel>();
@@ -193,6 +197,58 @@ void realize_internal::InvalidateMemo(const UOp* buffer) { Memo::Global().Invali
 namespace {
 using realize_internal::Materialize;
 
+// Lowers and compiles the schedule's not-yet-loaded kernels on up to hardware_concurrency threads before the
+// launches, so a cold first step (tens of kernels, LLVM -O2 each) takes its compile time divided by the cores. The
+// workers run under the caller's knobs (Context is per thread) and their counts are added to the caller's stats.
+// Failures are not reported here: RunKernel's GetKernel repeats the compile and returns the error in order.
+absl::flat_hash_set<std::string> PrecompileKernels(const Schedule& s) {
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  absl::flat_hash_set<std::string> done;  // keys compiled (or loaded from the disk cache) here
+  if (hw < 2) return done;
+  std::vector<std::pair<runtime::Device*, UOpPtr>> todo;
+  absl::flat_hash_set<std::string> seen;
+  for (const ScheduleItem& it : s.items) {
+    if (it.kind != ScheduleItem::Kind::kKernel) continue;
+    absl::StatusOr<runtime::Device*> dev = runtime::GetDevice(it.device);
+    if (!dev.ok()) continue;
+    const std::string key = realize_internal::KernelKey(**dev, it.ast);
+    if (KernelCache::Global().Get(key) != nullptr || !seen.insert(key).second) continue;
+    todo.push_back({*dev, it.ast});
+  }
+  if (todo.size() < 2) return done;
+  const int64_t knobs[] = {GetKnob(Knob::kDebug), GetKnob(Knob::kNoOpt), GetKnob(Knob::kBeam),
+                           GetKnob(Knob::kCacheLevel)};
+  std::atomic<size_t> next{0};
+  absl::Mutex mu;
+  int compiled = 0;
+  double seconds = 0;
+  auto compile_all = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < todo.size();) (void)GetKernel(*todo[i].first, todo[i].second);
+  };
+  auto worker = [&] {  // counts into this thread's g_stats; handed to the caller's below
+    Context ctx({{Knob::kDebug, knobs[0]}, {Knob::kNoOpt, knobs[1]}, {Knob::kBeam, knobs[2]},
+                 {Knob::kCacheLevel, knobs[3]}});
+    const int c0 = g_stats.compiled;
+    const double s0 = g_stats.compile_seconds;
+    compile_all();
+    absl::MutexLock l(&mu);
+    compiled += g_stats.compiled - c0;
+    seconds += g_stats.compile_seconds - s0;
+  };
+  std::vector<std::thread> threads;
+  const int n = static_cast<int>(std::min<size_t>(todo.size(), static_cast<size_t>(hw)));
+  for (int t = 1; t < n; ++t) threads.emplace_back(worker);
+  compile_all();
+  for (std::thread& t : threads) t.join();
+  g_stats.compiled += compiled;
+  g_stats.compile_seconds += seconds;
+  for (const auto& [dev, ast] : todo) {
+    std::string key = realize_internal::KernelKey(*dev, ast);
+    if (KernelCache::Global().Get(key) != nullptr) done.insert(std::move(key));
+  }
+  return done;
+}
+
 absl::Status RunCopy(const ScheduleItem& item) {
   KILN_ASSIGN_OR_RETURN(auto dst, Materialize(item.buffers[0]));
   KILN_ASSIGN_OR_RETURN(auto src, Materialize(item.buffers[1]));
@@ -206,12 +262,15 @@ absl::Status RunCopy(const ScheduleItem& item) {
 }
 
 absl::Status RunKernel(const ScheduleItem& item, const Schedule& s, int index,
+                       absl::flat_hash_set<std::string>& precompiled,
                        absl::flat_hash_set<runtime::Device*>* used) {
   KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(item.device));
   used->insert(dev);
   const int compiled_before = g_stats.compiled;
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<LoadedKernel> k, GetKernel(*dev, item.ast));
-  const bool compiled = g_stats.compiled != compiled_before;
+  // A precompiled kernel counts as compiled at its first launch only, as it would have without precompiling.
+  const bool compiled =
+      g_stats.compiled != compiled_before || precompiled.erase(realize_internal::KernelKey(*dev, item.ast)) > 0;
   std::vector<std::shared_ptr<runtime::Buffer>> hold;
   std::vector<runtime::DeviceMemory> mems;
   for (const UOpPtr& b : item.buffers) {
@@ -296,11 +355,12 @@ absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
     return out;
   }
 
+  absl::flat_hash_set<std::string> precompiled = PrecompileKernels(s);
   absl::flat_hash_set<runtime::Device*> used;
   for (size_t i = 0; i < s.items.size(); ++i) {
     const ScheduleItem& item = s.items[i];
     absl::Status st = item.kind == ScheduleItem::Kind::kCopy ? RunCopy(item)
-                                                              : RunKernel(item, s, static_cast<int>(i), &used);
+                                                              : RunKernel(item, s, static_cast<int>(i), precompiled, &used);
     if (!st.ok()) return st;
   }
   for (runtime::Device* d : used) KILN_RETURN_IF_ERROR(d->Synchronize());

@@ -75,6 +75,8 @@ struct LoadedKernel {
   std::unique_ptr<runtime::Program> runner;
 };
 absl::StatusOr<std::shared_ptr<LoadedKernel>> GetKernel(runtime::Device& dev, const UOpPtr& ast);
+// The process-wide loaded-kernel cache key of `ast` on `dev` under the current opt knobs.
+std::string KernelKey(const runtime::Device& dev, const UOpPtr& ast);
 
 // The Buffer attached to a BUFFER node, allocated (and attached) on first use.
 absl::StatusOr<std::shared_ptr<runtime::Buffer>> Materialize(const UOpPtr& buffer);
