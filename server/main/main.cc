@@ -24,6 +24,7 @@
 #include "server/core/limits.h"
 #include "server/grpc/grpc_server.h"
 #include "server/metrics/metrics.h"
+#include "server/rest/rest_server.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, model_repository, "models", "model repository folder (Triton layout)");
@@ -39,6 +40,17 @@ ABSL_FLAG(int32_t, exit_timeout_secs, 30,
 ABSL_FLAG(std::string, device, "", "engine device (CPU, INTERP); empty = CPU when built in, else INTERP");
 ABSL_FLAG(std::string, log_format, "default", "log line format: default or ISO8601");
 ABSL_FLAG(bool, debug, false, "debug logging (every failed call is logged)");
+ABSL_FLAG(int32_t, http_port, 8000,
+          "HTTP port (KServe v2 REST) on the --grpc-address host; 0 = no REST gateway");
+ABSL_FLAG(int64_t, http_max_body_bytes, 64LL << 20, "largest HTTP request body accepted");
+ABSL_FLAG(int64_t, http_max_header_bytes, 16 << 10, "largest total size of HTTP request headers");
+ABSL_FLAG(int64_t, http_max_chunks, 32768,
+          "most pieces (chunks) of one chunked HTTP request body");
+ABSL_FLAG(int32_t, http_thread_count, 16, "HTTP connections served at once");
+ABSL_FLAG(int32_t, http_timeout_ms, 5000,
+          "HTTP read/write timeout: a connection idle this long mid-request is closed");
+ABSL_FLAG(std::string, http_port_file, "",
+          "if set, write the bound HTTP port to this file once serving (for tests and scripts)");
 ABSL_FLAG(std::string, port_file, "",
           "if set, write the bound gRPC port to this file once serving (for tests and scripts)");
 
@@ -72,6 +84,33 @@ bool WritePortFile(const std::string& path, int port) {
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
   return !ec;
+}
+
+// The REST gateway on --http-port (nullptr when disabled). Like metrics it is best effort: a
+// port that cannot be bound is logged and kilnd serves gRPC without it.
+std::unique_ptr<kiln::server::RestServer> StartRest(kiln::server::InferenceServer* core) {
+  const int port = absl::GetFlag(FLAGS_http_port);
+  if (port == 0) return nullptr;
+  kiln::server::RestServerOptions options;
+  options.address = absl::GetFlag(FLAGS_grpc_address);
+  options.port = port < 0 ? 0 : port;  // negative = a free port (tests)
+  options.max_body_bytes = absl::GetFlag(FLAGS_http_max_body_bytes);
+  options.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
+  options.max_chunks = absl::GetFlag(FLAGS_http_max_chunks);
+  options.thread_count = absl::GetFlag(FLAGS_http_thread_count);
+  options.read_timeout_ms = options.write_timeout_ms = absl::GetFlag(FLAGS_http_timeout_ms);
+  auto rest = kiln::server::RestServer::Start(options, core);
+  if (!rest.ok()) {
+    spdlog::warn("kilnd: {}; serving without REST", std::string(rest.status().message()));
+    return nullptr;
+  }
+  spdlog::info("kilnd: serving KServe v2 REST on {}:{}", options.address, (*rest)->port());
+  const std::string port_file = absl::GetFlag(FLAGS_http_port_file);
+  if (!port_file.empty() && !WritePortFile(port_file, (*rest)->port())) {
+    spdlog::error("kilnd: cannot write --http-port-file");
+    return nullptr;
+  }
+  return *std::move(rest);
 }
 
 }  // namespace
@@ -151,6 +190,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  std::unique_ptr<kiln::server::RestServer> rest = StartRest(core->get());
+
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   spdlog::info("kilnd: signal {}: draining (exit within {} s)", signal_number, exit_timeout_secs);
@@ -163,6 +204,7 @@ int main(int argc, char** argv) {
 
   (*core)->BeginShutdown();
   (*grpc)->SetNotServing();
+  if (rest != nullptr) rest->Stop();
   // Leave a margin inside the timeout for teardown after the drain.
   const auto margin = std::chrono::milliseconds(std::min(1000, exit_timeout_secs * 200));
   (*grpc)->Shutdown(start + std::chrono::seconds(exit_timeout_secs) - margin);
