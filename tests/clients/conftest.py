@@ -1,0 +1,32 @@
+"""Fixtures for the client tests: a real kilnd (the e2e suite's Kilnd launcher, free loopback
+ports) and the paths of the client binaries. KILND, KILN_CLI and KILN_MODELS come from CTest
+(tests/clients/CMakeLists.txt)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location(
+    "kiln_e2e_fixtures", Path(__file__).resolve().parents[1] / "e2e" / "conftest.py")
+_e2e = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_e2e)
+Kilnd = _e2e.Kilnd
+
+
+@pytest.fixture(scope="module")
+def models() -> Path:
+    path = os.environ.get("KILN_MODELS")
+    if not path:
+        raise RuntimeError("KILN_MODELS must name the bundled model repository")
+    return Path(path)
+
+
+@pytest.fixture(scope="module")
+def kilnd(models):
+    server = Kilnd(models, ["--metrics-port=-1"])
+    yield server
+    assert server.stop() == 0
