@@ -4,17 +4,14 @@ ports) and the paths of the client binaries. KILND, KILN_CLI and KILN_MODELS com
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "kiln_e2e_fixtures", Path(__file__).resolve().parents[1] / "e2e" / "conftest.py")
-_e2e = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_e2e)
-Kilnd = _e2e.Kilnd
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from kilnd_launcher import Kilnd  # noqa: E402
 
 
 @pytest.fixture(scope="module")
