@@ -40,7 +40,39 @@ int HttpStatusFor(absl::StatusCode code) {
   }
 }
 
-std::string ErrorBody(std::string_view message) {
+namespace {
+
+// Length of the valid UTF-8 sequence at s[i] (1-4), or 0 if it is not valid.
+size_t Utf8Length(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string ValidUtf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const size_t n = Utf8Length(text, i);
+    if (n == 0) {
+      out += '?';
+      ++i;
+    } else {
+      out.append(text.data() + i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
+std::string ErrorBody(std::string_view raw_message) {
+  const std::string message = ValidUtf8(raw_message);
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
   writer.StartObject();

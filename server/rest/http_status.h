@@ -17,7 +17,11 @@ namespace kiln::server {
 // 200 for kOk; never returns a 1xx/2xx/3xx code for an error.
 int HttpStatusFor(absl::StatusCode code);
 
-// {"error":"<message>"} with the message JSON-escaped.
+// {"error":"<message>"} with the message JSON-escaped; bytes that are not valid UTF-8 (a client's
+// model name echoed back, say) become '?' so the body is always valid JSON.
 std::string ErrorBody(std::string_view message);
+
+// `text` with every byte that does not start a valid UTF-8 sequence replaced by '?'.
+std::string ValidUtf8(std::string_view text);
 
 }  // namespace kiln::server
