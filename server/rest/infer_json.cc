@@ -233,25 +233,27 @@ absl::Status DecodeInput(const Value& in, size_t i, std::string_view* binary,
 
 }  // namespace
 
-absl::Status DecodeInferRequest(std::string_view body, int64_t header_length,
+absl::Status DecodeInferRequest(std::string* body, int64_t header_length,
                                 const std::string& model, const std::string& version,
                                 HttpInferRequest* out) {
-  std::string_view json = body;
   std::string_view binary;
+  std::string header;  // the JSON part when binary data follows it (in-place parsing needs a NUL)
+  std::string* json = body;
   if (header_length >= 0) {
-    if (static_cast<uint64_t>(header_length) > body.size()) {
+    if (static_cast<uint64_t>(header_length) > body->size()) {
       return Bad("Inference-Header-Content-Length",
-                 absl::StrCat(header_length, " exceeds the body size ", body.size()));
+                 absl::StrCat(header_length, " exceeds the body size ", body->size()));
     }
     if (header_length == 0) {
       return Bad("Inference-Header-Content-Length",
                  "0 (a raw binary request without JSON) is not supported; send a JSON header");
     }
-    json = body.substr(0, header_length);
-    binary = body.substr(header_length);
+    header.assign(*body, 0, header_length);
+    json = &header;
+    binary = std::string_view(*body).substr(header_length);
   }
   rapidjson::Document doc;
-  if (absl::Status s = ParseJson(json, "request body", &doc); !s.ok()) return s;
+  if (absl::Status s = ParseJsonInPlace(json, "request body", &doc); !s.ok()) return s;
   if (!doc.IsObject()) return Bad("request body", "expected a JSON object");
 
   InferRequest& request = out->request;

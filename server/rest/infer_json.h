@@ -31,9 +31,9 @@ struct HttpInferRequest {
   std::map<std::string, bool> output_binary;  // outputs[i].parameters.binary_data, by name
 };
 
-// `body` must outlive `out`. `header_length` is Inference-Header-Content-Length (-1 = absent:
-// the whole body is JSON).
-absl::Status DecodeInferRequest(std::string_view body, int64_t header_length,
+// `body` must outlive `out`; its JSON part is parsed in place (modified). `header_length` is
+// Inference-Header-Content-Length (-1 = absent: the whole body is JSON).
+absl::Status DecodeInferRequest(std::string* body, int64_t header_length,
                                 const std::string& model, const std::string& version,
                                 HttpInferRequest* out);
 

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -20,10 +22,18 @@
 namespace kiln::server {
 
 inline constexpr int kMaxJsonDepth = 64;  // nested arrays/objects per document
+// Values (numbers, strings, ... , arrays, objects) per document. A DOM value takes 16 bytes, so
+// this caps a document at 16 MiB of DOM whatever the body limit; large tensors go binary.
+inline constexpr int64_t kMaxJsonValues = int64_t{1} << 20;
 
 // Parses `text` (exactly those bytes; an embedded NUL or trailing text is an error) into `doc`.
 // INVALID_ARGUMENT naming `what`, the byte offset and the problem (syntax, depth over the limit).
 absl::Status ParseJson(std::string_view text, std::string_view what, rapidjson::Document* doc);
+
+// Like ParseJson, but parses `text` in place (kParseInsituFlag): strings are unescaped inside
+// `text` and the document points into it, so no string is copied. `text` is modified and must
+// outlive `doc`. The fast path for request bodies.
+absl::Status ParseJsonInPlace(std::string* text, std::string_view what, rapidjson::Document* doc);
 
 // Checks only syntax and depth (no DOM), e.g. before handing text to protobuf's JSON parser.
 absl::Status CheckJson(std::string_view text, std::string_view what);

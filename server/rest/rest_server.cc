@@ -163,11 +163,11 @@ absl::StatusOr<int64_t> HeaderLength(const httplib::Request& req) {
 }
 
 void Infer(InferenceServer* core, const Match& m, const httplib::Request& req,
-           const std::string& body, httplib::Response& res) {
+           std::string& body, httplib::Response& res) {
   absl::StatusOr<int64_t> header_length = HeaderLength(req);
   if (!header_length.ok()) return SetStatus(res, header_length.status());
   HttpInferRequest request;
-  if (absl::Status s = DecodeInferRequest(body, *header_length, m.model, m.version, &request);
+  if (absl::Status s = DecodeInferRequest(&body, *header_length, m.model, m.version, &request);
       !s.ok()) {
     return SetStatus(res, s);
   }
@@ -230,7 +230,7 @@ void GraphExecute(InferenceServer* core, const std::string& body, httplib::Respo
 }
 
 void Handle(InferenceServer* core, const Match& m, const httplib::Request& req,
-            const std::string& body, httplib::Response& res) {
+            std::string& body, httplib::Response& res) {
   switch (m.route) {
     case Route::kServerMetadata:
       return SetJson(res, ServerMetadataJson(core->Metadata()));

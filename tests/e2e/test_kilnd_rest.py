@@ -180,11 +180,49 @@ def test_keep_alive_reuses_one_connection(kilnd):
     assert statuses == [200] * 20
 
 
-def test_http_metrics_carry_protocol_label(kilnd):
-    # Metrics go through server/metrics from the core: the HTTP requests above are labelled http.
-    import os
-    pytest.importorskip("prometheus_client")
-    del os  # the metrics port of this daemon is a default one; checked in test_kilnd_metrics
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _request_counts(url: str) -> dict:
+    """{(model, protocol, code): count} of kiln_request_duration_seconds."""
+    import urllib.request
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    counts = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "kiln_request_duration_seconds_count":
+                l = sample.labels
+                counts[(l["model"], l["protocol"], l["code"])] = sample.value
+    return counts
+
+
+def test_http_requests_are_metered_with_protocol_http(models):
+    port = _free_port()
+    server = Kilnd(models, [f"--metrics-port={port}"])
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        before = _request_counts(url)
+        req, _, _ = add_sub_json()
+        for _ in range(3):
+            assert call(server.http_port, "POST", "/v2/models/add_sub/infer", req)[0] == 200
+        bad = with_data(datatype="INT32", data=list(range(16)))
+        assert call(server.http_port, "POST", "/v2/models/add_sub/infer", bad)[0] == 400
+        assert call(server.http_port, "POST", "/v2/models/nope/infer", req)[0] == 404
+        after = _request_counts(url)
+
+        def delta(*key):
+            return after.get(key, 0) - before.get(key, 0)
+        assert delta("add_sub", "http", "OK") == 3
+        assert delta("add_sub", "http", "INVALID_ARGUMENT") == 1
+        assert delta("", "http", "NOT_FOUND") == 1
+        assert delta("add_sub", "grpc", "OK") == 0
+    finally:
+        assert server.stop() == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,6 +339,11 @@ def big_name_body() -> bytes:
     return json.dumps(with_data(name="n" * TEN_MIB)).encode()
 
 
+@functools.lru_cache(maxsize=None)
+def many_values() -> bytes:
+    return b"[" + b"0," * (1 << 20) + b"0]"
+
+
 CASES = [
     # (name, function port -> raw response, status, words in the error)
     ("malformed JSON", lambda p: post_raw(p, "/v2/models/add_sub/infer", b'{"inputs": [}'),
@@ -310,6 +353,8 @@ CASES = [
      400, ["deeper than 64"]),
     ("10 MiB string name", lambda p: raw_exchange(p, big_name_request()),
      400, ["inputs[0].name", "limit of 256"]),
+    ("1M+1 JSON values", lambda p: post_raw(p, "/v2/models/add_sub/infer", many_values()),
+     400, ["more than 1048576 values", "binary"]),
     ("not an object", lambda p: post_raw(p, "/v2/models/add_sub/infer", b'"x"'),
      400, ["expected a JSON object"]),
     ("embedded NUL", lambda p: post_raw(p, "/v2/models/add_sub/infer", b'{}\0{}'),
@@ -375,7 +420,7 @@ CASES = [
 
 
 def run_table(port):
-    big_name_request()  # build the 10 MiB body before any timing
+    big_name_request(), many_values()  # build the big bodies once
     results = []
     for name, fn, want, words in CASES:
         status, body = parse_status(fn(port))

@@ -68,6 +68,17 @@ TEST(JsonParseTest, DepthLimitWithoutRecursion) {
   EXPECT_TRUE(CheckJson(ok, "body").ok());
 }
 
+TEST(JsonParseTest, ValueCountLimit) {
+  rapidjson::Document doc;
+  std::string many = "[0";
+  for (int64_t i = 1; i < kMaxJsonValues; ++i) many += ",0";
+  many += "]";  // the array itself is one more value than the limit
+  absl::Status s = ParseJson(many, "body", &doc);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("more than 1048576 values"));
+  many.erase(many.size() - 3, 2);  // drop one element: exactly at the limit
+  EXPECT_TRUE(ParseJson(many, "body", &doc).ok());
+}
+
 TEST(InferJsonTest, JsonDataBecomesRawLittleEndian) {
   const std::string body = R"({"id": "r1", "inputs": [
       {"name": "F", "shape": [2, 2], "datatype": "FP32", "data": [[1.5, -2], [3, 0.25]]},
@@ -76,7 +87,8 @@ TEST(InferJsonTest, JsonDataBecomesRawLittleEndian) {
       {"name": "S", "shape": [2], "datatype": "BYTES", "data": ["ab", ""]}],
     "outputs": [{"name": "O", "parameters": {"binary_data": true}}]})";
   HttpInferRequest req;
-  ASSERT_TRUE(DecodeInferRequest(body, -1, "m", "1", &req).ok());
+  std::string mutable_body = body;
+  ASSERT_TRUE(DecodeInferRequest(&mutable_body, -1, "m", "1", &req).ok());
   const InferRequest& r = req.request;
   EXPECT_EQ(r.model_name, "m");
   EXPECT_EQ(r.model_version, "1");
@@ -99,18 +111,18 @@ TEST(InferJsonTest, BinaryChunksAreViewedInOrder) {
       {"name": "A", "shape": [2], "datatype": "FP32", "parameters": {"binary_data_size": 8}},
       {"name": "B", "shape": [1], "datatype": "INT64", "parameters": {"binary_data_size": 8}}],
     "parameters": {"binary_data_output": true}})";
-  const std::string body = header + Bytes<float>({1.f, 2.f}) + Bytes<int64_t>({-7});
+  std::string body = header + Bytes<float>({1.f, 2.f}) + Bytes<int64_t>({-7});
   HttpInferRequest req;
-  ASSERT_TRUE(DecodeInferRequest(body, static_cast<int64_t>(header.size()), "m", "", &req).ok());
+  ASSERT_TRUE(DecodeInferRequest(&body, static_cast<int64_t>(header.size()), "m", "", &req).ok());
   EXPECT_EQ(req.request.inputs[0].raw, Bytes<float>({1.f, 2.f}));
   EXPECT_EQ(req.request.inputs[1].raw, Bytes<int64_t>({-7}));
   EXPECT_TRUE(req.binary_output_default);
 }
 
 TEST(InferJsonTest, ErrorsNameTheField) {
-  auto error = [](const std::string& body, int64_t header_length = -1) {
+  auto error = [](std::string body, int64_t header_length = -1) {
     HttpInferRequest req;
-    absl::Status s = DecodeInferRequest(body, header_length, "m", "", &req);
+    absl::Status s = DecodeInferRequest(&body, header_length, "m", "", &req);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << body;
     return std::string(s.message());
   };
