@@ -47,7 +47,8 @@ ABSL_FLAG(int64_t, http_max_body_bytes, 64LL << 20, "largest HTTP request body a
 ABSL_FLAG(int64_t, http_max_header_bytes, 16 << 10, "largest total size of HTTP request headers");
 ABSL_FLAG(int64_t, http_max_chunks, 32768,
           "most pieces (chunks) of one chunked HTTP request body");
-ABSL_FLAG(int32_t, http_thread_count, 16, "HTTP connections served at once");
+ABSL_FLAG(int32_t, http_thread_count, 64,
+          "HTTP connections served at once (a thread each, idle keep-alive included)");
 ABSL_FLAG(int32_t, http_timeout_ms, 5000,
           "HTTP read/write timeout: a connection idle this long mid-request is closed");
 ABSL_FLAG(std::string, http_port_file, "",

@@ -14,7 +14,9 @@
 //   POST without Content-Length or chunked: an empty body (RFC 9112 §6.3)
 //   JSON deeper than kMaxJsonDepth                   400 (iterative parser, json_parse.h)
 //   no bytes for read_timeout_ms / write_timeout_ms: the connection is closed
-// Thread safety: handlers run on the server's pool (thread_count threads); the core is
+// Threads: cpp-httplib serves each connection on one pool thread for its whole life (idle
+// keep-alive included, up to keep_alive_timeout_s), so thread_count bounds open connections
+// served at once; more wait in the accept queue. Handlers run on those threads; the core is
 // thread-safe. Stop() stops accepting, lets requests in flight finish, and joins the threads.
 #pragma once
 
@@ -39,7 +41,7 @@ struct RestServerOptions {
   int64_t max_header_bytes = 16 << 10;       // all header lines together
   int max_header_count = 64;                 // header lines
   int64_t max_chunks = 32768;                // pieces of one chunked body
-  int thread_count = 16;                     // connections served at once
+  int thread_count = 64;                     // connections served at once
   int read_timeout_ms = 5000;
   int write_timeout_ms = 5000;
   int keep_alive_timeout_s = 5;
