@@ -141,18 +141,30 @@ std::string Values(const NpyArray& a, int64_t limit) {
   for (int64_t i = 0; i < n && (limit < 0 || i < limit); ++i) {
     const char* p = a.data.data() + i * size;
     const std::string& t = a.dtype;
-    if (t == "float32") out.push_back(absl::StrFormat("%.9g", Load<float>(p)));
-    else if (t == "float64") out.push_back(absl::StrFormat("%.17g", Load<double>(p)));
-    else if (t == "bool") out.push_back(*p ? "true" : "false");
-    else if (t == "int8") out.push_back(absl::StrCat(Load<int8_t>(p)));
-    else if (t == "uint8") out.push_back(absl::StrCat(Load<uint8_t>(p)));
-    else if (t == "int16") out.push_back(absl::StrCat(Load<int16_t>(p)));
-    else if (t == "uint16") out.push_back(absl::StrCat(Load<uint16_t>(p)));
-    else if (t == "int32") out.push_back(absl::StrCat(Load<int32_t>(p)));
-    else if (t == "uint32") out.push_back(absl::StrCat(Load<uint32_t>(p)));
-    else if (t == "int64") out.push_back(absl::StrCat(Load<int64_t>(p)));
-    else if (t == "uint64") out.push_back(absl::StrCat(Load<uint64_t>(p)));
-    else out.push_back("null");  // float16: written to .npy only
+    if (t == "float32")
+      out.push_back(absl::StrFormat("%.9g", Load<float>(p)));
+    else if (t == "float64")
+      out.push_back(absl::StrFormat("%.17g", Load<double>(p)));
+    else if (t == "bool")
+      out.push_back(*p ? "true" : "false");
+    else if (t == "int8")
+      out.push_back(absl::StrCat(Load<int8_t>(p)));
+    else if (t == "uint8")
+      out.push_back(absl::StrCat(Load<uint8_t>(p)));
+    else if (t == "int16")
+      out.push_back(absl::StrCat(Load<int16_t>(p)));
+    else if (t == "uint16")
+      out.push_back(absl::StrCat(Load<uint16_t>(p)));
+    else if (t == "int32")
+      out.push_back(absl::StrCat(Load<int32_t>(p)));
+    else if (t == "uint32")
+      out.push_back(absl::StrCat(Load<uint32_t>(p)));
+    else if (t == "int64")
+      out.push_back(absl::StrCat(Load<int64_t>(p)));
+    else if (t == "uint64")
+      out.push_back(absl::StrCat(Load<uint64_t>(p)));
+    else
+      out.push_back("null");  // float16: written to .npy only
   }
   std::string text = absl::StrJoin(out, ", ");
   if (limit >= 0 && n > limit) text += ", ...";
@@ -198,8 +210,8 @@ int EmitOutputs(const Args& args, const std::string& header_json,
   if (args.json) {
     std::vector<std::string> items;
     for (const NamedTensor& t : outputs) {
-      items.push_back(absl::StrCat("{\"name\": ", JsonString(t.name), ", \"dtype\": ",
-                                   JsonString(t.array.dtype), ", \"shape\": [",
+      items.push_back(absl::StrCat("{\"name\": ", JsonString(t.name),
+                                   ", \"dtype\": ", JsonString(t.array.dtype), ", \"shape\": [",
                                    absl::StrJoin(t.array.shape, ", "), "], \"data\": [",
                                    Values(t.array, -1), "]}"));
     }
@@ -223,8 +235,8 @@ int Status(KilnClient& client, const Args& args) {
   if (args.json) {
     std::cout << "{\"address\": " << JsonString(args.address)
               << ", \"live\": " << (*live ? "true" : "false")
-              << ", \"ready\": " << (*ready ? "true" : "false") << ", \"metadata\": "
-              << ProtoJson(*md) << "}\n";
+              << ", \"ready\": " << (*ready ? "true" : "false")
+              << ", \"metadata\": " << ProtoJson(*md) << "}\n";
   } else {
     std::cout << md->name() << " " << md->version() << " at " << args.address << ": "
               << (*live ? "live" : "not live") << ", " << (*ready ? "ready" : "not ready")
@@ -294,14 +306,16 @@ int GraphRun(KilnClient& client, const Args& args) {
   const bool is_json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   if (is_json) {
     auto s = google::protobuf::util::JsonStringToMessage(text.str(), &request);
-    if (!s.ok()) return Usage(absl::StrCat(path, ": not a kiln.v1.ExecuteRequest in JSON: ",
-                                           std::string(s.message().data(), s.message().size())));
+    if (!s.ok())
+      return Usage(absl::StrCat(path, ": not a kiln.v1.ExecuteRequest in JSON: ",
+                                std::string(s.message().data(), s.message().size())));
   } else if (!google::protobuf::TextFormat::ParseFromString(text.str(), &request) ||
              !request.has_graph()) {
     request.Clear();
     if (!google::protobuf::TextFormat::ParseFromString(text.str(), request.mutable_graph())) {
-      return Usage(absl::StrCat(path, ": neither a kiln.v1.ExecuteRequest nor a kiln.v1.Graph "
-                                      "in protobuf text format"));
+      return Usage(absl::StrCat(path,
+                                ": neither a kiln.v1.ExecuteRequest nor a kiln.v1.Graph "
+                                "in protobuf text format"));
     }
   }
   std::vector<NamedTensor> inputs;
@@ -359,6 +373,6 @@ int main(int argc, char** argv) {
   }
   if (command == "infer") return Infer(client, args);
   if (command == "graph") return GraphRun(client, args);
-  return Usage(absl::StrCat("unknown command or wrong arguments: ",
-                            absl::StrJoin(args.positional, " ")));
+  return Usage(
+      absl::StrCat("unknown command or wrong arguments: ", absl::StrJoin(args.positional, " ")));
 }

@@ -88,9 +88,9 @@ absl::StatusOr<inference::ModelStatisticsResponse> KilnClient::Statistics(
   return response;
 }
 
-absl::StatusOr<std::vector<NamedTensor>> KilnClient::Infer(const std::string& model,
-                                                           const std::vector<NamedTensor>& inputs,
-                                                           const std::vector<std::string>& outputs) {
+absl::StatusOr<std::vector<NamedTensor>> KilnClient::Infer(
+    const std::string& model, const std::vector<NamedTensor>& inputs,
+    const std::vector<std::string>& outputs) {
   inference::ModelInferRequest request;
   request.set_model_name(model);
   for (const NamedTensor& in : inputs) {

@@ -22,12 +22,10 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {"bool", "|b1", "BOOL", 1},      {"int8", "|i1", "INT8", 1},
-    {"uint8", "|u1", "UINT8", 1},    {"int16", "<i2", "INT16", 2},
-    {"uint16", "<u2", "UINT16", 2},  {"int32", "<i4", "INT32", 4},
-    {"uint32", "<u4", "UINT32", 4},  {"int64", "<i8", "INT64", 8},
-    {"uint64", "<u8", "UINT64", 8},  {"float16", "<f2", "FP16", 2},
-    {"float32", "<f4", "FP32", 4},   {"float64", "<f8", "FP64", 8},
+    {"bool", "|b1", "BOOL", 1},     {"int8", "|i1", "INT8", 1},     {"uint8", "|u1", "UINT8", 1},
+    {"int16", "<i2", "INT16", 2},   {"uint16", "<u2", "UINT16", 2}, {"int32", "<i4", "INT32", 4},
+    {"uint32", "<u4", "UINT32", 4}, {"int64", "<i8", "INT64", 8},   {"uint64", "<u8", "UINT64", 8},
+    {"float16", "<f2", "FP16", 2},  {"float32", "<f4", "FP32", 4},  {"float64", "<f8", "FP64", 8},
 };
 
 const DtypeInfo* ByKiln(const std::string& dtype) {
@@ -109,8 +107,8 @@ absl::StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& w
   }
   NpyArray array;
   for (const DtypeInfo& d : kDtypes) {
-    if (descr == d.descr || (d.size == 1 && descr.size() == 3 && descr.substr(1) ==
-                                                                     std::string(d.descr).substr(1))) {
+    if (descr == d.descr ||
+        (d.size == 1 && descr.size() == 3 && descr.substr(1) == std::string(d.descr).substr(1))) {
       array.dtype = d.kiln;
     }
   }
@@ -126,7 +124,8 @@ absl::StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& w
     if (part.empty()) continue;
     int64_t d = 0;
     if (!absl::SimpleAtoi(part, &d) || d < 0) return Bad(what, "bad shape");
-    if (d != 0 && count > std::numeric_limits<int64_t>::max() / d) return Bad(what, "shape overflows");
+    if (d != 0 && count > std::numeric_limits<int64_t>::max() / d)
+      return Bad(what, "shape overflows");
     count *= d;
     array.shape.push_back(d);
   }
@@ -135,8 +134,8 @@ absl::StatusOr<NpyArray> ParseNpy(const std::string& bytes, const std::string& w
   const uint64_t have = bytes.size() - data_offset;
   if (count > std::numeric_limits<int64_t>::max() / size ||
       static_cast<uint64_t>(count * size) != have) {
-    return Bad(what, absl::StrCat("data holds ", have, " bytes but the shape needs ",
-                                  count, " elements of ", size, " bytes"));
+    return Bad(what, absl::StrCat("data holds ", have, " bytes but the shape needs ", count,
+                                  " elements of ", size, " bytes"));
   }
   array.data = bytes.substr(data_offset);
   return array;

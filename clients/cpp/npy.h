@@ -11,9 +11,9 @@
 namespace kiln::client {
 
 struct NpyArray {
-  std::string dtype;           // kiln dtype name: "float32", "int64", "bool", ...
+  std::string dtype;  // kiln dtype name: "float32", "int64", "bool", ...
   std::vector<int64_t> shape;
-  std::string data;            // little-endian, row-major
+  std::string data;  // little-endian, row-major
 };
 
 // INVALID_ARGUMENT naming the file and the problem (bad magic, Fortran order, big-endian or

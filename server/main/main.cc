@@ -45,8 +45,7 @@ ABSL_FLAG(int32_t, http_port, 8000,
           "HTTP port (KServe v2 REST) on the --grpc-address host; 0 = no REST gateway");
 ABSL_FLAG(int64_t, http_max_body_bytes, 64LL << 20, "largest HTTP request body accepted");
 ABSL_FLAG(int64_t, http_max_header_bytes, 16 << 10, "largest total size of HTTP request headers");
-ABSL_FLAG(int64_t, http_max_chunks, 32768,
-          "most pieces (chunks) of one chunked HTTP request body");
+ABSL_FLAG(int64_t, http_max_chunks, 32768, "most pieces (chunks) of one chunked HTTP request body");
 ABSL_FLAG(int32_t, http_thread_count, 64,
           "HTTP connections served at once (a thread each, idle keep-alive included)");
 ABSL_FLAG(int32_t, http_timeout_ms, 5000,

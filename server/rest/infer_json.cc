@@ -146,8 +146,8 @@ absl::Status GetName(const Value& object, const std::string& where, std::string*
   const Value* v = Member(object, "name");
   if (v == nullptr || !v->IsString()) return Bad(where + ".name", "missing or not a string");
   if (v->GetStringLength() > static_cast<rapidjson::SizeType>(kMaxNameLength)) {
-    return Bad(where + ".name", absl::StrCat(v->GetStringLength(), " bytes exceeds the limit of ",
-                                             kMaxNameLength));
+    return Bad(where + ".name",
+               absl::StrCat(v->GetStringLength(), " bytes exceeds the limit of ", kMaxNameLength));
   }
   name->assign(v->GetString(), v->GetStringLength());
   return absl::OkStatus();
@@ -176,10 +176,11 @@ absl::Status DecodeInput(const Value& in, size_t i, std::string_view* binary,
   }
   input.datatype.assign(datatype->GetString(), std::min<size_t>(datatype->GetStringLength(), 64));
   const Value* shape = Member(in, "shape");
-  if (shape == nullptr || !shape->IsArray()) return Bad(where + ".shape", "missing or not an array");
+  if (shape == nullptr || !shape->IsArray())
+    return Bad(where + ".shape", "missing or not an array");
   if (shape->Size() > static_cast<rapidjson::SizeType>(kMaxTensorRank)) {
-    return Bad(where + ".shape", absl::StrCat("rank ", shape->Size(), " exceeds the limit of ",
-                                              kMaxTensorRank));
+    return Bad(where + ".shape",
+               absl::StrCat("rank ", shape->Size(), " exceeds the limit of ", kMaxTensorRank));
   }
   std::vector<int64_t>& dims = out->shapes[i];
   for (rapidjson::SizeType k = 0; k < shape->Size(); ++k) {
@@ -233,9 +234,8 @@ absl::Status DecodeInput(const Value& in, size_t i, std::string_view* binary,
 
 }  // namespace
 
-absl::Status DecodeInferRequest(std::string* body, int64_t header_length,
-                                const std::string& model, const std::string& version,
-                                HttpInferRequest* out) {
+absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const std::string& model,
+                                const std::string& version, HttpInferRequest* out) {
   std::string_view binary;
   std::string header;  // the JSON part when binary data follows it (in-place parsing needs a NUL)
   std::string* json = body;
@@ -278,15 +278,16 @@ absl::Status DecodeInferRequest(std::string* body, int64_t header_length,
   const Value* inputs = Member(doc, "inputs");
   if (inputs == nullptr || !inputs->IsArray()) return Bad("inputs", "missing or not an array");
   if (inputs->Size() > static_cast<rapidjson::SizeType>(kMaxTensorsPerModel)) {
-    return Bad("inputs", absl::StrCat(inputs->Size(), " inputs exceed the limit of ",
-                                      kMaxTensorsPerModel));
+    return Bad("inputs",
+               absl::StrCat(inputs->Size(), " inputs exceed the limit of ", kMaxTensorsPerModel));
   }
   const size_t n = inputs->Size();
   out->shapes.assign(n, {});
   out->converted.assign(n, {});
   request.inputs.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    if (absl::Status s = DecodeInput((*inputs)[static_cast<rapidjson::SizeType>(i)], i, &binary, out);
+    if (absl::Status s =
+            DecodeInput((*inputs)[static_cast<rapidjson::SizeType>(i)], i, &binary, out);
         !s.ok()) {
       return s;
     }
@@ -362,18 +363,41 @@ void WriteData(const InferOutput& out, Writer* w) {
   } else if (type && size > 0) {
     for (; end - p >= size; p += size) {
       switch (*type) {
-        case inference::TYPE_BOOL: w->Bool(*p != 0); break;
-        case inference::TYPE_INT8: w->Int(Load<int8_t>(p)); break;
-        case inference::TYPE_INT16: w->Int(Load<int16_t>(p)); break;
-        case inference::TYPE_INT32: w->Int(Load<int32_t>(p)); break;
-        case inference::TYPE_INT64: w->Int64(Load<int64_t>(p)); break;
-        case inference::TYPE_UINT8: w->Uint(Load<uint8_t>(p)); break;
-        case inference::TYPE_UINT16: w->Uint(Load<uint16_t>(p)); break;
-        case inference::TYPE_UINT32: w->Uint(Load<uint32_t>(p)); break;
-        case inference::TYPE_UINT64: w->Uint64(Load<uint64_t>(p)); break;
-        case inference::TYPE_FP32: w->Double(Load<float>(p)); break;
-        case inference::TYPE_FP64: w->Double(Load<double>(p)); break;
-        default: break;  // FP16/BF16 are always sent binary
+        case inference::TYPE_BOOL:
+          w->Bool(*p != 0);
+          break;
+        case inference::TYPE_INT8:
+          w->Int(Load<int8_t>(p));
+          break;
+        case inference::TYPE_INT16:
+          w->Int(Load<int16_t>(p));
+          break;
+        case inference::TYPE_INT32:
+          w->Int(Load<int32_t>(p));
+          break;
+        case inference::TYPE_INT64:
+          w->Int64(Load<int64_t>(p));
+          break;
+        case inference::TYPE_UINT8:
+          w->Uint(Load<uint8_t>(p));
+          break;
+        case inference::TYPE_UINT16:
+          w->Uint(Load<uint16_t>(p));
+          break;
+        case inference::TYPE_UINT32:
+          w->Uint(Load<uint32_t>(p));
+          break;
+        case inference::TYPE_UINT64:
+          w->Uint64(Load<uint64_t>(p));
+          break;
+        case inference::TYPE_FP32:
+          w->Double(Load<float>(p));
+          break;
+        case inference::TYPE_FP64:
+          w->Double(Load<double>(p));
+          break;
+        default:
+          break;  // FP16/BF16 are always sent binary
       }
     }
   }
@@ -394,7 +418,8 @@ HttpInferResponse EncodeInferResponse(const InferResponse& response,
   Writer w(buffer);
   w.StartObject();
   w.Key("model_name");
-  w.String(response.model_name.data(), static_cast<rapidjson::SizeType>(response.model_name.size()));
+  w.String(response.model_name.data(),
+           static_cast<rapidjson::SizeType>(response.model_name.size()));
   w.Key("model_version");
   w.String(response.model_version.data(),
            static_cast<rapidjson::SizeType>(response.model_version.size()));

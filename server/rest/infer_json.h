@@ -25,17 +25,16 @@ struct HttpInferRequest {
   HttpInferRequest& operator=(const HttpInferRequest&) = delete;
 
   InferRequest request;
-  std::vector<std::vector<int64_t>> shapes;  // per input
-  std::vector<std::string> converted;        // per input: JSON data as raw bytes
-  bool binary_output_default = false;        // parameters.binary_data_output
+  std::vector<std::vector<int64_t>> shapes;   // per input
+  std::vector<std::string> converted;         // per input: JSON data as raw bytes
+  bool binary_output_default = false;         // parameters.binary_data_output
   std::map<std::string, bool> output_binary;  // outputs[i].parameters.binary_data, by name
 };
 
 // `body` must outlive `out`; its JSON part is parsed in place (modified). `header_length` is
 // Inference-Header-Content-Length (-1 = absent: the whole body is JSON).
-absl::Status DecodeInferRequest(std::string* body, int64_t header_length,
-                                const std::string& model, const std::string& version,
-                                HttpInferRequest* out);
+absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const std::string& model,
+                                const std::string& version, HttpInferRequest* out);
 
 struct HttpInferResponse {
   std::string body;

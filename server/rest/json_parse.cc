@@ -80,9 +80,9 @@ absl::Status Run(Stream& stream, size_t size, std::string_view what, Handler* ha
                                                    reader.GetErrorOffset(), ")"));
   }
   if (limited.too_many()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        std::string(what), ": JSON holds more than ", kMaxJsonValues,
-        " values (the limit); send large tensors as binary data"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(what), ": JSON holds more than ", kMaxJsonValues,
+                     " values (the limit); send large tensors as binary data"));
   }
   if (!ok) {
     return absl::InvalidArgumentError(absl::StrCat(std::string(what), ": invalid JSON at offset ",
@@ -114,8 +114,7 @@ absl::Status ParseJson(std::string_view text, std::string_view what, rapidjson::
   return status;
 }
 
-absl::Status ParseJsonInPlace(std::string* text, std::string_view what,
-                              rapidjson::Document* doc) {
+absl::Status ParseJsonInPlace(std::string* text, std::string_view what, rapidjson::Document* doc) {
   absl::Status status;
   auto generator = [&](rapidjson::Document& handler) {
     rapidjson::InsituStringStream stream(text->data());

@@ -131,19 +131,17 @@ void CloseAfter(httplib::Response& res) {
   auto body = std::make_shared<std::string>(std::move(res.body));
   res.body.clear();
   const std::string type = res.get_header_value("Content-Type");
-  res.set_content_provider(
-      body->size(), type.empty() ? "text/plain" : type,
-      [body](size_t offset, size_t length, httplib::DataSink& sink) {
-        sink.write(body->data() + offset, length);
-        return false;
-      });
+  res.set_content_provider(body->size(), type.empty() ? "text/plain" : type,
+                           [body](size_t offset, size_t length, httplib::DataSink& sink) {
+                             sink.write(body->data() + offset, length);
+                             return false;
+                           });
 }
 
 bool IsChunked(const httplib::Request& req) {
   const std::string te = req.get_header_value("Transfer-Encoding");
   return !te.empty();
 }
-
 
 void SetJson(httplib::Response& res, std::string body) {
   res.status = 200;
@@ -162,8 +160,8 @@ absl::StatusOr<int64_t> HeaderLength(const httplib::Request& req) {
   return n;
 }
 
-void Infer(InferenceServer* core, const Match& m, const httplib::Request& req,
-           std::string& body, httplib::Response& res) {
+void Infer(InferenceServer* core, const Match& m, const httplib::Request& req, std::string& body,
+           httplib::Response& res) {
   absl::StatusOr<int64_t> header_length = HeaderLength(req);
   if (!header_length.ok()) return SetStatus(res, header_length.status());
   HttpInferRequest request;
@@ -192,9 +190,9 @@ void GraphExecute(InferenceServer* core, const std::string& body, httplib::Respo
   google::protobuf::util::JsonParseOptions parse;
   parse.ignore_unknown_fields = false;
   if (auto s = google::protobuf::util::JsonStringToMessage(body, &request, parse); !s.ok()) {
-    return SetStatus(res, absl::InvalidArgumentError(absl::StrCat(
-                              "request body: not a kiln.v1.ExecuteRequest: ",
-                              std::string(s.message().data(), s.message().size()))));
+    return SetStatus(res, absl::InvalidArgumentError(
+                              absl::StrCat("request body: not a kiln.v1.ExecuteRequest: ",
+                                           std::string(s.message().data(), s.message().size()))));
   }
   if (!request.has_graph()) return SetStatus(res, absl::InvalidArgumentError("graph: missing"));
   std::vector<GraphTensorIn> inputs;
@@ -229,8 +227,8 @@ void GraphExecute(InferenceServer* core, const std::string& body, httplib::Respo
   SetJson(res, std::move(json));
 }
 
-void Handle(InferenceServer* core, const Match& m, const httplib::Request& req,
-            std::string& body, httplib::Response& res) {
+void Handle(InferenceServer* core, const Match& m, const httplib::Request& req, std::string& body,
+            httplib::Response& res) {
   switch (m.route) {
     case Route::kServerMetadata:
       return SetJson(res, ServerMetadataJson(core->Metadata()));
@@ -367,8 +365,8 @@ void RestServer::Install() {
       }
       if (length > static_cast<uint64_t>(opt.max_body_bytes)) {
         SetError(res, 413,
-                 absl::StrCat("request body: Content-Length ", length,
-                              " exceeds the limit of ", opt.max_body_bytes, " bytes"));
+                 absl::StrCat("request body: Content-Length ", length, " exceeds the limit of ",
+                              opt.max_body_bytes, " bytes"));
         CloseAfter(res);
         return httplib::Server::HandlerResponse::Handled;
       }
@@ -390,7 +388,8 @@ void RestServer::Install() {
       return;
     }
     const bool post = IsPost(m.route);
-    const bool allowed = post ? req.method == "POST" : (req.method == "GET" || req.method == "HEAD");
+    const bool allowed =
+        post ? req.method == "POST" : (req.method == "GET" || req.method == "HEAD");
     if (!allowed) {
       res.set_header("Allow", post ? "POST" : "GET");
       SetError(res, 405,
@@ -421,11 +420,13 @@ void RestServer::Install() {
         if (over == nullptr) {
           SetError(res, 400, "request body: incomplete or malformed (chunk framing or timeout)");
         } else if (std::string_view(over) == "bytes") {
-          SetError(res, 413, absl::StrCat("request body: exceeds the limit of ",
-                                          options_.max_body_bytes, " bytes"));
+          SetError(res, 413,
+                   absl::StrCat("request body: exceeds the limit of ", options_.max_body_bytes,
+                                " bytes"));
         } else {
-          SetError(res, 413, absl::StrCat("request body: more than ", options_.max_chunks,
-                                          " chunks (the limit)"));
+          SetError(
+              res, 413,
+              absl::StrCat("request body: more than ", options_.max_chunks, " chunks (the limit)"));
         }
         CloseAfter(res);
         return;
@@ -437,10 +438,9 @@ void RestServer::Install() {
   http.Get(".*", [dispatch](const httplib::Request& req, httplib::Response& res) {
     dispatch(req, res, nullptr);
   });
-  http.Post(".*", [dispatch](const httplib::Request& req, httplib::Response& res,
-                             const httplib::ContentReader& reader) {
-    dispatch(req, res, &reader);
-  });
+  http.Post(".*",
+            [dispatch](const httplib::Request& req, httplib::Response& res,
+                       const httplib::ContentReader& reader) { dispatch(req, res, &reader); });
   auto not_allowed = [dispatch](const httplib::Request& req, httplib::Response& res,
                                 const httplib::ContentReader& reader) {
     dispatch(req, res, &reader);
@@ -451,10 +451,10 @@ void RestServer::Install() {
   http.Options(".*", [dispatch](const httplib::Request& req, httplib::Response& res) {
     dispatch(req, res, nullptr);
   });
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res,
-                                std::exception_ptr) {
-    SetError(res, 500, "internal error while handling the request");
-  });
+  http.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+        SetError(res, 500, "internal error while handling the request");
+      });
 }
 
 }  // namespace kiln::server

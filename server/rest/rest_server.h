@@ -36,16 +36,16 @@ namespace kiln::server {
 
 struct RestServerOptions {
   std::string address = "0.0.0.0";
-  int port = 8000;                           // 0 = pick a free port
-  int64_t max_body_bytes = 64LL << 20;       // whole request body
-  int64_t max_header_bytes = 16 << 10;       // all header lines together
-  int max_header_count = 64;                 // header lines
-  int64_t max_chunks = 32768;                // pieces of one chunked body
-  int thread_count = 64;                     // connections served at once
+  int port = 8000;                      // 0 = pick a free port
+  int64_t max_body_bytes = 64LL << 20;  // whole request body
+  int64_t max_header_bytes = 16 << 10;  // all header lines together
+  int max_header_count = 64;            // header lines
+  int64_t max_chunks = 32768;           // pieces of one chunked body
+  int thread_count = 64;                // connections served at once
   int read_timeout_ms = 5000;
   int write_timeout_ms = 5000;
   int keep_alive_timeout_s = 5;
-  int keep_alive_max_requests = 10000;       // requests per connection
+  int keep_alive_max_requests = 10000;  // requests per connection
 };
 
 class RestServer {
