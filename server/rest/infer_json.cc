@@ -244,10 +244,6 @@ absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const 
       return Bad("Inference-Header-Content-Length",
                  absl::StrCat(header_length, " exceeds the body size ", body->size()));
     }
-    if (header_length == 0) {
-      return Bad("Inference-Header-Content-Length",
-                 "0 (a raw binary request without JSON) is not supported; send a JSON header");
-    }
     header.assign(*body, 0, header_length);
     json = &header;
     binary = std::string_view(*body).substr(header_length);
@@ -333,6 +329,39 @@ absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const 
       request.requested_outputs.push_back(std::move(name));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeRawInferRequest(std::string_view body, const ModelMetadata& metadata,
+                                   const std::string& version, HttpInferRequest* out) {
+  if (metadata.inputs.size() != 1) {
+    return Bad("Inference-Header-Content-Length",
+               absl::StrCat("0 (a raw binary body) needs a model with one input; '", metadata.name,
+                            "' has ", metadata.inputs.size()));
+  }
+  const TensorMetadata& t = metadata.inputs[0];
+  std::vector<int64_t>& dims = out->shapes.emplace_back(t.shape);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] >= 0) continue;
+    if (i != 0) {
+      return Bad("Inference-Header-Content-Length",
+                 absl::StrCat("0 (a raw binary body) needs fixed dims; input '", t.name,
+                              "' has a variable dim ", i));
+    }
+    dims[i] = 1;  // the batch dimension: batch 1
+  }
+  InferRequest& request = out->request;
+  request.model_name = metadata.name;
+  request.model_version = version;
+  request.protocol = "http";
+  InferInput input;
+  input.name = t.name;
+  input.datatype = t.datatype;
+  input.shape = absl::MakeConstSpan(dims);
+  input.raw = body;
+  request.inputs.push_back(std::move(input));
+  request.raw_input_count = 1;
+  out->binary_output_default = true;
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "server/core/infer_request.h"
+#include "server/core/inference_server.h"
 
 namespace kiln::server {
 
@@ -35,6 +36,12 @@ struct HttpInferRequest {
 // Inference-Header-Content-Length (-1 = absent: the whole body is JSON).
 absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const std::string& model,
                                 const std::string& version, HttpInferRequest* out);
+
+// The binary extension's raw form (Inference-Header-Content-Length: 0): the whole body is the
+// one input of a single-input model, batch 1 (a leading -1 of the metadata shape becomes 1; any
+// other -1 is INVALID_ARGUMENT). Every output comes back binary.
+absl::Status DecodeRawInferRequest(std::string_view body, const ModelMetadata& metadata,
+                                   const std::string& version, HttpInferRequest* out);
 
 struct HttpInferResponse {
   std::string body;

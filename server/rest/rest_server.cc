@@ -165,8 +165,15 @@ void Infer(InferenceServer* core, const Match& m, const httplib::Request& req, s
   absl::StatusOr<int64_t> header_length = HeaderLength(req);
   if (!header_length.ok()) return SetStatus(res, header_length.status());
   HttpInferRequest request;
-  if (absl::Status s = DecodeInferRequest(&body, *header_length, m.model, m.version, &request);
-      !s.ok()) {
+  if (*header_length == 0) {  // raw binary body for a single-input model
+    absl::StatusOr<ModelMetadata> metadata = core->GetModelMetadata(m.model, m.version);
+    if (!metadata.ok()) return SetStatus(res, metadata.status());
+    if (absl::Status s = DecodeRawInferRequest(body, *metadata, m.version, &request); !s.ok()) {
+      return SetStatus(res, s);
+    }
+  } else if (absl::Status s =
+                 DecodeInferRequest(&body, *header_length, m.model, m.version, &request);
+             !s.ok()) {
     return SetStatus(res, s);
   }
   absl::StatusOr<InferResponse> response = core->Infer(request.request);

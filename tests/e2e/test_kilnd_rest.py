@@ -135,6 +135,24 @@ def test_infer_binary_route(kilnd):
     np.testing.assert_array_equal(np.array(out1["data"], np.float32).reshape(1, 16), a - b)
 
 
+def test_infer_raw_binary_body(kilnd):
+    # Inference-Header-Content-Length: 0 -> the body is the single input, batch 1; outputs binary.
+    x = np.arange(8, dtype=np.float32) - 2.5
+    status, headers, body = call(kilnd.http_port, "POST", "/v2/models/reduce_sum/infer",
+                                 x.tobytes(), {"Inference-Header-Content-Length": "0"})
+    assert status == 200, body
+    n = int(headers["Inference-Header-Content-Length"])
+    (out,) = json.loads(body[:n])["outputs"]
+    assert out["shape"] == [1, 1] and out["parameters"]["binary_data_size"] == 4
+    assert np.frombuffer(body[n:], np.float32)[0] == x.sum()
+    status, _, body = call(kilnd.http_port, "POST", "/v2/models/add_sub/infer", b"\0" * 64,
+                           {"Inference-Header-Content-Length": "0"})
+    assert status == 400 and "one input" in error_of(body)
+    status, _, body = call(kilnd.http_port, "POST", "/v2/models/reduce_sum/infer", b"\0" * 12,
+                           {"Inference-Header-Content-Length": "0"})
+    assert status == 400 and "expected 32 bytes" in error_of(body), body
+
+
 def test_graph_execute_route(kilnd):
     # y = max(x * 2 - 1, 0) as a kiln.v1.ExecuteRequest in protobuf's JSON mapping.
     x = np.array([[-1.0, 0.25, 0.5], [1.0, 2.0, -3.0]], dtype=np.float32)
