@@ -55,7 +55,7 @@ bench: build-release
 	@bash tests/bench/run.sh
 
 serve: build-release
-	@echo "make serve: kilnd, KServe v2 gRPC on :8001, model repository models/ (Ctrl-C stops it)"
+	@echo "make serve: kilnd, KServe v2 HTTP on :8000 and gRPC on :8001, model repository models/ (Ctrl-C stops it)"
 	./build/release/server/main/kilnd --model-repository models $(SERVE_ARGS)
 
 debug: deps

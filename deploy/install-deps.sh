@@ -21,6 +21,8 @@ packages=(
   zlib1g-dev
   # gRPC and protobuf
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  # REST gateway (server/rest): HTTP server and JSON
+  libcpp-httplib-dev rapidjson-dev
   # metrics
   prometheus-cpp-dev
   # CPU backend (LLVM ORC)
@@ -94,6 +96,23 @@ setup_venv() {
   printf '%s\n' "$want" >"$stamp"
 }
 
+# The Python client package (clients/python, `import kiln`) installed editable into .venv, so
+# the client tests run against this checkout. Reinstalled when it points elsewhere.
+setup_kiln_package() {
+  local venv="$repo_root/.venv"
+  local want="$repo_root/clients/python/kiln/__init__.py"
+  [[ -x "$venv/bin/python" && -f "$want" ]] || return 0
+  local have
+  have="$(cd / && "$venv/bin/python" -c 'import kiln, os; print(os.path.realpath(kiln.__file__))' \
+          2>/dev/null || true)"
+  if [[ "$have" == "$(realpath "$want")" ]]; then
+    log "kiln Python package installed (editable)"
+    return 0
+  fi
+  log "installing clients/python into .venv (pip install -e)"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e "$repo_root/clients/python"
+}
+
 [[ "${KILN_SKIP_APT:-0}" == "1" ]] || install_packages
-[[ "${KILN_SKIP_VENV:-0}" == "1" ]] || setup_venv
+[[ "${KILN_SKIP_VENV:-0}" == "1" ]] || { setup_venv; setup_kiln_package; }
 log "done"

@@ -4,6 +4,7 @@
 // Shutdown contract: on the first SIGTERM/SIGINT, health goes NOT_SERVING and readiness false
 // at once, new inference and repository calls get UNAVAILABLE, calls in flight finish, and the
 // process exits before --exit-timeout-secs (a watchdog forces exit code 2 if it cannot).
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -24,6 +25,7 @@
 #include "server/core/limits.h"
 #include "server/grpc/grpc_server.h"
 #include "server/metrics/metrics.h"
+#include "server/rest/rest_server.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, model_repository, "models", "model repository folder (Triton layout)");
@@ -42,6 +44,17 @@ ABSL_FLAG(int32_t, exit_timeout_secs, 30,
 ABSL_FLAG(std::string, device, "", "engine device (CPU, INTERP); empty = CPU when built in, else INTERP");
 ABSL_FLAG(std::string, log_format, "default", "log line format: default or ISO8601");
 ABSL_FLAG(bool, debug, false, "debug logging (every failed call is logged)");
+ABSL_FLAG(int32_t, http_port, 8000,
+          "HTTP port (KServe v2 REST) on the --grpc-address host; 0 = no REST gateway");
+ABSL_FLAG(int64_t, http_max_body_bytes, 64LL << 20, "largest HTTP request body accepted");
+ABSL_FLAG(int64_t, http_max_header_bytes, 16 << 10, "largest total size of HTTP request headers");
+ABSL_FLAG(int64_t, http_max_chunks, 32768, "most pieces (chunks) of one chunked HTTP request body");
+ABSL_FLAG(int32_t, http_thread_count, 64,
+          "HTTP connections served at once (a thread each, idle keep-alive included)");
+ABSL_FLAG(int32_t, http_timeout_ms, 5000,
+          "HTTP read/write timeout: a connection idle this long mid-request is closed");
+ABSL_FLAG(std::string, http_port_file, "",
+          "if set, write the bound HTTP port to this file once serving (for tests and scripts)");
 ABSL_FLAG(std::string, port_file, "",
           "if set, write the bound gRPC port to this file once serving (for tests and scripts)");
 
@@ -77,6 +90,33 @@ bool WritePortFile(const std::string& path, int port) {
   return !ec;
 }
 
+// The REST gateway on --http-port (nullptr when disabled). Like metrics it is best effort: a
+// port that cannot be bound is logged and kilnd serves gRPC without it.
+std::unique_ptr<kiln::server::RestServer> StartRest(kiln::server::InferenceServer* core) {
+  const int port = absl::GetFlag(FLAGS_http_port);
+  if (port == 0) return nullptr;
+  kiln::server::RestServerOptions options;
+  options.address = absl::GetFlag(FLAGS_grpc_address);
+  options.port = port < 0 ? 0 : port;  // negative = a free port (tests)
+  options.max_body_bytes = absl::GetFlag(FLAGS_http_max_body_bytes);
+  options.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
+  options.max_chunks = absl::GetFlag(FLAGS_http_max_chunks);
+  options.thread_count = absl::GetFlag(FLAGS_http_thread_count);
+  options.read_timeout_ms = options.write_timeout_ms = absl::GetFlag(FLAGS_http_timeout_ms);
+  auto rest = kiln::server::RestServer::Start(options, core);
+  if (!rest.ok()) {
+    spdlog::warn("kilnd: {}; serving without REST", std::string(rest.status().message()));
+    return nullptr;
+  }
+  spdlog::info("kilnd: serving KServe v2 REST on {}:{}", options.address, (*rest)->port());
+  const std::string port_file = absl::GetFlag(FLAGS_http_port_file);
+  if (!port_file.empty() && !WritePortFile(port_file, (*rest)->port())) {
+    spdlog::error("kilnd: cannot write --http-port-file");
+    return nullptr;
+  }
+  return *std::move(rest);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -101,6 +141,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kilnd: --max-request-bytes must be positive\n");
     return 2;
   }
+
+  // Request bodies and their decoded forms reach tens of MiB on many threads. glibc's dynamic
+  // mmap threshold would move such blocks into per-thread heaps after the first free, where
+  // they stay resident; a fixed threshold returns every block >= 1 MiB to the OS on free.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
   // SIGTERM/SIGINT are taken by sigwait below; block them before any thread starts so every
   // thread inherits the mask.
@@ -155,6 +200,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  std::unique_ptr<kiln::server::RestServer> rest = StartRest(core->get());
+
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   spdlog::info("kilnd: signal {}: draining (exit within {} s)", signal_number, exit_timeout_secs);
@@ -167,6 +214,7 @@ int main(int argc, char** argv) {
 
   (*core)->BeginShutdown();
   (*grpc)->SetNotServing();
+  if (rest != nullptr) rest->Stop();
   // Leave a margin inside the timeout for teardown after the drain.
   const auto margin = std::chrono::milliseconds(std::min(1000, exit_timeout_secs * 200));
   (*grpc)->Shutdown(start + std::chrono::seconds(exit_timeout_secs) - margin);

@@ -7,61 +7,12 @@ KILND (path to the kilnd binary) and KILN_MODELS (the bundled repository) come f
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 import tritonclient.grpc as grpcclient
 
-
-class Kilnd:
-    def __init__(self, repository: Path, extra: list[str] | None = None):
-        self.scratch = Path(tempfile.mkdtemp(prefix="kiln_e2e_"))
-        port_file = self.scratch / "port"
-        binary = os.environ.get("KILND")
-        if not binary or not Path(binary).is_file():
-            raise RuntimeError("KILND must name the kilnd binary (run through ctest)")
-        self.log = open(self.scratch / "kilnd.log", "w+")
-        self.proc = subprocess.Popen(
-            [binary, f"--model-repository={repository}", "--grpc-address=127.0.0.1",
-             "--grpc-port=0", f"--port-file={port_file}", *(extra or [])],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        self.port = 0
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"kilnd exited early ({self.proc.returncode}): {self.logs()}")
-            if port_file.exists():
-                text = port_file.read_text().strip()
-                if text:
-                    self.port = int(text)
-                    break
-            time.sleep(0.02)
-        if not self.port:
-            self.stop()
-            raise RuntimeError("kilnd did not write its port file")
-        self.url = f"127.0.0.1:{self.port}"
-
-    def logs(self) -> str:
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self, timeout: float = 30) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
-        return self.proc.returncode
+from kilnd_launcher import Kilnd  # noqa: F401 (re-exported for the test modules)
 
 
 @pytest.fixture(scope="module")

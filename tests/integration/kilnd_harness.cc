@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<KilndProcess>> KilndProcess::Start(
   p->scratch_ = std::make_unique<TempDir>();
   const std::filesystem::path port_file = p->scratch_->path() / "port";
   std::vector<std::string> args = {KILN_KILND_PATH, "--model-repository=" + repository.string(),
-                                   "--grpc-address=127.0.0.1", "--grpc-port=0",
+                                   "--grpc-address=127.0.0.1", "--grpc-port=0", "--http-port=0",
                                    "--port-file=" + port_file.string()};
   args.insert(args.end(), extra_flags.begin(), extra_flags.end());
   std::vector<char*> argv;

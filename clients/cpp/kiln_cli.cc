@@ -1,0 +1,378 @@
+// kiln: command line client for kilnd (gRPC).
+//
+//   kiln [--address HOST:PORT] [--json] [--timeout-ms N] <command> [args]
+//     status                                 live / ready / server metadata
+//     models                                 the repository index
+//     load <model> | unload <model>
+//     infer <model> --input NAME=FILE.npy ... [--output [NAME=]FILE.npy ...]
+//     stats [model]                          Triton-style statistics
+//     graph run <file> [--input NAME=FILE.npy ...] [--output [NAME=]FILE.npy ...]
+//                                            <file>: kiln.v1.ExecuteRequest or kiln.v1.Graph, in
+//                                            protobuf text format, or JSON when it ends in .json
+// Output is for people by default; --json prints one JSON document on stdout.
+// Exit codes: 0 ok; 1 the server or the request failed (message on stderr, with the gRPC code);
+// 2 usage error (unknown command or option, unreadable or malformed local file).
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "clients/cpp/kiln_client.h"
+#include "clients/cpp/npy.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace {
+
+using kiln::client::KilnClient;
+using kiln::client::NamedTensor;
+using kiln::client::NpyArray;
+
+constexpr int kOk = 0;
+constexpr int kFailed = 1;
+constexpr int kUsage = 2;
+
+constexpr char kUsageText[] =
+    "usage: kiln [--address HOST:PORT] [--json] [--timeout-ms N] <command>\n"
+    "  status | models | load <model> | unload <model> | stats [model]\n"
+    "  infer <model> --input NAME=FILE.npy ... [--output [NAME=]FILE.npy ...]\n"
+    "  graph run <file> [--input NAME=FILE.npy ...] [--output [NAME=]FILE.npy ...]\n";
+
+int Usage(const std::string& message) {
+  std::cerr << "kiln: " << message << "\n" << kUsageText;
+  return kUsage;
+}
+
+int Failed(const absl::Status& status) {
+  std::cerr << "kiln: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
+            << "\n";
+  return kFailed;
+}
+
+struct Args {
+  std::string address = "localhost:8001";
+  bool json = false;
+  int64_t timeout_ms = 60000;
+  std::vector<std::string> positional;
+  std::vector<std::string> inputs;   // NAME=FILE
+  std::vector<std::string> outputs;  // [NAME=]FILE
+};
+
+// Returns "" on success, else the usage error.
+std::string ParseArgs(int argc, char** argv, Args* args) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const std::string& flag, std::string* out) -> bool {
+      if (a == flag) {
+        if (i + 1 >= argc) return false;
+        *out = argv[++i];
+        return true;
+      }
+      if (a.rfind(flag + "=", 0) == 0) {
+        *out = a.substr(flag.size() + 1);
+        return true;
+      }
+      return false;
+    };
+    std::string v;
+    if (a == "--json") {
+      args->json = true;
+    } else if (value("--address", &v)) {
+      args->address = v;
+    } else if (value("--timeout-ms", &v)) {
+      if (!absl::SimpleAtoi(v, &args->timeout_ms) || args->timeout_ms <= 0) {
+        return "--timeout-ms needs a positive integer";
+      }
+    } else if (value("--input", &v)) {
+      args->inputs.push_back(v);
+    } else if (value("--output", &v)) {
+      args->outputs.push_back(v);
+    } else if (a.rfind("--", 0) == 0) {
+      return absl::StrCat("unknown option ", a);
+    } else {
+      args->positional.push_back(a);
+    }
+  }
+  return "";
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string ProtoJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, options);
+  return out;
+}
+
+template <typename T>
+T Load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// Elements as JSON numbers (at most `limit`; -1 = all).
+std::string Values(const NpyArray& a, int64_t limit) {
+  const int64_t size = kiln::client::DtypeSize(a.dtype);
+  if (size == 0) return "";
+  std::vector<std::string> out;
+  const int64_t n = static_cast<int64_t>(a.data.size()) / size;
+  for (int64_t i = 0; i < n && (limit < 0 || i < limit); ++i) {
+    const char* p = a.data.data() + i * size;
+    const std::string& t = a.dtype;
+    if (t == "float32")
+      out.push_back(absl::StrFormat("%.9g", Load<float>(p)));
+    else if (t == "float64")
+      out.push_back(absl::StrFormat("%.17g", Load<double>(p)));
+    else if (t == "bool")
+      out.push_back(*p ? "true" : "false");
+    else if (t == "int8")
+      out.push_back(absl::StrCat(Load<int8_t>(p)));
+    else if (t == "uint8")
+      out.push_back(absl::StrCat(Load<uint8_t>(p)));
+    else if (t == "int16")
+      out.push_back(absl::StrCat(Load<int16_t>(p)));
+    else if (t == "uint16")
+      out.push_back(absl::StrCat(Load<uint16_t>(p)));
+    else if (t == "int32")
+      out.push_back(absl::StrCat(Load<int32_t>(p)));
+    else if (t == "uint32")
+      out.push_back(absl::StrCat(Load<uint32_t>(p)));
+    else if (t == "int64")
+      out.push_back(absl::StrCat(Load<int64_t>(p)));
+    else if (t == "uint64")
+      out.push_back(absl::StrCat(Load<uint64_t>(p)));
+    else
+      out.push_back("null");  // float16: written to .npy only
+  }
+  std::string text = absl::StrJoin(out, ", ");
+  if (limit >= 0 && n > limit) text += ", ...";
+  return text;
+}
+
+// --input NAME=FILE.npy -> tensors; returns a usage error or "".
+std::string ReadInputs(const std::vector<std::string>& specs, std::vector<NamedTensor>* out) {
+  for (const std::string& spec : specs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+      return absl::StrCat("--input needs NAME=FILE.npy, got '", spec, "'");
+    }
+    auto array = kiln::client::ReadNpy(spec.substr(eq + 1));
+    if (!array.ok()) return std::string(array.status().message());
+    out->push_back({spec.substr(0, eq), *std::move(array)});
+  }
+  return "";
+}
+
+// Prints or saves outputs; --output FILE (one output) or NAME=FILE.
+int EmitOutputs(const Args& args, const std::string& header_json,
+                const std::vector<NamedTensor>& outputs) {
+  for (const std::string& spec : args.outputs) {
+    const size_t eq = spec.find('=');
+    std::string name, path = spec;
+    if (eq != std::string::npos) {
+      name = spec.substr(0, eq);
+      path = spec.substr(eq + 1);
+    } else if (outputs.size() != 1) {
+      return Usage(absl::StrCat("--output ", spec, ": ", outputs.size(),
+                                " outputs; use --output NAME=FILE.npy"));
+    }
+    const NamedTensor* found = nullptr;
+    for (const NamedTensor& t : outputs) {
+      if (name.empty() || t.name == name) found = &t;
+    }
+    if (found == nullptr) return Usage(absl::StrCat("--output ", spec, ": no output '", name, "'"));
+    if (auto s = kiln::client::WriteNpy(path, found->array); !s.ok()) {
+      return Usage(std::string(s.message()));
+    }
+  }
+  if (args.json) {
+    std::vector<std::string> items;
+    for (const NamedTensor& t : outputs) {
+      items.push_back(absl::StrCat("{\"name\": ", JsonString(t.name),
+                                   ", \"dtype\": ", JsonString(t.array.dtype), ", \"shape\": [",
+                                   absl::StrJoin(t.array.shape, ", "), "], \"data\": [",
+                                   Values(t.array, -1), "]}"));
+    }
+    std::cout << "{" << header_json << "\"outputs\": [" << absl::StrJoin(items, ", ") << "]}\n";
+  } else {
+    for (const NamedTensor& t : outputs) {
+      std::cout << t.name << " " << t.array.dtype << "[" << absl::StrJoin(t.array.shape, ", ")
+                << "]: " << Values(t.array, 16) << "\n";
+    }
+  }
+  return kOk;
+}
+
+int Status(KilnClient& client, const Args& args) {
+  auto live = client.ServerLive();
+  if (!live.ok()) return Failed(live.status());
+  auto ready = client.ServerReady();
+  if (!ready.ok()) return Failed(ready.status());
+  auto md = client.ServerMetadata();
+  if (!md.ok()) return Failed(md.status());
+  if (args.json) {
+    std::cout << "{\"address\": " << JsonString(args.address)
+              << ", \"live\": " << (*live ? "true" : "false")
+              << ", \"ready\": " << (*ready ? "true" : "false")
+              << ", \"metadata\": " << ProtoJson(*md) << "}\n";
+  } else {
+    std::cout << md->name() << " " << md->version() << " at " << args.address << ": "
+              << (*live ? "live" : "not live") << ", " << (*ready ? "ready" : "not ready")
+              << "\nextensions: " << absl::StrJoin(md->extensions(), ", ") << "\n";
+  }
+  return *live && *ready ? kOk : kFailed;
+}
+
+int Models(KilnClient& client, const Args& args) {
+  auto index = client.RepositoryIndex();
+  if (!index.ok()) return Failed(index.status());
+  if (args.json) {
+    std::cout << ProtoJson(*index) << "\n";
+    return kOk;
+  }
+  std::cout << absl::StrFormat("%-24s %-8s %-12s %s\n", "MODEL", "VERSION", "STATE", "REASON");
+  for (const auto& m : index->models()) {
+    std::cout << absl::StrFormat("%-24s %-8s %-12s %s\n", m.name(), m.version(), m.state(),
+                                 m.reason());
+  }
+  return kOk;
+}
+
+int Stats(KilnClient& client, const Args& args, const std::string& model) {
+  auto stats = client.Statistics(model);
+  if (!stats.ok()) return Failed(stats.status());
+  if (args.json) {
+    std::cout << ProtoJson(*stats) << "\n";
+    return kOk;
+  }
+  std::cout << absl::StrFormat("%-24s %-8s %10s %8s %12s %12s %14s\n", "MODEL", "VERSION",
+                               "SUCCESS", "FAIL", "INFERENCES", "EXECUTIONS", "AVG_INFER_US");
+  for (const auto& m : stats->model_stats()) {
+    const auto& s = m.inference_stats();
+    const double avg_us = s.compute_infer().count() == 0
+                              ? 0.0
+                              : static_cast<double>(s.compute_infer().ns()) /
+                                    static_cast<double>(s.compute_infer().count()) / 1000.0;
+    std::cout << absl::StrFormat("%-24s %-8s %10d %8d %12d %12d %14.1f\n", m.name(), m.version(),
+                                 s.success().count(), s.fail().count(), m.inference_count(),
+                                 m.execution_count(), avg_us);
+  }
+  return kOk;
+}
+
+int Infer(KilnClient& client, const Args& args) {
+  if (args.positional.size() != 2) return Usage("infer needs exactly one model name");
+  if (args.inputs.empty()) return Usage("infer needs at least one --input NAME=FILE.npy");
+  std::vector<NamedTensor> inputs;
+  if (std::string e = ReadInputs(args.inputs, &inputs); !e.empty()) return Usage(e);
+  auto outputs = client.Infer(args.positional[1], inputs);
+  if (!outputs.ok()) return Failed(outputs.status());
+  return EmitOutputs(args, absl::StrCat("\"model\": ", JsonString(args.positional[1]), ", "),
+                     *outputs);
+}
+
+int GraphRun(KilnClient& client, const Args& args) {
+  if (args.positional.size() != 3 || args.positional[1] != "run") {
+    return Usage("graph needs: graph run <file>");
+  }
+  const std::string& path = args.positional[2];
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Usage(absl::StrCat(path, ": cannot open"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  kiln::v1::ExecuteRequest request;
+  const bool is_json = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  if (is_json) {
+    auto s = google::protobuf::util::JsonStringToMessage(text.str(), &request);
+    if (!s.ok())
+      return Usage(absl::StrCat(path, ": not a kiln.v1.ExecuteRequest in JSON: ",
+                                std::string(s.message().data(), s.message().size())));
+  } else if (!google::protobuf::TextFormat::ParseFromString(text.str(), &request) ||
+             !request.has_graph()) {
+    request.Clear();
+    if (!google::protobuf::TextFormat::ParseFromString(text.str(), request.mutable_graph())) {
+      return Usage(absl::StrCat(path,
+                                ": neither a kiln.v1.ExecuteRequest nor a kiln.v1.Graph "
+                                "in protobuf text format"));
+    }
+  }
+  std::vector<NamedTensor> inputs;
+  if (std::string e = ReadInputs(args.inputs, &inputs); !e.empty()) return Usage(e);
+  for (const NamedTensor& t : inputs) {
+    kiln::v1::Tensor* w = request.add_inputs();
+    w->set_name(t.name);
+    w->set_dtype(t.array.dtype);
+    for (int64_t d : t.array.shape) w->add_shape(d);
+    w->set_raw(t.array.data);
+  }
+  auto response = client.Execute(request);
+  if (!response.ok()) return Failed(response.status());
+  std::vector<NamedTensor> outputs;
+  for (const auto& o : response->outputs()) {
+    outputs.push_back({o.name(), {o.dtype(), {o.shape().begin(), o.shape().end()}, o.raw()}});
+  }
+  uint64_t kernel_ns = 0;
+  for (const auto& k : response->kernels()) kernel_ns += k.duration_ns();
+  if (!args.json) {
+    std::cout << response->kernels_size() << " kernel launches, " << kernel_ns / 1000
+              << " us; compiled " << response->kernels_compiled() << "\n";
+  }
+  return EmitOutputs(args,
+                     absl::StrCat("\"kernels\": ", response->kernels_size(),
+                                  ", \"kernels_compiled\": ", response->kernels_compiled(), ", "),
+                     outputs);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (std::string e = ParseArgs(argc, argv, &args); !e.empty()) return Usage(e);
+  if (args.positional.empty()) return Usage("missing command");
+  const std::string& command = args.positional[0];
+  const size_t n = args.positional.size();
+  auto no_io = [&] { return args.inputs.empty() && args.outputs.empty(); };
+  KilnClient client(args.address, std::chrono::milliseconds(args.timeout_ms));
+  if (command == "status" && n == 1 && no_io()) return Status(client, args);
+  if (command == "models" && n == 1 && no_io()) return Models(client, args);
+  if ((command == "load" || command == "unload") && n == 2 && no_io()) {
+    const absl::Status s =
+        command == "load" ? client.Load(args.positional[1]) : client.Unload(args.positional[1]);
+    if (!s.ok()) return Failed(s);
+    if (args.json) {
+      std::cout << "{\"" << command << "ed\": " << JsonString(args.positional[1]) << "}\n";
+    } else {
+      std::cout << command << "ed " << args.positional[1] << "\n";
+    }
+    return kOk;
+  }
+  if (command == "stats" && n <= 2 && no_io()) {
+    return Stats(client, args, n == 2 ? args.positional[1] : "");
+  }
+  if (command == "infer") return Infer(client, args);
+  if (command == "graph") return GraphRun(client, args);
+  return Usage(
+      absl::StrCat("unknown command or wrong arguments: ", absl::StrJoin(args.positional, " ")));
+}

@@ -1,0 +1,52 @@
+// KilnClient: a blocking C++ client for kilnd over gRPC — the KServe v2 service
+// (inference.GRPCInferenceService) and kiln's graph service (kiln.v1.Engine) — on the generated
+// stubs. Every call returns absl::Status carrying the server's code and message unchanged.
+// Thread safety: one client may be used from several threads (gRPC stubs are thread-safe).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "clients/cpp/npy.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "kiln/v1/engine.grpc.pb.h"
+
+namespace kiln::client {
+
+struct NamedTensor {
+  std::string name;
+  NpyArray array;
+};
+
+class KilnClient {
+ public:
+  // `address` is host:port of kilnd's gRPC port. Calls time out after `timeout`.
+  explicit KilnClient(const std::string& address,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+  absl::StatusOr<bool> ServerLive();
+  absl::StatusOr<bool> ServerReady();
+  absl::StatusOr<inference::ServerMetadataResponse> ServerMetadata();
+  absl::StatusOr<inference::RepositoryIndexResponse> RepositoryIndex();
+  absl::Status Load(const std::string& model);
+  absl::Status Unload(const std::string& model);
+  absl::StatusOr<inference::ModelStatisticsResponse> Statistics(const std::string& model);
+  // Sends every input raw; returns every output (or only `outputs` when given) in server order.
+  absl::StatusOr<std::vector<NamedTensor>> Infer(const std::string& model,
+                                                 const std::vector<NamedTensor>& inputs,
+                                                 const std::vector<std::string>& outputs = {});
+  absl::StatusOr<kiln::v1::ExecuteResponse> Execute(const kiln::v1::ExecuteRequest& request);
+
+ private:
+  std::unique_ptr<grpc::ClientContext> Context() const;
+
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> inference_;
+  std::unique_ptr<kiln::v1::Engine::Stub> engine_;
+};
+
+}  // namespace kiln::client

@@ -1,0 +1,267 @@
+#include "server/rest/rest_json.h"
+
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/util/json_util.h"
+#include "rapidjson/document.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
+#include "server/rest/json_parse.h"
+
+namespace kiln::server {
+namespace {
+
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+void Str(Writer* w, const std::string& s) {
+  w->String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
+
+void Field(Writer* w, const char* key, const std::string& value) {
+  w->Key(key);
+  Str(w, value);
+}
+
+std::string Done(const rapidjson::StringBuffer& buffer) {
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+void Tensors(Writer* w, const char* key, const std::vector<TensorMetadata>& tensors) {
+  w->Key(key);
+  w->StartArray();
+  for (const TensorMetadata& t : tensors) {
+    w->StartObject();
+    Field(w, "name", t.name);
+    Field(w, "datatype", t.datatype);
+    w->Key("shape");
+    w->StartArray();
+    for (int64_t d : t.shape) w->Int64(d);
+    w->EndArray();
+    w->EndObject();
+  }
+  w->EndArray();
+}
+
+void DurationJson(Writer* w, const char* key, const Duration& d) {
+  w->Key(key);
+  w->StartObject();
+  w->Key("count");
+  w->Uint64(d.count);
+  w->Key("ns");
+  w->Uint64(d.ns);
+  w->EndObject();
+}
+
+bool Is64BitInteger(const google::protobuf::FieldDescriptor* f) {
+  using FD = google::protobuf::FieldDescriptor;
+  switch (f->cpp_type()) {
+    case FD::CPPTYPE_INT64:
+    case FD::CPPTYPE_UINT64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void ToNumber(rapidjson::Value* v, bool is_unsigned) {
+  if (!v->IsString()) return;
+  const std::string s(v->GetString(), v->GetStringLength());
+  if (is_unsigned) {
+    v->SetUint64(std::strtoull(s.c_str(), nullptr, 10));
+  } else {
+    v->SetInt64(std::strtoll(s.c_str(), nullptr, 10));
+  }
+}
+
+// Protobuf's JSON writes 64-bit integers as strings; Triton's config JSON has numbers. Walks
+// the document beside the descriptor (config messages nest a few levels; the walk is bounded
+// by the descriptor, not by input).
+void FixInt64(rapidjson::Value* object, const google::protobuf::Descriptor* d) {
+  using FD = google::protobuf::FieldDescriptor;
+  for (auto& member : object->GetObject()) {
+    const std::string name(member.name.GetString(), member.name.GetStringLength());
+    const FD* f = d->FindFieldByName(name);
+    if (f == nullptr) continue;
+    rapidjson::Value& v = member.value;
+    if (f->is_map()) {
+      const FD* value_field = f->message_type()->FindFieldByName("value");
+      if (value_field->cpp_type() == FD::CPPTYPE_MESSAGE && v.IsObject()) {
+        for (auto& entry : v.GetObject()) {
+          if (entry.value.IsObject()) FixInt64(&entry.value, value_field->message_type());
+        }
+      }
+      continue;
+    }
+    const bool is_unsigned = f->cpp_type() == FD::CPPTYPE_UINT64;
+    if (f->cpp_type() == FD::CPPTYPE_MESSAGE) {
+      if (f->is_repeated() && v.IsArray()) {
+        for (auto& e : v.GetArray()) {
+          if (e.IsObject()) FixInt64(&e, f->message_type());
+        }
+      } else if (v.IsObject()) {
+        FixInt64(&v, f->message_type());
+      }
+    } else if (Is64BitInteger(f)) {
+      if (f->is_repeated() && v.IsArray()) {
+        for (auto& e : v.GetArray()) ToNumber(&e, is_unsigned);
+      } else {
+        ToNumber(&v, is_unsigned);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::string ServerMetadataJson(const ServerMetadata& metadata) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  Field(&w, "name", metadata.name);
+  Field(&w, "version", metadata.version);
+  w.Key("extensions");
+  w.StartArray();
+  for (const std::string& e : metadata.extensions) Str(&w, e);
+  w.EndArray();
+  w.EndObject();
+  return Done(buffer);
+}
+
+std::string ModelMetadataJson(const ModelMetadata& metadata) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  Field(&w, "name", metadata.name);
+  w.Key("versions");
+  w.StartArray();
+  for (const std::string& v : metadata.versions) Str(&w, v);
+  w.EndArray();
+  Field(&w, "platform", metadata.platform);
+  Tensors(&w, "inputs", metadata.inputs);
+  Tensors(&w, "outputs", metadata.outputs);
+  w.EndObject();
+  return Done(buffer);
+}
+
+absl::StatusOr<std::string> ModelConfigJson(const inference::ModelConfig& config) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(config, &json, options).ok()) {
+    return absl::InternalError("model config: cannot be written as JSON");
+  }
+  rapidjson::Document doc;
+  if (!ParseJson(json, "model config", &doc).ok() || !doc.IsObject()) return json;
+  FixInt64(&doc, inference::ModelConfig::descriptor());
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  doc.Accept(w);
+  return Done(buffer);
+}
+
+std::string RepositoryIndexJson(const std::vector<RepositoryIndexEntry>& index) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartArray();
+  for (const RepositoryIndexEntry& e : index) {
+    w.StartObject();
+    Field(&w, "name", e.name);
+    if (!e.version.empty()) Field(&w, "version", e.version);
+    if (!e.state.empty()) Field(&w, "state", e.state);
+    if (!e.reason.empty()) Field(&w, "reason", e.reason);
+    w.EndObject();
+  }
+  w.EndArray();
+  return Done(buffer);
+}
+
+std::string StatisticsJson(const std::vector<ModelStatsEntry>& stats) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("model_stats");
+  w.StartArray();
+  for (const ModelStatsEntry& e : stats) {
+    const ModelStatsSnapshot& s = e.stats;
+    w.StartObject();
+    Field(&w, "name", e.name);
+    Field(&w, "version", e.version);
+    w.Key("last_inference");
+    w.Uint64(s.last_inference_ms);
+    w.Key("inference_count");
+    w.Uint64(s.inference_count);
+    w.Key("execution_count");
+    w.Uint64(s.execution_count);
+    w.Key("inference_stats");
+    w.StartObject();
+    DurationJson(&w, "success", s.success);
+    DurationJson(&w, "fail", s.fail);
+    DurationJson(&w, "queue", s.queue);
+    DurationJson(&w, "compute_input", s.compute_input);
+    DurationJson(&w, "compute_infer", s.compute_infer);
+    DurationJson(&w, "compute_output", s.compute_output);
+    DurationJson(&w, "cache_hit", s.cache_hit);
+    DurationJson(&w, "cache_miss", s.cache_miss);
+    w.EndObject();
+    w.Key("batch_stats");
+    w.StartArray();
+    for (const auto& [size, b] : s.batch) {
+      w.StartObject();
+      w.Key("batch_size");
+      w.Uint64(size);
+      DurationJson(&w, "compute_input", b.compute_input);
+      DurationJson(&w, "compute_infer", b.compute_infer);
+      DurationJson(&w, "compute_output", b.compute_output);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  return Done(buffer);
+}
+
+absl::StatusOr<LoadOptions> DecodeLoadBody(const std::string& body) {
+  LoadOptions options;
+  if (body.empty()) return options;
+  rapidjson::Document doc;
+  if (absl::Status s = ParseJson(body, "request body", &doc); !s.ok()) return s;
+  if (!doc.IsObject()) return absl::InvalidArgumentError("request body: expected a JSON object");
+  auto params = doc.FindMember("parameters");
+  if (params == doc.MemberEnd()) return options;
+  if (!params->value.IsObject()) {
+    return absl::InvalidArgumentError("parameters: expected an object");
+  }
+  for (const auto& p : params->value.GetObject()) {
+    const std::string key(p.name.GetString(), p.name.GetStringLength());
+    if (key == "config") {
+      if (!p.value.IsString()) {
+        return absl::InvalidArgumentError(
+            "parameters.config: must be a string holding a JSON ModelConfig");
+      }
+      options.config_json = std::string(p.value.GetString(), p.value.GetStringLength());
+    } else if (absl::StartsWith(key, "file:")) {
+      options.has_file_overrides = true;
+    }
+  }
+  return options;
+}
+
+absl::StatusOr<bool> DecodeIndexBody(const std::string& body) {
+  if (body.empty()) return false;
+  rapidjson::Document doc;
+  if (absl::Status s = ParseJson(body, "request body", &doc); !s.ok()) return s;
+  if (!doc.IsObject()) return absl::InvalidArgumentError("request body: expected a JSON object");
+  auto ready = doc.FindMember("ready");
+  if (ready == doc.MemberEnd()) return false;
+  if (!ready->value.IsBool()) return absl::InvalidArgumentError("ready: expected true or false");
+  return ready->value.GetBool();
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,27 @@
+// JSON bodies of the KServe v2 REST routes other than inference (kserve-v2-protocol.md §9):
+// server and model metadata, model config (Triton's form: protobuf JSON with proto field names
+// and 64-bit integers as JSON numbers), repository index, statistics. Pure; thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "inference/model_config.pb.h"
+#include "server/core/inference_server.h"
+
+namespace kiln::server {
+
+std::string ServerMetadataJson(const ServerMetadata& metadata);
+std::string ModelMetadataJson(const ModelMetadata& metadata);
+absl::StatusOr<std::string> ModelConfigJson(const inference::ModelConfig& config);
+std::string RepositoryIndexJson(const std::vector<RepositoryIndexEntry>& index);
+std::string StatisticsJson(const std::vector<ModelStatsEntry>& stats);
+
+// {"parameters": {"config": "<json>", "file:<v>/<name>": "..."}} of a load request (body may be
+// empty). INVALID_ARGUMENT naming the field.
+absl::StatusOr<LoadOptions> DecodeLoadBody(const std::string& body);
+// {"ready": bool} of an index request (body may be empty).
+absl::StatusOr<bool> DecodeIndexBody(const std::string& body);
+
+}  // namespace kiln::server

@@ -1,0 +1,177 @@
+"""The `kiln` command line against a live kilnd: every subcommand, human and --json output,
+.npy in and out (compared with numpy), and the exit codes scripts rely on (0 ok, 1 server or
+request error, 2 usage)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+
+def kiln(kilnd, *args, address=None):
+    binary = os.environ.get("KILN_CLI")
+    if not binary or not Path(binary).is_file():
+        raise RuntimeError("KILN_CLI must name the kiln binary (run through ctest)")
+    return subprocess.run([binary, f"--address={address or kilnd.url}", *map(str, args)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_status(kilnd):
+    r = kiln(kilnd, "status")
+    assert r.returncode == 0, r.stderr
+    assert "live, ready" in r.stdout and "kiln" in r.stdout
+    r = kiln(kilnd, "--json", "status")
+    assert r.returncode == 0
+    doc = json.loads(r.stdout)
+    assert doc["live"] is True and doc["ready"] is True and doc["metadata"]["name"] == "kiln"
+
+
+def test_status_unreachable_server_exits_1(kilnd):
+    r = kiln(kilnd, "--timeout-ms=2000", "status", address="127.0.0.1:1")
+    assert r.returncode == 1
+    assert "UNAVAILABLE" in r.stderr or "DEADLINE_EXCEEDED" in r.stderr
+
+
+def test_models(kilnd):
+    r = kiln(kilnd, "models")
+    assert r.returncode == 0
+    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()[1:]}
+    assert rows["add_sub"][1:3] == ["1", "READY"]
+    assert rows["reduce_sum"][2] == "READY"
+    doc = json.loads(kiln(kilnd, "--json", "models").stdout)
+    assert {m["name"] for m in doc["models"]} >= {"add_sub", "reduce_sum"}
+
+
+def test_unload_load(kilnd):
+    r = kiln(kilnd, "unload", "reduce_sum")
+    assert (r.returncode, r.stdout.strip()) == (0, "unloaded reduce_sum")
+    rows = {m["name"]: m for m in json.loads(kiln(kilnd, "--json", "models").stdout)["models"]}
+    assert rows["reduce_sum"]["state"] == "UNAVAILABLE"
+    r = kiln(kilnd, "--json", "load", "reduce_sum")
+    assert r.returncode == 0 and json.loads(r.stdout) == {"loaded": "reduce_sum"}
+    rows = {m["name"]: m for m in json.loads(kiln(kilnd, "--json", "models").stdout)["models"]}
+    assert rows["reduce_sum"]["state"] == "READY"
+
+
+def test_load_unknown_model_exits_1(kilnd):
+    r = kiln(kilnd, "load", "no_such_model")
+    assert r.returncode == 1
+    assert "NOT_FOUND" in r.stderr and "no_such_model" in r.stderr
+
+
+def test_infer_npy_in_and_out(kilnd, tmp_path):
+    a = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
+    b = np.random.default_rng(2).standard_normal((3, 16)).astype(np.float32)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    r = kiln(kilnd, "infer", "add_sub", "--input", f"INPUT0={tmp_path / 'a.npy'}",
+             "--input", f"INPUT1={tmp_path / 'b.npy'}",
+             "--output", f"OUTPUT0={tmp_path / 'sum.npy'}",
+             "--output", f"OUTPUT1={tmp_path / 'diff.npy'}")
+    assert r.returncode == 0, r.stderr
+    assert "OUTPUT0 float32[3, 16]" in r.stdout
+    np.testing.assert_array_equal(np.load(tmp_path / "sum.npy"), a + b)
+    np.testing.assert_array_equal(np.load(tmp_path / "diff.npy"), a - b)
+    r = kiln(kilnd, "--json", "infer", "add_sub", "--input", f"INPUT0={tmp_path / 'a.npy'}",
+             "--input", f"INPUT1={tmp_path / 'b.npy'}")
+    doc = json.loads(r.stdout)
+    assert doc["model"] == "add_sub"
+    out = {o["name"]: np.array(o["data"], np.float32).reshape(o["shape"]) for o in doc["outputs"]}
+    np.testing.assert_array_equal(out["OUTPUT1"], a - b)
+
+
+def test_infer_single_output_file(kilnd, tmp_path):
+    x = np.arange(16, dtype=np.float32).reshape(2, 8)
+    np.save(tmp_path / "x.npy", x)
+    r = kiln(kilnd, "infer", "reduce_sum", "--input", f"X={tmp_path / 'x.npy'}",
+             "--output", tmp_path / "s.npy")
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "s.npy"), x.sum(axis=1, keepdims=True))
+
+
+def test_infer_errors(kilnd, tmp_path):
+    np.save(tmp_path / "i.npy", np.zeros((1, 16), np.int32))
+    np.save(tmp_path / "f.npy", np.zeros((1, 16), np.float32))
+    r = kiln(kilnd, "infer", "add_sub", "--input", f"INPUT0={tmp_path / 'i.npy'}",
+             "--input", f"INPUT1={tmp_path / 'f.npy'}")
+    assert r.returncode == 1 and "INVALID_ARGUMENT" in r.stderr and "INT32" in r.stderr
+    r = kiln(kilnd, "infer", "no_such_model", "--input", f"X={tmp_path / 'f.npy'}")
+    assert r.returncode == 1 and "NOT_FOUND" in r.stderr
+    r = kiln(kilnd, "infer", "add_sub", "--input", f"INPUT0={tmp_path / 'missing.npy'}")
+    assert r.returncode == 2 and "missing.npy" in r.stderr
+    (tmp_path / "junk.npy").write_bytes(b"not numpy")
+    r = kiln(kilnd, "infer", "add_sub", "--input", f"INPUT0={tmp_path / 'junk.npy'}")
+    assert r.returncode == 2 and "bad magic" in r.stderr
+    r = kiln(kilnd, "infer", "add_sub", "--input", "INPUT0")
+    assert r.returncode == 2 and "NAME=FILE.npy" in r.stderr
+    r = kiln(kilnd, "infer", "add_sub")
+    assert r.returncode == 2
+
+
+def test_stats(kilnd, tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((1, 8), np.float32))
+    for _ in range(3):
+        assert kiln(kilnd, "infer", "reduce_sum", "--input", f"X={tmp_path / 'x.npy'}").returncode == 0
+    doc = json.loads(kiln(kilnd, "--json", "stats", "reduce_sum").stdout)
+    (entry,) = doc["model_stats"]
+    assert int(entry["inference_stats"]["success"]["count"]) >= 3
+    r = kiln(kilnd, "stats")
+    assert r.returncode == 0
+    assert {line.split()[0] for line in r.stdout.splitlines()[1:]} >= {"add_sub", "reduce_sum"}
+    r = kiln(kilnd, "stats", "no_such_model")
+    assert r.returncode == 1 and "NOT_FOUND" in r.stderr
+
+
+GRAPH = """
+graph {
+  name: "scale_sum"
+  inputs { name: "x" dtype: "float32" shape: [ 2, 3 ] }
+  nodes { op: "INPUT" dtype: "float32" arg { int_value: 0 } }
+  nodes { op: "CONST" dtype: "float32" arg { float_value: 3.0 } }
+  nodes { op: "MUL" dtype: "float32" src: [ 0, 1 ] }
+  nodes { op: "REDUCE_AXIS" dtype: "float32" src: [ 2 ] arg { reduce { op: "ADD" axes: [ 1 ] } } }
+  outputs { name: "y" node: 3 }
+}
+"""
+
+
+def test_graph_run(kilnd, tmp_path):
+    x = np.array([[1, 2, 3], [4, 5, -6]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    (tmp_path / "g.pbtxt").write_text(GRAPH)
+    r = kiln(kilnd, "graph", "run", tmp_path / "g.pbtxt", "--input", f"x={tmp_path / 'x.npy'}",
+             "--output", tmp_path / "y.npy")
+    assert r.returncode == 0, r.stderr
+    assert "kernel launches" in r.stdout
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), (x * 3).sum(axis=1, keepdims=True))
+    doc = json.loads(kiln(kilnd, "--json", "graph", "run", tmp_path / "g.pbtxt", "--input",
+                          f"x={tmp_path / 'x.npy'}").stdout)
+    (y,) = doc["outputs"]
+    np.testing.assert_allclose(np.array(y["data"], np.float32).reshape(y["shape"]),
+                               (x * 3).sum(axis=1, keepdims=True))
+
+
+def test_graph_run_errors(kilnd, tmp_path):
+    (tmp_path / "g.pbtxt").write_text(GRAPH)
+    r = kiln(kilnd, "graph", "run", tmp_path / "g.pbtxt")  # input x not given
+    assert r.returncode == 1 and "INVALID_ARGUMENT" in r.stderr and "x" in r.stderr
+    (tmp_path / "bad.pbtxt").write_text("graph { nodes { op: }")
+    r = kiln(kilnd, "graph", "run", tmp_path / "bad.pbtxt")
+    assert r.returncode == 2 and "protobuf text format" in r.stderr
+    r = kiln(kilnd, "graph", "run", tmp_path / "nope.pbtxt")
+    assert r.returncode == 2
+    r = kiln(kilnd, "graph", "walk", tmp_path / "g.pbtxt")
+    assert r.returncode == 2
+
+
+@pytest.mark.parametrize("args", [[], ["frobnicate"], ["status", "extra"], ["--bogus", "status"],
+                                  ["load"], ["--timeout-ms=abc", "status"]])
+def test_usage_errors_exit_2(kilnd, args):
+    r = kiln(kilnd, *args)
+    assert r.returncode == 2, (args, r.stdout, r.stderr)
+    assert "usage: kiln" in r.stderr or "--timeout-ms" in r.stderr
