@@ -28,9 +28,7 @@ VENV_BIN = REPO / ".venv" / "bin"
 # Flags the deploy files pass that kilnd does not have yet, each with the issue that adds it and
 # the default that issue documents. kilnd is started without them until they land; once kilnd
 # knows one, the tests fail until it is removed from here.
-PENDING_FLAGS = {
-    "http_port": ("#6", "8000"),  # REST gateway: /v2/health/{live,ready} for the probes
-}
+PENDING_FLAGS: dict[str, tuple[str, str]] = {}  # flag -> (issue, documented default); none pending now
 
 
 def kilnd_binary() -> Path:
