@@ -45,7 +45,9 @@ using kiln::Tensor;
 namespace nn = kiln::nn;
 using Clock = std::chrono::steady_clock;
 
-double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
 int Fail(const absl::Status& st, const char* what) {
   std::fprintf(stderr, "%s: %s\n", what, std::string(st.ToString()).c_str());
@@ -70,16 +72,26 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     }
     if (i + 1 >= argc) return false;
     std::string v = argv[++i];
-    if (a == "--steps") f->steps = std::atoi(v.c_str());
-    else if (a == "--batch") f->batch = std::atoi(v.c_str());
-    else if (a == "--seed") f->seed = std::strtoull(v.c_str(), nullptr, 10);
-    else if (a == "--lr") f->lr = std::atof(v.c_str());
-    else if (a == "--data") f->data_dir = v;
-    else if (a == "--save") f->save = v;
-    else if (a == "--load") f->load = v;
-    else if (a == "--test-images") f->test_images = std::atoll(v.c_str());
-    else if (a == "--min-accuracy") f->min_accuracy = std::atof(v.c_str());
-    else return false;
+    if (a == "--steps")
+      f->steps = std::atoi(v.c_str());
+    else if (a == "--batch")
+      f->batch = std::atoi(v.c_str());
+    else if (a == "--seed")
+      f->seed = std::strtoull(v.c_str(), nullptr, 10);
+    else if (a == "--lr")
+      f->lr = std::atof(v.c_str());
+    else if (a == "--data")
+      f->data_dir = v;
+    else if (a == "--save")
+      f->save = v;
+    else if (a == "--load")
+      f->load = v;
+    else if (a == "--test-images")
+      f->test_images = std::atoll(v.c_str());
+    else if (a == "--min-accuracy")
+      f->min_accuracy = std::atof(v.c_str());
+    else
+      return false;
   }
   return f->steps >= 0 && f->batch > 0;
 }
@@ -99,12 +111,13 @@ void Gather(const nn::IdxData& images, const nn::IdxData& labels, const std::vec
 
 // Accuracy (%) of `model` in eval mode on the whole test set, in jitted chunks of 1000 (the last chunk may be
 // smaller and runs without the JIT's capture: a new shape is a different signature).
-absl::StatusOr<double> Evaluate(nn::MnistCnn& model, const nn::IdxData& images, const nn::IdxData& labels,
-                                int64_t n) {
+absl::StatusOr<double> Evaluate(nn::MnistCnn& model, const nn::IdxData& images,
+                                const nn::IdxData& labels, int64_t n) {
   nn::TrainingScope eval(false);
-  kiln::jit::TinyJit predict([&model](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
-    return std::vector<Tensor>{model(in[0]).Argmax(1)};
-  });
+  kiln::jit::TinyJit predict(
+      [&model](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+        return std::vector<Tensor>{model(in[0]).Argmax(1)};
+      });
   const int64_t chunk = 1000;
   int64_t correct = 0;
   std::vector<float> x;
@@ -134,7 +147,8 @@ int main(int argc, char** argv) {
   Flags flags;
   if (!ParseFlags(argc, argv, &flags)) {
     std::fprintf(stderr,
-                 "usage: %s [--steps N] [--batch N] [--seed N] [--lr X] [--data DIR] [--load FILE] [--save FILE] "
+                 "usage: %s [--steps N] [--batch N] [--seed N] [--lr X] [--data DIR] [--load FILE] "
+                 "[--save FILE] "
                  "[--eval-only] [--test-images N] [--min-accuracy PCT]\n",
                  argv[0]);
     return 2;
@@ -170,17 +184,18 @@ int main(int argc, char** argv) {
     // The step: inputs x (B, 1, 28, 28) float32 and y (B,) int32; weights, running statistics and Adam state are
     // implicit inputs assigned in place. Returns the loss.
     kiln::RealizeStats last;  // of the step's Realize when it ran (not replayed)
-    kiln::jit::TinyJit step([&](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
-      nn::TrainingScope train(true);
-      opt.ZeroGrad();
-      Tensor loss = nn::SparseCategoricalCrossEntropy(model(in[0]), in[1]);
-      KILN_RETURN_IF_ERROR(loss.Backward());
-      KILN_ASSIGN_OR_RETURN(std::vector<Tensor*> updates, opt.ScheduleStep());
-      updates.push_back(&loss);
-      KILN_RETURN_IF_ERROR(Tensor::Realize(updates));
-      last = kiln::LastRealizeStats();
-      return std::vector<Tensor>{loss};
-    });
+    kiln::jit::TinyJit step(
+        [&](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+          nn::TrainingScope train(true);
+          opt.ZeroGrad();
+          Tensor loss = nn::SparseCategoricalCrossEntropy(model(in[0]), in[1]);
+          KILN_RETURN_IF_ERROR(loss.Backward());
+          KILN_ASSIGN_OR_RETURN(std::vector<Tensor*> updates, opt.ScheduleStep());
+          updates.push_back(&loss);
+          KILN_RETURN_IF_ERROR(Tensor::Realize(updates));
+          last = kiln::LastRealizeStats();
+          return std::vector<Tensor>{loss};
+        });
     std::mt19937_64 rng(flags.seed);
     std::uniform_int_distribution<int64_t> pick(0, n_train - 1);
     std::vector<int64_t> idx(flags.batch);
@@ -214,8 +229,8 @@ int main(int argc, char** argv) {
         std::printf("step %3d loss %.7f %8.1f ms %4d kernels (%s)\n", s, *l, ms, kernels,
                     replayed ? "replay" : "capture");
       } else {
-        std::printf("step %3d loss %.7f %8.1f ms %4d kernels (%d compiled, %.1f ms compiling)\n", s, *l, ms, kernels,
-                    rs.compiled, rs.compile_seconds * 1e3);
+        std::printf("step %3d loss %.7f %8.1f ms %4d kernels (%d compiled, %.1f ms compiling)\n", s,
+                    *l, ms, kernels, rs.compiled, rs.compile_seconds * 1e3);
       }
       std::fflush(stdout);
     }
@@ -233,8 +248,8 @@ int main(int argc, char** argv) {
     auto t_eval = Clock::now();
     acc = Evaluate(model, *xte, *yte, n_eval);
     if (!acc.ok()) return Fail(acc.status(), "eval");
-    std::printf("test accuracy: %.2f%% on %lld images (%.0f ms)\n", *acc, static_cast<long long>(n_eval),
-                Ms(t_eval, Clock::now()));
+    std::printf("test accuracy: %.2f%% on %lld images (%.0f ms)\n", *acc,
+                static_cast<long long>(n_eval), Ms(t_eval, Clock::now()));
   }
 
   if (!flags.save.empty()) {
@@ -242,7 +257,8 @@ int main(int argc, char** argv) {
     std::printf("saved %s\n", flags.save.c_str());
   }
   if (flags.min_accuracy >= 0 && (n_eval == 0 || *acc < flags.min_accuracy)) {
-    std::fprintf(stderr, "test accuracy %.2f%% is below --min-accuracy %.2f%%\n", *acc, flags.min_accuracy);
+    std::fprintf(stderr, "test accuracy %.2f%% is below --min-accuracy %.2f%%\n", *acc,
+                 flags.min_accuracy);
     return 1;
   }
   return 0;

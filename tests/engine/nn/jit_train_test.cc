@@ -60,8 +60,8 @@ std::vector<float> Values(const Tensor& t) {
 }
 
 // Trains a fresh Net (seeded init) for batches.size() steps; returns the losses and leaves the model in *state.
-std::vector<float> Train(bool jit, const std::vector<Batch>& batches, int batch, std::vector<std::vector<float>>* state,
-                         int* function_calls) {
+std::vector<float> Train(bool jit, const std::vector<Batch>& batches, int batch,
+                         std::vector<std::vector<float>>* state, int* function_calls) {
   Tensor::ManualSeed(5);
   Net net;
   Adam opt(Parameters(net), 0.01);
@@ -80,7 +80,8 @@ std::vector<float> Train(bool jit, const std::vector<Batch>& batches, int batch,
   jit::TinyJit jitted(step);
   std::vector<float> losses;
   for (const Batch& b : batches) {
-    std::vector<Tensor> in = {Tensor::FromVector(b.x, {batch, 6}), Tensor::FromVector(b.y, {batch})};
+    std::vector<Tensor> in = {Tensor::FromVector(b.x, {batch, 6}),
+                              Tensor::FromVector(b.y, {batch})};
     absl::StatusOr<std::vector<Tensor>> out = jit ? jitted(in) : step(in);
     EXPECT_TRUE(out.ok()) << out.status();
     if (!out.ok()) return {};
@@ -106,7 +107,8 @@ TEST(JitTrainTest, JittedStepEqualsEagerStep) {
   ASSERT_EQ(jitted.size(), eager.size());
   EXPECT_EQ(eager_calls, kSteps);
   EXPECT_EQ(jit_calls, 2);  // run, capture; then replays
-  for (int i = 0; i < kSteps; ++i) EXPECT_NEAR(jitted[i], eager[i], 1e-5 * std::abs(eager[i])) << "step " << i;
+  for (int i = 0; i < kSteps; ++i)
+    EXPECT_NEAR(jitted[i], eager[i], 1e-5 * std::abs(eager[i])) << "step " << i;
   EXPECT_LT(eager.back(), eager.front());  // it trained
   ASSERT_EQ(jit_state.size(), eager_state.size());
   for (size_t t = 0; t < eager_state.size(); ++t) {

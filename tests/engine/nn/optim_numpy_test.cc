@@ -32,7 +32,9 @@ std::vector<double> ReadDoubles(std::istringstream& in, size_t n) {
   return v;
 }
 
-std::vector<float> ToFloat(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+std::vector<float> ToFloat(const std::vector<double>& v) {
+  return std::vector<float>(v.begin(), v.end());
+}
 
 // Runs optim_ref.py and parses its output (format in its docstring).
 std::vector<Config> LoadConfigs() {
@@ -54,7 +56,8 @@ std::vector<Config> LoadConfigs() {
     if (kind == "config") {
       Config c;
       int nest = 0;
-      in >> c.name >> c.opt >> c.lr >> c.momentum >> c.weight_decay >> nest >> c.b1 >> c.b2 >> c.eps;
+      in >> c.name >> c.opt >> c.lr >> c.momentum >> c.weight_decay >> nest >> c.b1 >> c.b2 >>
+          c.eps;
       c.nesterov = nest != 0;
       out.push_back(std::move(c));
     } else if (kind == "param") {
@@ -92,8 +95,10 @@ std::vector<Config> LoadConfigs() {
 }
 
 std::unique_ptr<Optimizer> Make(const Config& c, std::vector<Tensor*> params) {
-  if (c.opt == "sgd") return std::make_unique<SGD>(params, c.lr, c.momentum, c.weight_decay, c.nesterov);
-  if (c.opt == "adam") return std::make_unique<Adam>(params, c.lr, c.b1, c.b2, c.eps, c.weight_decay);
+  if (c.opt == "sgd")
+    return std::make_unique<SGD>(params, c.lr, c.momentum, c.weight_decay, c.nesterov);
+  if (c.opt == "adam")
+    return std::make_unique<Adam>(params, c.lr, c.b1, c.b2, c.eps, c.weight_decay);
   return std::make_unique<AdamW>(params, c.lr, c.b1, c.b2, c.eps, c.weight_decay);
 }
 
@@ -147,10 +152,12 @@ TEST_P(OptimNumpyTest, TrajectoryMatchesNumpy) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, OptimNumpyTest,
-                         ::testing::Values("sgd", "sgd_wd", "sgd_momentum", "sgd_momentum_wd", "sgd_nesterov",
-                                           "sgd_nesterov_wd", "adam", "adam_betas", "adam_l2", "adamw",
-                                           "adamw_strong"),
-                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+                         ::testing::Values("sgd", "sgd_wd", "sgd_momentum", "sgd_momentum_wd",
+                                           "sgd_nesterov", "sgd_nesterov_wd", "adam", "adam_betas",
+                                           "adam_l2", "adamw", "adamw_strong"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
 }  // namespace
 }  // namespace kiln::nn
