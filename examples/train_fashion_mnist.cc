@@ -148,8 +148,7 @@ int main(int argc, char** argv) {
   if (!ParseFlags(argc, argv, &flags)) {
     std::fprintf(stderr,
                  "usage: %s [--steps N] [--batch N] [--seed N] [--lr X] [--data DIR] [--load FILE] "
-                 "[--save FILE] "
-                 "[--eval-only] [--test-images N] [--min-accuracy PCT]\n",
+                 "[--save FILE] [--eval-only] [--test-images N] [--min-accuracy PCT]\n",
                  argv[0]);
     return 2;
   }
