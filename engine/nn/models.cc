@@ -57,16 +57,18 @@ absl::Status LoadStateDict(Module& m, const std::map<std::string, Tensor>& state
   // validate everything before changing anything
   for (const NamedTensor& nt : targets) {
     auto it = state.find(nt.name);
-    if (it == state.end()) return absl::InvalidArgumentError(absl::StrCat("state dict lacks ", nt.name));
+    if (it == state.end())
+      return absl::InvalidArgumentError(absl::StrCat("state dict lacks ", nt.name));
     const Tensor& v = it->second;
     KILN_RETURN_IF_ERROR(v.status());
     if (v.shape() != nt.tensor->shape()) {
-      return absl::InvalidArgumentError(absl::StrCat(nt.name, ": shape ", ShapeText(v.shape()), " != model's ",
+      return absl::InvalidArgumentError(absl::StrCat(nt.name, ": shape ", ShapeText(v.shape()),
+                                                     " != model's ",
                                                      ShapeText(nt.tensor->shape())));
     }
     if (v.dtype() != nt.tensor->dtype() && !(v.dtype().IsFloat() && nt.tensor->dtype().IsFloat())) {
-      return absl::InvalidArgumentError(absl::StrCat(nt.name, ": dtype ", v.dtype().Name(), " != model's ",
-                                                     nt.tensor->dtype().Name()));
+      return absl::InvalidArgumentError(absl::StrCat(nt.name, ": dtype ", v.dtype().Name(),
+                                                     " != model's ", nt.tensor->dtype().Name()));
     }
     values.push_back(v.Cast(nt.tensor->dtype()));
     used.insert(nt.name);
@@ -77,7 +79,8 @@ absl::Status LoadStateDict(Module& m, const std::map<std::string, Tensor>& state
       if (!used.contains(name)) extra.push_back(name);
     }
     if (!extra.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("state dict has names the model lacks: ", absl::StrJoin(extra, ", ")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("state dict has names the model lacks: ", absl::StrJoin(extra, ", ")));
     }
   }
   std::vector<Tensor*> to_realize;
@@ -99,7 +102,8 @@ absl::Status LoadModel(Module& m, const std::string& path, bool strict) {
   return LoadStateDict(m, state, strict);
 }
 
-absl::Status SaveModel(Module& m, const std::string& path, const std::map<std::string, std::string>& metadata) {
+absl::Status SaveModel(Module& m, const std::string& path,
+                       const std::map<std::string, std::string>& metadata) {
   std::map<std::string, Tensor> tensors;
   for (const NamedTensor& nt : StateDict(m)) tensors.emplace(nt.name, *nt.tensor);
   return SafeSave(tensors, path, metadata);

@@ -58,11 +58,13 @@ class Mlp : public Module {
 // cast. With `strict`, names in `state` that `m` lacks are an error too (tinygrad only warns). A realized target is
 // written in place (Assign: its buffer, and so any TinyJit capture or optimizer that holds it, sees the new values);
 // an unrealized one is replaced. All targets are realized together before returning.
-absl::Status LoadStateDict(Module& m, const std::map<std::string, Tensor>& state, bool strict = true);
+absl::Status LoadStateDict(Module& m, const std::map<std::string, Tensor>& state,
+                           bool strict = true);
 
 // SafeLoad(path) + LoadStateDict (engine/nn/state/safetensors.h for the file checks).
 absl::Status LoadModel(Module& m, const std::string& path, bool strict = true);
 // Writes m's state dict (parameters and buffers) to `path` as safetensors; `metadata` goes into "__metadata__".
-absl::Status SaveModel(Module& m, const std::string& path, const std::map<std::string, std::string>& metadata = {});
+absl::Status SaveModel(Module& m, const std::string& path,
+                       const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace kiln::nn

@@ -6,7 +6,10 @@
 #      tests/CMakeLists.txt puts them there), with BENCH_ARGS appended (e.g.
 #      BENCH_ARGS='--benchmark_filter=Rewrite --benchmark_min_time=0.1s');
 #   2. every tests/bench/*_compare.py with .venv/bin/python from the repo root (kiln vs tinygrad /
-#      numpy comparisons), and tests/bench/serve_bench.py (closed-loop gRPC load on kilnd).
+#      numpy comparisons), tests/bench/serve_bench.py (closed-loop gRPC load on kilnd), and
+#      train_compare.py (Fashion-MNIST training step, kiln JIT / JIT=0 vs tinygrad; 4 steps
+#      each by default, a few minutes on 2 cores) taking its flags from TRAIN_COMPARE_ARGS, e.g.
+#      TRAIN_COMPARE_ARGS='--steps 10 --batch 512 --cold'.
 # Prints a banner per run and a summary; exits non-zero if any run failed.
 set -uo pipefail
 
@@ -59,7 +62,11 @@ if [[ ${#scripts[@]} -gt 0 ]]; then
     for s in "${scripts[@]}"; do failed+=("$(basename "$s")"); done
   else
     for s in "${scripts[@]}"; do
-      run_one "$(basename "$s")" env KILN_BUILD_DIR="$build_dir" "$python" "$s"
+      script_args=()
+      if [[ "$(basename "$s")" == train_compare.py ]]; then
+        read -r -a script_args <<<"${TRAIN_COMPARE_ARGS:-}"
+      fi
+      run_one "$(basename "$s")" env KILN_BUILD_DIR="$build_dir" "$python" "$s" "${script_args[@]}"
     done
   fi
 fi

@@ -1,6 +1,8 @@
 // engine/nn/models: MnistCnn and Mlp load a state dict written by tinygrad (safe_save(get_state_dict(model)) of the
 // same Python classes, models_ref.py) and reproduce tinygrad's eval-mode logits; SaveModel writes the names, shapes
 // and values tinygrad wrote; LoadStateDict rejects missing names, wrong shapes and (strict) extra names.
+#include "engine/nn/models.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -12,7 +14,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "backends/register_all.h"
-#include "engine/nn/models.h"
 #include "engine/nn/state/safetensors.h"
 #include "gtest/gtest.h"
 
@@ -25,7 +26,8 @@ class ModelsTest : public ::testing::Test {
     backends::RegisterAllBackends();
     ref_ok_ = Exists(Path("cnn_io.safetensors")) && Exists(Path("mlp_io.safetensors"));
     if (!ref_ok_) {  // not run under ctest's fixture: write the reference files now
-      std::string cmd = absl::StrCat(KILN_TEST_PYTHON, " ", KILN_MODELS_REF, " write ", KILN_MODELS_REF_DIR);
+      std::string cmd =
+          absl::StrCat(KILN_TEST_PYTHON, " ", KILN_MODELS_REF, " write ", KILN_MODELS_REF_DIR);
       ref_ok_ = std::system(cmd.c_str()) == 0;
     }
   }
@@ -35,7 +37,9 @@ class ModelsTest : public ::testing::Test {
     if (f != nullptr) std::fclose(f);
     return f != nullptr;
   }
-  static std::string Path(const std::string& name) { return absl::StrCat(KILN_MODELS_REF_DIR, "/", name); }
+  static std::string Path(const std::string& name) {
+    return absl::StrCat(KILN_MODELS_REF_DIR, "/", name);
+  }
 
   static bool ref_ok_;
 };
@@ -51,7 +55,8 @@ void ExpectClose(const Tensor& got, const Tensor& want) {
   ASSERT_EQ(got.shape(), want.shape());
   std::vector<float> g = Values(got), w = Values(want);
   ASSERT_EQ(g.size(), w.size());
-  for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], w[i], 1e-4 + 1e-4 * std::abs(w[i])) << "at " << i;
+  for (size_t i = 0; i < g.size(); ++i)
+    EXPECT_NEAR(g[i], w[i], 1e-4 + 1e-4 * std::abs(w[i])) << "at " << i;
 }
 
 TEST_F(ModelsTest, MnistCnnStateNames) {
@@ -59,11 +64,11 @@ TEST_F(ModelsTest, MnistCnnStateNames) {
   std::vector<std::string> names;
   for (const NamedTensor& nt : StateDict(m)) names.push_back(nt.name);
   std::vector<std::string> want = {
-      "layers.0.weight",        "layers.0.bias",        "layers.2.weight",       "layers.2.bias",
-      "layers.4.weight",        "layers.4.bias",        "layers.4.running_mean", "layers.4.running_var",
-      "layers.6.weight",        "layers.6.bias",        "layers.8.weight",       "layers.8.bias",
-      "layers.10.weight",       "layers.10.bias",       "layers.10.running_mean", "layers.10.running_var",
-      "layers.13.weight",       "layers.13.bias"};
+      "layers.0.weight",  "layers.0.bias",  "layers.2.weight",        "layers.2.bias",
+      "layers.4.weight",  "layers.4.bias",  "layers.4.running_mean",  "layers.4.running_var",
+      "layers.6.weight",  "layers.6.bias",  "layers.8.weight",        "layers.8.bias",
+      "layers.10.weight", "layers.10.bias", "layers.10.running_mean", "layers.10.running_var",
+      "layers.13.weight", "layers.13.bias"};
   EXPECT_EQ(names, want);
   int64_t trainable = 0;
   for (Tensor* t : TrainableParameters(m)) trainable += t->numel();
@@ -98,7 +103,8 @@ TEST_F(ModelsTest, SaveWritesTinygradNamesAndValues) {
   std::string out = absl::StrCat(Path("kiln_cnn_"), ::getpid(), ".safetensors");
   absl::Status st = SaveModel(m, out, {{"producer", "kiln"}});
   ASSERT_TRUE(st.ok()) << st;
-  std::string cmd = absl::StrCat(KILN_TEST_PYTHON, " ", KILN_MODELS_REF, " names ", KILN_MODELS_REF_DIR, " ", out);
+  std::string cmd = absl::StrCat(KILN_TEST_PYTHON, " ", KILN_MODELS_REF, " names ",
+                                 KILN_MODELS_REF_DIR, " ", out);
   EXPECT_EQ(std::system(cmd.c_str()), 0);
   // and back into a differently initialized model: same logits
   Tensor::ManualSeed(99);
@@ -121,7 +127,8 @@ TEST_F(ModelsTest, LoadIntoRealizedTargetWritesInPlace) {
   auto ref = SafeLoad(Path("mlp.safetensors"));
   ASSERT_TRUE(ref.ok());
   EXPECT_EQ(Values(w), Values(ref->at("layers.0.weight")));
-  EXPECT_EQ(w.uop(), before);  // written in place: a JIT capture holding this buffer sees the new weights
+  EXPECT_EQ(w.uop(),
+            before);  // written in place: a JIT capture holding this buffer sees the new weights
 }
 
 TEST_F(ModelsTest, LoadStateDictErrors) {

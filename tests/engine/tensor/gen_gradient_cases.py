@@ -5,8 +5,7 @@ gradients of loss = sum(f(inputs) * w), w a random upstream gradient (the last i
 Format (text, one record per line):
   case <name>
   input <ndim> <dims...> <values...>        (one per input, the upstream w last)
-  grad <index> <values...>                  (analytic gradient of input <index>; absent = finite
-                                             difference only)
+  grad <index> <values...>                  (analytic gradient of input <index>)
   end
 """
 import sys
@@ -28,9 +27,9 @@ def P(*shape):
 CASES = []
 
 
-def case(name, inputs, out_shape, grads=None):
+def case(name, inputs, out_shape, grads):  # every differentiable op has numpy's analytic gradient (issue #4)
     w = U(*out_shape)
-    g = grads(w, *inputs) if grads else None
+    g = grads(w, *inputs)
     CASES.append((name, list(inputs) + [w], g))
 
 
@@ -56,7 +55,13 @@ x = U(3, 4); case("square", [x], x.shape, lambda G, x: [2 * x * G])
 x = U(3, 4); case("abs", [x], x.shape, lambda G, x: [G * np.sign(x)])
 x = U(3, 4); case("trunc", [x], x.shape, lambda G, x: [np.zeros_like(x)])
 x = U(3, 4); case("cast", [x], x.shape, lambda G, x: [G])
-x = U(3, 4); case("gelu", [x], x.shape)
+def gelu_grad(G, x):  # tanh approximation
+    k = np.sqrt(2 / np.pi)
+    t = np.tanh(k * (x + 0.044715 * x**3))
+    return [G * (0.5 * (1 + t) + 0.5 * x * (1 - t**2) * k * (1 + 3 * 0.044715 * x**2))]
+
+
+x = U(3, 4); case("gelu", [x], x.shape, lambda G, x: gelu_grad(G, x))
 x = U(3, 4); case("silu", [x], x.shape, lambda G, x: [G * (sig(x) + x * sig(x) * (1 - sig(x)))])
 # ** binary **
 x, y = U(3, 4), U(3, 4); case("add", [x, y], x.shape, lambda G, x, y: [G, G])
@@ -130,11 +135,57 @@ def softmax(x):
 
 x = U(3, 4); case("softmax", [x], (3, 4), lambda G, x: [softmax(x) * (G - (G * softmax(x)).sum(-1, keepdims=True))])
 x = U(3, 4); case("log_softmax", [x], (3, 4), lambda G, x: [G - softmax(x) * G.sum(-1, keepdims=True)])
-x, w_ = U(2, 2, 5, 5), U(3, 2, 3, 3); case("conv2d", [x, w_], (2, 3, 3, 3))
-x = U(1, 2, 4, 4); case("max_pool2d", [x], (1, 2, 2, 2))
-x = U(1, 2, 4, 4); case("avg_pool2d", [x], (1, 2, 2, 2))
-x = U(3, 5); case("layernorm", [x], (3, 5))
-x = U(4, 5); case("cross_entropy", [x], ())
+
+
+def conv2d_grad(G, x, w):  # valid cross-correlation, stride 1: out[n,o,i,j] = sum x[n,c,i+p,j+q] w[o,c,p,q]
+    dx, dw = np.zeros_like(x), np.zeros_like(w)
+    kh, kw = w.shape[2:]
+    oh, ow = G.shape[2:]
+    for p in range(kh):
+        for q in range(kw):
+            dx[:, :, p:p + oh, q:q + ow] += np.einsum("noij,oc->ncij", G, w[:, :, p, q])
+            dw[:, :, p, q] = np.einsum("noij,ncij->oc", G, x[:, :, p:p + oh, q:q + ow])
+    return [dx, dw]
+
+
+def windows(x):  # (N, C, H, W) -> (N, C, H/2, W/2, 4): the 2x2 stride-2 windows
+    n, c, h, w = x.shape
+    return x.reshape(n, c, h // 2, 2, w // 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, h // 2, w // 2, 4)
+
+
+def unwindows(y, shape):
+    n, c, h, w = shape
+    return y.reshape(n, c, h // 2, w // 2, 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(shape)
+
+
+def max_pool_grad(G, x):  # random inputs: no ties inside a window
+    win = windows(x)
+    hot = (win == win.max(-1, keepdims=True)).astype(np.float64)
+    return [unwindows(hot * G[..., None], x.shape)]
+
+
+def layernorm_grad(G, x, eps=1e-5):  # over the last dim, no affine
+    xhat = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps)
+    rstd = 1 / np.sqrt(x.var(-1, keepdims=True) + eps)
+    return [rstd * (G - G.mean(-1, keepdims=True) - xhat * (G * xhat).mean(-1, keepdims=True))]
+
+
+LABELS = np.array([1, 0, 4, 2])  # as gradient_test.cc's cross_entropy
+
+
+def cross_entropy_grad(G, x):  # mean over rows of -log_softmax(x)[label]
+    onehot = np.eye(x.shape[1])[LABELS]
+    return [G * (softmax(x) - onehot) / x.shape[0]]
+
+
+x, w_ = U(2, 2, 5, 5), U(3, 2, 3, 3); case("conv2d", [x, w_], (2, 3, 3, 3), conv2d_grad)
+x = U(1, 2, 4, 4); case("max_pool2d", [x], (1, 2, 2, 2), max_pool_grad)
+x = U(1, 2, 4, 4); case("avg_pool2d", [x], (1, 2, 2, 2), lambda G, x: [unwindows(np.repeat(G[..., None] / 4, 4, -1), x.shape)])
+x = U(3, 5); case("layernorm", [x], (3, 5), layernorm_grad)
+x = U(4, 5); case("cross_entropy", [x], (), cross_entropy_grad)
+x, y = U(2, 4), U(3, 4); case("cat", [x, y], (5, 4), lambda G, x, y: [G[:2], G[2:]])
+x, y = U(3, 4), U(3, 4); case("stack", [x, y], (3, 2, 4), lambda G, x, y: [G[:, 0], G[:, 1]])
+x = U(3, 4); case("var", [x], (3,), lambda G, x: [G[:, None] * 2 * (x - x.mean(1, keepdims=True)) / 3])
 
 
 def fmt(a):

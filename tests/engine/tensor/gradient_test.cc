@@ -91,6 +91,9 @@ const std::map<std::string, Fn>& Ops() {
          Tensor labels = Tensor::FromVector<int32_t>({1, 0, 4, 2}, {4});
          return a[0].SparseCategoricalCrossentropy(labels);
        }},
+      {"cat", [](const auto& a) { return Tensor::Cat({a[0], a[1]}, 0); }},
+      {"stack", [](const auto& a) { return Tensor::Stack({a[0], a[1]}, 1); }},
+      {"var", [](const auto& a) { return a[0].Var(Axes{1}); }},
   };
   return *ops;
 }
