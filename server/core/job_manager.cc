@@ -220,11 +220,11 @@ absl::Status JobManager::Validate(const JobSpec& s) const {
   };
   if (!s.name().empty() && !IsValidModelName(s.name())) {
     return absl::InvalidArgumentError(
-        "name: 1..64 characters of [A-Za-z0-9_.-], not starting with '.'");
+        "name: 1..256 characters of [A-Za-z0-9_.-], not starting with '.'");
   }
   if (!IsValidModelName(s.output_model())) {
     return absl::InvalidArgumentError(
-        "output_model: 1..64 characters of [A-Za-z0-9_.-], not starting with '.'");
+        "output_model: 1..256 characters of [A-Za-z0-9_.-], not starting with '.'");
   }
   const std::string& arch = s.architecture();
   if (arch.rfind("model:", 0) == 0) {
@@ -683,7 +683,7 @@ JobManager::Upload::~Upload() {
 absl::Status JobManager::Upload::Append(const kiln::v1::DatasetChunk& chunk) {
   if (first_ && !chunk.name().empty() && !IsValidModelName(chunk.name())) {
     return absl::InvalidArgumentError(
-        "name: 1..64 characters of [A-Za-z0-9_.-], not starting with '.'");
+        "name: 1..256 characters of [A-Za-z0-9_.-], not starting with '.'");
   }
   first_ = false;
   if (static_cast<int64_t>(chunk.data().size()) > kMaxDatasetChunkBytes) {

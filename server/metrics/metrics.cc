@@ -98,6 +98,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                        .Name("kiln_training_examples_per_second")
                                        .Help("Training throughput of the job (smoothed)")
                                        .Register(*registry_);
+  // A job="" series at 0 from the start, so the training panels have data before any job runs.
+  training_steps_->Add({{"job", ""}});
+  training_loss_->Add({{"job", ""}}).Set(0);
+  training_examples_per_second_->Add({{"job", ""}}).Set(0);
 }
 
 Metrics::~Metrics() = default;

@@ -20,7 +20,7 @@
 //   kiln_training_steps_total                counter {job}  training steps completed
 //   kiln_training_loss                       gauge   {job}  loss of the job's last step
 //   kiln_training_examples_per_second        gauge   {job}  smoothed training throughput
-//   (the training families are registered at start, so HELP/TYPE exist before any job runs)
+//   (each training family has a job="" series at 0 from the start, so dashboards have data)
 // Requests that named no known model are counted in kiln_request_duration_seconds with
 // model="" only (so client-chosen names never become labels).
 // Thread safety: Observe* may be called from any thread.

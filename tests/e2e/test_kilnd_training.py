@@ -414,3 +414,34 @@ def test_upload_dataset_then_train(pb, tmp):
         assert "images" in e.value.details()
     finally:
         assert d.stop() == 0
+
+
+@pytest.mark.skipif(os.environ.get("KILN_SLOW") != "1", reason="slow: CTest e2e_training_slow")
+def test_fashion_mnist_cnn_reaches_83_percent(pb, tmp):
+    """The example's model and steps (mnist_cnn, Adam 1e-3, 70 steps of 512) through kilnd,
+    then tritonclient on the new version against the IDX labels read by numpy."""
+    t = pb
+    d = Daemon(tmp)
+    stub = d.start(t)
+    try:
+        spec = t.JobSpec(architecture="mnist_cnn", batch_size=512, steps=70, checkpoint_interval=10,
+                         seed=42, output_model="fmnist_cnn")
+        spec.dataset.idx_dir = "fashion-mnist"
+        spec.optimizer.lr = 1e-3
+        job = stub.StartJob(t.StartJobRequest(spec=spec))
+        events = list(stub.WatchJob(t.WatchJobRequest(id=job.id), timeout=7200))
+        assert events[-1].job.state == t.SUCCEEDED, events[-1].job.message
+        assert events[-1].job.eval_accuracy >= 0.83
+        images = read_idx(FASHION / "t10k-images-idx3-ubyte.gz")[:1000].astype(np.float32) / 255.0
+        labels = read_idx(FASHION / "t10k-labels-idx1-ubyte.gz")[:1000]
+        client = grpcclient.InferenceServerClient(url=d.server.url)
+        correct = 0
+        for s in range(0, 1000, 50):
+            inp = grpcclient.InferInput("INPUT", [50, 1, 28, 28], "FP32")
+            inp.set_data_from_numpy(images[s:s + 50].reshape(50, 1, 28, 28))
+            out = client.infer("fmnist_cnn", [inp], model_version="1").as_numpy("OUTPUT")
+            correct += int((out.argmax(1) == labels[s:s + 50]).sum())
+        assert correct / 1000 >= 0.80
+        client.close()
+    finally:
+        assert d.stop() == 0
