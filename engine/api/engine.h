@@ -15,6 +15,7 @@
 //   Engine::Warm          one Run on zero-filled inputs (static shapes only): compiles ahead of traffic.
 //   Engine::LoadBuiltin   a builtin architecture ("mnist_cnn", "mlp") with its weights from a
 //                         safetensors file (names and shapes checked against the architecture).
+//   Engine::CreateTrainer a training run of a builtin architecture under TinyJit (trainer.h).
 //   Engine::RunBuiltin    runs one batch through the model in eval mode under TinyJit: the engine's
 //                         TraceCache keys a trace by (model, input signature), so the first two
 //                         calls of a signature run and capture, later ones replay the captured
@@ -131,6 +132,8 @@ class BuiltinModel {
 std::vector<std::string> BuiltinArchitectures();
 
 class Engine;
+class Trainer;        // trainer.h
+struct TrainerSpec;   // trainer.h
 
 // A validated, decoded graph. Immutable except for its counters; shared between threads.
 class PreparedGraph {
@@ -180,6 +183,10 @@ class Engine {
                                                                   const std::string& weights_path);
   // `input`: float32, shape (N, *model.input_shape()) with N >= 1. Output "output" (N, *output_shape).
   absl::StatusOr<RunResult> RunBuiltin(const BuiltinModel& model, const HostTensorView& input);
+
+  // A training run of a builtin architecture (trainer.h). INVALID_ARGUMENT names the bad field
+  // (architecture, mlp_sizes, optimizer.*, init_weights).
+  absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const TrainerSpec& spec);
 
   std::vector<DeviceMemoryUsage> DeviceMemory() const;
 

@@ -1,17 +1,17 @@
 #include "engine/nn/module.h"
 
-#include <atomic>
-
 #include "absl/strings/str_cat.h"
 
 namespace kiln::nn {
 
 namespace {
-std::atomic<bool> g_training{false};
+// Per thread: kilnd builds a training job's step on one thread while inference builds eval-mode
+// forwards on another; a process-wide flag would let one capture the other's mode.
+thread_local bool t_training = false;
 }  // namespace
 
-bool Training() { return g_training.load(std::memory_order_relaxed); }
-void SetTraining(bool on) { g_training.store(on, std::memory_order_relaxed); }
+bool Training() { return t_training; }
+void SetTraining(bool on) { t_training = on; }
 
 std::vector<NamedTensor> StateDict(Module& m, const std::string& prefix) {
   std::vector<NamedTensor> out;

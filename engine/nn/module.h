@@ -6,8 +6,9 @@
 // stored as "layers" yields "layers.0.weight", "layers.4.running_var". The pointers stay valid while
 // the module lives (modules are not copyable).
 //
-// Training mode is process-wide (tinygrad's Tensor.training): BatchNorm uses batch statistics and
-// updates its running statistics, and Dropout drops, only while Training() is true.
+// Training mode (tinygrad's Tensor.training) is per thread, so a server can build a training step
+// and an eval-mode forward on two threads at once: BatchNorm uses batch statistics and updates its
+// running statistics, and Dropout drops, only while Training() is true on the building thread.
 #pragma once
 
 #include <functional>

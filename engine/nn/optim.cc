@@ -132,4 +132,21 @@ absl::Status Adam::Update(absl::Span<const Tensor> grads, std::vector<Tensor*>* 
   return absl::OkStatus();
 }
 
+std::vector<std::pair<std::string, Tensor*>> Optimizer::StateTensors() { return {{"lr", &lr}}; }
+
+std::vector<std::pair<std::string, Tensor*>> SGD::StateTensors() {
+  std::vector<std::pair<std::string, Tensor*>> out = Optimizer::StateTensors();
+  for (size_t i = 0; i < b_.size(); ++i) out.emplace_back("b." + std::to_string(i), &b_[i]);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Adam::StateTensors() {
+  std::vector<std::pair<std::string, Tensor*>> out = Optimizer::StateTensors();
+  out.emplace_back("b1_t", &b1_t_);
+  out.emplace_back("b2_t", &b2_t_);
+  for (size_t i = 0; i < m_.size(); ++i) out.emplace_back("m." + std::to_string(i), &m_[i]);
+  for (size_t i = 0; i < v_.size(); ++i) out.emplace_back("v." + std::to_string(i), &v_[i]);
+  return out;
+}
+
 }  // namespace kiln::nn

@@ -12,6 +12,8 @@
 // the tensors to realize. Parameters without a gradient are an error (FailedPrecondition).
 #pragma once
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,6 +37,10 @@ class Optimizer {
 
   const std::vector<Tensor*>& params() const { return params_; }
   const std::vector<Tensor*>& buffers() const { return buffers_; }
+  // The optimizer's own state tensors by stable name ("lr", SGD "b.<i>", Adam "b1_t", "b2_t",
+  // "m.<i>", "v.<i>"; i indexes params()), for checkpoints: realized buffers that a checkpoint
+  // restore may Assign() in place (a TinyJit capture holding them sees the restored values).
+  virtual std::vector<std::pair<std::string, Tensor*>> StateTensors();
   // The learning rate, a float32 scalar buffer (Assign a new value to change it).
   Tensor lr;
 
@@ -59,6 +65,9 @@ class SGD : public Optimizer {
  protected:
   absl::Status Update(absl::Span<const Tensor> grads, std::vector<Tensor*>* state) override;
 
+ public:
+  std::vector<std::pair<std::string, Tensor*>> StateTensors() override;
+
  private:
   double momentum_, weight_decay_;
   bool nesterov_;
@@ -74,6 +83,9 @@ class Adam : public Optimizer {
 
  protected:
   absl::Status Update(absl::Span<const Tensor> grads, std::vector<Tensor*>* state) override;
+
+ public:
+  std::vector<std::pair<std::string, Tensor*>> StateTensors() override;
 
  private:
   double b1_, b2_, eps_, weight_decay_;

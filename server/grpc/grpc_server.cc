@@ -12,11 +12,11 @@
 namespace kiln::server {
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOptions& options,
-                                                              InferenceServer* server) {
+                                                           InferenceServer* server, JobManager* jobs) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
-  std::unique_ptr<GrpcServer> self(new GrpcServer(server));
+  std::unique_ptr<GrpcServer> self(new GrpcServer(server, jobs));
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.address, ":", options.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &self->port_);
@@ -26,6 +26,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams);
   builder.RegisterService(&self->service_);
   builder.RegisterService(&self->engine_service_);
+  builder.RegisterService(&self->training_service_);
   self->server_ = builder.BuildAndStart();
   if (self->server_ == nullptr || self->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("gRPC: cannot listen on ", address));

@@ -1,4 +1,4 @@
-// GrpcServer: builds and owns the grpc::Server for kilnd: the KServe v2 service, kiln.v1.Engine, the standard
+// GrpcServer: builds and owns the grpc::Server for kilnd: the KServe v2 service, kiln.v1.Engine, kiln.v1.Training, the standard
 // health service (grpc.health.v1, SERVING while live) and server reflection.
 //
 // Lifecycle: Start() binds and serves; SetNotServing() flips health to NOT_SERVING at once (for
@@ -16,6 +16,7 @@
 #include "server/core/inference_server.h"
 #include "server/grpc/engine_service.h"
 #include "server/grpc/inference_service.h"
+#include "server/grpc/training_service.h"
 
 namespace kiln::server {
 
@@ -29,8 +30,10 @@ struct GrpcServerOptions {
 class GrpcServer {
  public:
   // UNAVAILABLE if the address cannot be bound.
+  // `jobs` (may be null: kiln.v1.Training answers UNAVAILABLE) serves kiln.v1.Training.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const GrpcServerOptions& options,
-                                                           InferenceServer* server);
+                                                           InferenceServer* server,
+                                                           JobManager* jobs = nullptr);
   ~GrpcServer();
 
   int port() const { return port_; }
@@ -38,10 +41,12 @@ class GrpcServer {
   void Shutdown(std::chrono::system_clock::time_point deadline);
 
  private:
-  GrpcServer(InferenceServer* server) : service_(server), engine_service_(server) {}
+  GrpcServer(InferenceServer* server, JobManager* jobs)
+      : service_(server), engine_service_(server), training_service_(jobs) {}
 
   InferenceService service_;
   EngineService engine_service_;
+  TrainingService training_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

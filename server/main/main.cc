@@ -1,6 +1,7 @@
 // kilnd: the kiln inference daemon. Wires the model repository (server/core) to the gRPC front
 // end (server/grpc) and waits for SIGTERM/SIGINT; nothing else lives here.
 //
+// Training jobs (--data-dir): the running job checkpoints at the next step boundary on SIGTERM.
 // Shutdown contract: on the first SIGTERM/SIGINT, health goes NOT_SERVING and readiness false
 // at once, new inference and repository calls get UNAVAILABLE, calls in flight finish, and the
 // process exits before --exit-timeout-secs (a watchdog forces exit code 2 if it cannot).
@@ -18,10 +19,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/marshalling.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/inference_server.h"
+#include "server/core/job_manager.h"
 #include "server/core/limits.h"
 #include "server/grpc/grpc_server.h"
 #include "server/metrics/metrics.h"
@@ -55,6 +58,16 @@ ABSL_FLAG(int32_t, http_timeout_ms, 5000,
           "HTTP read/write timeout: a connection idle this long mid-request is closed");
 ABSL_FLAG(std::string, http_port_file, "",
           "if set, write the bound HTTP port to this file once serving (for tests and scripts)");
+ABSL_FLAG(std::string, data_dir, "",
+          "folder for kilnd's state: training jobs (jobs.db), checkpoints, uploaded datasets; "
+          "empty = no training jobs (kiln.v1.Training answers UNAVAILABLE)");
+ABSL_FLAG(bool, resume_jobs, true,
+          "at start, resume training jobs that kilnd stopped while they ran (else they wait, "
+          "INTERRUPTED, for ResumeJob)");
+ABSL_FLAG(std::vector<std::string>, dataset_roots, {"/usr/share/datasets"},
+          "comma-separated folders that JobSpec.dataset.idx_dir may name datasets under");
+ABSL_FLAG(int64_t, max_dataset_bytes, kiln::server::kDefaultMaxDatasetBytes,
+          "largest dataset UploadDataset accepts, in bytes");
 ABSL_FLAG(std::string, port_file, "",
           "if set, write the bound gRPC port to this file once serving (for tests and scripts)");
 
@@ -179,11 +192,36 @@ int main(int argc, char** argv) {
     }
   }
 
+  std::unique_ptr<kiln::server::JobManager> jobs;
+  if (const std::string data_dir = absl::GetFlag(FLAGS_data_dir); !data_dir.empty()) {
+    kiln::server::JobManagerOptions jo;
+    jo.data_dir = data_dir;
+    jo.model_repository = options.model_repository;
+    jo.resume_jobs = absl::GetFlag(FLAGS_resume_jobs);
+    jo.device = options.device;
+    jo.max_dataset_bytes = std::max<int64_t>(1, absl::GetFlag(FLAGS_max_dataset_bytes));
+    jo.dataset_roots.clear();
+    for (const std::string& root : absl::GetFlag(FLAGS_dataset_roots)) {
+      if (!root.empty()) jo.dataset_roots.emplace_back(root);
+    }
+    kiln::server::InferenceServer* server = core->get();
+    jo.load_model = [server](const std::string& model) {
+      return server->LoadModel(model, kiln::server::LoadOptions{});
+    };
+    auto created = kiln::server::JobManager::Create(std::move(jo));
+    if (!created.ok()) {
+      spdlog::error("kilnd: {}", std::string(created.status().message()));
+      return 1;
+    }
+    jobs = *std::move(created);
+    if (metrics != nullptr) jobs->SetObserver(metrics.get());
+  }
+
   kiln::server::GrpcServerOptions grpc_options;
   grpc_options.address = absl::GetFlag(FLAGS_grpc_address);
   grpc_options.port = absl::GetFlag(FLAGS_grpc_port);
   grpc_options.max_message_bytes = max_request_bytes;
-  auto grpc = kiln::server::GrpcServer::Start(grpc_options, core->get());
+  auto grpc = kiln::server::GrpcServer::Start(grpc_options, core->get(), jobs.get());
   if (!grpc.ok()) {
     spdlog::error("kilnd: {}", std::string(grpc.status().message()));
     return 1;
@@ -215,10 +253,13 @@ int main(int argc, char** argv) {
   (*core)->BeginShutdown();
   (*grpc)->SetNotServing();
   if (rest != nullptr) rest->Stop();
+  // The running training job checkpoints at its next step boundary and becomes INTERRUPTED.
+  if (jobs != nullptr) jobs->Shutdown();
   // Leave a margin inside the timeout for teardown after the drain.
   const auto margin = std::chrono::milliseconds(std::min(1000, exit_timeout_secs * 200));
   (*grpc)->Shutdown(start + std::chrono::seconds(exit_timeout_secs) - margin);
   grpc->reset();
+  jobs.reset();
   spdlog::info("kilnd: stopped");
   return 0;
 }

@@ -86,6 +86,22 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Name("kiln_device_memory_bytes")
                         .Help("Bytes held in device buffers")
                         .Register(*registry_);
+  training_steps_ = &BuildCounter()
+                         .Name("kiln_training_steps_total")
+                         .Help("Training steps completed, per job")
+                         .Register(*registry_);
+  training_loss_ = &prometheus::BuildGauge()
+                        .Name("kiln_training_loss")
+                        .Help("Loss of the job's most recent training step")
+                        .Register(*registry_);
+  training_examples_per_second_ = &prometheus::BuildGauge()
+                                       .Name("kiln_training_examples_per_second")
+                                       .Help("Training throughput of the job (smoothed)")
+                                       .Register(*registry_);
+  // A job="" series at 0 from the start, so the training panels have data before any job runs.
+  training_steps_->Add({{"job", ""}});
+  training_loss_->Add({{"job", ""}}).Set(0);
+  training_examples_per_second_->Add({{"job", ""}}).Set(0);
 }
 
 Metrics::~Metrics() = default;
@@ -144,6 +160,13 @@ void Metrics::ObserveEngineRun(const EngineRunObservation& o) {
 
 void Metrics::ObservePending(const std::string& model, const std::string& version, int delta) {
   pending_->Add({{"model", model}, {"version", version}}).Increment(delta);
+}
+
+void Metrics::ObserveTrainingStep(const std::string& job, double loss,
+                                  double examples_per_second) {
+  training_steps_->Add({{"job", job}}).Increment();
+  training_loss_->Add({{"job", job}}).Set(loss);
+  training_examples_per_second_->Add({{"job", job}}).Set(examples_per_second);
 }
 
 void Metrics::ObserveKernels(absl::Span<const api::KernelTiming> kernels) {

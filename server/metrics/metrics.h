@@ -17,6 +17,10 @@
 //   nv_inference_request_duration_us, nv_inference_queue_duration_us,
 //   nv_inference_compute_infer_duration_us  counters {model, version} (successful requests)
 //   nv_inference_pending_request_count       gauge {model, version}: queued, not yet executing
+//   kiln_training_steps_total                counter {job}  training steps completed
+//   kiln_training_loss                       gauge   {job}  loss of the job's last step
+//   kiln_training_examples_per_second        gauge   {job}  smoothed training throughput
+//   (each training family has a job="" series at 0 from the start, so dashboards have data)
 // Requests that named no known model are counted in kiln_request_duration_seconds with
 // model="" only (so client-chosen names never become labels).
 // Thread safety: Observe* may be called from any thread.
@@ -37,13 +41,14 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/core/job_manager.h"
 #include "server/core/observer.h"
 
 namespace kiln::server {
 
 inline constexpr size_t kMaxKernelLabels = 256;
 
-class Metrics final : public InferObserver {
+class Metrics final : public InferObserver, public TrainingObserver {
  public:
   // Serves /metrics on address:port (0 = a free port; negative = no HTTP exposer, the registry
   // still counts). UNAVAILABLE if the port cannot be bound.
@@ -55,6 +60,8 @@ class Metrics final : public InferObserver {
   void ObserveKernels(absl::Span<const api::KernelTiming> kernels) override;
   void ObserveEngineRun(const EngineRunObservation& observation) override;
   void ObservePending(const std::string& model, const std::string& version, int delta) override;
+  void ObserveTrainingStep(const std::string& job, double loss,
+                           double examples_per_second) override;
 
  private:
   Metrics();
@@ -79,6 +86,9 @@ class Metrics final : public InferObserver {
   prometheus::Family<prometheus::Counter>* jit_evictions_;
   prometheus::Family<prometheus::Histogram>* queue_duration_;
   prometheus::Family<prometheus::Gauge>* device_memory_;
+  prometheus::Family<prometheus::Counter>* training_steps_;
+  prometheus::Family<prometheus::Gauge>* training_loss_;
+  prometheus::Family<prometheus::Gauge>* training_examples_per_second_;
 
   absl::Mutex mu_;
   std::map<std::pair<std::string, std::string>, prometheus::Histogram*> kernel_series_

@@ -1,0 +1,223 @@
+#include "server/core/checkpoint_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/api/trainer.h"
+#include "spdlog/spdlog.h"
+
+namespace kiln::server {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr char kManifestHeader[] = "kiln-checkpoint 1";
+
+std::string StepName(int64_t step) { return absl::StrFormat("ckpt-%010d", step); }
+
+bool ParseStepName(const std::string& file, const std::string& suffix, int64_t* step) {
+  if (file.size() != 5 + 10 + suffix.size() || file.rfind("ckpt-", 0) != 0 ||
+      file.compare(15, suffix.size(), suffix) != 0) {
+    return false;
+  }
+  return absl::SimpleAtoi(file.substr(5, 10), step);
+}
+
+absl::StatusOr<CheckpointInfo> ReadManifest(const fs::path& dir, int64_t step) {
+  std::ifstream in(dir / (StepName(step) + ".manifest"));
+  std::string header;
+  if (!std::getline(in, header) || header != kManifestHeader) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", step, ": manifest header is wrong"));
+  }
+  std::map<std::string, std::string> kv;
+  std::string key, value;
+  while (in >> key >> value) kv[key] = value;
+  CheckpointInfo info;
+  if (!absl::SimpleAtoi(kv["step"], &info.step) || info.step != step ||
+      !absl::SimpleAtoi(kv["bytes"], &info.bytes) || kv["sha256"].size() != 64 ||
+      kv["file"] != StepName(step) + ".safetensors") {
+    return absl::DataLossError(absl::StrCat("checkpoint ", step, ": manifest is incomplete"));
+  }
+  info.sha256 = kv["sha256"];
+  info.data = dir / kv["file"];
+  return info;
+}
+
+}  // namespace
+
+absl::Status ErrnoStatus(const std::string& what, int err) {
+  if (err == ENOSPC || err == EDQUOT) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": no space left on device"));
+  }
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(err)));
+}
+
+absl::Status FsyncPath(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("fsync", errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return ErrnoStatus("fsync", err);
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileDurable(const fs::path& path, const std::string& data) {
+  const fs::path tmp = fs::path(path.string() + ".tmp");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("write", errno);
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return ErrnoStatus("write", err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("fsync", err);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoStatus("rename", err);
+  }
+  return FsyncPath(path.parent_path());
+}
+
+absl::StatusOr<CheckpointInfo> CheckpointStore::Save(
+    int64_t step, const std::function<absl::Status(const std::string&)>& writer) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) return ErrnoStatus("checkpoint folder", ec.value());
+  const fs::path data = dir_ / (StepName(step) + ".safetensors");
+  const fs::path tmp = fs::path(data.string() + ".tmp");
+  absl::Status st = writer(tmp.string());
+  if (st.ok()) st = FsyncPath(tmp);
+  if (!st.ok()) {
+    fs::remove(tmp, ec);
+    // The writer reports I/O errors as text; name a full disk the same way everywhere.
+    if (st.message().find("No space") != std::string_view::npos ||
+        st.message().find("no space") != std::string_view::npos ||
+        absl::IsResourceExhausted(st)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("checkpoint at step ", step, ": no space left on device"));
+    }
+    return absl::InternalError(absl::StrCat("checkpoint at step ", step, ": ", st.message()));
+  }
+  if (::rename(tmp.c_str(), data.c_str()) != 0) {
+    const int err = errno;
+    fs::remove(tmp, ec);
+    return ErrnoStatus("checkpoint rename", err);
+  }
+  absl::StatusOr<std::string> sha = api::FileSha256Hex(data.string());
+  CheckpointInfo info;
+  info.step = step;
+  info.data = data;
+  info.bytes = fs::file_size(data, ec);
+  if (!sha.ok() || ec) {
+    fs::remove(data, ec);
+    return absl::InternalError(absl::StrCat("checkpoint at step ", step, ": cannot hash the data"));
+  }
+  info.sha256 = *sha;
+  const std::string manifest =
+      absl::StrCat(kManifestHeader, "\nstep ", step, "\nfile ", data.filename().string(),
+                   "\nbytes ", info.bytes, "\nsha256 ", info.sha256, "\n");
+  if (absl::Status ms = WriteFileDurable(dir_ / (StepName(step) + ".manifest"), manifest);
+      !ms.ok()) {
+    fs::remove(data, ec);
+    return absl::Status(ms.code(), absl::StrCat("checkpoint at step ", step, " manifest: ",
+                                                ms.message()));
+  }
+  // Keep the newest `keep_` generations: the manifest goes first, so a crash in between leaves
+  // a data file without a manifest (partial; Clean removes it), never a manifest without data.
+  std::vector<CheckpointInfo> all = List();
+  for (size_t i = 0; i + keep_ < all.size(); ++i) {
+    fs::remove(dir_ / (StepName(all[i].step) + ".manifest"), ec);
+    fs::remove(all[i].data, ec);
+  }
+  (void)FsyncPath(dir_);
+  return info;
+}
+
+std::vector<CheckpointInfo> CheckpointStore::List() const {
+  std::vector<CheckpointInfo> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    int64_t step = 0;
+    if (!ParseStepName(entry.path().filename().string(), ".manifest", &step)) continue;
+    absl::StatusOr<CheckpointInfo> info = ReadManifest(dir_, step);
+    if (info.ok()) {
+      out.push_back(*info);
+    } else {
+      spdlog::warn("checkpoints: {}", std::string(info.status().message()));
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const CheckpointInfo& a, const CheckpointInfo& b) { return a.step < b.step; });
+  return out;
+}
+
+absl::Status CheckpointStore::Verify(const CheckpointInfo& info) {
+  std::error_code ec;
+  const uint64_t bytes = fs::file_size(info.data, ec);
+  if (ec || bytes != info.bytes) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", info.step, ": data size ",
+                                            ec ? 0 : bytes, " != manifest ", info.bytes));
+  }
+  absl::StatusOr<std::string> sha = api::FileSha256Hex(info.data.string());
+  if (!sha.ok() || *sha != info.sha256) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", info.step, ": SHA-256 mismatch"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointInfo> CheckpointStore::Latest(
+    const std::function<absl::Status(const CheckpointInfo&)>& loader) const {
+  std::vector<CheckpointInfo> all = List();
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    absl::Status st = Verify(*it);
+    if (st.ok()) st = loader(*it);
+    if (st.ok()) return *it;
+    spdlog::warn("checkpoints: skipping step {}: {}", it->step, std::string(st.message()));
+  }
+  return absl::NotFoundError("no valid checkpoint");
+}
+
+void CheckpointStore::Clean() const {
+  std::error_code ec;
+  std::vector<fs::path> remove;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    int64_t step = 0;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
+      remove.push_back(entry.path());
+    } else if (ParseStepName(name, ".safetensors", &step) &&
+               !fs::exists(dir_ / (StepName(step) + ".manifest"))) {
+      remove.push_back(entry.path());
+    }
+  }
+  for (const fs::path& p : remove) {
+    spdlog::info("checkpoints: removing partial file {}", p.filename().string());
+    fs::remove(p, ec);
+  }
+}
+
+}  // namespace kiln::server

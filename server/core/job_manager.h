@@ -1,0 +1,154 @@
+// JobManager: kilnd's training jobs (kiln.v1.Training, proto/kiln/v1/training.proto).
+//
+// Jobs run one at a time on a worker thread, through engine/api's Trainer (its own Engine, so
+// training never holds the inference engine's run lock): the train step runs under TinyJit.
+// State lives in <data-dir>: jobs.db (JobStore: job records and every step's loss), jobs/<id>/
+// (CheckpointStore: the last 2 checkpoints, each a safetensors file of weights, optimizer state,
+// step and data-order RNG state, plus a SHA-256 manifest), datasets/<id>/ (uploads).
+//
+// Lifecycle: QUEUED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED. Create() turns jobs found
+// RUNNING (kilnd was killed) into INTERRUPTED; with resume_jobs they and QUEUED jobs are queued
+// again at once, else INTERRUPTED waits for Resume(). A resumed job restores its newest valid
+// checkpoint (partial or corrupt generations are skipped, temp files removed) and continues; its
+// loss curve is bitwise equal to an uninterrupted run's (same device). Shutdown() stops the
+// running job at the next step boundary after a checkpoint and leaves it INTERRUPTED.
+// Publishing: a finished job's weights become a new version folder of spec.output_model in the
+// model repository (staged under a dot-folder, fsynced, renamed; config.pbtxt written durably if
+// the model is new), then `load_model` reloads the model: requests in flight keep the version they
+// resolved, new ones get the new version.
+//
+// Validation (Start): every JobSpec field, INVALID_ARGUMENT naming the field and the limit;
+// dataset paths must stay inside an allowlisted root (no "..", no absolute path, no symlink out).
+// Thread safety: every method may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/api/engine.h"
+#include "kiln/v1/training.pb.h"
+#include "server/core/job_store.h"
+
+namespace kiln::server {
+
+inline constexpr int32_t kMaxJobBatch = 4096;
+inline constexpr int64_t kMaxJobSteps = 1000000;
+inline constexpr int64_t kMaxEvalImages = 100000;
+inline constexpr int64_t kMaxDatasetChunkBytes = 4 << 20;
+inline constexpr int64_t kDefaultMaxDatasetBytes = 256 << 20;
+inline constexpr size_t kMaxDatasetPath = 256;
+
+// How training progress reaches server/metrics (set once before serving).
+class TrainingObserver {
+ public:
+  virtual ~TrainingObserver() = default;
+  virtual void ObserveTrainingStep(const std::string& job, double loss,
+                                   double examples_per_second) = 0;
+};
+
+struct JobManagerOptions {
+  std::filesystem::path data_dir;
+  std::filesystem::path model_repository;
+  std::vector<std::filesystem::path> dataset_roots{"/usr/share/datasets"};
+  bool resume_jobs = true;
+  std::string device;  // "" = the engine default
+  int64_t max_dataset_bytes = kDefaultMaxDatasetBytes;
+  // Loads or reloads a repository model after publishing (InferenceServer::LoadModel).
+  std::function<absl::Status(const std::string& model)> load_model;
+};
+
+class JobManager {
+ public:
+  static absl::StatusOr<std::unique_ptr<JobManager>> Create(JobManagerOptions options);
+  ~JobManager();  // Shutdown()
+
+  absl::StatusOr<kiln::v1::Job> Start(const kiln::v1::JobSpec& spec);
+  // NOT_FOUND for an unknown id, INVALID_ARGUMENT for a malformed one.
+  absl::StatusOr<kiln::v1::Job> Get(const std::string& id, bool include_losses = false) const;
+  std::vector<kiln::v1::Job> List() const;
+  // FAILED_PRECONDITION if the job already ended.
+  absl::StatusOr<kiln::v1::Job> Cancel(const std::string& id);
+  // FAILED_PRECONDITION unless the job is INTERRUPTED or FAILED.
+  absl::StatusOr<kiln::v1::Job> Resume(const std::string& id);
+
+  // Calls `listener` with every later event of job `id` (from the thread that made the change,
+  // never concurrently with Unsubscribe returning). Returns a token for Unsubscribe.
+  using Listener = std::function<void(const kiln::v1::JobEvent&)>;
+  absl::StatusOr<uint64_t> Subscribe(const std::string& id, Listener listener);
+  void Unsubscribe(uint64_t token);
+
+  // Dataset uploads: Begin, Append per chunk, Finish (validates the IDX files and publishes the
+  // folder) or Abort. INVALID_ARGUMENT / RESOURCE_EXHAUSTED name the field and the limit.
+  class Upload;
+  absl::StatusOr<std::unique_ptr<Upload>> BeginUpload();
+
+  // Stops the worker: the running job checkpoints at its next step boundary and becomes
+  // INTERRUPTED. Idempotent.
+  void Shutdown();
+  void SetObserver(TrainingObserver* observer) { observer_ = observer; }
+
+  static bool IsTerminal(kiln::v1::JobState state);
+
+ private:
+  struct Running;
+  explicit JobManager(JobManagerOptions options) : options_(std::move(options)) {}
+  absl::Status Validate(const kiln::v1::JobSpec& spec) const;
+  absl::StatusOr<std::filesystem::path> ResolveDataset(const kiln::v1::DatasetRef& ref) const;
+  void WorkerLoop();
+  void RunJob(const std::string& id);
+  absl::Status Train(kiln::v1::Job& job, Running& run);
+  absl::StatusOr<int64_t> Publish(const kiln::v1::Job& job, class api::Trainer& trainer);
+  // Stores `job` under mu_, then tells its listeners.
+  void Update(const kiln::v1::Job& job, kiln::v1::JobEvent::Kind kind);
+  static int64_t NowMs();
+
+  JobManagerOptions options_;
+  std::unique_ptr<api::Engine> engine_;
+  std::unique_ptr<JobStore> store_;
+  TrainingObserver* observer_ = nullptr;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, kiln::v1::Job> jobs_;  // guarded by mu_
+  std::deque<std::string> queue_;              // QUEUED ids, guarded by mu_
+  std::string running_;                        // id of the running job, guarded by mu_
+  bool cancel_running_ = false;                // guarded by mu_
+  bool stopping_ = false;                      // guarded by mu_
+  std::thread worker_;
+
+  std::mutex listeners_mu_;
+  uint64_t next_token_ = 1;
+  std::map<uint64_t, std::pair<std::string, Listener>> listeners_;  // guarded by listeners_mu_
+};
+
+class JobManager::Upload {
+ public:
+  ~Upload();  // removes the staging folder unless finished
+  absl::Status Append(const kiln::v1::DatasetChunk& chunk);
+  absl::StatusOr<kiln::v1::UploadDatasetResponse> Finish();
+
+ private:
+  friend class JobManager;
+  Upload(std::filesystem::path staging, std::filesystem::path final_dir, std::string id,
+         int64_t max_bytes)
+      : staging_(std::move(staging)), final_(std::move(final_dir)), id_(std::move(id)),
+        max_bytes_(max_bytes) {}
+  std::filesystem::path staging_, final_;
+  std::string id_;
+  int64_t max_bytes_;
+  int64_t bytes_ = 0;
+  bool first_ = true, finished_ = false;
+};
+
+}  // namespace kiln::server

@@ -1,0 +1,214 @@
+#include "server/grpc/training_service.h"
+
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "engine/api/status.h"
+#include "server/grpc/status_map.h"
+
+namespace kiln::server {
+namespace {
+
+constexpr size_t kMaxPendingEvents = 256;
+
+absl::Status NoJobs() {
+  return absl::UnavailableError("training jobs need kilnd --data-dir");
+}
+
+// Streams JobEvents: the first is the job's state when the call starts.
+class WatchReactor final : public grpc::ServerWriteReactor<kiln::v1::JobEvent> {
+ public:
+  WatchReactor(JobManager* jobs, const std::string& id) : jobs_(jobs) {
+    if (jobs_ == nullptr) {
+      Finish(ToGrpcStatus(NoJobs()));
+      return;
+    }
+    absl::StatusOr<uint64_t> token =
+        jobs_->Subscribe(id, [this](const kiln::v1::JobEvent& e) { Push(e); });
+    if (!token.ok()) {
+      Finish(ToGrpcStatus(token.status()));
+      return;
+    }
+    token_ = *token;
+    subscribed_ = true;
+    absl::StatusOr<kiln::v1::Job> job = jobs_->Get(id);
+    if (!job.ok()) {
+      Stop(ToGrpcStatus(job.status()));
+      return;
+    }
+    kiln::v1::JobEvent first;
+    first.set_kind(kiln::v1::JobEvent::STATE);
+    *first.mutable_job() = *job;
+    Push(first);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> l(mu_);
+    writing_ = false;
+    if (!ok || stop_requested_) {
+      FinishLocked(ok ? stop_status_ : grpc::Status::CANCELLED);
+      return;
+    }
+    queue_.pop_front();
+    WriteNextLocked();
+  }
+  void OnCancel() override { Stop(grpc::Status::CANCELLED); }
+  void OnDone() override {
+    if (subscribed_) jobs_->Unsubscribe(token_);  // no Push runs after this returns
+    delete this;
+  }
+
+ private:
+  void Push(const kiln::v1::JobEvent& e) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (finished_) return;
+    if (queue_.size() >= kMaxPendingEvents && e.kind() == kiln::v1::JobEvent::STEP) return;
+    queue_.push_back(e);
+    WriteNextLocked();
+  }
+  void WriteNextLocked() {
+    if (writing_ || finished_) return;
+    if (queue_.empty()) {
+      if (ended_) StopLocked(grpc::Status::OK);
+      return;
+    }
+    const kiln::v1::JobEvent& e = queue_.front();
+    if (e.kind() == kiln::v1::JobEvent::STATE && JobManager::IsTerminal(e.job().state())) {
+      ended_ = true;
+    }
+    if (e.kind() == kiln::v1::JobEvent::STATE && e.job().state() == kiln::v1::INTERRUPTED) {
+      ended_ = true;
+    }
+    writing_ = true;
+    StartWrite(&queue_.front());
+  }
+  void Stop(const grpc::Status& st) {
+    std::lock_guard<std::mutex> l(mu_);
+    StopLocked(st);
+  }
+  // Finishes now, or after the write in flight completes.
+  void StopLocked(const grpc::Status& st) {
+    if (writing_) {
+      stop_requested_ = true;
+      stop_status_ = st;
+      return;
+    }
+    FinishLocked(st);
+  }
+  void FinishLocked(const grpc::Status& st) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(st);
+  }
+
+  JobManager* const jobs_;
+  uint64_t token_ = 0;
+  bool subscribed_ = false;
+  std::mutex mu_;
+  std::deque<kiln::v1::JobEvent> queue_;
+  bool writing_ = false, finished_ = false, ended_ = false, stop_requested_ = false;
+  grpc::Status stop_status_;
+};
+
+class UploadReactor final : public grpc::ServerReadReactor<kiln::v1::DatasetChunk> {
+ public:
+  UploadReactor(JobManager* jobs, kiln::v1::UploadDatasetResponse* response)
+      : response_(response) {
+    if (jobs == nullptr) {
+      Finish(ToGrpcStatus(NoJobs()));
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<JobManager::Upload>> up = jobs->BeginUpload();
+    if (!up.ok()) {
+      Finish(ToGrpcStatus(up.status()));
+      return;
+    }
+    upload_ = *std::move(up);
+    StartRead(&chunk_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client finished sending
+      absl::StatusOr<kiln::v1::UploadDatasetResponse> r = upload_->Finish();
+      if (r.ok()) *response_ = *r;
+      Finish(ToGrpcStatus(r.status()));
+      return;
+    }
+    if (absl::Status st = upload_->Append(chunk_); !st.ok()) {
+      Finish(ToGrpcStatus(st));
+      return;
+    }
+    StartRead(&chunk_);
+  }
+  void OnCancel() override {}
+  void OnDone() override { delete this; }
+
+ private:
+  kiln::v1::UploadDatasetResponse* response_;
+  std::unique_ptr<JobManager::Upload> upload_;
+  kiln::v1::DatasetChunk chunk_;
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* TrainingService::StartJob(grpc::CallbackServerContext* ctx,
+                                                    const kiln::v1::StartJobRequest* request,
+                                                    kiln::v1::Job* response) {
+  return Unary(ctx, "StartJob", [&]() -> absl::Status {
+    if (jobs_ == nullptr) return NoJobs();
+    KILN_ASSIGN_OR_RETURN(*response, jobs_->Start(request->spec()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TrainingService::GetJob(grpc::CallbackServerContext* ctx,
+                                                  const kiln::v1::GetJobRequest* request,
+                                                  kiln::v1::Job* response) {
+  return Unary(ctx, "GetJob", [&]() -> absl::Status {
+    if (jobs_ == nullptr) return NoJobs();
+    KILN_ASSIGN_OR_RETURN(*response, jobs_->Get(request->id(), request->include_losses()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TrainingService::ListJobs(grpc::CallbackServerContext* ctx,
+                                                    const kiln::v1::ListJobsRequest*,
+                                                    kiln::v1::ListJobsResponse* response) {
+  return Unary(ctx, "ListJobs", [&]() -> absl::Status {
+    if (jobs_ == nullptr) return NoJobs();
+    for (kiln::v1::Job& j : jobs_->List()) *response->add_jobs() = std::move(j);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TrainingService::CancelJob(grpc::CallbackServerContext* ctx,
+                                                     const kiln::v1::CancelJobRequest* request,
+                                                     kiln::v1::Job* response) {
+  return Unary(ctx, "CancelJob", [&]() -> absl::Status {
+    if (jobs_ == nullptr) return NoJobs();
+    KILN_ASSIGN_OR_RETURN(*response, jobs_->Cancel(request->id()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* TrainingService::ResumeJob(grpc::CallbackServerContext* ctx,
+                                                     const kiln::v1::ResumeJobRequest* request,
+                                                     kiln::v1::Job* response) {
+  return Unary(ctx, "ResumeJob", [&]() -> absl::Status {
+    if (jobs_ == nullptr) return NoJobs();
+    KILN_ASSIGN_OR_RETURN(*response, jobs_->Resume(request->id()));
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerWriteReactor<kiln::v1::JobEvent>* TrainingService::WatchJob(
+    grpc::CallbackServerContext*, const kiln::v1::WatchJobRequest* request) {
+  return new WatchReactor(jobs_, request->id());
+}
+
+grpc::ServerReadReactor<kiln::v1::DatasetChunk>* TrainingService::UploadDataset(
+    grpc::CallbackServerContext*, kiln::v1::UploadDatasetResponse* response) {
+  return new UploadReactor(jobs_, response);
+}
+
+}  // namespace kiln::server

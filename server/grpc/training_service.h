@@ -1,0 +1,41 @@
+// kiln.v1.Training on the gRPC callback API (proto/kiln/v1/training.proto): each call goes to
+// server/core's JobManager; errors map through ToGrpcStatus. WatchJob streams the job now, then
+// every event until the job ends or the client leaves (a slow reader loses intermediate STEP
+// events beyond kMaxPendingEvents, never STATE events). UploadDataset reads chunks in order.
+// Without a JobManager (kilnd without --data-dir) every call answers UNAVAILABLE.
+#pragma once
+
+#include "kiln/v1/training.grpc.pb.h"
+#include "server/core/job_manager.h"
+
+namespace kiln::server {
+
+class TrainingService final : public kiln::v1::Training::CallbackService {
+ public:
+  explicit TrainingService(JobManager* jobs) : jobs_(jobs) {}
+
+  grpc::ServerUnaryReactor* StartJob(grpc::CallbackServerContext* ctx,
+                                     const kiln::v1::StartJobRequest* request,
+                                     kiln::v1::Job* response) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx,
+                                   const kiln::v1::GetJobRequest* request,
+                                   kiln::v1::Job* response) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const kiln::v1::ListJobsRequest* request,
+                                     kiln::v1::ListJobsResponse* response) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
+                                      const kiln::v1::CancelJobRequest* request,
+                                      kiln::v1::Job* response) override;
+  grpc::ServerUnaryReactor* ResumeJob(grpc::CallbackServerContext* ctx,
+                                      const kiln::v1::ResumeJobRequest* request,
+                                      kiln::v1::Job* response) override;
+  grpc::ServerWriteReactor<kiln::v1::JobEvent>* WatchJob(
+      grpc::CallbackServerContext* ctx, const kiln::v1::WatchJobRequest* request) override;
+  grpc::ServerReadReactor<kiln::v1::DatasetChunk>* UploadDataset(
+      grpc::CallbackServerContext* ctx, kiln::v1::UploadDatasetResponse* response) override;
+
+ private:
+  JobManager* const jobs_;
+};
+
+}  // namespace kiln::server
