@@ -103,8 +103,10 @@ setup_kiln_package() {
   local want="$repo_root/clients/python/kiln/__init__.py"
   [[ -x "$venv/bin/python" && -f "$want" ]] || return 0
   local have
-  have="$(cd / && "$venv/bin/python" -c 'import kiln, os; print(os.path.realpath(kiln.__file__))' \
-          2>/dev/null || true)"
+  if ! have="$(cd / && "$venv/bin/python" -c 'import kiln, os; print(os.path.realpath(kiln.__file__))' \
+                2>/dev/null)"; then
+    have=""
+  fi
   if [[ "$have" == "$(realpath "$want")" ]]; then
     log "kiln Python package installed (editable)"
     return 0

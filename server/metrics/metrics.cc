@@ -98,6 +98,9 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                        .Name("kiln_training_examples_per_second")
                                        .Help("Training throughput of the job (smoothed)")
                                        .Register(*registry_);
+  // The JIT cache counters of the default device at 0 from the start, so a dashboard's hit rate
+  // has series before the first kiln_builtin request (more devices appear on first use).
+  for (prometheus::Family<prometheus::Counter>* f : {jit_hits_, jit_misses_, jit_evictions_}) f->Add({{"device", "CPU"}});
   // A job="" series at 0 from the start, so the training panels have data before any job runs.
   training_steps_->Add({{"job", ""}});
   training_loss_->Add({{"job", ""}}).Set(0);
