@@ -8,6 +8,8 @@
 //   "postopt symbolic"  as above
 //   "lower reduces"     REDUCE -> DEFINE_REG accumulator + loop
 //   "lower threads"     THREAD range -> SPECIAL("core_id"); Program.threads = its size
+//   "lower gpu dims"    has_local targets: output axes -> SPECIAL gidx/idx, LOCAL/GROUP axes -> lidx; fills
+//                       Program.global_size (work-groups) and local_size (work-items per group); see gpu_dims.cc
 //   "normalize ends"    one single-range END per RANGE
 //   "final symbolic"    as above
 //   "lower index dtype" index -> int32, or int64 when some index value may leave int32

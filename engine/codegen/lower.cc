@@ -64,6 +64,7 @@ constexpr Pass kLowerPasses[] = {
     {"postopt symbolic", SymbolicPass},
     {"lower reduces", LowerReduces},
     {"lower threads", LowerThreads},
+    {"lower gpu dims", LowerGpuDims},
     {"normalize ends", NormalizeEnds},
     {"final symbolic", SymbolicPass},
     {"lower index dtype", LowerIndexDType},
@@ -162,6 +163,10 @@ absl::StatusOr<Program> LowerKernel(const UOpPtr& kernel_ast, const Target& targ
   p.name = ctx.name;
   KILN_ASSIGN_OR_RETURN(p.uops, Linearize(sink, ctx));
   p.threads = ctx.threads;
+  for (int i = 0; i < 3; ++i) {
+    p.global_size[i] = ctx.global_size[i];
+    p.local_size[i] = ctx.local_size[i];
+  }
   p.applied_opts = ctx.applied_opts;
   KILN_RETURN_IF_ERROR(FillProgramInfo(ctx, p));
   if (DebugLevel() >= 3) {

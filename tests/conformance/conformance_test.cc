@@ -248,7 +248,9 @@ TEST_P(Conformance, AllCases) {
   EXPECT_EQ(failed, 0) << failed << " of " << cases.size() << " cases failed on " << device;
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("CPU", "INTERP"));
+// CL runs as its own CTest (conformance_cl, tests/conformance/CMakeLists.txt) so it overlaps the others.
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("CPU", "INTERP", "CL"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // ---- random ops: statistics per backend, and bit-identical values across backends ----
 
