@@ -109,6 +109,16 @@ class Scheduler {
       }
       device_[u] = d;
     }
+    // Constant-only subgraphs (CONSTs carry no device) take the device of a consumer, so a realized constant feeding
+    // a CL kernel lives on CL and not on the default device.
+    for (auto it = topo_.rbegin(); it != topo_.rend(); ++it) {
+      const std::string& d = device_[*it];
+      if (d.empty()) continue;
+      for (const UOpPtr& s : (*it)->src()) {
+        std::string& sd = device_[s.get()];
+        if (sd.empty() && s->op() != Op::DEVICE) sd = d;
+      }
+    }
     return absl::OkStatus();
   }
   std::string DeviceOf(const UOp* u) {
