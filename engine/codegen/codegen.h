@@ -2,10 +2,13 @@
 //
 // LowerKernel runs a straight list of named passes (kLowerPasses in lower.cc):
 //   "initial symbolic"  INDEX indices/gates and RANGE ends through engine/symbolic Simplify, plus index folding
-//   "apply opts"        explicit LowerOptions::opts, else the hand-coded heuristic unless NOOPT=1; names the kernel
+//   "apply opts"        explicit LowerOptions::opts, else the hand-coded heuristic unless NOOPT=1 (the GPU one,
+//                       gpu_opt.cc, for has_local targets); names the kernel
 //   "expand upcasts"    UPCAST/UNROLL ranges replicated into straight-line code, one copy of the body per lane
 //                       (LLVM's SLP vectorizer turns the copies into vector code; no VECTORIZE/GEP are produced)
 //   "postopt symbolic"  as above
+//   "lower group reduces" has_local targets: a REDUCE over a GROUP axis -> per-work-item partial REDUCE, STORE into
+//                       DEFINE_LOCAL, BARRIER, a REDUCE over the partials; output stores gated to group item 0
 //   "lower reduces"     REDUCE -> DEFINE_REG accumulator + loop
 //   "lower threads"     THREAD range -> SPECIAL("core_id"); Program.threads = its size
 //   "lower gpu dims"    has_local targets: output axes -> SPECIAL gidx/idx, LOCAL/GROUP axes -> lidx; fills
@@ -80,8 +83,8 @@ struct LowerOptions {
 };
 
 // Lowers one kernel AST (a SINK per docs/kernel-ir.md §2) for `target`. Errors: InvalidArgument for malformed
-// ASTs and illegal opts, Unimplemented for opts the target lacks (LOCAL/GROUP/GROUPTOP need has_local and are
-// not implemented yet), Internal for invariant failures. Never aborts on bad input.
+// ASTs and illegal opts (LOCAL/GROUP/GROUPTOP on a target without has_local, a work-group above max_local_size, a
+// second GROUP axis), Internal for invariant failures. Never aborts on bad input.
 absl::StatusOr<Program> LowerKernel(const UOpPtr& kernel_ast, const Target& target,
                                     const LowerOptions& options = {});
 

@@ -50,7 +50,12 @@ absl::StatusOr<UOpPtr> ApplyOpts(const UOpPtr& sink, LowerContext& ctx) {
     }
   } else if (GetKnob(Knob::kNoOpt) == 0) {
     std::vector<Opt> chosen;
-    KILN_ASSIGN_OR_RETURN(cur, ApplyHeuristic(cur, ctx, &chosen));
+    // GPU targets (work-groups) have their own heuristic (gpu_opt.cc); CPU targets keep opt.cc's.
+    if (ctx.target.has_local) {
+      KILN_ASSIGN_OR_RETURN(cur, ApplyGpuHeuristic(cur, ctx, &chosen));
+    } else {
+      KILN_ASSIGN_OR_RETURN(cur, ApplyHeuristic(cur, ctx, &chosen));
+    }
   }
   ctx.name = KernelName(cur, ctx);
   return cur;
@@ -62,6 +67,7 @@ constexpr Pass kLowerPasses[] = {
     {"apply opts", ApplyOpts},
     {"expand upcasts", ExpandUpcasts},
     {"postopt symbolic", SymbolicPass},
+    {"lower group reduces", LowerGroupReduces},
     {"lower reduces", LowerReduces},
     {"lower threads", LowerThreads},
     {"lower gpu dims", LowerGpuDims},
@@ -181,7 +187,11 @@ absl::StatusOr<std::vector<Opt>> HeuristicOpts(const UOpPtr& kernel_ast, const T
   KILN_RETURN_IF_ERROR(InitAxes(kernel_ast, ctx));
   UOpPtr cur = FoldIndexMath(kernel_ast);
   std::vector<Opt> chosen;
-  KILN_ASSIGN_OR_RETURN(cur, ApplyHeuristic(cur, ctx, &chosen));
+  if (target.has_local) {
+    KILN_ASSIGN_OR_RETURN(cur, ApplyGpuHeuristic(cur, ctx, &chosen));
+  } else {
+    KILN_ASSIGN_OR_RETURN(cur, ApplyHeuristic(cur, ctx, &chosen));
+  }
   return chosen;
 }
 

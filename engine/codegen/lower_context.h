@@ -53,6 +53,16 @@ absl::StatusOr<UOpPtr> LowerThreads(const UOpPtr& sink, LowerContext& ctx);
 // Splits multi-range ENDs into nested single-range ENDs and merges ENDs closing the same range.
 absl::StatusOr<UOpPtr> NormalizeEnds(const UOpPtr& sink, LowerContext& ctx);
 
+// ---- gpu_opt.cc ----
+// LOCAL/GROUP/GROUPTOP legality: the target has work-groups, the work-group stays within max_local_size, at most one
+// GROUP axis, and GROUP only on kernels whose reduces are not nested in another reduce.
+absl::Status CheckLocalOpt(const UOpPtr& sink, const Opt& opt, int64_t amt, const LowerContext& ctx);
+// The GPU hand-coded heuristic (tinygrad hand_coded_optimizations, simplified) for has_local targets.
+absl::StatusOr<UOpPtr> ApplyGpuHeuristic(const UOpPtr& sink, LowerContext& ctx, std::vector<Opt>* chosen);
+// GROUP/GROUPTOP reduces -> per-work-item partial reduce, local memory, BARRIER, final reduce; output stores gated
+// to the first work-item of the group.
+absl::StatusOr<UOpPtr> LowerGroupReduces(const UOpPtr& sink, LowerContext& ctx);
+
 // ---- gpu_dims.cc ----
 // Targets with has_local: global and local axes -> SPECIAL gidx/idx/lidx; fills ctx.global_size/local_size.
 absl::StatusOr<UOpPtr> LowerGpuDims(const UOpPtr& sink, LowerContext& ctx);

@@ -81,6 +81,7 @@ codegen::Target realize_internal::TargetFor(const runtime::Device& dev) {
     t.has_threads = (*r)->caps().has_threads;
     t.has_local = (*r)->caps().has_local;
     t.vector_bytes = (*r)->caps().vector_bytes;
+    t.max_local_size = (*r)->caps().local_max;
   }
   if (t.has_threads) t.max_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return t;

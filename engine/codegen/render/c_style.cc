@@ -334,6 +334,7 @@ CStyleRenderer::CStyleRenderer(CDialect dialect) : dialect_(dialect) {
   caps_.supports_half = true;
   caps_.supports_bfloat16 = true;
   caps_.vector_bytes = 16;
+  caps_.local_max = dialect == CDialect::kCuda ? 1024 : 256;  // 256: what every OpenCL GPU accepts
   if (dialect == CDialect::kCuda) {
     caps_.global_max[0] = (int64_t{1} << 31) - 1;
     caps_.global_max[1] = 65535;

@@ -14,6 +14,7 @@
 #include "engine/nn/losses.h"
 #include "engine/nn/optim.h"
 #include "engine/realize/realize.h"
+#include "engine/runtime/buffer.h"
 #include "engine/runtime/compile_cache.h"
 #include "engine/runtime/registry.h"
 #include "engine/schedule/schedule.h"
@@ -42,6 +43,73 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i])) << what << " [" << i << "]";
+}
+
+
+// The single kernel of `t`'s schedule (t's inputs must be realized).
+UOpPtr OnlyKernel(const Tensor& t) {
+  auto sched = CreateSchedule({t.uop()});
+  EXPECT_TRUE(sched.ok()) << sched.status();
+  UOpPtr ast;
+  int n = 0;
+  if (sched.ok())
+    for (const ScheduleItem& it : sched->items)
+      if (it.kind == ScheduleItem::Kind::kKernel) ast = it.ast, ++n;
+  EXPECT_EQ(n, 1);
+  return ast;
+}
+
+codegen::Target ClTarget() {
+  codegen::Target t;
+  t.renderer = "opencl";
+  t.has_local = true;
+  t.max_local_size = 256;
+  return t;
+}
+
+// Lowers `ast` with exactly `opts` for CL and runs it on fresh buffers: slot 0 (the output, float) is returned,
+// slot 1.. are filled from `inputs` in order.
+std::vector<float> RunWithOpts(runtime::Device* dev, const UOpPtr& ast, const std::vector<codegen::Opt>& opts,
+                               const std::vector<std::vector<float>>& inputs, std::string* source = nullptr) {
+  codegen::LowerOptions lo;
+  lo.use_explicit_opts = true;
+  lo.opts = opts;
+  auto prog = codegen::LowerKernel(ast, ClTarget(), lo);
+  EXPECT_TRUE(prog.ok()) << prog.status();
+  if (!prog.ok()) return {};
+  auto k = runtime::CompileKernel(*dev, *prog);
+  EXPECT_TRUE(k.ok()) << k.status();
+  if (!k.ok()) return {};
+  if (source != nullptr) *source = k->source;
+  std::vector<std::shared_ptr<runtime::Buffer>> bufs;
+  std::vector<runtime::DeviceMemory> mems;
+  for (const codegen::BufferParam& b : prog->buffers) {
+    const int64_t n = b.slot == 0 ? b.size : static_cast<int64_t>(inputs.at(b.slot - 1).size());
+    auto buf = runtime::Buffer::Create(dev, dtypes::kFloat32, n);
+    EXPECT_TRUE(buf.ok()) << buf.status();
+    if (b.slot > 0) {
+      EXPECT_TRUE((*buf)->CopyIn(inputs[b.slot - 1].data(), n * 4).ok());
+    }
+    bufs.push_back(*buf);
+    mems.push_back((*buf)->memory());
+  }
+  runtime::LaunchDims dims;
+  for (int i = 0; i < 3; ++i) {
+    dims.global[i] = prog->global_size[i];
+    dims.local[i] = prog->local_size[i];
+  }
+  auto t = k->program->Launch(mems, {}, dims, true);
+  EXPECT_TRUE(t.ok()) << t.status();
+  std::vector<float> out(prog->buffers[0].size);
+  EXPECT_TRUE(bufs[0]->CopyOut(out.data(), out.size() * 4).ok());
+  return out;
+}
+
+// Values in [0.25, 0.75] (no cancellation in sums, so float rounding stays within the tolerance).
+std::vector<float> Ramp(size_t n, float scale) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = 0.5f + 0.25f * std::sin(static_cast<float>(i) * scale);
+  return v;
 }
 
 TEST_F(ClTest, Discovery) {
@@ -204,6 +272,66 @@ TEST_F(ClTest, CnnTrainingStepsMatchCpu) {
   ExpectClose(cl.losses, cpu.losses, "losses");
   ExpectClose(cl.weights, cpu.weights, "weights after 3 steps");
   EXPECT_LT(cpu.losses.back(), cpu.losses.front()) << "the steps train";
+}
+
+// LOCAL, GROUP and GROUPTOP lowered for real: work-group dims, local memory, barriers and the gated store, each
+// against the CPU backend's value of the same tensor.
+TEST_F(ClTest, ExplicitLocalAndGroupOpts) {
+  using codegen::Opt;
+  using codegen::OptOp;
+  const std::vector<float> xs = Ramp(16 * 512, 0.01f);
+  Tensor x = Tensor::FromVector<float>(xs, {16, 512}, "CL");
+  const std::vector<float> want = Values(Tensor::FromVector<float>(xs, {16, 512}, "CPU").Sum(1));
+  const UOpPtr ast = OnlyKernel(x.Sum(1));
+  ASSERT_NE(ast, nullptr);
+  const std::vector<std::vector<Opt>> cases = {
+      {},
+      {{OptOp::kLocal, 0, 8}},
+      {{OptOp::kGroupTop, 0, 16}},
+      {{OptOp::kGroup, 0, 32}},
+      {{OptOp::kLocal, 0, 4}, {OptOp::kGroupTop, 0, 16}},
+      {{OptOp::kUpcast, 0, 2}, {OptOp::kLocal, 0, 2}, {OptOp::kGroup, 0, 8}, {OptOp::kUnroll, 0, 4}},
+  };
+  for (const auto& opts : cases) {
+    std::string names;
+    for (const Opt& o : opts) names += o.ToString() + " ";
+    SCOPED_TRACE(names);
+    std::string src;
+    ExpectClose(RunWithOpts(Dev(), ast, opts, {xs}, &src), want, names);
+    const bool grouped = !names.empty() && names.find("GROUP") != std::string::npos;
+    EXPECT_EQ(src.find("barrier(CLK_LOCAL_MEM_FENCE)") != std::string::npos, grouped) << src;
+    EXPECT_EQ(src.find("__local float") != std::string::npos, grouped) << src;
+  }
+  // Illegal work-groups are InvalidArgument, never a crash.
+  codegen::LowerOptions lo;
+  lo.use_explicit_opts = true;
+  lo.opts = {{OptOp::kGroupTop, 0, 16}, {OptOp::kGroup, 0, 4}};
+  EXPECT_EQ(codegen::LowerKernel(ast, ClTarget(), lo).status().code(), absl::StatusCode::kInvalidArgument);
+  lo.opts = {{OptOp::kLocal, 0, 16}, {OptOp::kGroupTop, 0, 32}};
+  EXPECT_EQ(codegen::LowerKernel(ast, ClTarget(), lo).status().code(), absl::StatusCode::kInvalidArgument)
+      << "16 x 32 work-items exceed the target's 256";
+}
+
+// The GPU heuristic picks GROUPTOP for a long reduce with few outputs and LOCAL for a matmul; both run correctly.
+TEST_F(ClTest, GpuHeuristic) {
+  const std::vector<float> xs = Ramp(8192, 0.001f);
+  Tensor s = Tensor::FromVector<float>(xs, {8192}, "CL").Sum();
+  auto opts = codegen::HeuristicOpts(OnlyKernel(s), ClTarget());
+  ASSERT_TRUE(opts.ok()) << opts.status();
+  ASSERT_FALSE(opts->empty());
+  EXPECT_EQ((*opts)[0].op, codegen::OptOp::kGroupTop);
+  ExpectClose(Values(s), Values(Tensor::FromVector<float>(xs, {8192}, "CPU").Sum()), "sum");
+
+  const std::vector<float> as = Ramp(64 * 96, 0.3f), bs = Ramp(96 * 128, 0.7f);
+  Tensor mm = Tensor::FromVector<float>(as, {64, 96}, "CL").Matmul(Tensor::FromVector<float>(bs, {96, 128}, "CL"));
+  opts = codegen::HeuristicOpts(OnlyKernel(mm), ClTarget());
+  ASSERT_TRUE(opts.ok()) << opts.status();
+  bool local = false;
+  for (const codegen::Opt& o : *opts) local |= o.op == codegen::OptOp::kLocal;
+  EXPECT_TRUE(local);
+  ExpectClose(Values(mm),
+              Values(Tensor::FromVector<float>(as, {64, 96}, "CPU").Matmul(Tensor::FromVector<float>(bs, {96, 128}, "CPU"))),
+              "matmul");
 }
 
 }  // namespace
