@@ -1,8 +1,9 @@
 // Trains tinygrad's beautiful_mnist CNN (reference/tinygrad.md §11) on Fashion-MNIST with kiln's
 // autograd, nn layers and Adam, then reports test accuracy.
 //
-//   train_fashion_mnist [--steps 70] [--batch 512] [--seed 42] [--lr 0.001] [--data DIR] [--save FILE]
+//   train_fashion_mnist [--steps 70] [--batch 512] [--seed 42] [--lr 0.001] [--data DIR] [--save FILE] [--device D]
 //
+// --device (default: $DEV, else CPU) places the model and the batches: CPU, CL, CUDA, ...
 // Data: the four IDX .gz files of Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
 // Pixels are scaled to [0, 1]. Batches are sampled on the host (uniform with replacement, seeded).
 // Prints per step: loss, ms/step and kernels launched; then time to first step and test accuracy on
@@ -27,6 +28,8 @@
 #include "engine/nn/module.h"
 #include "engine/nn/optim.h"
 #include "engine/realize/realize.h"
+#include "engine/runtime/registry.h"
+#include "engine/schedule/schedule.h"
 #include "engine/tensor/gradient.h"
 #include "engine/tensor/tensor.h"
 
@@ -62,23 +65,23 @@ bool ReadIdx(const std::string& path, std::vector<uint8_t>* data, std::vector<in
 
 class Model : public nn::Module {
  public:
-  Model() {
+  explicit Model(const std::string& dev) {
     auto relu = [](const Tensor& x) { return x.Relu(); };
     auto pool = [](const Tensor& x) { return x.MaxPool2d({2, 2}); };
-    layers.Emplace<nn::Conv2d>(1, 32, 5);
+    layers.Emplace<nn::Conv2d>(1, 32, 5, kiln::ConvOptions{}, true, dev);
     layers.Add(relu);
-    layers.Emplace<nn::Conv2d>(32, 32, 5);
+    layers.Emplace<nn::Conv2d>(32, 32, 5, kiln::ConvOptions{}, true, dev);
     layers.Add(relu);
-    layers.Emplace<nn::BatchNorm>(32);
+    layers.Emplace<nn::BatchNorm>(32, 1e-5, true, true, 0.1, dev);
     layers.Add(pool);
-    layers.Emplace<nn::Conv2d>(32, 64, 3);
+    layers.Emplace<nn::Conv2d>(32, 64, 3, kiln::ConvOptions{}, true, dev);
     layers.Add(relu);
-    layers.Emplace<nn::Conv2d>(64, 64, 3);
+    layers.Emplace<nn::Conv2d>(64, 64, 3, kiln::ConvOptions{}, true, dev);
     layers.Add(relu);
-    layers.Emplace<nn::BatchNorm>(64);
+    layers.Emplace<nn::BatchNorm>(64, 1e-5, true, true, 0.1, dev);
     layers.Add(pool);
     layers.Add([](const Tensor& x) { return x.Flatten(1); });
-    layers.Emplace<nn::Linear>(576, 10);
+    layers.Emplace<nn::Linear>(576, 10, true, dev);
   }
   Tensor Forward(const Tensor& x) override { return layers.Forward(x); }
   void CollectState(const std::string& prefix, std::vector<nn::NamedTensor>* out) override {
@@ -102,7 +105,7 @@ int main(int argc, char** argv) {
   int steps = 70, batch = 512;
   uint64_t seed = 42;
   double lr = 1e-3;
-  std::string data_dir = "/usr/share/datasets/fashion-mnist", save;
+  std::string data_dir = "/usr/share/datasets/fashion-mnist", save, device = kiln::DefaultDevice();
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -118,8 +121,9 @@ int main(int argc, char** argv) {
     else if (a == "--lr") lr = std::atof(next().c_str());
     else if (a == "--data") data_dir = next();
     else if (a == "--save") save = next();
+    else if (a == "--device") device = next();
     else {
-      std::fprintf(stderr, "usage: %s [--steps N] [--batch N] [--seed N] [--lr X] [--data DIR] [--save FILE]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--steps N] [--batch N] [--seed N] [--lr X] [--data DIR] [--save FILE] [--device D]\n", argv[0]);
       return 2;
     }
   }
@@ -137,7 +141,10 @@ int main(int argc, char** argv) {
   std::printf("train %lld, test %lld images\n", static_cast<long long>(n_train), static_cast<long long>(n_test));
 
   Tensor::ManualSeed(seed);
-  Model model;
+  if (absl::StatusOr<kiln::runtime::Device*> dev = kiln::runtime::GetDevice(device); !dev.ok())
+    return Fail(dev.status(), "device");
+  std::printf("device %s\n", device.c_str());
+  Model model(device);
   auto t_start = std::chrono::steady_clock::now();
   nn::Adam opt(nn::Parameters(model), lr);
   std::mt19937_64 rng(seed);
@@ -152,8 +159,8 @@ int main(int argc, char** argv) {
       for (int p = 0; p < 784; ++p) xb[b * 784 + p] = xtr[k * 784 + p] / 255.0f;
       yb[b] = ytr[k];
     }
-    Tensor x = Tensor::FromVector(xb, {batch, 1, 28, 28});
-    Tensor y = Tensor::FromVector(yb, {batch});
+    Tensor x = Tensor::FromVector(xb, {batch, 1, 28, 28}, device);
+    Tensor y = Tensor::FromVector(yb, {batch}, device);
     opt.ZeroGrad();
     Tensor loss;
     int kernels = 0, compiled = 0;
@@ -190,7 +197,7 @@ int main(int argc, char** argv) {
     int64_t m = std::min(eb, n_test - s);
     xe.resize(m * 784);
     for (int64_t i = 0; i < m * 784; ++i) xe[i] = xte[s * 784 + i] / 255.0f;
-    Tensor pred = model(Tensor::FromVector(xe, {m, 1, 28, 28})).Argmax(1);
+    Tensor pred = model(Tensor::FromVector(xe, {m, 1, 28, 28}, device)).Argmax(1);
     absl::StatusOr<std::vector<int32_t>> p = pred.ToVector<int32_t>();
     if (!p.ok()) return Fail(p.status(), "eval");
     for (int64_t i = 0; i < m; ++i) correct += (*p)[i] == yte[s + i];
