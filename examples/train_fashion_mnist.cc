@@ -4,6 +4,8 @@
 //   train_fashion_mnist [--steps 70] [--batch 512] [--seed 42] [--lr 0.001] [--data DIR] [--save FILE] [--device D]
 //
 // --device (default: $DEV, else CPU) places the model and the batches: CPU, CL, CUDA, ...
+// --eval N evaluates on the first N test images (default all 10k). --expect-learning exits 1 unless the last step's
+// loss is below the first's (the CTest fashion_mnist_cl uses it).
 // Data: the four IDX .gz files of Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist).
 // Pixels are scaled to [0, 1]. Batches are sampled on the host (uniform with replacement, seeded).
 // Prints per step: loss, ms/step and kernels launched; then time to first step and test accuracy on
@@ -103,6 +105,8 @@ int Fail(const absl::Status& st, const char* what) {
 
 int main(int argc, char** argv) {
   int steps = 70, batch = 512;
+  int64_t eval_images = -1;
+  bool expect_learning = false;
   uint64_t seed = 42;
   double lr = 1e-3;
   std::string data_dir = "/usr/share/datasets/fashion-mnist", save, device = kiln::DefaultDevice();
@@ -122,8 +126,10 @@ int main(int argc, char** argv) {
     else if (a == "--data") data_dir = next();
     else if (a == "--save") save = next();
     else if (a == "--device") device = next();
+    else if (a == "--eval") eval_images = std::atoll(next().c_str());
+    else if (a == "--expect-learning") expect_learning = true;
     else {
-      std::fprintf(stderr, "usage: %s [--steps N] [--batch N] [--seed N] [--lr X] [--data DIR] [--save FILE] [--device D]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--steps N] [--batch N] [--seed N] [--lr X] [--data DIR] [--save FILE] [--device D] [--eval N] [--expect-learning]\n", argv[0]);
       return 2;
     }
   }
@@ -137,12 +143,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot read the Fashion-MNIST IDX files in %s\n", data_dir.c_str());
     return 77;
   }
-  const int64_t n_train = static_cast<int64_t>(ytr.size()), n_test = static_cast<int64_t>(yte.size());
+  const int64_t n_train = static_cast<int64_t>(ytr.size());
+  const int64_t n_test = eval_images >= 0 ? std::min<int64_t>(eval_images, yte.size()) : static_cast<int64_t>(yte.size());
   std::printf("train %lld, test %lld images\n", static_cast<long long>(n_train), static_cast<long long>(n_test));
 
   Tensor::ManualSeed(seed);
-  if (absl::StatusOr<kiln::runtime::Device*> dev = kiln::runtime::GetDevice(device); !dev.ok())
-    return Fail(dev.status(), "device");
+  if (absl::StatusOr<kiln::runtime::Device*> dev = kiln::runtime::GetDevice(device); !dev.ok()) {
+    Fail(dev.status(), "device");
+    return absl::IsNotFound(dev.status()) ? 77 : 1;  // 77: the device is absent here (CTest skips)
+  }
   std::printf("device %s\n", device.c_str());
   Model model(device);
   auto t_start = std::chrono::steady_clock::now();
@@ -152,6 +161,7 @@ int main(int argc, char** argv) {
   std::vector<float> xb(static_cast<size_t>(batch) * 784);
   std::vector<int32_t> yb(batch);
   double first_step_ms = 0, total_ms = 0;
+  float first_loss = 0, last_loss = 0;
   for (int step = 0; step < steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     for (int b = 0; b < batch; ++b) {
@@ -177,6 +187,8 @@ int main(int argc, char** argv) {
     }
     absl::StatusOr<float> l = loss.Item<float>();
     if (!l.ok()) return Fail(l.status(), "loss");
+    if (step == 0) first_loss = *l;
+    last_loss = *l;
     auto t1 = std::chrono::steady_clock::now();
     double ms = Ms(t0, t1);
     if (step == 0) first_step_ms = Ms(t_start, t1);
@@ -202,7 +214,7 @@ int main(int argc, char** argv) {
     if (!p.ok()) return Fail(p.status(), "eval");
     for (int64_t i = 0; i < m; ++i) correct += (*p)[i] == yte[s + i];
   }
-  double acc = 100.0 * static_cast<double>(correct) / static_cast<double>(n_test);
+  double acc = n_test > 0 ? 100.0 * static_cast<double>(correct) / static_cast<double>(n_test) : 0.0;
   std::printf("test accuracy: %.2f%%\n", acc);
 
   if (!save.empty()) {
@@ -213,6 +225,10 @@ int main(int argc, char** argv) {
       out.write(reinterpret_cast<const char*>(v->data()), static_cast<std::streamsize>(v->size() * sizeof(float)));
     }
     std::printf("saved %s\n", save.c_str());
+  }
+  if (expect_learning && !(last_loss < first_loss)) {
+    std::fprintf(stderr, "the loss did not fall: %.4f -> %.4f\n", first_loss, last_loss);
+    return 1;
   }
   return 0;
 }
