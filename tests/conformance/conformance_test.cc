@@ -5,7 +5,7 @@
 // is printed loudly and not counted, and its passing is an error (remove the mark). $KILN_CONFORMANCE_FILTER (a
 // substring of case names) runs a subset; $KILN_CONFORMANCE_VERBOSE prints each case before it runs.
 //
-// The random ops are checked here without numpy: range and moments, and CPU == INTERP bit for bit.
+// The random ops are checked here without numpy: range and moments, and CPU == INTERP (== CL) bit for bit.
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -304,7 +304,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("CPU", "INTERP
 std::vector<std::string> Backends() {
   backends::RegisterAllBackends();
   std::vector<std::string> out;
-  for (const char* d : {"CPU", "INTERP"}) {
+  for (const char* d : {"CPU", "INTERP", "CL"}) {
     if (runtime::GetDevice(d).ok()) out.push_back(d);
   }
   return out;
@@ -371,13 +371,16 @@ TEST(ConformanceRandom, Statistics) {
 TEST(ConformanceRandom, DeviceIndependent) {
   std::vector<std::string> devs = Backends();
   if (devs.size() < 2) GTEST_SKIP() << "needs CPU and INTERP";
-  for (const char* what : {"rand", "randn", "uniform"}) {
-    std::vector<float> a = Draw<float>(what, devs[0], 1234), b = Draw<float>(what, devs[1], 1234);
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << what << ": CPU and INTERP differ";
+  for (size_t k = 1; k < devs.size(); ++k) {
+    for (const char* what : {"rand", "randn", "uniform"}) {
+      std::vector<float> a = Draw<float>(what, devs[0], 1234), b = Draw<float>(what, devs[k], 1234);
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << what << ": " << devs[0] << " and " << devs[k]
+                                                                   << " differ";
+    }
+    EXPECT_EQ(Draw<int32_t>("randint", devs[0], 99), Draw<int32_t>("randint", devs[k], 99)) << devs[k];
+    EXPECT_EQ(Draw<uint8_t>("randint8", devs[0], 99), Draw<uint8_t>("randint8", devs[k], 99)) << devs[k];
   }
-  EXPECT_EQ(Draw<int32_t>("randint", devs[0], 99), Draw<int32_t>("randint", devs[1], 99));
-  EXPECT_EQ(Draw<uint8_t>("randint8", devs[0], 99), Draw<uint8_t>("randint8", devs[1], 99));
 }
 
 }  // namespace
