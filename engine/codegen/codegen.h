@@ -57,6 +57,7 @@ struct Target {
   int vector_bytes =
       16;  // SIMD register width (RendererCaps::vector_bytes); sizes matmul register tiles
   int64_t max_local_size = 1;
+  int64_t global_max[3] = {0, 0, 0};  // has_local targets: the most work-groups per launch dim (0 = no limit)
 };
 
 // The kernel optimisations (tinygrad OptOps). The axis of UPCAST/THREAD/LOCAL counts the kernel's current output

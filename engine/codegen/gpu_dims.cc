@@ -3,8 +3,9 @@
 //
 // Global axes (kLoop/kGlobal, in loop-nest order) are numbered from the innermost: the innermost output axis is
 // dimension 0 (adjacent work-items touch adjacent elements). With more than three, the outermost ones are merged into
-// dimension 2 and recovered with / and %. Local axes (kLocal, kGroupReduce) map the same way onto lidx0..2. A kernel
-// with local axes uses "gidxK" (work-group index) and "lidxK"; one without uses "idxK" (global work-item index) and
+// dimension 2 and recovered with / and %. When a dimension would exceed the target's grid (Target::global_max, e.g.
+// CUDA's 65535 blocks in y and z), all global axes fold into dimension 0. Local axes (kLocal, kGroupReduce) map the
+// same way onto lidx0..2. A kernel with local axes uses "gidxK" (work-group index) and "lidxK"; one without uses "idxK" (global work-item index) and
 // leaves local_size at 1 so an OpenCL launcher may let the driver choose the work-group size.
 #include <algorithm>
 
@@ -25,7 +26,8 @@ void FlattenGroups(const UOpPtr& u, UOpVec& out) {
 }
 
 // Maps `axes` (loop-nest order) onto SPECIALs named prefix0..2; fills `sizes`, adds RANGE -> expression to `map`.
-absl::Status MapAxes(const std::vector<UOpPtr>& axes, const char* prefix, int64_t sizes[3],
+// When a dimension would exceed `limit` (0 = none), every axis is folded into dimension 0 instead.
+absl::Status MapAxes(const std::vector<UOpPtr>& axes, const char* prefix, int64_t sizes[3], const int64_t limit[3],
                      absl::flat_hash_map<const UOp*, UOpPtr>& map) {
   if (axes.empty()) return absl::OkStatus();
   std::vector<int64_t> n;
@@ -37,10 +39,33 @@ absl::Status MapAxes(const std::vector<UOpPtr>& axes, const char* prefix, int64_
   }
   const int count = static_cast<int>(axes.size());
   const int merged = std::max(0, count - 2);  // axes [0, merged) share dimension 2 when count > 3
+  auto too_big = [&](int dim, int64_t size) { return limit != nullptr && limit[dim] > 0 && size > limit[dim]; };
+  bool fold = false;
+  if (count <= 3) {
+    for (int i = 0; i < count; ++i) fold |= too_big(count - 1 - i, n[i]);
+  } else {
+    int64_t outer = 1;
+    for (int i = 0; i < merged; ++i) outer *= n[i];
+    fold = too_big(2, outer) || too_big(1, n[count - 2]) || too_big(0, n[count - 1]);
+  }
   auto special = [&](int dim, int64_t size) {
     sizes[dim] = size;
     return UOp::Make(Op::SPECIAL, dtypes::kIndex, {UOp::Const(dtypes::kIndex, size)}, absl::StrCat(prefix, dim));
   };
+  if (fold) {
+    int64_t total = 1;
+    for (int64_t s : n) total *= s;
+    if (too_big(0, total)) return absl::InvalidArgumentError("gpu dims: the launch exceeds the target's grid");
+    UOpPtr s0 = special(0, total);
+    int64_t stride = total;
+    for (int i = 0; i < count; ++i) {
+      stride /= n[i];
+      UOpPtr e = stride == 1 ? s0 : s0 / stride;
+      if (i > 0) e = e % n[i];
+      map.emplace(axes[i].get(), e);
+    }
+    return absl::OkStatus();
+  }
   if (count <= 3) {
     for (int i = 0; i < count; ++i) map.emplace(axes[i].get(), special(count - 1 - i, n[i]));
     return absl::OkStatus();
@@ -68,8 +93,8 @@ absl::StatusOr<UOpPtr> LowerGpuDims(const UOpPtr& sink, LowerContext& ctx) {
   std::vector<UOpPtr> locals = AxesOfType(sink, ctx, {AxisType::kLocal, AxisType::kGroupReduce});
   absl::flat_hash_map<const UOp*, UOpPtr> map;
   for (int i = 0; i < 3; ++i) ctx.global_size[i] = ctx.local_size[i] = 1;
-  KILN_RETURN_IF_ERROR(MapAxes(globals, locals.empty() ? "idx" : "gidx", ctx.global_size, map));
-  KILN_RETURN_IF_ERROR(MapAxes(locals, "lidx", ctx.local_size, map));
+  KILN_RETURN_IF_ERROR(MapAxes(globals, locals.empty() ? "idx" : "gidx", ctx.global_size, ctx.target.global_max, map));
+  KILN_RETURN_IF_ERROR(MapAxes(locals, "lidx", ctx.local_size, nullptr, map));
   if (map.empty()) return sink;
   UOpPtr out = RewriteBottomUp(sink, [&](const UOp* orig, const UOpPtr& u) -> UOpPtr {
     if (auto it = map.find(orig); it != map.end()) return it->second;

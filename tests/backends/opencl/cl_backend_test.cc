@@ -59,22 +59,24 @@ UOpPtr OnlyKernel(const Tensor& t) {
   return ast;
 }
 
-codegen::Target ClTarget() {
+codegen::Target ClTarget(int64_t grid_yz = 0) {
   codegen::Target t;
   t.renderer = "opencl";
   t.has_local = true;
   t.max_local_size = 256;
+  t.global_max[1] = t.global_max[2] = grid_yz;
   return t;
 }
 
 // Lowers `ast` with exactly `opts` for CL and runs it on fresh buffers: slot 0 (the output, float) is returned,
 // slot 1.. are filled from `inputs` in order.
 std::vector<float> RunWithOpts(runtime::Device* dev, const UOpPtr& ast, const std::vector<codegen::Opt>& opts,
-                               const std::vector<std::vector<float>>& inputs, std::string* source = nullptr) {
+                               const std::vector<std::vector<float>>& inputs, std::string* source = nullptr,
+                               const codegen::Target& target = ClTarget()) {
   codegen::LowerOptions lo;
   lo.use_explicit_opts = true;
   lo.opts = opts;
-  auto prog = codegen::LowerKernel(ast, ClTarget(), lo);
+  auto prog = codegen::LowerKernel(ast, target, lo);
   EXPECT_TRUE(prog.ok()) << prog.status();
   if (!prog.ok()) return {};
   auto k = runtime::CompileKernel(*dev, *prog);
@@ -310,6 +312,21 @@ TEST_F(ClTest, ExplicitLocalAndGroupOpts) {
   lo.opts = {{OptOp::kLocal, 0, 16}, {OptOp::kGroupTop, 0, 32}};
   EXPECT_EQ(codegen::LowerKernel(ast, ClTarget(), lo).status().code(), absl::StatusCode::kInvalidArgument)
       << "16 x 32 work-items exceed the target's 256";
+}
+
+// A grid too small for the y/z dims (CUDA allows 65535 blocks there) folds every global axis into dimension 0.
+TEST_F(ClTest, LaunchDimsFoldWhenTheGridIsTooSmall) {
+  const std::vector<float> xs = Ramp(40 * 30 * 7, 0.2f);
+  Tensor x = Tensor::FromVector<float>(xs, {40, 30, 7}, "CL");
+  const std::vector<float> want = Values(Tensor::FromVector<float>(xs, {40, 30, 7}, "CPU") * 3.0f + 1.0f);
+  const UOpPtr ast = OnlyKernel(x * 3.0f + 1.0f);
+  ASSERT_NE(ast, nullptr);
+  std::string unfolded, folded;
+  ExpectClose(RunWithOpts(Dev(), ast, {}, {xs}, &unfolded), want, "3 launch dims");
+  ExpectClose(RunWithOpts(Dev(), ast, {}, {xs}, &folded, ClTarget(16)), want, "folded into dimension 0");
+  EXPECT_NE(unfolded.find("get_global_id(2)"), std::string::npos) << unfolded;
+  EXPECT_EQ(folded.find("get_global_id(1)"), std::string::npos) << folded;
+  EXPECT_NE(folded.find("get_global_id(0)"), std::string::npos) << folded;
 }
 
 // The GPU heuristic picks GROUPTOP for a long reduce with few outputs and LOCAL for a matmul; both run correctly.
