@@ -36,7 +36,8 @@ absl::StatusOr<const DriverApi*> Driver() {
     std::string tried, missing;
     void* lib = OpenFirst({"libcuda.so.1", "libcuda.so"}, &tried);
     if (lib == nullptr) {
-      result = new absl::StatusOr<const DriverApi*>(absl::NotFoundError(absl::StrCat("no CUDA driver (tried ", tried, ")")));
+      result = new absl::StatusOr<const DriverApi*>(
+          absl::NotFoundError(absl::StrCat("no CUDA driver (tried ", tried, ")")));
       return;
     }
     auto* api = new DriverApi();
@@ -62,7 +63,9 @@ absl::StatusOr<const DriverApi*> Driver() {
     Sym(lib, "cuEventCreate", &api->cuEventCreate, &missing);
     Sym(lib, "cuEventRecord", &api->cuEventRecord, &missing);
     Sym(lib, "cuEventSynchronize", &api->cuEventSynchronize, &missing);
-    Sym(lib, dlsym(lib, "cuEventElapsedTime_v2") != nullptr ? "cuEventElapsedTime_v2" : "cuEventElapsedTime",
+    Sym(lib,
+        dlsym(lib, "cuEventElapsedTime_v2") != nullptr ? "cuEventElapsedTime_v2"
+                                                       : "cuEventElapsedTime",
         &api->cuEventElapsedTime, &missing);
     Sym(lib, "cuEventDestroy_v2", &api->cuEventDestroy, &missing);
     Sym(lib, "cuGetErrorString", &api->cuGetErrorString, &missing);
@@ -81,15 +84,18 @@ absl::StatusOr<const NvrtcApi*> Nvrtc() {
   static std::once_flag once;
   std::call_once(once, [] {
     std::vector<std::string> names;
-    if (const char* p = std::getenv("KILN_NVRTC_PATH"); p != nullptr && *p != '\0') names.push_back(p);
+    if (const char* p = std::getenv("KILN_NVRTC_PATH"); p != nullptr && *p != '\0')
+      names.push_back(p);
     if (const char* c = std::getenv("CUDA_PATH"); c != nullptr && *c != '\0')
       names.push_back(absl::StrCat(c, "/lib64/libnvrtc.so"));
     names.push_back("/usr/local/cuda/lib64/libnvrtc.so");
-    for (const char* n : {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"}) names.push_back(n);
+    for (const char* n : {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2"})
+      names.push_back(n);
     std::string tried, missing;
     void* lib = OpenFirst(names, &tried);
     if (lib == nullptr) {
-      result = new absl::StatusOr<const NvrtcApi*>(absl::NotFoundError(absl::StrCat("no NVRTC (tried ", tried, ")")));
+      result = new absl::StatusOr<const NvrtcApi*>(
+          absl::NotFoundError(absl::StrCat("no NVRTC (tried ", tried, ")")));
       return;
     }
     auto* api = new NvrtcApi();
@@ -103,7 +109,8 @@ absl::StatusOr<const NvrtcApi*> Nvrtc() {
     Sym(lib, "nvrtcDestroyProgram", &api->nvrtcDestroyProgram, &missing);
     Sym(lib, "nvrtcGetErrorString", &api->nvrtcGetErrorString, &missing);
     if (!missing.empty()) {
-      result = new absl::StatusOr<const NvrtcApi*>(absl::NotFoundError(absl::StrCat("NVRTC lacks: ", missing)));
+      result = new absl::StatusOr<const NvrtcApi*>(
+          absl::NotFoundError(absl::StrCat("NVRTC lacks: ", missing)));
       return;
     }
     result = new absl::StatusOr<const NvrtcApi*>(api);
@@ -115,8 +122,8 @@ absl::Status CudaError(const char* what, CUresult r) {
   const char* name = nullptr;
   auto d = Driver();
   if (d.ok()) (*d)->cuGetErrorString(r, &name);
-  return absl::InternalError(absl::StrCat("CUDA error ", r, name != nullptr ? absl::StrCat(" (", name, ")") : "",
-                                          " in ", what));
+  return absl::InternalError(absl::StrCat(
+      "CUDA error ", r, name != nullptr ? absl::StrCat(" (", name, ")") : "", " in ", what));
 }
 
 }  // namespace kiln::backends::cuda

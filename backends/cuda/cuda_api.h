@@ -24,7 +24,8 @@ using nvrtcResult = int;
 using nvrtcProgram = struct _nvrtcProgram*;
 
 inline constexpr CUresult kCudaSuccess = 0;
-inline constexpr int kAttrComputeCapabilityMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+inline constexpr int kAttrComputeCapabilityMajor =
+    75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 inline constexpr int kAttrComputeCapabilityMinor = 76;
 
 struct DriverApi {
@@ -44,8 +45,8 @@ struct DriverApi {
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuModuleUnload)(CUmodule);
-  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             CUstream, void**, void**);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void**, void**);
   CUresult (*cuStreamCreate)(CUstream*, unsigned int);
   CUresult (*cuStreamSynchronize)(CUstream);
   CUresult (*cuEventCreate)(CUevent*, unsigned int);
@@ -58,8 +59,8 @@ struct DriverApi {
 
 struct NvrtcApi {
   nvrtcResult (*nvrtcVersion)(int*, int*);
-  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*,
-                                    const char* const*);
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int,
+                                    const char* const*, const char* const*);
   nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*);
   nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t*);
   nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*);

@@ -36,13 +36,16 @@ class CudaProgram final : public runtime::Program {
   ~CudaProgram() override {
     if (st_->Bind().ok()) st_->api->cuModuleUnload(mod_);
   }
-  absl::StatusOr<double> Launch(absl::Span<const runtime::DeviceMemory> bufs, absl::Span<const int64_t> vars,
-                                const runtime::LaunchDims& dims, bool timed) override {
+  absl::StatusOr<double> Launch(absl::Span<const runtime::DeviceMemory> bufs,
+                                absl::Span<const int64_t> vars, const runtime::LaunchDims& dims,
+                                bool timed) override {
     for (int i = 0; i < 3; ++i)
-      if (dims.global[i] < 1 || dims.local[i] < 1 || dims.global[i] > (int64_t{1} << 31) - 1 || dims.local[i] > 1024)
+      if (dims.global[i] < 1 || dims.local[i] < 1 || dims.global[i] > (int64_t{1} << 31) - 1 ||
+          dims.local[i] > 1024)
         return absl::InvalidArgumentError("CUDA launch: launch dims out of range");
     std::vector<cuda::CUdeviceptr> ptrs(bufs.size());
-    std::vector<long long> vs(vars.begin(), vars.end());  // NOLINT(runtime/int): the kernel's `long long` args
+    std::vector<long long> vs(vars.begin(),
+                              vars.end());  // NOLINT(runtime/int): the kernel's `long long` args
     std::vector<void*> args;
     for (size_t i = 0; i < bufs.size(); ++i) {
       ptrs[i] = static_cast<cuda::CUdeviceptr>(bufs[i].handle);
@@ -58,16 +61,18 @@ class CudaProgram final : public runtime::Program {
         return absl::InternalError("CUDA launch: cannot create events");
       a.cuEventRecord(start, st_->stream);
     }
-    cuda::CUresult r = a.cuLaunchKernel(fn_, static_cast<unsigned>(dims.global[0]), static_cast<unsigned>(dims.global[1]),
-                                        static_cast<unsigned>(dims.global[2]), static_cast<unsigned>(dims.local[0]),
-                                        static_cast<unsigned>(dims.local[1]), static_cast<unsigned>(dims.local[2]), 0,
-                                        st_->stream, args.data(), nullptr);
+    cuda::CUresult r = a.cuLaunchKernel(
+        fn_, static_cast<unsigned>(dims.global[0]), static_cast<unsigned>(dims.global[1]),
+        static_cast<unsigned>(dims.global[2]), static_cast<unsigned>(dims.local[0]),
+        static_cast<unsigned>(dims.local[1]), static_cast<unsigned>(dims.local[2]), 0, st_->stream,
+        args.data(), nullptr);
     double secs = 0;
     if (r == kCudaSuccess && timed) {
       a.cuEventRecord(stop, st_->stream);
       r = a.cuEventSynchronize(stop);
       float ms = 0;
-      if (r == kCudaSuccess && a.cuEventElapsedTime(&ms, start, stop) == kCudaSuccess) secs = ms * 1e-3;
+      if (r == kCudaSuccess && a.cuEventElapsedTime(&ms, start, stop) == kCudaSuccess)
+        secs = ms * 1e-3;
     }
     if (r == kCudaSuccess) r = a.cuStreamSynchronize(st_->stream);
     if (start != nullptr) a.cuEventDestroy(start);
@@ -92,10 +97,13 @@ std::string NvrtcCompiler::CacheKey() const {
   return absl::StrCat("cuda-nvrtc-", major, ".", minor, "|compute_", arch_, "|ptx|v1");
 }
 
-absl::StatusOr<std::string> NvrtcCompiler::Compile(const std::string& source, const std::string& name) {
+absl::StatusOr<std::string> NvrtcCompiler::Compile(const std::string& source,
+                                                   const std::string& name) {
   KILN_ASSIGN_OR_RETURN(const cuda::NvrtcApi* n, cuda::Nvrtc());
   cuda::nvrtcProgram prog = nullptr;
-  if (cuda::nvrtcResult r = n->nvrtcCreateProgram(&prog, source.c_str(), "kernel.cu", 0, nullptr, nullptr); r != 0)
+  if (cuda::nvrtcResult r =
+          n->nvrtcCreateProgram(&prog, source.c_str(), "kernel.cu", 0, nullptr, nullptr);
+      r != 0)
     return absl::InternalError(absl::StrCat("NVRTC create: ", n->nvrtcGetErrorString(r)));
   const std::string arch_opt = absl::StrCat("--gpu-architecture=compute_", arch_);
   const char* opts[] = {arch_opt.c_str(), "--std=c++17", "-default-device"};
@@ -110,8 +118,8 @@ absl::StatusOr<std::string> NvrtcCompiler::Compile(const std::string& source, co
       if (log.size() > 8192) log = log.substr(0, 8192) + "\n...(log truncated)";
     }
     n->nvrtcDestroyProgram(&prog);
-    return absl::InvalidArgumentError(absl::StrCat("CUDA compile of ", name, " failed (", n->nvrtcGetErrorString(cr),
-                                                   "); NVRTC log:\n", log));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CUDA compile of ", name, " failed (", n->nvrtcGetErrorString(cr), "); NVRTC log:\n", log));
   }
   size_t size = 0;
   std::string ptx;
@@ -120,7 +128,8 @@ absl::StatusOr<std::string> NvrtcCompiler::Compile(const std::string& source, co
     n->nvrtcGetPTX(prog, ptx.data());
   }
   n->nvrtcDestroyProgram(&prog);
-  if (ptx.empty()) return absl::InternalError(absl::StrCat("CUDA compile of ", name, ": NVRTC produced no PTX"));
+  if (ptx.empty())
+    return absl::InternalError(absl::StrCat("CUDA compile of ", name, ": NVRTC produced no PTX"));
   return ptx;  // NUL-terminated (size counts the terminator), as cuModuleLoadData wants
 }
 
@@ -129,7 +138,8 @@ absl::StatusOr<runtime::DeviceMemory> CudaAllocator::Alloc(size_t nbytes) {
   KILN_RETURN_IF_ERROR(st_->Bind());
   cuda::CUdeviceptr p = 0;
   if (cuda::CUresult r = st_->api->cuMemAlloc(&p, std::max<size_t>(nbytes, 1)); r != kCudaSuccess)
-    return absl::ResourceExhaustedError(absl::StrCat("CUDA: cannot allocate ", nbytes, " bytes (error ", r, ")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("CUDA: cannot allocate ", nbytes, " bytes (error ", r, ")"));
   allocated_ += static_cast<int64_t>(nbytes);
   runtime::DeviceMemory m;
   m.handle = p;
@@ -150,16 +160,19 @@ absl::Status CudaAllocator::CopyIn(runtime::DeviceMemory dst, const void* src, s
   if (nbytes > dst.nbytes) return absl::InvalidArgumentError("CUDA copy-in larger than the buffer");
   absl::MutexLock lock(&st_->mu);
   KILN_RETURN_IF_ERROR(st_->Bind());
-  cuda::CUresult r = st_->api->cuMemcpyHtoD(static_cast<cuda::CUdeviceptr>(dst.handle), src, nbytes);
+  cuda::CUresult r =
+      st_->api->cuMemcpyHtoD(static_cast<cuda::CUdeviceptr>(dst.handle), src, nbytes);
   return r == kCudaSuccess ? absl::OkStatus() : CudaError("cuMemcpyHtoD", r);
 }
 
 absl::Status CudaAllocator::CopyOut(void* dst, runtime::DeviceMemory src, size_t nbytes) {
   if (nbytes == 0) return absl::OkStatus();
-  if (nbytes > src.nbytes) return absl::InvalidArgumentError("CUDA copy-out larger than the buffer");
+  if (nbytes > src.nbytes)
+    return absl::InvalidArgumentError("CUDA copy-out larger than the buffer");
   absl::MutexLock lock(&st_->mu);
   KILN_RETURN_IF_ERROR(st_->Bind());
-  cuda::CUresult r = st_->api->cuMemcpyDtoH(dst, static_cast<cuda::CUdeviceptr>(src.handle), nbytes);
+  cuda::CUresult r =
+      st_->api->cuMemcpyDtoH(dst, static_cast<cuda::CUdeviceptr>(src.handle), nbytes);
   return r == kCudaSuccess ? absl::OkStatus() : CudaError("cuMemcpyDtoH", r);
 }
 
@@ -182,13 +195,15 @@ int CountCudaDevices() {
 
 absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(std::string name, int index) {
   KILN_ASSIGN_OR_RETURN(const cuda::DriverApi* a, cuda::Driver());
-  if (cuda::CUresult r = a->cuInit(0); r != kCudaSuccess) return absl::NotFoundError("CUDA: cuInit failed (no GPU?)");
+  if (cuda::CUresult r = a->cuInit(0); r != kCudaSuccess)
+    return absl::NotFoundError("CUDA: cuInit failed (no GPU?)");
   const int count = CountCudaDevices();
   if (index < 0 || index >= count)
     return absl::NotFoundError(absl::StrCat("no CUDA device ", index, " (found ", count, ")"));
   auto st = std::make_shared<CudaState>();
   st->api = a;
-  if (cuda::CUresult r = a->cuDeviceGet(&st->device, index); r != kCudaSuccess) return CudaError("cuDeviceGet", r);
+  if (cuda::CUresult r = a->cuDeviceGet(&st->device, index); r != kCudaSuccess)
+    return CudaError("cuDeviceGet", r);
   int major = 0, minor = 0;
   a->cuDeviceGetAttribute(&major, cuda::kAttrComputeCapabilityMajor, st->device);
   a->cuDeviceGetAttribute(&minor, cuda::kAttrComputeCapabilityMinor, st->device);
@@ -196,20 +211,23 @@ absl::StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Create(std::string name,
   if (cuda::CUresult r = a->cuDevicePrimaryCtxRetain(&st->ctx, st->device); r != kCudaSuccess)
     return CudaError("cuDevicePrimaryCtxRetain", r);
   KILN_RETURN_IF_ERROR(st->Bind());
-  if (cuda::CUresult r = a->cuStreamCreate(&st->stream, 1 /*CU_STREAM_NON_BLOCKING*/); r != kCudaSuccess)
+  if (cuda::CUresult r = a->cuStreamCreate(&st->stream, 1 /*CU_STREAM_NON_BLOCKING*/);
+      r != kCudaSuccess)
     return CudaError("cuStreamCreate", r);
   const std::string arch = st->arch;
   return std::unique_ptr<CudaDevice>(new CudaDevice(std::move(name), std::move(st), arch));
 }
 
-absl::StatusOr<std::unique_ptr<runtime::Program>> CudaDevice::Load(const std::string& binary, const std::string& name) {
+absl::StatusOr<std::unique_ptr<runtime::Program>> CudaDevice::Load(const std::string& binary,
+                                                                   const std::string& name) {
   absl::MutexLock lock(&st_->mu);
   KILN_RETURN_IF_ERROR(st_->Bind());
   std::string ptx = binary;
   if (ptx.empty() || ptx.back() != '\0') ptx.push_back('\0');
   cuda::CUmodule mod = nullptr;
   if (cuda::CUresult r = st_->api->cuModuleLoadData(&mod, ptx.data()); r != kCudaSuccess)
-    return absl::InvalidArgumentError(absl::StrCat("CUDA load of ", name, ": ", CudaError("cuModuleLoadData", r).message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA load of ", name, ": ", CudaError("cuModuleLoadData", r).message()));
   cuda::CUfunction fn = nullptr;
   if (cuda::CUresult r = st_->api->cuModuleGetFunction(&fn, mod, name.c_str()); r != kCudaSuccess) {
     st_->api->cuModuleUnload(mod);
@@ -227,11 +245,13 @@ absl::Status CudaDevice::Synchronize() {
 
 void RegisterCudaBackend(runtime::BackendRegistry& registry) {
   if (CountCudaDevices() == 0) return;
-  registry.Register("CUDA", [](const std::string& name, int index) -> absl::StatusOr<std::unique_ptr<runtime::Device>> {
-    auto dev = CudaDevice::Create(name, index);
-    if (!dev.ok()) return dev.status();
-    return std::unique_ptr<runtime::Device>(std::move(*dev));
-  });
+  registry.Register(
+      "CUDA",
+      [](const std::string& name, int index) -> absl::StatusOr<std::unique_ptr<runtime::Device>> {
+        auto dev = CudaDevice::Create(name, index);
+        if (!dev.ok()) return dev.status();
+        return std::unique_ptr<runtime::Device>(std::move(*dev));
+      });
 }
 
 }  // namespace kiln::backends

@@ -60,7 +60,8 @@ class CudaDevice final : public runtime::Device {
   runtime::Allocator& allocator() override { return allocator_; }
   runtime::Compiler& compiler() override { return compiler_; }
   std::string renderer() const override { return "cuda"; }
-  absl::StatusOr<std::unique_ptr<runtime::Program>> Load(const std::string& binary, const std::string& name) override;
+  absl::StatusOr<std::unique_ptr<runtime::Program>> Load(const std::string& binary,
+                                                         const std::string& name) override;
   absl::Status Synchronize() override;
   const std::string& arch() const;
 

@@ -58,7 +58,8 @@ class ClDevice final : public runtime::Device {
   runtime::Allocator& allocator() override { return allocator_; }
   runtime::Compiler& compiler() override { return compiler_; }
   std::string renderer() const override { return "opencl"; }
-  absl::StatusOr<std::unique_ptr<runtime::Program>> Load(const std::string& binary, const std::string& name) override;
+  absl::StatusOr<std::unique_ptr<runtime::Program>> Load(const std::string& binary,
+                                                         const std::string& name) override;
   absl::Status Synchronize() override;
   // The OpenCL device name (CL_DEVICE_NAME), e.g. "pthread-skylake-avx512".
   const std::string& device_name() const;

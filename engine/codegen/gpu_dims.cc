@@ -27,8 +27,8 @@ void FlattenGroups(const UOpPtr& u, UOpVec& out) {
 
 // Maps `axes` (loop-nest order) onto SPECIALs named prefix0..2; fills `sizes`, adds RANGE -> expression to `map`.
 // When a dimension would exceed `limit` (0 = none), every axis is folded into dimension 0 instead.
-absl::Status MapAxes(const std::vector<UOpPtr>& axes, const char* prefix, int64_t sizes[3], const int64_t limit[3],
-                     absl::flat_hash_map<const UOp*, UOpPtr>& map) {
+absl::Status MapAxes(const std::vector<UOpPtr>& axes, const char* prefix, int64_t sizes[3],
+                     const int64_t limit[3], absl::flat_hash_map<const UOp*, UOpPtr>& map) {
   if (axes.empty()) return absl::OkStatus();
   std::vector<int64_t> n;
   for (const UOpPtr& r : axes) {
@@ -39,7 +39,9 @@ absl::Status MapAxes(const std::vector<UOpPtr>& axes, const char* prefix, int64_
   }
   const int count = static_cast<int>(axes.size());
   const int merged = std::max(0, count - 2);  // axes [0, merged) share dimension 2 when count > 3
-  auto too_big = [&](int dim, int64_t size) { return limit != nullptr && limit[dim] > 0 && size > limit[dim]; };
+  auto too_big = [&](int dim, int64_t size) {
+    return limit != nullptr && limit[dim] > 0 && size > limit[dim];
+  };
   bool fold = false;
   if (count <= 3) {
     for (int i = 0; i < count; ++i) fold |= too_big(count - 1 - i, n[i]);
@@ -50,12 +52,14 @@ absl::Status MapAxes(const std::vector<UOpPtr>& axes, const char* prefix, int64_
   }
   auto special = [&](int dim, int64_t size) {
     sizes[dim] = size;
-    return UOp::Make(Op::SPECIAL, dtypes::kIndex, {UOp::Const(dtypes::kIndex, size)}, absl::StrCat(prefix, dim));
+    return UOp::Make(Op::SPECIAL, dtypes::kIndex, {UOp::Const(dtypes::kIndex, size)},
+                     absl::StrCat(prefix, dim));
   };
   if (fold) {
     int64_t total = 1;
     for (int64_t s : n) total *= s;
-    if (too_big(0, total)) return absl::InvalidArgumentError("gpu dims: the launch exceeds the target's grid");
+    if (too_big(0, total))
+      return absl::InvalidArgumentError("gpu dims: the launch exceeds the target's grid");
     UOpPtr s0 = special(0, total);
     int64_t stride = total;
     for (int i = 0; i < count; ++i) {
@@ -93,7 +97,8 @@ absl::StatusOr<UOpPtr> LowerGpuDims(const UOpPtr& sink, LowerContext& ctx) {
   std::vector<UOpPtr> locals = AxesOfType(sink, ctx, {AxisType::kLocal, AxisType::kGroupReduce});
   absl::flat_hash_map<const UOp*, UOpPtr> map;
   for (int i = 0; i < 3; ++i) ctx.global_size[i] = ctx.local_size[i] = 1;
-  KILN_RETURN_IF_ERROR(MapAxes(globals, locals.empty() ? "idx" : "gidx", ctx.global_size, ctx.target.global_max, map));
+  KILN_RETURN_IF_ERROR(MapAxes(globals, locals.empty() ? "idx" : "gidx", ctx.global_size,
+                               ctx.target.global_max, map));
   KILN_RETURN_IF_ERROR(MapAxes(locals, "lidx", ctx.local_size, nullptr, map));
   if (map.empty()) return sink;
   UOpPtr out = RewriteBottomUp(sink, [&](const UOp* orig, const UOpPtr& u) -> UOpPtr {
@@ -117,7 +122,8 @@ absl::StatusOr<UOpPtr> LowerGpuDims(const UOpPtr& sink, LowerContext& ctx) {
       }
     }
     if (!dropped) return nullptr;
-    if (ranges.empty()) return vals.size() == 1 ? vals[0] : UOp::Make(Op::GROUP, dtypes::kVoid, vals);
+    if (ranges.empty())
+      return vals.size() == 1 ? vals[0] : UOp::Make(Op::GROUP, dtypes::kVoid, vals);
     for (const UOpPtr& r : ranges) vals.push_back(r);
     return u->WithSrc(vals);
   });

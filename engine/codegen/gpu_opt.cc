@@ -41,25 +41,30 @@ bool IsGroupRange(const UOp* u) {
 
 }  // namespace
 
-absl::Status CheckLocalOpt(const UOpPtr& sink, const Opt& opt, int64_t amt, const LowerContext& ctx) {
+absl::Status CheckLocalOpt(const UOpPtr& sink, const Opt& opt, int64_t amt,
+                           const LowerContext& ctx) {
   const std::string what = opt.ToString();
   if (!ctx.target.has_local)
-    return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": target has no local memory/workgroups"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("opt ", what, ": target has no local memory/workgroups"));
   const int64_t now = Product(AxesOfType(sink, ctx, {AxisType::kLocal, AxisType::kGroupReduce}));
   const int64_t limit = std::max<int64_t>(1, ctx.target.max_local_size);
   if (now * amt > limit)
-    return absl::InvalidArgumentError(
-        absl::StrCat("opt ", what, ": work-group of ", now * amt, " items exceeds the target's ", limit));
+    return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": work-group of ", now * amt,
+                                                   " items exceeds the target's ", limit));
   if (opt.op == OptOp::kGroup || opt.op == OptOp::kGroupTop) {
     if (!AxesOfType(sink, ctx, {AxisType::kGroupReduce}).empty())
-      return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": only one GROUP/GROUPTOP axis"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("opt ", what, ": only one GROUP/GROUPTOP axis"));
     if (HasNestedReduce(sink))
-      return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": GROUP of a kernel with nested reduces"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("opt ", what, ": GROUP of a kernel with nested reduces"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<UOpPtr> ApplyGpuHeuristic(const UOpPtr& sink, LowerContext& ctx, std::vector<Opt>* chosen) {
+absl::StatusOr<UOpPtr> ApplyGpuHeuristic(const UOpPtr& sink, LowerContext& ctx,
+                                         std::vector<Opt>* chosen) {
   UOpPtr cur = sink;
   auto apply = [&](Opt o) -> absl::Status {
     KILN_ASSIGN_OR_RETURN(cur, ApplyOpt(cur, o, ctx));
@@ -97,8 +102,10 @@ absl::StatusOr<UOpPtr> ApplyGpuHeuristic(const UOpPtr& sink, LowerContext& ctx, 
   if (grouped == 1 && !out.empty()) {
     const int last = static_cast<int>(out.size()) - 1;
     if (ctx.has_reduce && out.size() >= 2) {
-      if (out[last] % 4 == 0 && out[last] >= 16) KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, last, 4}));
-      if (out[last - 1] % 4 == 0 && out[last - 1] >= 16) KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, last - 1, 4}));
+      if (out[last] % 4 == 0 && out[last] >= 16)
+        KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, last, 4}));
+      if (out[last - 1] % 4 == 0 && out[last - 1] >= 16)
+        KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, last - 1, 4}));
       red = sizes({AxisType::kReduce});
       if (!red.empty() && red.back() % 4 == 0 && red.back() >= 8)
         KILN_RETURN_IF_ERROR(apply({OptOp::kUnroll, static_cast<int>(red.size()) - 1, 4}));
@@ -141,7 +148,8 @@ absl::StatusOr<UOpPtr> LowerGroupReduces(const UOpPtr& sink, LowerContext& ctx) 
   }
   if (group == nullptr) return sink;
   const int64_t g_size = SizeOf(UOpPtr::FromRaw(group));
-  if (g_size <= 0) return absl::InvalidArgumentError("group reduces: the GROUP axis needs a constant size");
+  if (g_size <= 0)
+    return absl::InvalidArgumentError("group reduces: the GROUP axis needs a constant size");
   // This work-item's position among the LOCAL output axes (row-major), so each output lane has its own slice.
   std::vector<UOpPtr> locals = AxesOfType(sink, ctx, {AxisType::kLocal});
   const int64_t l_prod = Product(locals);
@@ -158,17 +166,21 @@ absl::StatusOr<UOpPtr> LowerGroupReduces(const UOpPtr& sink, LowerContext& ctx) 
     UOpVec others{u->src(0)};
     for (size_t i = 1; i < u->num_src(); ++i)
       if (u->src(i) != g) others.push_back(u->src(i));
-    const UOpPtr partial = others.size() == 1 ? u->src(0) : UOp::Make(Op::REDUCE, u->dtype(), others, u->arg());
+    const UOpPtr partial =
+        others.size() == 1 ? u->src(0) : UOp::Make(Op::REDUCE, u->dtype(), others, u->arg());
     const UOpPtr& local = mem.at(u->dtype());
     const UOpPtr base = UOp::Const(dtypes::kIndex, it->second * g_size * l_prod) + lid * g_size;
-    UOpPtr st = UOp::Make(Op::STORE, dtypes::kVoid, {UOp::Make(Op::INDEX, local->dtype(), {local, base + g}), partial});
+    UOpPtr st = UOp::Make(Op::STORE, dtypes::kVoid,
+                          {UOp::Make(Op::INDEX, local->dtype(), {local, base + g}), partial});
     UOpPtr bar = UOp::Make(Op::BARRIER, dtypes::kVoid, {st});
     barriers.insert(bar.get());
     const int64_t id = ctx.next_axis_id++;
     ctx.order.push_back(id);
-    UOpPtr r2 = UOp::Make(Op::RANGE, dtypes::kIndex, {UOp::Const(dtypes::kIndex, g_size)}, AxisArg{id, AxisType::kReduce});
+    UOpPtr r2 = UOp::Make(Op::RANGE, dtypes::kIndex, {UOp::Const(dtypes::kIndex, g_size)},
+                          AxisArg{id, AxisType::kReduce});
     UOpPtr after = UOp::Make(Op::AFTER, local->dtype(), {local, bar});
-    UOpPtr ld = UOp::Make(Op::LOAD, u->dtype(), {UOp::Make(Op::INDEX, local->dtype(), {after, base + r2})});
+    UOpPtr ld =
+        UOp::Make(Op::LOAD, u->dtype(), {UOp::Make(Op::INDEX, local->dtype(), {after, base + r2})});
     return UOp::Make(Op::REDUCE, u->dtype(), {ld, r2}, u->arg());
   });
   // Every work-item of the group computes the same result; only the first one stores it.
@@ -182,7 +194,8 @@ absl::StatusOr<UOpPtr> LowerGroupReduces(const UOpPtr& sink, LowerContext& ctx) 
       if (barriers.contains(v)) grouped = true;
     if (!grouped) return nullptr;
     const UOpPtr& ix = u->src(0);
-    UOpPtr gate = ix->num_src() == 3 ? UOp::Make(Op::AND, dtypes::kBool, {ix->src(2), first}) : first;
+    UOpPtr gate =
+        ix->num_src() == 3 ? UOp::Make(Op::AND, dtypes::kBool, {ix->src(2), first}) : first;
     UOpVec src(u->src().begin(), u->src().end());
     src[0] = UOp::Make(Op::INDEX, ix->dtype(), {ix->src(0), ix->src(1), gate}, ix->arg());
     return u->WithSrc(src);

@@ -61,7 +61,9 @@ absl::StatusOr<std::string> DevicePool::Select(std::string_view spec) const {
     for (const char* kind : {"CUDA:", "CL:"})
       for (const std::string& n : names_)
         if (want.empty() && n.rfind(kind, 0) == 0) want = n;
-    if (want.empty()) return absl::NotFoundError(absl::StrCat("no GPU-class device (pool: ", absl::StrJoin(names_, ", "), ")"));
+    if (want.empty())
+      return absl::NotFoundError(
+          absl::StrCat("no GPU-class device (pool: ", absl::StrJoin(names_, ", "), ")"));
     return want;
   }
   auto parsed = BackendRegistry::ParseName(spec);
@@ -69,7 +71,8 @@ absl::StatusOr<std::string> DevicePool::Select(std::string_view spec) const {
   want = parsed->kind == "CPU" ? (parsed->index == 0 ? "CPU" : parsed->canonical)
                                : absl::StrCat(parsed->kind, ":", parsed->index);
   if (!devices_.contains(want))
-    return absl::NotFoundError(absl::StrCat("device ", want, " is not on this machine (pool: ", absl::StrJoin(names_, ", "), ")"));
+    return absl::NotFoundError(absl::StrCat(
+        "device ", want, " is not on this machine (pool: ", absl::StrJoin(names_, ", "), ")"));
   return want;
 }
 

@@ -32,7 +32,8 @@ class DevicePool {
   static constexpr int kMaxPerKind = 16;
 
   // Discovers the devices of `registry` (see above). Never fails: a kind whose index 0 cannot be created is absent.
-  static std::unique_ptr<DevicePool> Discover(BackendRegistry& registry = BackendRegistry::Global());
+  static std::unique_ptr<DevicePool> Discover(
+      BackendRegistry& registry = BackendRegistry::Global());
   ~DevicePool();
   DevicePool(const DevicePool&) = delete;
   DevicePool& operator=(const DevicePool&) = delete;

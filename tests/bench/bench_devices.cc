@@ -55,7 +55,8 @@ void BM_Matmul(benchmark::State& state, const std::string& dev) {
     (void)tb.Realize();
     return ta.Matmul(tb);
   });
-  state.counters["GFLOPS"] = benchmark::Counter(2.0 * n * n * n * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(2.0 * n * n * n * state.iterations(), benchmark::Counter::kIsRate);
 }
 
 void BM_Add(benchmark::State& state, const std::string& dev) {
@@ -68,15 +69,37 @@ void BM_Add(benchmark::State& state, const std::string& dev) {
     (void)tb.Realize();
     return ta + tb;
   });
-  state.counters["GB/s"] = benchmark::Counter(12.0 * n * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(12.0 * n * state.iterations(), benchmark::Counter::kIsRate);
 }
 
-BENCHMARK_CAPTURE(BM_Matmul, CPU, std::string("CPU"))->Arg(256)->Arg(512)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Matmul, CL, std::string("CL"))->Arg(256)->Arg(512)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Matmul, CUDA, std::string("CUDA"))->Arg(1024)->Arg(4096)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Add, CPU, std::string("CPU"))->Arg(1 << 22)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Add, CL, std::string("CL"))->Arg(1 << 22)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Add, CUDA, std::string("CUDA"))->Arg(1 << 24)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Matmul, CPU, std::string("CPU"))
+    ->Arg(256)
+    ->Arg(512)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Matmul, CL, std::string("CL"))
+    ->Arg(256)
+    ->Arg(512)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Matmul, CUDA, std::string("CUDA"))
+    ->Arg(1024)
+    ->Arg(4096)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Add, CPU, std::string("CPU"))
+    ->Arg(1 << 22)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Add, CL, std::string("CL"))
+    ->Arg(1 << 22)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Add, CUDA, std::string("CUDA"))
+    ->Arg(1 << 24)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace kiln

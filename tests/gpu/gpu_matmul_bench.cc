@@ -25,19 +25,25 @@ int main(int argc, char** argv) {
   int iters = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i], v = argv[i + 1];
-    if (a == "--device") device = v;
-    else if (a == "--n") n = std::atoll(v.c_str());
-    else if (a == "--dtype") dtype = v;
-    else if (a == "--iters") iters = std::atoi(v.c_str());
+    if (a == "--device")
+      device = v;
+    else if (a == "--n")
+      n = std::atoll(v.c_str());
+    else if (a == "--dtype")
+      dtype = v;
+    else if (a == "--iters")
+      iters = std::atoi(v.c_str());
     else {
-      std::fprintf(stderr, "usage: %s [--device D] [--n N] [--dtype float32|float16] [--iters K]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--device D] [--n N] [--dtype float32|float16] [--iters K]\n",
+                   argv[0]);
       return 2;
     }
   }
   if (n <= 0 || iters <= 0 || (dtype != "float32" && dtype != "float16")) return 2;
   kiln::backends::RegisterAllBackends();
   if (auto d = kiln::runtime::GetDevice(device); !d.ok()) {
-    std::fprintf(stderr, "device %s: %s\n", device.c_str(), std::string(d.status().message()).c_str());
+    std::fprintf(stderr, "device %s: %s\n", device.c_str(),
+                 std::string(d.status().message()).c_str());
     return 1;
   }
   const kiln::DType dt = dtype == "float16" ? kiln::dtypes::kFloat16 : kiln::dtypes::kFloat32;
@@ -81,13 +87,13 @@ int main(int argc, char** argv) {
       mag += std::abs(static_cast<double>(a[i * n + k]) * b[k * n + j]);
     }
     if (std::abs(c[i * n + j] - want) > tol * mag) {
-      std::fprintf(stderr, "MISMATCH matmul %s C[%lld,%lld] = %g, want %g\n", dtype.c_str(), static_cast<long long>(i),
-                   static_cast<long long>(j), c[i * n + j], want);
+      std::fprintf(stderr, "MISMATCH matmul %s C[%lld,%lld] = %g, want %g\n", dtype.c_str(),
+                   static_cast<long long>(i), static_cast<long long>(j), c[i * n + j], want);
       ++bad;
     }
   }
   const double tflops = best < 1e30 ? 2.0 * n * n * n / best * 1e-12 : 0.0;
-  std::printf("RESULT matmul %s n=%lld best_ms=%.3f tflops=%.2f\n", dtype.c_str(), static_cast<long long>(n),
-              best * 1e3, tflops);
+  std::printf("RESULT matmul %s n=%lld best_ms=%.3f tflops=%.2f\n", dtype.c_str(),
+              static_cast<long long>(n), best * 1e3, tflops);
   return bad == 0 ? 0 : 1;
 }

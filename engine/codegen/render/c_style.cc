@@ -16,18 +16,32 @@ namespace cstyle_internal {
 std::string Emitter::ScalarName(ScalarType s) const {
   const bool cl = Cl();
   switch (s) {
-    case ScalarType::kBool: return "bool";
-    case ScalarType::kInt8: return cl ? "char" : "signed char";
-    case ScalarType::kUInt8: return cl ? "uchar" : "unsigned char";
-    case ScalarType::kInt16: return "short";
-    case ScalarType::kUInt16: return cl ? "ushort" : "unsigned short";
-    case ScalarType::kInt32: return "int";
-    case ScalarType::kUInt32: return cl ? "uint" : "unsigned int";
-    case ScalarType::kInt64: return cl ? "long" : "long long";
-    case ScalarType::kUInt64: return cl ? "ulong" : "unsigned long long";
-    case ScalarType::kFloat16: case ScalarType::kBFloat16: case ScalarType::kFloat32: return "float";
-    case ScalarType::kFloat64: return "double";
-    default: return "void";
+    case ScalarType::kBool:
+      return "bool";
+    case ScalarType::kInt8:
+      return cl ? "char" : "signed char";
+    case ScalarType::kUInt8:
+      return cl ? "uchar" : "unsigned char";
+    case ScalarType::kInt16:
+      return "short";
+    case ScalarType::kUInt16:
+      return cl ? "ushort" : "unsigned short";
+    case ScalarType::kInt32:
+      return "int";
+    case ScalarType::kUInt32:
+      return cl ? "uint" : "unsigned int";
+    case ScalarType::kInt64:
+      return cl ? "long" : "long long";
+    case ScalarType::kUInt64:
+      return cl ? "ulong" : "unsigned long long";
+    case ScalarType::kFloat16:
+    case ScalarType::kBFloat16:
+    case ScalarType::kFloat32:
+      return "float";
+    case ScalarType::kFloat64:
+      return "double";
+    default:
+      return "void";
   }
 }
 
@@ -38,8 +52,9 @@ std::string Emitter::RegType(DType d) const {
     std::string base = s;
     if (!Cl()) {
       static const std::pair<const char*, const char*> kCuda[] = {
-          {"signed char", "char"}, {"unsigned char", "uchar"}, {"unsigned short", "ushort"},
-          {"unsigned int", "uint"}, {"long long", "longlong"}, {"unsigned long long", "ulonglong"}};
+          {"signed char", "char"},      {"unsigned char", "uchar"},
+          {"unsigned short", "ushort"}, {"unsigned int", "uint"},
+          {"long long", "longlong"},    {"unsigned long long", "ulonglong"}};
       for (const auto& [from, to] : kCuda)
         if (s == from) base = to;
     }
@@ -56,10 +71,14 @@ std::string Emitter::MemType(DType d) const {
 
 std::string Emitter::UnsignedOf(DType d) const {
   switch (d.ItemSize()) {
-    case 1: return ScalarName(ScalarType::kUInt8);
-    case 2: return ScalarName(ScalarType::kUInt16);
-    case 4: return ScalarName(ScalarType::kUInt32);
-    default: return ScalarName(ScalarType::kUInt64);
+    case 1:
+      return ScalarName(ScalarType::kUInt8);
+    case 2:
+      return ScalarName(ScalarType::kUInt16);
+    case 4:
+      return ScalarName(ScalarType::kUInt32);
+    default:
+      return ScalarName(ScalarType::kUInt64);
   }
 }
 
@@ -74,18 +93,21 @@ std::string Emitter::Ref(const UOp* u) {
   auto it = val_.find(u);
   if (it != val_.end()) return it->second;
   if (err_.ok()) {
-    err_ = absl::InvalidArgumentError(absl::StrCat("c-style renderer: ", std::string(OpName(u->op())),
-                                                   " is used before it is defined in the linear program"));
+    err_ = absl::InvalidArgumentError(
+        absl::StrCat("c-style renderer: ", std::string(OpName(u->op())),
+                     " is used before it is defined in the linear program"));
   }
   return "0";
 }
 
 absl::Status Emitter::EmitSpecial(size_t i, const UOp& u) {
   const std::string& s = u.ArgStr();
-  const bool group = s.rfind("gidx", 0) == 0, local = s.rfind("lidx", 0) == 0, global = s.rfind("idx", 0) == 0;
+  const bool group = s.rfind("gidx", 0) == 0, local = s.rfind("lidx", 0) == 0,
+             global = s.rfind("idx", 0) == 0;
   const size_t digits = group || local ? 4 : 3;
   if ((!group && !local && !global) || s.size() != digits + 1 || s[digits] < '0' || s[digits] > '2')
-    return absl::UnimplementedError("c-style renderer: SPECIAL must be gidx0..2, lidx0..2 or idx0..2");
+    return absl::UnimplementedError(
+        "c-style renderer: SPECIAL must be gidx0..2, lidx0..2 or idx0..2");
   const int k = s[digits] - '0';
   std::string e;
   if (Cl()) {
@@ -114,14 +136,16 @@ absl::Status Emitter::EmitLoad(size_t i, const UOp& u) {
   const std::string ptr = Ref(u.src(0).get());
   const DType d = u.dtype();
   const UOp* ix = u.src(0).get();
-  const bool global = !(ix->op() == Op::INDEX && ix->src(0)->dtype().addrspace != AddrSpace::kGlobal);
+  const bool global =
+      !(ix->op() == Op::INDEX && ix->src(0)->dtype().addrspace != AddrSpace::kGlobal);
   std::string v;
   if (!global) {
     v = absl::StrCat("*", ptr);
   } else if (d.scalar == ScalarType::kBool) {
     v = absl::StrCat("(*", ptr, " != 0)");
   } else if (IsHalfLike(d)) {
-    if (d.count > 1) return absl::UnimplementedError("c-style renderer: vector loads of half/bfloat16");
+    if (d.count > 1)
+      return absl::UnimplementedError("c-style renderer: vector loads of half/bfloat16");
     Need(d.scalar == ScalarType::kFloat16 ? kHalf : kBFloat);
     v = absl::StrCat(d.scalar == ScalarType::kFloat16 ? "kiln_h2f(*" : "kiln_b2f(*", ptr, ")");
   } else {
@@ -129,7 +153,8 @@ absl::Status Emitter::EmitLoad(size_t i, const UOp& u) {
   }
   if (const UOp* gate = GateOf(u)) {
     const std::string alt = u.num_src() >= 2 ? Ref(u.src(1).get()) : Const(d, Arg(int64_t{0}));
-    v = absl::StrCat(Ref(gate), " ? ", v, " : ", alt);  // the untaken side of ?: never touches memory
+    v = absl::StrCat(Ref(gate), " ? ", v, " : ",
+                     alt);  // the untaken side of ?: never touches memory
   }
   Def(i, u, RegType(d), v);
   return absl::OkStatus();
@@ -139,12 +164,15 @@ absl::Status Emitter::EmitStore(const UOp& u) {
   const std::string ptr = Ref(u.src(0).get());
   const DType vd = u.src(1)->dtype();
   std::string v = Ref(u.src(1).get());
-  const bool to_reg = u.src(0)->op() == Op::INDEX && u.src(0)->src(0)->dtype().addrspace == AddrSpace::kReg;
-  const bool to_local = u.src(0)->op() == Op::INDEX && u.src(0)->src(0)->dtype().addrspace == AddrSpace::kLocal;
+  const bool to_reg =
+      u.src(0)->op() == Op::INDEX && u.src(0)->src(0)->dtype().addrspace == AddrSpace::kReg;
+  const bool to_local =
+      u.src(0)->op() == Op::INDEX && u.src(0)->src(0)->dtype().addrspace == AddrSpace::kLocal;
   if (vd.scalar == ScalarType::kBool && !to_reg && !to_local) {
     v = absl::StrCat("(", MemType(vd), ")", v);
   } else if (IsHalfLike(vd) && !to_reg && !to_local) {
-    if (vd.count > 1) return absl::UnimplementedError("c-style renderer: vector stores of half/bfloat16");
+    if (vd.count > 1)
+      return absl::UnimplementedError("c-style renderer: vector stores of half/bfloat16");
     Need(vd.scalar == ScalarType::kFloat16 ? kHalf : kBFloat);
     v = absl::StrCat(vd.scalar == ScalarType::kFloat16 ? "kiln_f2h(" : "kiln_f2b(", v, ")");
   }
@@ -157,7 +185,8 @@ absl::Status Emitter::EmitStore(const UOp& u) {
 absl::Status Emitter::EmitVector(size_t i, const UOp& u) {
   const DType d = u.dtype();
   if (u.op() == Op::VECTORIZE) {
-    if (IsHalfLike(d) || d.IsBool()) return absl::UnimplementedError("c-style renderer: VECTORIZE of bool/half");
+    if (IsHalfLike(d) || d.IsBool())
+      return absl::UnimplementedError("c-style renderer: VECTORIZE of bool/half");
     std::vector<std::string> parts;
     for (const UOpPtr& s : u.src()) parts.push_back(Ref(s.get()));
     const std::string t = RegType(d);
@@ -192,11 +221,15 @@ absl::Status Emitter::EmitVector(size_t i, const UOp& u) {
 
 absl::Status Emitter::EmitOne(size_t i, const UOp& u) {
   if (u.dtype().Base().scalar == ScalarType::kIndex)
-    return absl::InvalidArgumentError(absl::StrCat("c-style renderer: index dtype reached the renderer (",
-                                                   std::string(OpName(u.op())), "); codegen lowers it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("c-style renderer: index dtype reached the renderer (",
+                     std::string(OpName(u.op())), "); codegen lowers it"));
   if (u.dtype().scalar == ScalarType::kFloat64) need_fp64_ = true;
   switch (u.op()) {
-    case Op::CONST: case Op::SINK: case Op::NOOP: case Op::GROUP:
+    case Op::CONST:
+    case Op::SINK:
+    case Op::NOOP:
+    case Op::GROUP:
       return absl::OkStatus();
     case Op::BARRIER:
       Line(Cl() ? "barrier(CLK_LOCAL_MEM_FENCE);" : "__syncthreads();");
@@ -212,12 +245,16 @@ absl::Status Emitter::EmitOne(size_t i, const UOp& u) {
     case Op::DEFINE_VAR: {
       auto it = std::find(p_.vars.begin(), p_.vars.end(), &u);
       if (it == p_.vars.end())
-        return absl::InvalidArgumentError("c-style renderer: DEFINE_VAR missing from Program::vars");
-      Def(i, u, RegType(u.dtype()), absl::StrCat("(", RegType(u.dtype()), ")var", it - p_.vars.begin()));
+        return absl::InvalidArgumentError(
+            "c-style renderer: DEFINE_VAR missing from Program::vars");
+      Def(i, u, RegType(u.dtype()),
+          absl::StrCat("(", RegType(u.dtype()), ")var", it - p_.vars.begin()));
       return absl::OkStatus();
     }
-    case Op::SPECIAL: return EmitSpecial(i, u);
-    case Op::DEFINE_REG: case Op::DEFINE_LOCAL: {
+    case Op::SPECIAL:
+      return EmitSpecial(i, u);
+    case Op::DEFINE_REG:
+    case Op::DEFINE_LOCAL: {
       const bool local = u.op() == Op::DEFINE_LOCAL;
       const std::string n = absl::StrCat(local ? "temp" : "acc", i);
       const DType e = u.dtype().Base();
@@ -230,17 +267,21 @@ absl::Status Emitter::EmitOne(size_t i, const UOp& u) {
       const std::string base = Ref(u.src(0).get());
       std::string p = absl::StrCat("(", base, "+", Ref(u.src(1).get()), ")");
       if (u.dtype().count > 1) {  // a contiguous vector access at an element offset
-        const std::string space = u.src(0)->dtype().addrspace == AddrSpace::kLocal ? "__local " : "__global ";
+        const std::string space =
+            u.src(0)->dtype().addrspace == AddrSpace::kLocal ? "__local " : "__global ";
         p = absl::StrCat("((", Cl() ? space : "", RegType(u.dtype().Base()), "*)", p, ")");
       }
       val_[&u] = p;
       return absl::OkStatus();
     }
-    case Op::LOAD: return EmitLoad(i, u);
-    case Op::STORE: return EmitStore(u);
+    case Op::LOAD:
+      return EmitLoad(i, u);
+    case Op::STORE:
+      return EmitStore(u);
     case Op::RANGE: {
       const std::string t = RegType(u.dtype()), n = Name(i);
-      Line(absl::StrCat("for (", t, " ", n, " = 0; ", n, " < ", Ref(u.src(0).get()), "; ", n, "++) {"));
+      Line(absl::StrCat("for (", t, " ", n, " = 0; ", n, " < ", Ref(u.src(0).get()), "; ", n,
+                        "++) {"));
       val_[&u] = n;
       open_.push_back(&u);
       ++depth_;
@@ -251,17 +292,22 @@ absl::Status Emitter::EmitOne(size_t i, const UOp& u) {
       open_.push_back(&u);
       ++depth_;
       return absl::OkStatus();
-    case Op::END: case Op::ENDIF: {
+    case Op::END:
+    case Op::ENDIF: {
       const UOp* closes = u.op() == Op::END ? u.src(u.num_src() - 1).get() : u.src(0).get();
       if (open_.empty() || open_.back() != closes)
-        return absl::InvalidArgumentError("c-style renderer: END/ENDIF does not close the innermost open block");
+        return absl::InvalidArgumentError(
+            "c-style renderer: END/ENDIF does not close the innermost open block");
       open_.pop_back();
       --depth_;
       Line("}");
       return absl::OkStatus();
     }
-    case Op::VECTORIZE: case Op::GEP: return EmitVector(i, u);
-    case Op::CAST: case Op::BITCAST: {
+    case Op::VECTORIZE:
+    case Op::GEP:
+      return EmitVector(i, u);
+    case Op::CAST:
+    case Op::BITCAST: {
       KILN_ASSIGN_OR_RETURN(std::string e, Cast(u));
       Def(i, u, RegType(u.dtype()), e);
       return absl::OkStatus();
@@ -279,7 +325,8 @@ absl::Status Emitter::EmitOne(size_t i, const UOp& u) {
 
 absl::StatusOr<std::string> Emitter::Run() {
   if (!IsValidKernelName(p_.name))
-    return absl::InvalidArgumentError("c-style renderer: kernel name must be a generated identifier");
+    return absl::InvalidArgumentError(
+        "c-style renderer: kernel name must be a generated identifier");
   int64_t nbufs = static_cast<int64_t>(p_.buffers.size());
   for (const BufferParam& b : p_.buffers) nbufs = std::max(nbufs, b.slot + 1);
   absl::flat_hash_map<int64_t, DType> slot_dtype;
@@ -294,14 +341,16 @@ absl::StatusOr<std::string> Emitter::Run() {
   }
   for (const UOpPtr& v : p_.vars) {
     if (v->op() != Op::DEFINE_VAR || (v->dtype() != dtypes::kInt32 && v->dtype() != dtypes::kInt64))
-      return absl::InvalidArgumentError("c-style renderer: Program::vars must be int32/int64 DEFINE_VARs");
+      return absl::InvalidArgumentError(
+          "c-style renderer: Program::vars must be int32/int64 DEFINE_VARs");
   }
   local_threads_ = std::max<int64_t>(1, p_.local_size[0] * p_.local_size[1] * p_.local_size[2]);
   for (size_t i = 0; i < p_.uops.size(); ++i) {
     KILN_RETURN_IF_ERROR(EmitOne(i, *p_.uops[i]));
     KILN_RETURN_IF_ERROR(err_);
   }
-  if (!open_.empty()) return absl::InvalidArgumentError("c-style renderer: RANGE/IF without a matching END/ENDIF");
+  if (!open_.empty())
+    return absl::InvalidArgumentError("c-style renderer: RANGE/IF without a matching END/ENDIF");
 
   std::vector<std::string> params;
   for (int64_t s = 0; s < nbufs; ++s) {
@@ -312,15 +361,15 @@ absl::StatusOr<std::string> Emitter::Run() {
   }
   for (size_t k = 0; k < p_.vars.size(); ++k)
     params.push_back(absl::StrCat(ScalarName(ScalarType::kInt64), " var", k));
-  std::string out = absl::StrCat(Cl() ? "// kiln opencl renderer: kernel " : "// kiln cuda renderer: kernel ", p_.name,
-                                 "\n");
+  std::string out = absl::StrCat(
+      Cl() ? "// kiln opencl renderer: kernel " : "// kiln cuda renderer: kernel ", p_.name, "\n");
   if (Cl() && need_fp64_) absl::StrAppend(&out, "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n");
   absl::StrAppend(&out, Preamble());
   if (Cl()) {
     absl::StrAppend(&out, "__kernel void ", p_.name, "(", absl::StrJoin(params, ", "), ") {\n");
   } else {
-    absl::StrAppend(&out, "extern \"C\" __global__ void __launch_bounds__(", local_threads_, ") ", p_.name, "(",
-                    absl::StrJoin(params, ", "), ") {\n");
+    absl::StrAppend(&out, "extern \"C\" __global__ void __launch_bounds__(", local_threads_, ") ",
+                    p_.name, "(", absl::StrJoin(params, ", "), ") {\n");
   }
   absl::StrAppend(&out, body_, "}\n");
   return out;
@@ -344,7 +393,9 @@ CStyleRenderer::CStyleRenderer(CDialect dialect) : dialect_(dialect) {
   }
 }
 
-std::string CStyleRenderer::name() const { return dialect_ == CDialect::kOpenCL ? "opencl" : "cuda"; }
+std::string CStyleRenderer::name() const {
+  return dialect_ == CDialect::kOpenCL ? "opencl" : "cuda";
+}
 
 absl::StatusOr<std::string> CStyleRenderer::Render(const Program& program) const {
   cstyle_internal::Emitter e(program, dialect_);

@@ -30,7 +30,8 @@ float HalfBitsToFloat(uint16_t h) {
 }  // namespace
 
 std::string Emitter::BitsToFloat(const std::string& bits) const {
-  return Cl() ? absl::StrCat("as_float((uint)(", bits, "))") : absl::StrCat("__uint_as_float((unsigned int)(", bits, "))");
+  return Cl() ? absl::StrCat("as_float((uint)(", bits, "))")
+              : absl::StrCat("__uint_as_float((unsigned int)(", bits, "))");
 }
 
 std::string Emitter::FloatToBits(const std::string& f) const {
@@ -40,8 +41,14 @@ std::string Emitter::FloatToBits(const std::string& f) const {
 std::string Emitter::Const(DType d, const Arg& a) {
   double f = 0.0;
   int64_t i = 0;
-  if (const auto* b = std::get_if<bool>(&a)) { f = *b; i = *b; }
-  if (const auto* n = std::get_if<int64_t>(&a)) { f = static_cast<double>(*n); i = *n; }
+  if (const auto* b = std::get_if<bool>(&a)) {
+    f = *b;
+    i = *b;
+  }
+  if (const auto* n = std::get_if<int64_t>(&a)) {
+    f = static_cast<double>(*n);
+    i = *n;
+  }
   if (const auto* c = std::get_if<ConstFloat>(&a)) {
     f = c->value;
     i = std::isfinite(f) && std::fabs(f) < 9.2e18 ? static_cast<int64_t>(f) : 0;
@@ -57,11 +64,15 @@ std::string Emitter::Const(DType d, const Arg& a) {
     case ScalarType::kBool:
       lit = (std::holds_alternative<ConstFloat>(a) ? f != 0.0 : i != 0) ? "true" : "false";
       break;
-    case ScalarType::kFloat16: lit = float_lit(HalfBitsToFloat(DoubleToHalfBits(f))); break;
+    case ScalarType::kFloat16:
+      lit = float_lit(HalfBitsToFloat(DoubleToHalfBits(f)));
+      break;
     case ScalarType::kBFloat16:
       lit = float_lit(std::bit_cast<float>(static_cast<uint32_t>(DoubleToBFloat16Bits(f)) << 16));
       break;
-    case ScalarType::kFloat32: lit = float_lit(static_cast<float>(f)); break;
+    case ScalarType::kFloat32:
+      lit = float_lit(static_cast<float>(f));
+      break;
     case ScalarType::kFloat64: {
       need_fp64_ = true;
       if (std::isfinite(f)) {
@@ -78,7 +89,8 @@ std::string Emitter::Const(DType d, const Arg& a) {
       uint64_t u = static_cast<uint64_t>(i);
       if (bits < 64) u &= (uint64_t{1} << bits) - 1;
       // The bit pattern in the unsigned type of the width, converted to the type (two's complement wrap).
-      lit = absl::StrFormat("((%s)0x%X%s)", RegType(s), u, bits == 64 ? (Cl() ? "UL" : "ULL") : "u");
+      lit =
+          absl::StrFormat("((%s)0x%X%s)", RegType(s), u, bits == 64 ? (Cl() ? "UL" : "ULL") : "u");
       break;
     }
   }
@@ -107,27 +119,44 @@ std::string Emitter::Math(const char* fn, DType d, const std::vector<std::string
   return absl::StrCat(f, "(", args, ")");
 }
 
-absl::StatusOr<std::string> Emitter::IntAlu(Op op, DType d, const std::vector<std::string>& a, const UOp& u) {
+absl::StatusOr<std::string> Emitter::IntAlu(Op op, DType d, const std::vector<std::string>& a,
+                                            const UOp& u) {
   const std::string t = RegType(d);
   if (d.IsBool()) {
     switch (op) {
-      case Op::ADD: case Op::OR: case Op::MAX: return absl::StrCat("(", a[0], " || ", a[1], ")");
-      case Op::MUL: case Op::AND: return absl::StrCat("(", a[0], " && ", a[1], ")");
-      case Op::SUB: case Op::XOR: case Op::CMPNE: return absl::StrCat("(", a[0], " != ", a[1], ")");
-      case Op::CMPEQ: return absl::StrCat("(", a[0], " == ", a[1], ")");
-      case Op::CMPLT: return absl::StrCat("(!", a[0], " && ", a[1], ")");
-      case Op::NEG: return absl::StrCat("(!", a[0], ")");
-      case Op::MULACC: return absl::StrCat("((", a[0], " && ", a[1], ") || ", a[2], ")");
+      case Op::ADD:
+      case Op::OR:
+      case Op::MAX:
+        return absl::StrCat("(", a[0], " || ", a[1], ")");
+      case Op::MUL:
+      case Op::AND:
+        return absl::StrCat("(", a[0], " && ", a[1], ")");
+      case Op::SUB:
+      case Op::XOR:
+      case Op::CMPNE:
+        return absl::StrCat("(", a[0], " != ", a[1], ")");
+      case Op::CMPEQ:
+        return absl::StrCat("(", a[0], " == ", a[1], ")");
+      case Op::CMPLT:
+        return absl::StrCat("(!", a[0], " && ", a[1], ")");
+      case Op::NEG:
+        return absl::StrCat("(!", a[0], ")");
+      case Op::MULACC:
+        return absl::StrCat("((", a[0], " && ", a[1], ") || ", a[2], ")");
       default:
-        return absl::UnimplementedError(absl::StrCat("c-style renderer: ", std::string(OpName(op)), " on bool"));
+        return absl::UnimplementedError(
+            absl::StrCat("c-style renderer: ", std::string(OpName(op)), " on bool"));
     }
   }
   const bool sign = !d.IsUnsigned();
   const int bits = d.ItemSize() * 8;
   // Wrapping arithmetic in an unsigned type at least 32 bits wide (no signed overflow, no int promotion surprises).
-  const std::string w = bits == 64 ? ScalarName(ScalarType::kUInt64) : ScalarName(ScalarType::kUInt32);
+  const std::string w =
+      bits == 64 ? ScalarName(ScalarType::kUInt64) : ScalarName(ScalarType::kUInt32);
   auto wrap = [&](const std::string& x) { return absl::StrCat("(", w, ")", x); };
-  auto bin = [&](const char* o) { return absl::StrCat("((", t, ")(", wrap(a[0]), " ", o, " ", wrap(a[1]), "))"); };
+  auto bin = [&](const char* o) {
+    return absl::StrCat("((", t, ")(", wrap(a[0]), " ", o, " ", wrap(a[1]), "))");
+  };
   auto cmp = [&](const char* o) { return absl::StrCat("(", a[0], " ", o, " ", a[1], ")"); };
   // Division: the divisor is safe when it is a CONST other than 0 (and -1 for signed types).
   bool safe = false;
@@ -140,33 +169,51 @@ absl::StatusOr<std::string> Emitter::IntAlu(Op op, DType d, const std::vector<st
   auto cdiv = [&]() -> std::string {
     if (safe) return absl::StrCat("((", t, ")(", x, " / ", y, "))");
     if (!sign) return absl::StrCat("(", y, " == 0 ? (", t, ")0 : (", t, ")(", x, " / ", y, "))");
-    return absl::StrCat("(", y, " == 0 ? (", t, ")0 : ", y, " == (", t, ")-1 ? (", t, ")(0u - ", wrap(x), ") : (", t,
-                        ")(", x, " / ", y, "))");
+    return absl::StrCat("(", y, " == 0 ? (", t, ")0 : ", y, " == (", t, ")-1 ? (", t, ")(0u - ",
+                        wrap(x), ") : (", t, ")(", x, " / ", y, "))");
   };
   auto cmod = [&]() -> std::string {
     if (safe) return absl::StrCat("((", t, ")(", x, " % ", y, "))");
     if (!sign) return absl::StrCat("(", y, " == 0 ? (", t, ")0 : (", t, ")(", x, " % ", y, "))");
-    return absl::StrCat("(", y, " == 0 || ", y, " == (", t, ")-1 ? (", t, ")0 : (", t, ")(", x, " % ", y, "))");
+    return absl::StrCat("(", y, " == 0 || ", y, " == (", t, ")-1 ? (", t, ")0 : (", t, ")(", x,
+                        " % ", y, "))");
   };
   switch (op) {
-    case Op::ADD: return bin("+");
-    case Op::SUB: return bin("-");
-    case Op::MUL: return bin("*");
-    case Op::XOR: return bin("^");
-    case Op::OR: return bin("|");
-    case Op::AND: return bin("&");
-    case Op::CMPLT: return cmp("<");
-    case Op::CMPNE: return cmp("!=");
-    case Op::CMPEQ: return cmp("==");
-    case Op::MAX: return absl::StrCat("(", x, " > ", y, " ? ", x, " : ", y, ")");
-    case Op::NEG: return absl::StrCat("((", t, ")(0u - ", wrap(x), "))");
-    case Op::TRUNC: return x;
+    case Op::ADD:
+      return bin("+");
+    case Op::SUB:
+      return bin("-");
+    case Op::MUL:
+      return bin("*");
+    case Op::XOR:
+      return bin("^");
+    case Op::OR:
+      return bin("|");
+    case Op::AND:
+      return bin("&");
+    case Op::CMPLT:
+      return cmp("<");
+    case Op::CMPNE:
+      return cmp("!=");
+    case Op::CMPEQ:
+      return cmp("==");
+    case Op::MAX:
+      return absl::StrCat("(", x, " > ", y, " ? ", x, " : ", y, ")");
+    case Op::NEG:
+      return absl::StrCat("((", t, ")(0u - ", wrap(x), "))");
+    case Op::TRUNC:
+      return x;
     case Op::SHL:
       return absl::StrCat("((", t, ")(", wrap(x), " << (", y, " & ", bits - 1, ")))");
-    case Op::SHR: return absl::StrCat("((", t, ")(", x, " >> (", y, " & ", bits - 1, ")))");
-    case Op::CDIV: case Op::FDIV: return cdiv();
-    case Op::CMOD: return cmod();
-    case Op::FLOORDIV: case Op::FLOORMOD: {
+    case Op::SHR:
+      return absl::StrCat("((", t, ")(", x, " >> (", y, " & ", bits - 1, ")))");
+    case Op::CDIV:
+    case Op::FDIV:
+      return cdiv();
+    case Op::CMOD:
+      return cmod();
+    case Op::FLOORDIV:
+    case Op::FLOORMOD: {
       if (!sign) return op == Op::FLOORDIV ? cdiv() : cmod();
       const std::string q = cdiv(), r = cmod();
       const std::string adj = absl::StrCat("(", r, " != 0 && ((", r, " ^ ", y, ") < 0))");
@@ -176,8 +223,8 @@ absl::StatusOr<std::string> Emitter::IntAlu(Op op, DType d, const std::vector<st
     case Op::MULACC:
       return absl::StrCat("((", t, ")(", wrap(a[0]), " * ", wrap(a[1]), " + ", wrap(a[2]), "))");
     default:
-      return absl::UnimplementedError(
-          absl::StrCat("c-style renderer: ", std::string(OpName(op)), " is not supported on ", d.Name()));
+      return absl::UnimplementedError(absl::StrCat("c-style renderer: ", std::string(OpName(op)),
+                                                   " is not supported on ", d.Name()));
   }
 }
 
@@ -185,32 +232,51 @@ absl::StatusOr<std::string> Emitter::FloatAlu(Op op, DType d, const std::vector<
   const bool dbl = d.scalar == ScalarType::kFloat64;
   auto bin = [&](const char* o) { return absl::StrCat("(", a[0], " ", o, " ", a[1], ")"); };
   switch (op) {
-    case Op::ADD: return bin("+");
-    case Op::SUB: return bin("-");
-    case Op::MUL: return bin("*");
-    case Op::FDIV: case Op::CDIV: return bin("/");
-    case Op::CMOD: return Math("fmod", d, a);
-    case Op::CMPLT: return bin("<");
-    case Op::CMPNE: return bin("!=");
-    case Op::CMPEQ: return bin("==");
-    case Op::NEG: return absl::StrCat("(-", a[0], ")");
-    case Op::RECIPROCAL: return absl::StrCat("(", dbl ? "1.0" : "1.0f", " / ", a[0], ")");
+    case Op::ADD:
+      return bin("+");
+    case Op::SUB:
+      return bin("-");
+    case Op::MUL:
+      return bin("*");
+    case Op::FDIV:
+    case Op::CDIV:
+      return bin("/");
+    case Op::CMOD:
+      return Math("fmod", d, a);
+    case Op::CMPLT:
+      return bin("<");
+    case Op::CMPNE:
+      return bin("!=");
+    case Op::CMPEQ:
+      return bin("==");
+    case Op::NEG:
+      return absl::StrCat("(-", a[0], ")");
+    case Op::RECIPROCAL:
+      return absl::StrCat("(", dbl ? "1.0" : "1.0f", " / ", a[0], ")");
     case Op::MAX:
       Need(dbl ? kFMaxD : kFMaxF);
       return absl::StrCat(dbl ? "kiln_fmaxd(" : "kiln_fmaxf(", a[0], ", ", a[1], ")");
-    case Op::EXP2: return Math("exp2", d, a);
-    case Op::LOG2: return Math("log2", d, a);
-    case Op::SIN: return Math("sin", d, a);
-    case Op::SQRT: return Math("sqrt", d, a);
-    case Op::TRUNC: return Math("trunc", d, a);
-    case Op::POW: return Math("pow", d, a);
-    case Op::MULACC: return absl::StrCat("(", a[0], " * ", a[1], " + ", a[2], ")");
-    case Op::FLOORDIV: return Math("floor", d, {bin("/")});
+    case Op::EXP2:
+      return Math("exp2", d, a);
+    case Op::LOG2:
+      return Math("log2", d, a);
+    case Op::SIN:
+      return Math("sin", d, a);
+    case Op::SQRT:
+      return Math("sqrt", d, a);
+    case Op::TRUNC:
+      return Math("trunc", d, a);
+    case Op::POW:
+      return Math("pow", d, a);
+    case Op::MULACC:
+      return absl::StrCat("(", a[0], " * ", a[1], " + ", a[2], ")");
+    case Op::FLOORDIV:
+      return Math("floor", d, {bin("/")});
     case Op::FLOORMOD:
       return absl::StrCat("(", a[0], " - ", Math("floor", d, {bin("/")}), " * ", a[1], ")");
     default:
-      return absl::UnimplementedError(
-          absl::StrCat("c-style renderer: ", std::string(OpName(op)), " is not supported on ", d.Name()));
+      return absl::UnimplementedError(absl::StrCat("c-style renderer: ", std::string(OpName(op)),
+                                                   " is not supported on ", d.Name()));
   }
 }
 
@@ -220,11 +286,12 @@ absl::StatusOr<std::string> Emitter::Alu(const UOp& u) {
   for (const UOpPtr& s : u.src()) a.push_back(Ref(s.get()));
   if (op == Op::WHERE) return absl::StrCat("(", a[0], " ? ", a[1], " : ", a[2], ")");
   if (op == Op::THREEFRY || op == Op::WMMA)
-    return absl::UnimplementedError(
-        absl::StrCat("c-style renderer: ", std::string(OpName(op)), " must be decomposed by codegen"));
+    return absl::UnimplementedError(absl::StrCat("c-style renderer: ", std::string(OpName(op)),
+                                                 " must be decomposed by codegen"));
   const DType d = u.src(0)->dtype();
   if (d.count > 1 || u.dtype().count > 1)
-    return absl::UnimplementedError("c-style renderer: vector ALU ops (codegen expands upcasts to scalars)");
+    return absl::UnimplementedError(
+        "c-style renderer: vector ALU ops (codegen expands upcasts to scalars)");
   if (d.IsFloat()) {
     KILN_ASSIGN_OR_RETURN(std::string r, FloatAlu(op, d, a));
     if (IsHalfLike(d) && !IsComparison(op)) r = RoundTo(d, r);
@@ -236,11 +303,13 @@ absl::StatusOr<std::string> Emitter::Alu(const UOp& u) {
 absl::StatusOr<std::string> Emitter::Cast(const UOp& u) {
   const DType f = u.src(0)->dtype(), t = u.dtype();
   const std::string x = Ref(u.src(0).get());
-  if (f.count != 1 || t.count != 1) return absl::UnimplementedError("c-style renderer: vector CAST/BITCAST");
+  if (f.count != 1 || t.count != 1)
+    return absl::UnimplementedError("c-style renderer: vector CAST/BITCAST");
   const std::string tt = RegType(t);
   if (u.op() == Op::BITCAST) {
     if (f.IsBool() || t.IsBool() || f.ItemSize() != t.ItemSize())
-      return absl::InvalidArgumentError("c-style renderer: BITCAST needs equal-size non-bool types");
+      return absl::InvalidArgumentError(
+          "c-style renderer: BITCAST needs equal-size non-bool types");
     const std::string ut = UnsignedOf(f);
     std::string bits;  // the bit pattern in the unsigned type of the width
     if (f.scalar == ScalarType::kFloat16) {
@@ -252,7 +321,8 @@ absl::StatusOr<std::string> Emitter::Cast(const UOp& u) {
     } else if (f.scalar == ScalarType::kFloat32) {
       bits = FloatToBits(x);
     } else if (f.scalar == ScalarType::kFloat64) {
-      bits = Cl() ? absl::StrCat("as_ulong(", x, ")") : absl::StrCat("(unsigned long long)__double_as_longlong(", x, ")");
+      bits = Cl() ? absl::StrCat("as_ulong(", x, ")")
+                  : absl::StrCat("(unsigned long long)__double_as_longlong(", x, ")");
     } else {
       bits = absl::StrCat("(", ut, ")", x);
     }
@@ -266,7 +336,8 @@ absl::StatusOr<std::string> Emitter::Cast(const UOp& u) {
     }
     if (t.scalar == ScalarType::kFloat32) return BitsToFloat(bits);
     if (t.scalar == ScalarType::kFloat64)
-      return Cl() ? absl::StrCat("as_double((ulong)(", bits, "))") : absl::StrCat("__longlong_as_double((long long)(", bits, "))");
+      return Cl() ? absl::StrCat("as_double((ulong)(", bits, "))")
+                  : absl::StrCat("__longlong_as_double((long long)(", bits, "))");
     return absl::StrCat("((", tt, ")(", bits, "))");
   }
   if (t.IsBool()) return absl::StrCat("(", x, " != 0)");
@@ -306,10 +377,12 @@ FN float kiln_b2f(U16 b) { return U2F((U32)b << 16); }
 FN float kiln_rb(float f) { return kiln_b2f(kiln_f2b(f)); }
 )";
   static constexpr const char* kFMaxFText =
-      "FN float kiln_fmaxf(float a, float b) { return (a != a || b != b) ? a + b : a > b ? a : b > a ? b : "
+      "FN float kiln_fmaxf(float a, float b) { return (a != a || b != b) ? a + b : a > b ? a : b > "
+      "a ? b : "
       "(F2U(a) >> 31) ? b : a; }\n";
   static constexpr const char* kFMaxDText =
-      "FN double kiln_fmaxd(double a, double b) { return (a != a || b != b) ? a + b : a > b ? a : b > a ? b : "
+      "FN double kiln_fmaxd(double a, double b) { return (a != a || b != b) ? a + b : a > b ? a : "
+      "b > a ? b : "
       "(D2U(a) >> 63) ? b : a; }\n";
   std::string text;
   if (need_[kHalf]) text += kHalfText;
@@ -318,13 +391,21 @@ FN float kiln_rb(float f) { return kiln_b2f(kiln_f2b(f)); }
   if (need_[kFMaxD]) text += kFMaxDText;
   if (text.empty()) return text;
   if (Cl()) {
-    return absl::StrReplaceAll(text, {{"FN ", "inline "}, {"U16", "ushort"}, {"U32", "uint"}, {"F2U(", "as_uint("},
-                                      {"U2F(", "as_float("}, {"D2U(", "as_ulong("}, {"RINT(", "rint("}});
+    return absl::StrReplaceAll(text, {{"FN ", "inline "},
+                                      {"U16", "ushort"},
+                                      {"U32", "uint"},
+                                      {"F2U(", "as_uint("},
+                                      {"U2F(", "as_float("},
+                                      {"D2U(", "as_ulong("},
+                                      {"RINT(", "rint("}});
   }
-  return absl::StrReplaceAll(text, {{"FN ", "__device__ inline "}, {"U16", "unsigned short"},
-                                    {"U32", "unsigned int"}, {"F2U(", "__float_as_uint("},
+  return absl::StrReplaceAll(text, {{"FN ", "__device__ inline "},
+                                    {"U16", "unsigned short"},
+                                    {"U32", "unsigned int"},
+                                    {"F2U(", "__float_as_uint("},
                                     {"U2F(", "__uint_as_float("},
-                                    {"D2U(", "(unsigned long long)__double_as_longlong("}, {"RINT(", "rintf("}});
+                                    {"D2U(", "(unsigned long long)__double_as_longlong("},
+                                    {"RINT(", "rintf("}});
 }
 
 }  // namespace kiln::codegen::cstyle_internal

@@ -54,12 +54,14 @@ class Emitter {
   std::string Preamble() const;
 
  private:
-  absl::StatusOr<std::string> IntAlu(Op op, DType d, const std::vector<std::string>& a, const UOp& u);
+  absl::StatusOr<std::string> IntAlu(Op op, DType d, const std::vector<std::string>& a,
+                                     const UOp& u);
   absl::StatusOr<std::string> FloatAlu(Op op, DType d, const std::vector<std::string>& a);
   std::string Math(const char* fn, DType d, const std::vector<std::string>& a);
-  std::string RoundTo(DType d, const std::string& float_expr);  // float -> register value of half-like d
-  std::string BitsToFloat(const std::string& bits) const;       // uint bits -> float
-  std::string FloatToBits(const std::string& f) const;          // float -> uint bits
+  std::string RoundTo(DType d,
+                      const std::string& float_expr);      // float -> register value of half-like d
+  std::string BitsToFloat(const std::string& bits) const;  // uint bits -> float
+  std::string FloatToBits(const std::string& f) const;     // float -> uint bits
   void Need(Helper h) { need_[h] = true; }
 
   const Program& p_;

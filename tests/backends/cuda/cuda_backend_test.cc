@@ -26,7 +26,8 @@ TEST(Nvrtc, CompilesARenderedKernelWithLocalsAndHalf) {
   NeedNvrtc();
   RegisterAllBackends();
   // A grouped reduce (local memory, barrier, gated store) over float16 input, lowered for a CUDA target.
-  Tensor x = Tensor::FromVector<float>(std::vector<float>(16 * 256, 0.5f), {16, 256}, "CPU").Cast(dtypes::kFloat16);
+  Tensor x = Tensor::FromVector<float>(std::vector<float>(16 * 256, 0.5f), {16, 256}, "CPU")
+                 .Cast(dtypes::kFloat16);
   ASSERT_TRUE(x.Realize().ok());
   auto sched = CreateSchedule({x.Sum(1).uop()});
   ASSERT_TRUE(sched.ok()) << sched.status();
@@ -58,7 +59,8 @@ TEST(Nvrtc, CompilesARenderedKernelWithLocalsAndHalf) {
 TEST(Nvrtc, CompileErrorCarriesTheLog) {
   NeedNvrtc();
   NvrtcCompiler c("80");
-  auto bin = c.Compile("extern \"C\" __global__ void broken(float* a) { a[0] = undefined_name; }", "broken");
+  auto bin = c.Compile("extern \"C\" __global__ void broken(float* a) { a[0] = undefined_name; }",
+                       "broken");
   ASSERT_FALSE(bin.ok());
   EXPECT_EQ(bin.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bin.status().message().find("undefined_name"), std::string::npos) << bin.status();
@@ -72,7 +74,8 @@ TEST(CudaRegistry, PresentIffAGpuIsVisible) {
   EXPECT_EQ(runtime::BackendRegistry::Global().HasKind("CUDA"), gpus > 0);
   if (gpus == 0) {
     EXPECT_FALSE(runtime::GetDevice("CUDA").ok());
-    GTEST_SKIP() << "no CUDA GPU here: " << (cuda::Driver().ok() ? "driver loaded, no device" : "no libcuda");
+    GTEST_SKIP() << "no CUDA GPU here: "
+                 << (cuda::Driver().ok() ? "driver loaded, no device" : "no libcuda");
   }
 }
 
@@ -84,7 +87,9 @@ TEST(CudaDevice, KernelsMatchCpu) {
   for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(static_cast<float>(i) * 0.1f);
   for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(static_cast<float>(i) * 0.05f);
   auto run = [&](const std::string& d) {
-    Tensor r = (Tensor::FromVector<float>(a, {64, 48}, d).Matmul(Tensor::FromVector<float>(b, {48, 80}, d)) * 0.5f)
+    Tensor r = (Tensor::FromVector<float>(a, {64, 48}, d)
+                    .Matmul(Tensor::FromVector<float>(b, {48, 80}, d)) *
+                0.5f)
                    .Relu()
                    .Sum(1);
     auto v = r.ToVector<float>();
@@ -93,7 +98,8 @@ TEST(CudaDevice, KernelsMatchCpu) {
   };
   std::vector<float> want = run("CPU"), got = run("CUDA");
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << i;
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << i;
 }
 
 }  // namespace

@@ -39,12 +39,12 @@ std::vector<float> Values(const Tensor& t) {
   return v.ok() ? *v : std::vector<float>{};
 }
 
-void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
+                 const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], 1e-5 + 1e-4 * std::abs(want[i])) << what << " [" << i << "]";
 }
-
 
 // The single kernel of `t`'s schedule (t's inputs must be realized).
 UOpPtr OnlyKernel(const Tensor& t) {
@@ -70,8 +70,10 @@ codegen::Target ClTarget(int64_t grid_yz = 0) {
 
 // Lowers `ast` with exactly `opts` for CL and runs it on fresh buffers: slot 0 (the output, float) is returned,
 // slot 1.. are filled from `inputs` in order.
-std::vector<float> RunWithOpts(runtime::Device* dev, const UOpPtr& ast, const std::vector<codegen::Opt>& opts,
-                               const std::vector<std::vector<float>>& inputs, std::string* source = nullptr,
+std::vector<float> RunWithOpts(runtime::Device* dev, const UOpPtr& ast,
+                               const std::vector<codegen::Opt>& opts,
+                               const std::vector<std::vector<float>>& inputs,
+                               std::string* source = nullptr,
                                const codegen::Target& target = ClTarget()) {
   codegen::LowerOptions lo;
   lo.use_explicit_opts = true;
@@ -124,7 +126,8 @@ TEST_F(ClTest, Discovery) {
 }
 
 TEST_F(ClTest, BuildErrorCarriesTheLog) {
-  auto bin = Dev()->compiler().Compile("__kernel void broken(__global float* a) { a[0] = undefined_name; }", "broken");
+  auto bin = Dev()->compiler().Compile(
+      "__kernel void broken(__global float* a) { a[0] = undefined_name; }", "broken");
   ASSERT_FALSE(bin.ok());
   EXPECT_EQ(bin.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bin.status().message().find("build log"), std::string::npos) << bin.status();
@@ -174,23 +177,30 @@ TEST_F(ClTest, KernelCountsAndValuesMatchCpu) {
     Tensor (*fn)(const std::string& dev);
   };
   static const Graph kGraphs[] = {
-      {"elementwise chain", [](const std::string& d) {
+      {"elementwise chain",
+       [](const std::string& d) {
          Tensor a = Tensor::FromVector<float>({1, -2, 3, -4, 5, -6, 7, -8}, {2, 4}, d);
          return ((a + 1.0f) * a).Relu().Exp2();
        }},
-      {"matmul + bias + relu", [](const std::string& d) {
+      {"matmul + bias + relu",
+       [](const std::string& d) {
          std::vector<float> x(6 * 5), w(5 * 7);
          for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i));
          for (size_t i = 0; i < w.size(); ++i) w[i] = std::cos(static_cast<float>(i) * 0.3f);
          Tensor b = Tensor::FromVector<float>({0.1f, -0.2f, 0.3f, 0.f, 0.5f, -0.6f, 0.7f}, {7}, d);
-         return (Tensor::FromVector<float>(x, {6, 5}, d).Matmul(Tensor::FromVector<float>(w, {5, 7}, d)) + b).Relu();
+         return (Tensor::FromVector<float>(x, {6, 5}, d)
+                     .Matmul(Tensor::FromVector<float>(w, {5, 7}, d)) +
+                 b)
+             .Relu();
        }},
-      {"softmax", [](const std::string& d) {
+      {"softmax",
+       [](const std::string& d) {
          std::vector<float> x(4 * 33);
          for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i) * 1.7f) * 4;
          return Tensor::FromVector<float>(x, {4, 33}, d).Softmax(1);
        }},
-      {"5-d permute (more than three launch dims)", [](const std::string& d) {
+      {"5-d permute (more than three launch dims)",
+       [](const std::string& d) {
          std::vector<float> x(2 * 3 * 4 * 5 * 6);
          for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
          return Tensor::FromVector<float>(x, {2, 3, 4, 5, 6}, d).Permute({4, 2, 0, 3, 1}) * 3.0f;
@@ -217,7 +227,8 @@ TEST_F(ClTest, KernelCountsAndValuesMatchCpu) {
 TEST_F(ClTest, IntegerDivisionByZero) {
   std::vector<std::vector<int32_t>> got;
   for (const char* d : {"CPU", "CL"}) {
-    Tensor a = Tensor::FromVector<int32_t>({7, -7, 5, std::numeric_limits<int32_t>::min(), -7}, {5}, d);
+    Tensor a =
+        Tensor::FromVector<int32_t>({7, -7, 5, std::numeric_limits<int32_t>::min(), -7}, {5}, d);
     Tensor b = Tensor::FromVector<int32_t>({0, 2, 0, -1, 2}, {5}, d);
     auto v = (a.FloorDiv(b) + a.Mod(b) * 1000).ToVector<int32_t>();
     ASSERT_TRUE(v.ok()) << d << ": " << v.status();
@@ -292,7 +303,10 @@ TEST_F(ClTest, ExplicitLocalAndGroupOpts) {
       {{OptOp::kGroupTop, 0, 16}},
       {{OptOp::kGroup, 0, 32}},
       {{OptOp::kLocal, 0, 4}, {OptOp::kGroupTop, 0, 16}},
-      {{OptOp::kUpcast, 0, 2}, {OptOp::kLocal, 0, 2}, {OptOp::kGroup, 0, 8}, {OptOp::kUnroll, 0, 4}},
+      {{OptOp::kUpcast, 0, 2},
+       {OptOp::kLocal, 0, 2},
+       {OptOp::kGroup, 0, 8},
+       {OptOp::kUnroll, 0, 4}},
   };
   for (const auto& opts : cases) {
     std::string names;
@@ -308,9 +322,11 @@ TEST_F(ClTest, ExplicitLocalAndGroupOpts) {
   codegen::LowerOptions lo;
   lo.use_explicit_opts = true;
   lo.opts = {{OptOp::kGroupTop, 0, 16}, {OptOp::kGroup, 0, 4}};
-  EXPECT_EQ(codegen::LowerKernel(ast, ClTarget(), lo).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(codegen::LowerKernel(ast, ClTarget(), lo).status().code(),
+            absl::StatusCode::kInvalidArgument);
   lo.opts = {{OptOp::kLocal, 0, 16}, {OptOp::kGroupTop, 0, 32}};
-  EXPECT_EQ(codegen::LowerKernel(ast, ClTarget(), lo).status().code(), absl::StatusCode::kInvalidArgument)
+  EXPECT_EQ(codegen::LowerKernel(ast, ClTarget(), lo).status().code(),
+            absl::StatusCode::kInvalidArgument)
       << "16 x 32 work-items exceed the target's 256";
 }
 
@@ -318,12 +334,14 @@ TEST_F(ClTest, ExplicitLocalAndGroupOpts) {
 TEST_F(ClTest, LaunchDimsFoldWhenTheGridIsTooSmall) {
   const std::vector<float> xs = Ramp(40 * 30 * 7, 0.2f);
   Tensor x = Tensor::FromVector<float>(xs, {40, 30, 7}, "CL");
-  const std::vector<float> want = Values(Tensor::FromVector<float>(xs, {40, 30, 7}, "CPU") * 3.0f + 1.0f);
+  const std::vector<float> want =
+      Values(Tensor::FromVector<float>(xs, {40, 30, 7}, "CPU") * 3.0f + 1.0f);
   const UOpPtr ast = OnlyKernel(x * 3.0f + 1.0f);
   ASSERT_NE(ast, nullptr);
   std::string unfolded, folded;
   ExpectClose(RunWithOpts(Dev(), ast, {}, {xs}, &unfolded), want, "3 launch dims");
-  ExpectClose(RunWithOpts(Dev(), ast, {}, {xs}, &folded, ClTarget(16)), want, "folded into dimension 0");
+  ExpectClose(RunWithOpts(Dev(), ast, {}, {xs}, &folded, ClTarget(16)), want,
+              "folded into dimension 0");
   EXPECT_NE(unfolded.find("get_global_id(2)"), std::string::npos) << unfolded;
   EXPECT_EQ(folded.find("get_global_id(1)"), std::string::npos) << folded;
   EXPECT_NE(folded.find("get_global_id(0)"), std::string::npos) << folded;
@@ -340,14 +358,16 @@ TEST_F(ClTest, GpuHeuristic) {
   ExpectClose(Values(s), Values(Tensor::FromVector<float>(xs, {8192}, "CPU").Sum()), "sum");
 
   const std::vector<float> as = Ramp(64 * 96, 0.3f), bs = Ramp(96 * 128, 0.7f);
-  Tensor mm = Tensor::FromVector<float>(as, {64, 96}, "CL").Matmul(Tensor::FromVector<float>(bs, {96, 128}, "CL"));
+  Tensor mm = Tensor::FromVector<float>(as, {64, 96}, "CL")
+                  .Matmul(Tensor::FromVector<float>(bs, {96, 128}, "CL"));
   opts = codegen::HeuristicOpts(OnlyKernel(mm), ClTarget());
   ASSERT_TRUE(opts.ok()) << opts.status();
   bool local = false;
   for (const codegen::Opt& o : *opts) local |= o.op == codegen::OptOp::kLocal;
   EXPECT_TRUE(local);
   ExpectClose(Values(mm),
-              Values(Tensor::FromVector<float>(as, {64, 96}, "CPU").Matmul(Tensor::FromVector<float>(bs, {96, 128}, "CPU"))),
+              Values(Tensor::FromVector<float>(as, {64, 96}, "CPU")
+                         .Matmul(Tensor::FromVector<float>(bs, {96, 128}, "CPU"))),
               "matmul");
 }
 

@@ -62,17 +62,22 @@ TEST_F(DevicePoolTest, ExecutorsAreInOrderPerDevice) {
   std::vector<int> order;
   std::vector<std::thread::id> ids;
   for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE(pool_->Run("CPU", [&, i] {
-                       order.push_back(i);
-                       ids.push_back(std::this_thread::get_id());
-                       return absl::OkStatus();
-                     }).ok());
+    ASSERT_TRUE(pool_
+                    ->Run("CPU",
+                          [&, i] {
+                            order.push_back(i);
+                            ids.push_back(std::this_thread::get_id());
+                            return absl::OkStatus();
+                          })
+                    .ok());
   }
   for (int i = 0; i < 20; ++i) EXPECT_EQ(order[i], i);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), ids[0]), 20) << "one worker thread per device";
   EXPECT_NE(ids[0], std::this_thread::get_id());
-  EXPECT_EQ(pool_->Run("CPU", [] { return absl::DataLossError("boom"); }).code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(pool_->Run("CUDA:9", [] { return absl::OkStatus(); }).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(pool_->Run("CPU", [] { return absl::DataLossError("boom"); }).code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(pool_->Run("CUDA:9", [] { return absl::OkStatus(); }).code(),
+            absl::StatusCode::kNotFound);
 }
 
 // Work on two devices runs concurrently: a CPU task that waits for a CL task completes.
@@ -81,17 +86,24 @@ TEST_F(DevicePoolTest, DevicesRunConcurrently) {
   std::promise<void> cl_ran;
   std::future<void> seen = cl_ran.get_future();
   std::thread cpu([&] {
-    EXPECT_TRUE(pool_->Run("CPU", [&] {
-                       // A deadlock guard, not a timing threshold: the CL task needs no CPU executor time.
-                       return seen.wait_for(std::chrono::seconds(120)) == std::future_status::ready
-                                  ? absl::OkStatus()
-                                  : absl::DeadlineExceededError("the CL executor never ran");
-                     }).ok());
+    EXPECT_TRUE(pool_
+                    ->Run("CPU",
+                          [&] {
+                            // A deadlock guard, not a timing threshold: the CL task needs no CPU executor time.
+                            return seen.wait_for(std::chrono::seconds(120)) ==
+                                           std::future_status::ready
+                                       ? absl::OkStatus()
+                                       : absl::DeadlineExceededError("the CL executor never ran");
+                          })
+                    .ok());
   });
-  EXPECT_TRUE(pool_->Run("CL:0", [&] {
-                     cl_ran.set_value();
-                     return absl::OkStatus();
-                   }).ok());
+  EXPECT_TRUE(pool_
+                  ->Run("CL:0",
+                        [&] {
+                          cl_ran.set_value();
+                          return absl::OkStatus();
+                        })
+                  .ok());
   cpu.join();
 }
 

@@ -19,16 +19,22 @@ std::string Render(CDialect d, const Program& p) {
   return src.ok() ? *src : "";
 }
 
-bool Has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool Has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 TEST(CStyleTest, ElementwiseSignatures) {
   const std::string cl = Render(CDialect::kOpenCL, ElementwiseAdd(16));
-  EXPECT_TRUE(Has(cl, "__kernel void E_16(__global float* data0, __global float* data1, __global float* data2) {"))
+  EXPECT_TRUE(Has(
+      cl,
+      "__kernel void E_16(__global float* data0, __global float* data1, __global float* data2) {"))
       << cl;
   EXPECT_TRUE(Has(cl, "for (int v")) << cl;
   const std::string cu = Render(CDialect::kCuda, ElementwiseAdd(16));
-  EXPECT_TRUE(Has(cu, "extern \"C\" __global__ void __launch_bounds__(1) E_16(float* data0, float* data1, "
-                      "float* data2) {"))
+  EXPECT_TRUE(
+      Has(cu,
+          "extern \"C\" __global__ void __launch_bounds__(1) E_16(float* data0, float* data1, "
+          "float* data2) {"))
       << cu;
   EXPECT_FALSE(Has(cu, "__global float")) << cu;
   EXPECT_EQ(CudaRenderer().name(), "cuda");
@@ -48,7 +54,8 @@ TEST(CStyleTest, LaunchSpecialsLocalMemoryAndBarrier) {
   UOpPtr out = Param(0, dtypes::kFloat32);
   UOpPtr g = UOp::Make(Op::SPECIAL, dtypes::kInt32, {I32(8)}, Arg(std::string("gidx0")));
   UOpPtr l = UOp::Make(Op::SPECIAL, dtypes::kInt32, {I32(4)}, Arg(std::string("lidx1")));
-  UOpPtr tmp = UOp::Make(Op::DEFINE_LOCAL, dtypes::kFloat32.Ptr(AddrSpace::kLocal), {}, Arg(int64_t{4}));
+  UOpPtr tmp =
+      UOp::Make(Op::DEFINE_LOCAL, dtypes::kFloat32.Ptr(AddrSpace::kLocal), {}, Arg(int64_t{4}));
   UOpPtr st = Store(Index(tmp, l), CastTo(g, dtypes::kFloat32));
   UOpPtr bar = UOp::Make(Op::BARRIER, dtypes::kVoid, {st});
   UOpPtr v = Load(Index(UOp::Make(Op::AFTER, tmp->dtype(), {tmp, bar}), I32(0)));
@@ -83,8 +90,11 @@ TEST(CStyleTest, HalfAndBFloat16GoThroughBitHelpers) {
       const bool half = d == dtypes::kFloat16;
       EXPECT_TRUE(Has(s, half ? "kiln_h2f(*" : "kiln_b2f(*")) << s;
       EXPECT_TRUE(Has(s, half ? "kiln_f2h(" : "kiln_f2b(")) << s;
-      EXPECT_TRUE(Has(s, half ? "kiln_rh(" : "kiln_rb(")) << "ALU results round back to 16 bits\n" << s;
-      EXPECT_TRUE(Has(s, dl == CDialect::kOpenCL ? "__global ushort* data0" : "unsigned short* data0")) << s;
+      EXPECT_TRUE(Has(s, half ? "kiln_rh(" : "kiln_rb(")) << "ALU results round back to 16 bits\n"
+                                                          << s;
+      EXPECT_TRUE(
+          Has(s, dl == CDialect::kOpenCL ? "__global ushort* data0" : "unsigned short* data0"))
+          << s;
       EXPECT_TRUE(Has(s, "(0x1.8p+0f)")) << "1.5 as an exact hex float\n" << s;
     }
   }
@@ -107,7 +117,8 @@ TEST(CStyleTest, ConstantsAreBitExact) {
 TEST(CStyleTest, IntegerDivisionIsGuarded) {
   UOpPtr out = Param(0, dtypes::kInt32), a = Param(1, dtypes::kInt32), b = Param(2, dtypes::kInt32);
   UOpPtr x = Load(Index(a, I32(0))), y = Load(Index(b, I32(0)));
-  UOpPtr st = Store(Index(out, I32(0)), Alu(Op::ADD, {Alu(Op::CDIV, {x, y}), Alu(Op::CMOD, {x, I32(3)})}));
+  UOpPtr st =
+      Store(Index(out, I32(0)), Alu(Op::ADD, {Alu(Op::CDIV, {x, y}), Alu(Op::CMOD, {x, I32(3)})}));
   Program p = FromRoots("E_1", {st},
                         {Buf(0, dtypes::kInt32, 1, true), Buf(1, dtypes::kInt32, 1, false),
                          Buf(2, dtypes::kInt32, 1, false)});
@@ -120,7 +131,8 @@ TEST(CStyleTest, IntegerDivisionIsGuarded) {
 
 TEST(CStyleTest, VariablesAreGeneratedNamesNotUserStrings) {
   UOpPtr out = Param(0, dtypes::kFloat32);
-  UOpPtr n = UOp::Make(Op::DEFINE_VAR, dtypes::kInt32, {}, Arg(VarArg{"user_batch; evil()", 1, 64}));
+  UOpPtr n =
+      UOp::Make(Op::DEFINE_VAR, dtypes::kInt32, {}, Arg(VarArg{"user_batch; evil()", 1, 64}));
   UOpPtr r = Range(n, 0);
   UOpPtr st = Store(Index(out, r), F32(1.0));
   Program p = FromRoots("E_n", {End({st, r})}, {Buf(0, dtypes::kFloat32, 64, true)});
