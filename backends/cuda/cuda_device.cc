@@ -31,8 +31,8 @@ namespace {
 
 class CudaProgram final : public runtime::Program {
  public:
-  CudaProgram(std::shared_ptr<CudaState> st, cuda::CUmodule mod, cuda::CUfunction fn)
-      : st_(std::move(st)), mod_(mod), fn_(fn) {}
+  CudaProgram(std::shared_ptr<CudaState> st, cuda::CUmodule mod, cuda::CUfunction fn, int nparams)
+      : st_(std::move(st)), mod_(mod), fn_(fn), nparams_(nparams) {}
   ~CudaProgram() override {
     if (st_->Bind().ok()) st_->api->cuModuleUnload(mod_);
   }
@@ -43,6 +43,9 @@ class CudaProgram final : public runtime::Program {
       if (dims.global[i] < 1 || dims.local[i] < 1 || dims.global[i] > (int64_t{1} << 31) - 1 ||
           dims.local[i] > 1024)
         return absl::InvalidArgumentError("CUDA launch: launch dims out of range");
+    if (nparams_ >= 0 && static_cast<size_t>(nparams_) != bufs.size() + vars.size())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CUDA launch: kernel takes ", nparams_, " arguments, got ", bufs.size() + vars.size()));
     std::vector<cuda::CUdeviceptr> ptrs(bufs.size());
     std::vector<long long> vs(vars.begin(),
                               vars.end());  // NOLINT(runtime/int): the kernel's `long long` args
@@ -85,9 +88,21 @@ class CudaProgram final : public runtime::Program {
   std::shared_ptr<CudaState> st_;
   cuda::CUmodule mod_;
   cuda::CUfunction fn_;
+  int nparams_;  // kernel parameters declared in the PTX entry (-1: unknown)
 };
 
 }  // namespace
+
+int PtxParamCount(const std::string& ptx, const std::string& name) {
+  const size_t at = ptx.find(".entry " + name + "(");
+  if (at == std::string::npos) return -1;
+  const size_t end = ptx.find(')', at);
+  int n = 0;
+  for (size_t p = ptx.find(".param", at); p != std::string::npos && p < end;
+       p = ptx.find(".param", p + 1))
+    ++n;
+  return n;
+}
 
 NvrtcCompiler::NvrtcCompiler(std::string arch) : arch_(std::move(arch)) {}
 
@@ -233,7 +248,7 @@ absl::StatusOr<std::unique_ptr<runtime::Program>> CudaDevice::Load(const std::st
     st_->api->cuModuleUnload(mod);
     return absl::InvalidArgumentError(absl::StrCat("CUDA load of ", name, ": no such kernel"));
   }
-  return std::unique_ptr<runtime::Program>(new CudaProgram(st_, mod, fn));
+  return std::unique_ptr<runtime::Program>(new CudaProgram(st_, mod, fn, PtxParamCount(ptx, name)));
 }
 
 absl::Status CudaDevice::Synchronize() {

@@ -73,6 +73,10 @@ class CudaDevice final : public runtime::Device {
   NvrtcCompiler compiler_;
 };
 
+// The number of parameters of `.entry <name>(...)` in PTX text, or -1 when there is no such entry. CudaProgram checks
+// every launch's argument count against it (a mismatch is InvalidArgument, never a bad launch).
+int PtxParamCount(const std::string& ptx, const std::string& name);
+
 // GPUs visible to the driver (0 without libcuda). Never fails.
 int CountCudaDevices();
 

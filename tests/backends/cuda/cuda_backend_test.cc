@@ -54,6 +54,8 @@ TEST(Nvrtc, CompilesARenderedKernelWithLocalsAndHalf) {
   ASSERT_TRUE(ptx.ok()) << ptx.status() << "\n" << *src;
   EXPECT_NE(ptx->find(".entry " + prog->name), std::string::npos);
   EXPECT_NE(ptx->find("bar.sync"), std::string::npos);
+  EXPECT_EQ(PtxParamCount(*ptx, prog->name), 2) << "two buffers, no vars";
+  EXPECT_EQ(PtxParamCount(*ptx, "no_such_kernel"), -1);
 }
 
 TEST(Nvrtc, CompileErrorCarriesTheLog) {
