@@ -93,7 +93,12 @@ absl::Status MapAxes(const std::vector<UOpPtr>& axes, const char* prefix, int64_
 
 absl::StatusOr<UOpPtr> LowerGpuDims(const UOpPtr& sink, LowerContext& ctx) {
   if (!ctx.target.has_local) return sink;
-  std::vector<UOpPtr> globals = AxesOfType(sink, ctx, {AxisType::kLoop, AxisType::kGlobal});
+  // Axes of symbolic size (a Variable-bound batch) stay loops inside every work-item; the rest become launch dims.
+  std::vector<UOpPtr> globals;
+  for (const UOpPtr& r : AxesOfType(sink, ctx, {AxisType::kLoop, AxisType::kGlobal})) {
+    int64_t size = 0;
+    if (ConstInt(r->src(0), &size)) globals.push_back(r);
+  }
   std::vector<UOpPtr> locals = AxesOfType(sink, ctx, {AxisType::kLocal, AxisType::kGroupReduce});
   absl::flat_hash_map<const UOp*, UOpPtr> map;
   for (int i = 0; i < 3; ++i) ctx.global_size[i] = ctx.local_size[i] = 1;

@@ -347,6 +347,41 @@ TEST_F(ClTest, LaunchDimsFoldWhenTheGridIsTooSmall) {
   EXPECT_NE(folded.find("get_global_id(0)"), std::string::npos) << folded;
 }
 
+// An output axis of symbolic size (a Variable) stays a loop inside the work-item; the constant axis is the launch.
+TEST_F(ClTest, SymbolicAxisStaysALoop) {
+  const UOpPtr out = UOp::Make(Op::PARAM, dtypes::kFloat32.Ptr(), {}, int64_t{0});
+  const UOpPtr n = UOp::Make(Op::DEFINE_VAR, dtypes::kIndex, {}, VarArg{"batch", 1, 16});
+  const UOpPtr r0 = UOp::Make(Op::RANGE, dtypes::kIndex, {n}, AxisArg{0, AxisType::kLoop});
+  const UOpPtr r1 = UOp::Range(8, 1);
+  const UOpPtr i = r0 * 8 + r1;
+  const UOpPtr val = UOp::Make(Op::CAST, dtypes::kFloat32, {i});
+  const UOpPtr ast = UOp::Sink(std::vector<UOpPtr>{UOp::Make(
+      Op::END, dtypes::kVoid,
+      {UOp::Make(Op::STORE, dtypes::kVoid, {UOp::Make(Op::INDEX, out->dtype(), {out, i}), val}), r0,
+       r1})});
+  auto prog = codegen::LowerKernel(ast, ClTarget());
+  ASSERT_TRUE(prog.ok()) << prog.status();
+  auto k = runtime::CompileKernel(*Dev(), *prog);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_NE(k->source.find("for ("), std::string::npos) << k->source;
+  EXPECT_EQ(k->source.find("batch"), std::string::npos) << "no user strings\n" << k->source;
+  auto buf = runtime::Buffer::Create(Dev(), dtypes::kFloat32, 128);
+  ASSERT_TRUE(buf.ok());
+  std::vector<float> init(128, -1.0f);
+  ASSERT_TRUE((*buf)->CopyIn(init.data(), init.size() * 4).ok());
+  runtime::LaunchDims dims;
+  for (int d = 0; d < 3; ++d) {
+    dims.global[d] = prog->global_size[d];
+    dims.local[d] = prog->local_size[d];
+  }
+  const std::vector<runtime::DeviceMemory> mems = {(*buf)->memory()};
+  const std::vector<int64_t> vars = {5};
+  ASSERT_TRUE(k->program->Launch(mems, vars, dims, false).ok());
+  std::vector<float> got(128);
+  ASSERT_TRUE((*buf)->CopyOut(got.data(), got.size() * 4).ok());
+  for (int j = 0; j < 128; ++j) EXPECT_EQ(got[j], j < 40 ? static_cast<float>(j) : -1.0f) << j;
+}
+
 // The GPU heuristic picks GROUPTOP for a long reduce with few outputs and LOCAL for a matmul; both run correctly.
 TEST_F(ClTest, GpuHeuristic) {
   const std::vector<float> xs = Ramp(8192, 0.001f);
