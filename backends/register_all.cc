@@ -9,6 +9,12 @@ void RegisterAllBackends() {
 #ifdef KILN_HAVE_CPU
     RegisterCpuBackend(r);
 #endif
+#ifdef KILN_HAVE_OPENCL
+    RegisterOpenClBackend(r);
+#endif
+#ifdef KILN_HAVE_CUDA
+    RegisterCudaBackend(r);
+#endif
 #ifdef KILN_HAVE_INTERP
     RegisterInterpBackend(r);
 #endif

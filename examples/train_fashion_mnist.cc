@@ -3,7 +3,10 @@
 //
 //   train_fashion_mnist [--steps 70] [--batch 512] [--seed 42] [--lr 0.001] [--data DIR]
 //                       [--load FILE] [--save FILE] [--eval-only] [--test-images N] [--min-accuracy PCT]
+//                       [--device D] [--expect-learning]
 //
+// --device (default: $DEV, else CPU) places the model and the batches: CPU, CL, CUDA, ...; --expect-learning exits 1
+// unless the last step's loss is below the first's (the CTest fashion_mnist_cl).
 // Data: the four IDX files of Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist), read with
 // engine/nn/state's IDX loader; pixels scaled to [0, 1]. Each step samples a batch on the host (uniform with
 // replacement, seeded by --seed) and passes it to the jitted step as new input tensors; the weights, BatchNorm running
@@ -37,6 +40,7 @@
 #include "engine/nn/optim.h"
 #include "engine/nn/state/idx.h"
 #include "engine/realize/realize.h"
+#include "engine/schedule/schedule.h"
 #include "engine/tensor/tensor.h"
 
 namespace {
@@ -60,7 +64,9 @@ struct Flags {
   double lr = 1e-3, min_accuracy = -1;
   int64_t test_images = -1;  // -1: all
   std::string data_dir = "/usr/share/datasets/fashion-mnist", save, load;
+  std::string device = kiln::DefaultDevice();  // --device (default $DEV, else CPU): CPU, CL, CUDA, ...
   bool eval_only = false;
+  bool expect_learning = false;  // exit 1 unless the last step's loss is below the first's
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -68,6 +74,10 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     std::string a = argv[i];
     if (a == "--eval-only") {
       f->eval_only = true;
+      continue;
+    }
+    if (a == "--expect-learning") {
+      f->expect_learning = true;
       continue;
     }
     if (i + 1 >= argc) return false;
@@ -90,6 +100,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->test_images = std::atoll(v.c_str());
     else if (a == "--min-accuracy")
       f->min_accuracy = std::atof(v.c_str());
+    else if (a == "--device")
+      f->device = v;
     else
       return false;
   }
@@ -112,7 +124,7 @@ void Gather(const nn::IdxData& images, const nn::IdxData& labels, const std::vec
 // Accuracy (%) of `model` in eval mode on the whole test set, in jitted chunks of 1000 (the last chunk may be
 // smaller and runs without the JIT's capture: a new shape is a different signature).
 absl::StatusOr<double> Evaluate(nn::MnistCnn& model, const nn::IdxData& images,
-                                const nn::IdxData& labels, int64_t n) {
+                                const nn::IdxData& labels, int64_t n, const std::string& device) {
   nn::TrainingScope eval(false);
   kiln::jit::TinyJit predict(
       [&model](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
@@ -127,7 +139,7 @@ absl::StatusOr<double> Evaluate(nn::MnistCnn& model, const nn::IdxData& images,
     std::vector<int64_t> idx(m);
     for (int64_t i = 0; i < m; ++i) idx[i] = s + i;
     Gather(images, labels, idx, &x, &y);
-    Tensor xt = Tensor::FromVector(x, {m, 1, images.dims[1], images.dims[2]});
+    Tensor xt = Tensor::FromVector(x, {m, 1, images.dims[1], images.dims[2]}, device);
     absl::StatusOr<std::vector<Tensor>> out;
     if (m == chunk) {
       out = predict({xt});
@@ -148,7 +160,8 @@ int main(int argc, char** argv) {
   if (!ParseFlags(argc, argv, &flags)) {
     std::fprintf(stderr,
                  "usage: %s [--steps N] [--batch N] [--seed N] [--lr X] [--data DIR] [--load FILE] "
-                 "[--save FILE] [--eval-only] [--test-images N] [--min-accuracy PCT]\n",
+                 "[--save FILE] [--eval-only] [--test-images N] [--min-accuracy PCT] [--device D] "
+                 "[--expect-learning]\n",
                  argv[0]);
     return 2;
   }
@@ -172,7 +185,7 @@ int main(int argc, char** argv) {
 
   Tensor::ManualSeed(flags.seed);
   auto t_start = Clock::now();
-  nn::MnistCnn model;
+  nn::MnistCnn model(flags.device);
   if (!flags.load.empty()) {
     if (absl::Status st = nn::LoadModel(model, flags.load); !st.ok()) return Fail(st, "load");
     std::printf("loaded %s\n", flags.load.c_str());
@@ -201,17 +214,20 @@ int main(int argc, char** argv) {
     std::vector<float> xb;
     std::vector<int32_t> yb;
     double first_step_ms = 0, steady_ms = 0;
+    float first_loss = 0, last_loss = 0;
     int steady = 0, kernels_per_step = 0;
     for (int s = 0; s < flags.steps; ++s) {
       auto t0 = Clock::now();
       for (int64_t& k : idx) k = pick(rng);
       Gather(*xtr, *ytr, idx, &xb, &yb);
-      Tensor x = Tensor::FromVector(xb, {flags.batch, 1, xtr->dims[1], xtr->dims[2]});
-      Tensor y = Tensor::FromVector(yb, {flags.batch});
+      Tensor x = Tensor::FromVector(xb, {flags.batch, 1, xtr->dims[1], xtr->dims[2]}, flags.device);
+      Tensor y = Tensor::FromVector(yb, {flags.batch}, flags.device);
       absl::StatusOr<std::vector<Tensor>> out = step({x, y});
       if (!out.ok()) return Fail(out.status(), "step");
       absl::StatusOr<float> l = (*out)[0].Item<float>();
       if (!l.ok()) return Fail(l.status(), "loss");
+      if (s == 0) first_loss = *l;
+      last_loss = *l;
       auto t1 = Clock::now();
       const double ms = Ms(t0, t1);
       // a capture or replay launches the captured plan; otherwise the step's one Realize launched everything
@@ -234,6 +250,10 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
     std::printf("JIT=%d\n", jit_on ? 1 : 0);
+    if (flags.expect_learning && !(flags.steps > 1 && last_loss < first_loss)) {
+      std::fprintf(stderr, "--expect-learning: loss went from %.5f to %.5f\n", first_loss, last_loss);
+      return 1;
+    }
     std::printf("time to first step: %.1f ms\n", first_step_ms);
     if (steady > 0) {
       std::printf("ms/step (steps 2..%d): %.1f\n", flags.steps - 1, steady_ms / steady);
@@ -245,7 +265,7 @@ int main(int argc, char** argv) {
   const int64_t n_eval = flags.test_images < 0 ? n_test : std::min(flags.test_images, n_test);
   if (n_eval > 0) {
     auto t_eval = Clock::now();
-    acc = Evaluate(model, *xte, *yte, n_eval);
+    acc = Evaluate(model, *xte, *yte, n_eval, flags.device);
     if (!acc.ok()) return Fail(acc.status(), "eval");
     std::printf("test accuracy: %.2f%% on %lld images (%.0f ms)\n", *acc,
                 static_cast<long long>(n_eval), Ms(t_eval, Clock::now()));

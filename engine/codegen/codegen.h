@@ -2,12 +2,17 @@
 //
 // LowerKernel runs a straight list of named passes (kLowerPasses in lower.cc):
 //   "initial symbolic"  INDEX indices/gates and RANGE ends through engine/symbolic Simplify, plus index folding
-//   "apply opts"        explicit LowerOptions::opts, else the hand-coded heuristic unless NOOPT=1; names the kernel
+//   "apply opts"        explicit LowerOptions::opts, else the hand-coded heuristic unless NOOPT=1 (the GPU one,
+//                       gpu_opt.cc, for has_local targets); names the kernel
 //   "expand upcasts"    UPCAST/UNROLL ranges replicated into straight-line code, one copy of the body per lane
 //                       (LLVM's SLP vectorizer turns the copies into vector code; no VECTORIZE/GEP are produced)
 //   "postopt symbolic"  as above
+//   "lower group reduces" has_local targets: a REDUCE over a GROUP axis -> per-work-item partial REDUCE, STORE into
+//                       DEFINE_LOCAL, BARRIER, a REDUCE over the partials; output stores gated to group item 0
 //   "lower reduces"     REDUCE -> DEFINE_REG accumulator + loop
 //   "lower threads"     THREAD range -> SPECIAL("core_id"); Program.threads = its size
+//   "lower gpu dims"    has_local targets: output axes -> SPECIAL gidx/idx, LOCAL/GROUP axes -> lidx; fills
+//                       Program.global_size (work-groups) and local_size (work-items per group); see gpu_dims.cc
 //   "normalize ends"    one single-range END per RANGE
 //   "final symbolic"    as above
 //   "lower index dtype" index -> int32, or int64 when some index value may leave int32
@@ -56,6 +61,7 @@ struct Target {
   // GEP, which hides from LLVM that the lanes of an upcast load are consecutive (it emits scalar loads and inserts
   // instead of one vector load); i64 offsets keep them visibly consecutive.
   bool wide_index = false;
+  int64_t global_max[3] = {0, 0, 0};  // has_local targets: the most work-groups per launch dim (0 = no limit)
 };
 
 // The kernel optimisations (tinygrad OptOps). The axis of UPCAST/THREAD/LOCAL counts the kernel's current output
@@ -84,8 +90,8 @@ struct LowerOptions {
 };
 
 // Lowers one kernel AST (a SINK per docs/kernel-ir.md §2) for `target`. Errors: InvalidArgument for malformed
-// ASTs and illegal opts, Unimplemented for opts the target lacks (LOCAL/GROUP/GROUPTOP need has_local and are
-// not implemented yet), Internal for invariant failures. Never aborts on bad input.
+// ASTs and illegal opts (LOCAL/GROUP/GROUPTOP on a target without has_local, a work-group above max_local_size, a
+// second GROUP axis), Internal for invariant failures. Never aborts on bad input.
 absl::StatusOr<Program> LowerKernel(const UOpPtr& kernel_ast, const Target& target,
                                     const LowerOptions& options = {});
 

@@ -50,7 +50,12 @@ absl::StatusOr<UOpPtr> ApplyOpts(const UOpPtr& sink, LowerContext& ctx) {
     }
   } else if (GetKnob(Knob::kNoOpt) == 0) {
     std::vector<Opt> chosen;
-    KILN_ASSIGN_OR_RETURN(cur, ApplyHeuristic(cur, ctx, &chosen));
+    // GPU targets (work-groups) have their own heuristic (gpu_opt.cc); CPU targets keep opt.cc's.
+    if (ctx.target.has_local) {
+      KILN_ASSIGN_OR_RETURN(cur, ApplyGpuHeuristic(cur, ctx, &chosen));
+    } else {
+      KILN_ASSIGN_OR_RETURN(cur, ApplyHeuristic(cur, ctx, &chosen));
+    }
   }
   ctx.name = KernelName(cur, ctx);
   return cur;
@@ -62,8 +67,10 @@ constexpr Pass kLowerPasses[] = {
     {"apply opts", ApplyOpts},
     {"expand upcasts", ExpandUpcasts},
     {"postopt symbolic", SymbolicPass},
+    {"lower group reduces", LowerGroupReduces},
     {"lower reduces", LowerReduces},
     {"lower threads", LowerThreads},
+    {"lower gpu dims", LowerGpuDims},
     {"normalize ends", NormalizeEnds},
     {"final symbolic", SymbolicPass},
     {"lower index dtype", LowerIndexDType},
@@ -162,6 +169,10 @@ absl::StatusOr<Program> LowerKernel(const UOpPtr& kernel_ast, const Target& targ
   p.name = ctx.name;
   KILN_ASSIGN_OR_RETURN(p.uops, Linearize(sink, ctx));
   p.threads = ctx.threads;
+  for (int i = 0; i < 3; ++i) {
+    p.global_size[i] = ctx.global_size[i];
+    p.local_size[i] = ctx.local_size[i];
+  }
   p.applied_opts = ctx.applied_opts;
   KILN_RETURN_IF_ERROR(FillProgramInfo(ctx, p));
   if (DebugLevel() >= 3) {
@@ -176,7 +187,11 @@ absl::StatusOr<std::vector<Opt>> HeuristicOpts(const UOpPtr& kernel_ast, const T
   KILN_RETURN_IF_ERROR(InitAxes(kernel_ast, ctx));
   UOpPtr cur = FoldIndexMath(kernel_ast);
   std::vector<Opt> chosen;
-  KILN_ASSIGN_OR_RETURN(cur, ApplyHeuristic(cur, ctx, &chosen));
+  if (target.has_local) {
+    KILN_ASSIGN_OR_RETURN(cur, ApplyGpuHeuristic(cur, ctx, &chosen));
+  } else {
+    KILN_ASSIGN_OR_RETURN(cur, ApplyHeuristic(cur, ctx, &chosen));
+  }
   return chosen;
 }
 

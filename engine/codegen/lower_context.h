@@ -23,6 +23,8 @@ struct LowerContext {
   std::vector<std::string> applied_opts;
   std::string name;   // kernel name, set after opts
   int threads = 1;
+  int64_t global_size[3] = {1, 1, 1};  // GPU launch dims (gpu_dims.cc): work-groups and work-items per group
+  int64_t local_size[3] = {1, 1, 1};
   bool has_reduce = false;
   DType index_dtype = dtypes::kInt32;
 
@@ -50,6 +52,20 @@ absl::StatusOr<UOpPtr> LowerReduces(const UOpPtr& sink, LowerContext& ctx);
 absl::StatusOr<UOpPtr> LowerThreads(const UOpPtr& sink, LowerContext& ctx);
 // Splits multi-range ENDs into nested single-range ENDs and merges ENDs closing the same range.
 absl::StatusOr<UOpPtr> NormalizeEnds(const UOpPtr& sink, LowerContext& ctx);
+
+// ---- gpu_opt.cc ----
+// LOCAL/GROUP/GROUPTOP legality: the target has work-groups, the work-group stays within max_local_size, at most one
+// GROUP axis, and GROUP only on kernels whose reduces are not nested in another reduce.
+absl::Status CheckLocalOpt(const UOpPtr& sink, const Opt& opt, int64_t amt, const LowerContext& ctx);
+// The GPU hand-coded heuristic (tinygrad hand_coded_optimizations, simplified) for has_local targets.
+absl::StatusOr<UOpPtr> ApplyGpuHeuristic(const UOpPtr& sink, LowerContext& ctx, std::vector<Opt>* chosen);
+// GROUP/GROUPTOP reduces -> per-work-item partial reduce, local memory, BARRIER, final reduce; output stores gated
+// to the first work-item of the group.
+absl::StatusOr<UOpPtr> LowerGroupReduces(const UOpPtr& sink, LowerContext& ctx);
+
+// ---- gpu_dims.cc ----
+// Targets with has_local: global and local axes -> SPECIAL gidx/idx/lidx; fills ctx.global_size/local_size.
+absl::StatusOr<UOpPtr> LowerGpuDims(const UOpPtr& sink, LowerContext& ctx);
 
 // ---- lower_index.cc ----
 absl::StatusOr<UOpPtr> LowerIndexDType(const UOpPtr& sink, LowerContext& ctx);

@@ -265,10 +265,14 @@ absl::StatusOr<UOpPtr> ApplyOpt(const UOpPtr& sink, const Opt& opt, LowerContext
     }
     case OptOp::kLocal:
     case OptOp::kGroup:
-    case OptOp::kGroupTop:
-      if (!ctx.target.has_local)
-        return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": target has no local memory/workgroups"));
-      return absl::UnimplementedError(absl::StrCat("opt ", what, ": LOCAL/GROUP lowering is not implemented yet"));
+    case OptOp::kGroupTop: {
+      // Work-group axes (GPU targets): validated in gpu_opt.cc, lowered by "lower group reduces" and "lower gpu dims".
+      KILN_RETURN_IF_ERROR(CheckLocalOpt(sink, opt, amt, ctx));
+      const bool local = opt.op == OptOp::kLocal;
+      KILN_ASSIGN_OR_RETURN(out, SplitRange(sink, r, amt, local ? AxisType::kLocal : AxisType::kGroupReduce,
+                                            opt.op == OptOp::kGroupTop, ctx));
+      break;
+    }
   }
   ctx.applied_opts.push_back(what);
   return out;

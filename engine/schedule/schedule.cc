@@ -109,6 +109,28 @@ class Scheduler {
       }
       device_[u] = d;
     }
+    // Constant-only subgraphs (CONSTs carry no device) take the device of a consumer, so a realized constant feeding
+    // a CL kernel lives on CL and not on the default device.
+    for (auto it = topo_.rbegin(); it != topo_.rend(); ++it) {
+      const std::string& d = device_[*it];
+      if (d.empty()) continue;
+      for (const UOpPtr& s : (*it)->src()) {
+        std::string& sd = device_[s.get()];
+        if (sd.empty() && s->op() != Op::DEVICE) sd = d;
+      }
+    }
+    // What is still deviceless is computed from constants alone with no consumer on a device (a constant gradient
+    // realized as a root): it lives where the schedule's other work does (the first device found), not on the
+    // default device.
+    std::string fallback;
+    for (const UOp* u : topo_)
+      if (const std::string& d = device_[u]; !d.empty() && u->op() != Op::DEVICE) {
+        fallback = d;
+        break;
+      }
+    if (!fallback.empty())
+      for (auto& [u, d] : device_)
+        if (d.empty() && u->op() != Op::DEVICE) d = fallback;
     return absl::OkStatus();
   }
   std::string DeviceOf(const UOp* u) {

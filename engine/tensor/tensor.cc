@@ -235,6 +235,13 @@ Tensor Tensor::Bitcast(DType dtype) const {
 Tensor Tensor::Contiguous() const { return Node1(Op::CONTIGUOUS, dtype()); }
 Tensor Tensor::Detach() const { return Node1(Op::DETACH, dtype()); }
 
+Tensor Tensor::To(const std::string& device) const {
+  if (!ok() || device == this->device()) return *this;
+  absl::StatusOr<UOpPtr> u = UOp::Create(Op::COPY, dtype(), {uop_, DeviceNode(device)});
+  if (!u.ok()) return FromStatus(u.status());
+  return Wrap(*std::move(u), DeviceNode(device));
+}
+
 Tensor Tensor::Assign(const Operand& value) {
   if (!ok()) return *this;
   Tensor v;

@@ -265,6 +265,9 @@ class Tensor {
   Tensor Bitcast(DType dtype) const;
   Tensor Contiguous() const;  // CONTIGUOUS: forces its own buffer
   Tensor Detach() const;      // DETACH: blocks gradients
+  // The same values on `device` ("CPU", "CL:0", "CUDA"): a COPY, realized as a device-to-device copy through the host
+  // (bit-exact). Returns *this when already there.
+  Tensor To(const std::string& device) const;
   // Replaces this tensor's UOp by ASSIGN(this, value) and returns the new value. A tensor value must
   // have this dtype (as in tinygrad) and broadcast to this shape; a scalar is converted to this dtype.
   // On error this tensor becomes an error tensor.

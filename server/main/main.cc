@@ -44,7 +44,8 @@ ABSL_FLAG(int64_t, max_queue_size, kiln::server::kDefaultMaxQueueSize,
           "dynamic_batching.default_queue_policy.max_queue_size overrides it)");
 ABSL_FLAG(int32_t, exit_timeout_secs, 30,
           "on SIGTERM/SIGINT, seconds for calls in flight to finish before exit");
-ABSL_FLAG(std::string, device, "", "engine device (CPU, INTERP); empty = CPU when built in, else INTERP");
+ABSL_FLAG(std::string, device, "",
+          "engine device (CPU, CL, CL:1, CUDA, INTERP); empty = CPU when built in, else INTERP");
 ABSL_FLAG(std::string, log_format, "default", "log line format: default or ISO8601");
 ABSL_FLAG(bool, debug, false, "debug logging (every failed call is logged)");
 ABSL_FLAG(int32_t, http_port, 8000,

@@ -5,7 +5,7 @@
 // is printed loudly and not counted, and its passing is an error (remove the mark). $KILN_CONFORMANCE_FILTER (a
 // substring of case names) runs a subset; $KILN_CONFORMANCE_VERBOSE prints each case before it runs.
 //
-// The random ops are checked here without numpy: range and moments, and CPU == INTERP bit for bit.
+// The random ops are checked here without numpy: range and moments, and CPU == INTERP (== CL) bit for bit.
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -20,7 +20,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "backends/cuda/cuda_api.h"
+#include "backends/cuda/cuda_device.h"
+#include "backends/null/null_device.h"
 #include "backends/register_all.h"
+#include "engine/runtime/host_allocator.h"
 #include "engine/runtime/registry.h"
 #include "engine/tensor/tensor.h"
 #include "tests/conformance/conformance_ops.h"
@@ -178,6 +182,42 @@ std::string ShapeStr(const IntVec& s) {
   return r + ")";
 }
 
+// "NVRTC": a test-only device that renders every kernel as CUDA C and compiles it with the real NVRTC (which needs no
+// GPU), then runs nothing (like NULL). A case passes on it when every kernel compiles; values are not compared.
+class NvrtcCheckDevice final : public runtime::Device {
+ public:
+  explicit NvrtcCheckDevice(std::string arch) : compiler_(std::move(arch)) {}
+  const std::string& name() const override { return name_; }
+  runtime::Allocator& allocator() override { return allocator_; }
+  runtime::Compiler& compiler() override { return compiler_; }
+  std::string renderer() const override { return "cuda"; }
+  absl::StatusOr<std::unique_ptr<runtime::Program>> Load(const std::string&, const std::string&) override {
+    return std::unique_ptr<runtime::Program>(new backends::NullProgram());
+  }
+  bool executes() const override { return false; }
+
+ private:
+  std::string name_ = "NVRTC";
+  runtime::HostAllocator allocator_;
+  backends::NvrtcCompiler compiler_;
+};
+
+// Registers "NVRTC" when NVRTC loads; the architecture is $KILN_NVRTC_ARCH (digits, default 80).
+bool RegisterNvrtcCheck() {
+  static const bool ok = [] {
+    if (!backends::cuda::Nvrtc().ok()) return false;
+    const char* a = std::getenv("KILN_NVRTC_ARCH");
+    const std::string arch = a != nullptr && *a != '\0' ? a : "80";
+    runtime::BackendRegistry::Global().Register(
+        "NVRTC", [arch](const std::string&, int index) -> absl::StatusOr<std::unique_ptr<runtime::Device>> {
+          if (index != 0) return absl::NotFoundError("NVRTC has only index 0");
+          return std::unique_ptr<runtime::Device>(new NvrtcCheckDevice(arch));
+        });
+    return true;
+  }();
+  return ok;
+}
+
 // Runs one case on `device`; "" on success, else what went wrong.
 std::string RunCase(const std::string& dir, const Case& c, const std::string& device) {
   auto it = Ops().find(c.op);
@@ -194,6 +234,10 @@ std::string RunCase(const std::string& dir, const Case& c, const std::string& de
   if (out.dtype() != c.output.dtype || shape != c.output.shape) {
     return absl::StrCat("got ", out.dtype().Name(), ShapeStr(shape), ", want ", c.output.dtype.Name(),
                         ShapeStr(c.output.shape));
+  }
+  if (auto dev = runtime::GetDevice(device); dev.ok() && !(*dev)->executes()) {
+    absl::Status st = out.Realize();  // renders and compiles every kernel; runs none
+    return st.ok() ? "" : "realize: " + st.ToString();
   }
   std::string want = ReadFile(dir + "/" + c.output.file);
   std::string got(want.size(), '\0');
@@ -216,6 +260,7 @@ class Conformance : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     backends::RegisterAllBackends();
     if (DataDir().empty()) GTEST_SKIP() << "KILN_CONFORMANCE_DATA not set (run through run_conformance.py)";
+    if (GetParam() == "NVRTC" && !RegisterNvrtcCheck()) GTEST_SKIP() << "NVRTC not available (CUDA toolkit)";
     auto dev = runtime::GetDevice(GetParam());
     if (!dev.ok()) GTEST_SKIP() << GetParam() << " backend not available: " << dev.status();
   }
@@ -231,7 +276,7 @@ TEST_P(Conformance, AllCases) {
   for (const Case& c : cases) {
     if (verbose) std::cerr << "case " << c.name << " on " << device << std::endl;
     std::string err = RunCase(dir, c, device);
-    if (XfailOn(c, device)) {
+    if (XfailOn(c, device) && device != "NVRTC") {
       if (err.empty()) {
         ADD_FAILURE() << "XPASS " << c.name << " on " << device << ": passes but is marked xfail ("
                       << c.xfail_reason << "); remove the mark in gen_cases.py";
@@ -253,14 +298,18 @@ TEST_P(Conformance, AllCases) {
   EXPECT_EQ(failed, 0) << failed << " of " << cases.size() << " cases failed on " << device;
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("CPU", "INTERP"));
+// CL and NVRTC run as their own CTests (conformance_cl, conformance_nvrtc in tests/conformance/CMakeLists.txt) so they
+// overlap the others. NVRTC compiles every kernel as CUDA C without a GPU: a CUDA syntax error fails CI. CUDA (skipped
+// without a GPU) is run by tests/gpu/run_gpu_checks.sh.
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::Values("CPU", "INTERP", "CL", "NVRTC", "CUDA"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // ---- random ops: statistics per backend, and bit-identical values across backends ----
 
 std::vector<std::string> Backends() {
   backends::RegisterAllBackends();
   std::vector<std::string> out;
-  for (const char* d : {"CPU", "INTERP"}) {
+  for (const char* d : {"CPU", "INTERP", "CL"}) {
     if (runtime::GetDevice(d).ok()) out.push_back(d);
   }
   return out;
@@ -327,13 +376,16 @@ TEST(ConformanceRandom, Statistics) {
 TEST(ConformanceRandom, DeviceIndependent) {
   std::vector<std::string> devs = Backends();
   if (devs.size() < 2) GTEST_SKIP() << "needs CPU and INTERP";
-  for (const char* what : {"rand", "randn", "uniform"}) {
-    std::vector<float> a = Draw<float>(what, devs[0], 1234), b = Draw<float>(what, devs[1], 1234);
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << what << ": CPU and INTERP differ";
+  for (size_t k = 1; k < devs.size(); ++k) {
+    for (const char* what : {"rand", "randn", "uniform"}) {
+      std::vector<float> a = Draw<float>(what, devs[0], 1234), b = Draw<float>(what, devs[k], 1234);
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << what << ": " << devs[0] << " and " << devs[k]
+                                                                   << " differ";
+    }
+    EXPECT_EQ(Draw<int32_t>("randint", devs[0], 99), Draw<int32_t>("randint", devs[k], 99)) << devs[k];
+    EXPECT_EQ(Draw<uint8_t>("randint8", devs[0], 99), Draw<uint8_t>("randint8", devs[k], 99)) << devs[k];
   }
-  EXPECT_EQ(Draw<int32_t>("randint", devs[0], 99), Draw<int32_t>("randint", devs[1], 99));
-  EXPECT_EQ(Draw<uint8_t>("randint8", devs[0], 99), Draw<uint8_t>("randint8", devs[1], 99));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ struct RendererCaps {
   bool supports_bfloat16 = true;
   bool native_transcendental = true;  // EXP2/LOG2/SIN/SQRT rendered directly (no polynomial decomposition)
   int64_t global_max[3] = {0, 0, 0};  // 0 = no global dims (CPU loops instead)
+  int64_t local_max = 1;              // work-items per work-group the heuristic may use (has_local targets)
   int vector_bytes =
       16;  // SIMD register width the heuristic tiles for (CPU: 16 SSE/NEON, 32 AVX2, 64 AVX-512)
 };

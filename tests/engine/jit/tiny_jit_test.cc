@@ -1,10 +1,13 @@
 // TinyJit: the behaviours of tinygrad's test/unit/test_jit.py and test_jit_footguns.py (reference/tinygrad.md §10.2),
-// on the CPU backend.
+// on the CPU backend, or on $KILN_TEST_DEVICE (tests/gpu/run_gpu_checks.sh runs them on CUDA).
 #include "engine/jit/tiny_jit.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
 #include <random>
+#include <string>
 
 #include "backends/register_all.h"
 #include "engine/base/env.h"
@@ -13,11 +16,19 @@
 namespace kiln::jit {
 namespace {
 
+const std::string& TestDevice() {
+  static const std::string d = [] {
+    const char* e = std::getenv("KILN_TEST_DEVICE");
+    return std::string(e != nullptr && *e != '\0' ? e : "CPU");
+  }();
+  return d;
+}
+
 class JitTest : public ::testing::Test {
  protected:
   void SetUp() override {
     backends::RegisterAllBackends();
-    if (!runtime::GetDevice("CPU").ok()) GTEST_SKIP() << "CPU backend not available";
+    if (!runtime::GetDevice(TestDevice()).ok()) GTEST_SKIP() << TestDevice() << " backend not available";
   }
   Tensor RandT(std::vector<int64_t> shape) {
     int64_t n = 1;
@@ -25,7 +36,7 @@ class JitTest : public ::testing::Test {
     std::vector<float> v(n);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (float& f : v) f = dist(rng_);
-    return Tensor::FromVector(v, shape);
+    return Tensor::FromVector(v, shape, TestDevice());
   }
   static std::vector<float> Vals(const Tensor& t) {
     auto v = t.ToVector<float>();
@@ -152,8 +163,8 @@ TEST_F(JitTest, ShapeMismatch) {
   EXPECT_NE(r.status().message().find("args mismatch in JIT"), std::string::npos) << r.status();
   EXPECT_NE(r.status().message().find("expected_input_info"), std::string::npos) << r.status();
   // dtype mismatch too; a valid call still replays afterwards.
-  Tensor ai = Tensor::FromVector(std::vector<int32_t>(16, 1), {4, 4});
-  Tensor bi = Tensor::FromVector(std::vector<int32_t>(16, 2), {4, 4});
+  Tensor ai = Tensor::FromVector(std::vector<int32_t>(16, 1), {4, 4}, TestDevice());
+  Tensor bi = Tensor::FromVector(std::vector<int32_t>(16, 2), {4, 4}, TestDevice());
   auto r2 = jit({ai, bi});
   ASSERT_FALSE(r2.ok());
   EXPECT_NE(r2.status().message().find("args mismatch in JIT"), std::string::npos) << r2.status();
@@ -226,7 +237,7 @@ TEST_F(JitTest, ViewInputFails) {
               std::string::npos)
         << r.status();
   }
-  auto rc = jit({Tensor::Full({4}, 2.0f)});  // a constant has no buffer (jit_init_empty)
+  auto rc = jit({Tensor::Full({4}, 2.0f, std::nullopt, TestDevice())});  // a constant has no buffer (jit_init_empty)
   ASSERT_FALSE(rc.ok());
   EXPECT_NE(rc.status().message().find("JIT inputs must be real buffers"), std::string::npos)
       << rc.status();
@@ -242,9 +253,9 @@ TEST_F(JitTest, ViewInputFails) {
 
 TEST_F(JitTest, RandomRegenerates) {
   TinyJit jit([](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
-    return std::vector<Tensor>{in[0] + Tensor::Rand({16})};
+    return std::vector<Tensor>{in[0] + Tensor::Rand({16}, dtypes::kDefaultFloat, TestDevice())};
   });
-  Tensor zero = Tensor::FromVector(std::vector<float>(16, 0.0f), {16});
+  Tensor zero = Tensor::FromVector(std::vector<float>(16, 0.0f), {16}, TestDevice());
   std::vector<std::vector<float>> seen;
   for (int i = 0; i < 5; ++i) {
     auto out = jit({zero});
@@ -261,9 +272,9 @@ TEST_F(JitTest, RandomRegenerates) {
 
 TEST_F(JitTest, RandomSameWithAndWithoutJit) {
   auto fn = [](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
-    return std::vector<Tensor>{in[0] * Tensor::Rand({8}) + Tensor::Randn({8})};
+    return std::vector<Tensor>{in[0] * Tensor::Rand({8}, dtypes::kDefaultFloat, TestDevice()) + Tensor::Randn({8}, dtypes::kDefaultFloat, TestDevice())};
   };
-  Tensor one = Tensor::FromVector(std::vector<float>(8, 1.0f), {8});
+  Tensor one = Tensor::FromVector(std::vector<float>(8, 1.0f), {8}, TestDevice());
   Tensor::ManualSeed(42);
   std::vector<std::vector<float>> nojit;
   for (int i = 0; i < 4; ++i) {
@@ -307,7 +318,7 @@ TEST_F(JitTest, OutputFedBackAsInput) {
   TinyJit jit([](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
     return std::vector<Tensor>{in[0].Flip(0) + 1};
   });
-  Tensor x = Tensor::FromVector(std::vector<float>{0, 1, 2, 3}, {4});
+  Tensor x = Tensor::FromVector(std::vector<float>{0, 1, 2, 3}, {4}, TestDevice());
   std::vector<float> want = {0, 1, 2, 3};
   for (int i = 0; i < 6; ++i) {
     auto out = jit({x});
@@ -329,7 +340,7 @@ TEST_F(JitTest, ImplicitInputsByIdentity) {
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(jit({x}).ok());
   // Overwrite the weight's buffer outside the JIT: the replay reads the new contents.
   Tensor w_alias = w;
-  w_alias.Assign(Tensor::FromVector(std::vector<float>{1, 2, 3, 4}, {4}));
+  w_alias.Assign(Tensor::FromVector(std::vector<float>{1, 2, 3, 4}, {4}, TestDevice()));
   ASSERT_TRUE(w_alias.Realize().ok());
   auto out = jit({x});
   ASSERT_TRUE(out.ok());
@@ -338,13 +349,13 @@ TEST_F(JitTest, ImplicitInputsByIdentity) {
 }
 
 TEST_F(JitTest, AssignInsideJitReplays) {
-  Tensor acc = Tensor::FromVector(std::vector<float>(3, 0.0f), {3});
+  Tensor acc = Tensor::FromVector(std::vector<float>(3, 0.0f), {3}, TestDevice());
   TinyJit jit([&acc](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
     Tensor a = acc;  // assign through a copy: acc keeps naming the buffer
     a.Assign(a + in[0]);
     return std::vector<Tensor>{a};
   });
-  Tensor one = Tensor::FromVector(std::vector<float>{1, 2, 3}, {3});
+  Tensor one = Tensor::FromVector(std::vector<float>{1, 2, 3}, {3}, TestDevice());
   for (int i = 1; i <= 5; ++i) {
     auto out = jit({one});
     ASSERT_TRUE(out.ok()) << out.status();
