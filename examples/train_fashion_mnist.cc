@@ -3,12 +3,13 @@
 //
 //   train_fashion_mnist [--steps 70] [--batch 512] [--seed 42] [--lr 0.001] [--data DIR]
 //                       [--load FILE] [--save FILE] [--eval-only] [--test-images N] [--min-accuracy PCT]
-//                       [--device D] [--expect-learning]
+//                       [--device D] [--expect-learning] [--pixel-divisor D]
 //
 // --device (default: $DEV, else CPU) places the model and the batches: CPU, CL, CUDA, ...; --expect-learning exits 1
 // unless the last step's loss is below the first's (the CTest fashion_mnist_cl).
 // Data: the four IDX files of Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist), read with
-// engine/nn/state's IDX loader; pixels scaled to [0, 1]. Each step samples a batch on the host (uniform with
+// engine/nn/state's IDX loader; raw 0-255 pixels as tinygrad's beautiful_mnist feeds them (--pixel-divisor 255 scales
+// them to [0, 1]: ~2 points lower after 70 steps). Each step samples a batch on the host (uniform with
 // replacement, seeded by --seed) and passes it to the jitted step as new input tensors; the weights, BatchNorm running
 // statistics and Adam state are implicit inputs that the step updates in place (Assign). JIT=0 runs the step without
 // TinyJit. --load starts from a safetensors state dict (nn::LoadModel); --eval-only skips training; --save writes the
@@ -67,6 +68,7 @@ struct Flags {
   std::string device = kiln::DefaultDevice();  // --device (default $DEV, else CPU): CPU, CL, CUDA, ...
   bool eval_only = false;
   bool expect_learning = false;  // exit 1 unless the last step's loss is below the first's
+  float pixel_divisor = 1.0f;     // --pixel-divisor: 1 = raw 0-255 pixels as tinygrad's beautiful_mnist; 255 = [0, 1]
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -102,21 +104,23 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       f->min_accuracy = std::atof(v.c_str());
     else if (a == "--device")
       f->device = v;
+    else if (a == "--pixel-divisor")
+      f->pixel_divisor = static_cast<float>(std::atof(v.c_str()));
     else
       return false;
   }
-  return f->steps >= 0 && f->batch > 0;
+  return f->steps >= 0 && f->batch > 0 && f->pixel_divisor > 0;
 }
 
-// images (N, H, W) bytes -> float32 pixels / 255 of the rows `idx`
-void Gather(const nn::IdxData& images, const nn::IdxData& labels, const std::vector<int64_t>& idx,
+// images (N, H, W) bytes -> float32 pixels / divisor of the rows `idx`
+void Gather(const nn::IdxData& images, const nn::IdxData& labels, const std::vector<int64_t>& idx, float divisor,
             std::vector<float>* x, std::vector<int32_t>* y) {
   const int64_t px = images.dims[1] * images.dims[2];
   x->resize(idx.size() * px);
   y->resize(idx.size());
   for (size_t b = 0; b < idx.size(); ++b) {
     const uint8_t* src = images.data.data() + idx[b] * px;
-    for (int64_t p = 0; p < px; ++p) (*x)[b * px + p] = src[p] / 255.0f;
+    for (int64_t p = 0; p < px; ++p) (*x)[b * px + p] = src[p] / divisor;
     (*y)[b] = labels.data[idx[b]];
   }
 }
@@ -124,7 +128,7 @@ void Gather(const nn::IdxData& images, const nn::IdxData& labels, const std::vec
 // Accuracy (%) of `model` in eval mode on the whole test set, in jitted chunks of 1000 (the last chunk may be
 // smaller and runs without the JIT's capture: a new shape is a different signature).
 absl::StatusOr<double> Evaluate(nn::MnistCnn& model, const nn::IdxData& images,
-                                const nn::IdxData& labels, int64_t n, const std::string& device) {
+                                const nn::IdxData& labels, int64_t n, const std::string& device, float divisor) {
   nn::TrainingScope eval(false);
   kiln::jit::TinyJit predict(
       [&model](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
@@ -138,7 +142,7 @@ absl::StatusOr<double> Evaluate(nn::MnistCnn& model, const nn::IdxData& images,
     const int64_t m = std::min(chunk, n - s);
     std::vector<int64_t> idx(m);
     for (int64_t i = 0; i < m; ++i) idx[i] = s + i;
-    Gather(images, labels, idx, &x, &y);
+    Gather(images, labels, idx, divisor, &x, &y);
     Tensor xt = Tensor::FromVector(x, {m, 1, images.dims[1], images.dims[2]}, device);
     absl::StatusOr<std::vector<Tensor>> out;
     if (m == chunk) {
@@ -161,7 +165,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: %s [--steps N] [--batch N] [--seed N] [--lr X] [--data DIR] [--load FILE] "
                  "[--save FILE] [--eval-only] [--test-images N] [--min-accuracy PCT] [--device D] "
-                 "[--expect-learning]\n",
+                 "[--expect-learning] [--pixel-divisor D]\n",
                  argv[0]);
     return 2;
   }
@@ -219,7 +223,7 @@ int main(int argc, char** argv) {
     for (int s = 0; s < flags.steps; ++s) {
       auto t0 = Clock::now();
       for (int64_t& k : idx) k = pick(rng);
-      Gather(*xtr, *ytr, idx, &xb, &yb);
+      Gather(*xtr, *ytr, idx, flags.pixel_divisor, &xb, &yb);
       Tensor x = Tensor::FromVector(xb, {flags.batch, 1, xtr->dims[1], xtr->dims[2]}, flags.device);
       Tensor y = Tensor::FromVector(yb, {flags.batch}, flags.device);
       absl::StatusOr<std::vector<Tensor>> out = step({x, y});
@@ -265,7 +269,7 @@ int main(int argc, char** argv) {
   const int64_t n_eval = flags.test_images < 0 ? n_test : std::min(flags.test_images, n_test);
   if (n_eval > 0) {
     auto t_eval = Clock::now();
-    acc = Evaluate(model, *xte, *yte, n_eval, flags.device);
+    acc = Evaluate(model, *xte, *yte, n_eval, flags.device, flags.pixel_divisor);
     if (!acc.ok()) return Fail(acc.status(), "eval");
     std::printf("test accuracy: %.2f%% on %lld images (%.0f ms)\n", *acc,
                 static_cast<long long>(n_eval), Ms(t_eval, Clock::now()));

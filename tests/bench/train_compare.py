@@ -61,7 +61,7 @@ steady = []
 for i in range(steps):
   t0 = time.perf_counter()
   k = rng.integers(0, len(Y), batch)
-  x = Tensor((X[k] / 255.0).astype(np.float32))
+  x = Tensor(X[k].astype(np.float32))  # raw 0-255 pixels, as beautiful_mnist and kiln's example
   y = Tensor(Y[k].astype(np.int32))
   GlobalCounters.reset()
   loss = step(x, y).item()

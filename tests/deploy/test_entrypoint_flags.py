@@ -7,6 +7,7 @@ script once the REST gateway exists, and exit 0 on SIGTERM."""
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import tempfile
@@ -48,7 +49,11 @@ def configmap_repository(dest: Path) -> Path:
     for item in volume["configMap"]["items"]:
         path = dest / item["path"]
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(cm["data"][item["key"]])
+        key = item["key"]
+        if key in cm.get("data", {}):
+            path.write_text(cm["data"][key])
+        else:  # weights: base64 in binaryData
+            path.write_bytes(base64.b64decode(cm["binaryData"][key], validate=True))
     return dest
 
 

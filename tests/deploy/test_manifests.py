@@ -7,6 +7,7 @@ provisioning."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -205,12 +206,14 @@ def test_configmap_is_the_bundled_repository():
     (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if "configMap" in v]
     assert volume["configMap"]["name"] == "kilnd-models"
     items = {i["key"]: i["path"] for i in volume["configMap"]["items"]}
-    files = {p.relative_to(REPO / "models").as_posix(): p.read_text()
+    files = {p.relative_to(REPO / "models").as_posix(): p.read_bytes()
              for p in (REPO / "models").rglob("*") if p.is_file()}
-    assert sorted(items.values()) == sorted(files), "regenerate deploy/k8s/configmap.yaml"
-    assert set(items) == set(cm["data"])
+    assert sorted(items.values()) == sorted(files), "regenerate: deploy/k8s/gen_configmap.py"
+    data, binary = cm.get("data", {}), cm.get("binaryData", {})
+    assert set(items) == set(data) | set(binary) and not set(data) & set(binary)
     for key, path in items.items():
-        assert cm["data"][key] == files[path], f"{key} differs from models/{path}"
+        got = data[key].encode() if key in data else base64.b64decode(binary[key], validate=True)
+        assert got == files[path], f"{key} differs from models/{path}: run deploy/k8s/gen_configmap.py"
 
 
 def test_hpa_uses_the_adapter_rule():

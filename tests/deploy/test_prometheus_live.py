@@ -277,9 +277,15 @@ def reduce_sum_inputs(rows: int):
     return [x]
 
 
+def fashion_mnist_inputs(batch: int):
+    x = grpcclient.InferInput("INPUT", [batch, 1, 28, 28], "FP32")
+    x.set_data_from_numpy(np.linspace(0, 1, batch * 784, dtype=np.float32).reshape(batch, 1, 28, 28))
+    return [x]
+
+
 def send_load(url: str, seconds: float) -> dict:
     """A few requests per scrape for `seconds` (longer on a slow machine, until at least 16
-    good and 3 failed requests, but never past 30 s or 2000 requests): both bundled models, and
+    good and 3 failed requests, but never past 30 s or 2000 requests): the bundled models, and
     one bad request in eight (wrong dtype: it reaches the model and counts as a failure)."""
     counts = {"ok": 0, "failed": 0}
     client = grpcclient.InferenceServerClient(url=url)
@@ -292,6 +298,11 @@ def send_load(url: str, seconds: float) -> dict:
                 with pytest.raises(InferenceServerException):
                     client.infer("add_sub", add_sub_inputs(1, np.int32, "INT32"))
                 counts["failed"] += 1
+            elif i % 8 in (1, 5):
+                # kiln_builtin: its first request per batch size compiles and misses the JIT
+                # cache, later ones hit it (the compile and JIT panels need both).
+                client.infer("fashion_mnist", fashion_mnist_inputs(1 + (i // 8) % 2))
+                counts["ok"] += 1
             elif i % 2:
                 client.infer("reduce_sum", reduce_sum_inputs(1 + i % 5))
                 counts["ok"] += 1

@@ -7,6 +7,7 @@ even indices)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import struct
 from pathlib import Path
@@ -126,3 +127,24 @@ def make_repo(repo: Path) -> dict[str, dict]:
     write_builtin_model(repo, "mnist_q1", "mnist_cnn", cnn, [1, 28, 28], [10], 8, max_queue_size=1)
     write_builtin_model(repo, "mlp", "mlp", mlp, [MLP_SIZES[0]], [MLP_SIZES[-1]], 4)
     return {"mnist": cnn, "mlp": mlp}
+
+
+def read_idx(path: Path) -> np.ndarray:
+    raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
+    ndim = raw[3]
+    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
+    return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    raw = path.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", name
+        a, b = info["data_offsets"]
+        out[name] = np.frombuffer(raw[8 + n + a:8 + n + b], np.float32).reshape(info["shape"])
+    return out

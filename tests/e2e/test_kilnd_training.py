@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from builtin_models import read_idx, read_safetensors
 from conftest import Kilnd
 
 PROTO_ROOT = Path(__file__).resolve().parents[2] / "proto"
@@ -69,27 +70,6 @@ class TrainingStub:
             "/kiln.v1.Training/UploadDataset",
             request_serializer=t.DatasetChunk.SerializeToString,
             response_deserializer=t.UploadDatasetResponse.FromString)
-
-
-def read_idx(path: Path) -> np.ndarray:
-    raw = gzip.open(path).read() if path.suffix == ".gz" else path.read_bytes()
-    ndim = raw[3]
-    dims = struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim])
-    return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
-
-
-def read_safetensors(path: Path) -> dict[str, np.ndarray]:
-    raw = path.read_bytes()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", name
-        a, b = info["data_offsets"]
-        out[name] = np.frombuffer(raw[8 + n + a:8 + n + b], np.float32).reshape(info["shape"])
-    return out
 
 
 def mlp_forward(w: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
@@ -432,7 +412,8 @@ def test_fashion_mnist_cnn_reaches_83_percent(pb, tmp):
         events = list(stub.WatchJob(t.WatchJobRequest(id=job.id), timeout=7200))
         assert events[-1].job.state == t.SUCCEEDED, events[-1].job.message
         assert events[-1].job.eval_accuracy >= 0.83
-        images = read_idx(FASHION / "t10k-images-idx3-ubyte.gz")[:1000].astype(np.float32) / 255.0
+        # the CNN job trains on raw 0-255 pixels (tinygrad's beautiful_mnist convention)
+        images = read_idx(FASHION / "t10k-images-idx3-ubyte.gz")[:1000].astype(np.float32)
         labels = read_idx(FASHION / "t10k-labels-idx1-ubyte.gz")[:1000]
         client = grpcclient.InferenceServerClient(url=d.server.url)
         correct = 0
