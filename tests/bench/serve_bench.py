@@ -79,22 +79,38 @@ def main() -> int:
         inp.set_data_from_numpy(x)
         for _ in range(5):  # run, capture, replays: the window measures replays only
             client.infer(model, [inp])
+        # The floor every request pays in this client and the loopback gRPC stack: a no-op RPC.
+        live = []
+        for _ in range(500):
+            t0 = time.perf_counter()
+            client.is_server_live()
+            live.append(time.perf_counter() - t0)
+        floor_us = float(np.percentile(live, 50)) * 1e6
         print(f"serve_bench: kilnd {server.url}, model {model} (kiln_builtin mnist_cnn, {source}), "
               f"batch 1, {seconds:g} s per level")
         print(f"{'conc':>4} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} "
-              f"{'compute us':>10} {'queue us':>9} {'overhead us':>11} {'excl queue us':>13}")
+              f"{'compute us':>10} {'queue us':>9} {'overhead us':>11} {'excl queue us':>13} "
+              f"{'in-server us':>12} {'srv ovh us':>10}")
         for conc in (1, 4, 16):
-            n0, c0, q0, _ = stats(client, model)
+            n0, c0, q0, s0 = stats(client, model)
             lat = run_level(server.url, model, x, conc, seconds, input_name)
-            n1, c1, q1, _ = stats(client, model)
+            n1, c1, q1, s1 = stats(client, model)
             count = max(1, n1 - n0)
             compute_us = (c1 - c0) / count / 1e3
             queue_us = (q1 - q0) / count / 1e3
+            # in-server: the statistics' success duration (request arrival to response, inside kilnd);
+            # its part outside the queue and the compute is the server's own overhead, without the
+            # Python client's serialization and gRPC stack that the latency columns include.
+            server_us = (s1 - s0) / count / 1e3
             p50, p99 = np.percentile(lat, 50) * 1e3, np.percentile(lat, 99) * 1e3
             mean_us = lat.mean() * 1e6
             print(f"{conc:>4} {len(lat) / seconds:>9.1f} {p50:>8.3f} {p99:>8.3f} {mean_us / 1e3:>8.3f} "
                   f"{compute_us:>10.1f} {queue_us:>9.1f} {mean_us - compute_us:>11.1f} "
-                  f"{mean_us - compute_us - queue_us:>13.1f}")
+                  f"{mean_us - compute_us - queue_us:>13.1f} {server_us:>12.1f} "
+                  f"{server_us - compute_us - queue_us:>10.1f}")
+            if conc == 1:
+                print(f"{'':>4} ServerLive p50 {floor_us:.1f} us (tritonclient + loopback gRPC floor); "
+                      f"p50 overhead above that floor: {p50 * 1e3 - compute_us - floor_us:.1f} us")
             if n1 - n0 != len(lat):
                 print(f"serve_bench: statistics counted {n1 - n0} successes for {len(lat)} requests")
                 return 1
