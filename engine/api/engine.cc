@@ -18,6 +18,7 @@
 #include "engine/base/status.h"
 #include "engine/realize/realize.h"
 #include "engine/runtime/buffer.h"
+#include "engine/runtime/device_pool.h"
 #include "engine/runtime/registry.h"
 
 namespace kiln::api {
@@ -288,6 +289,11 @@ absl::StatusOr<RunResult> Engine::Warm(const PreparedGraph& graph) {
     views.push_back({WireDTypeName(d.inputs[i].dtype), d.inputs[i].shape, zeros[i]});
   }
   return Run(graph, views);
+}
+
+std::vector<std::string> ListDevices() {
+  backends::RegisterAllBackends();
+  return runtime::DevicePool::Discover()->devices();
 }
 
 }  // namespace kiln::api

@@ -165,6 +165,10 @@ bool IsAllowedOp(std::string_view op);
 // Bytes per element of a kiln dtype name; 0 if unknown.
 int64_t DTypeItemSize(std::string_view dtype);
 
+// The devices this machine has, as engine/runtime's DevicePool discovers them at start ("CPU", "CL:0",
+// "CUDA:0", ...; registers the compiled-in backends first). For `kilnd --list-devices`.
+std::vector<std::string> ListDevices();
+
 class Engine {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(EngineOptions options = {});

@@ -23,6 +23,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "engine/api/engine.h"
 #include "server/core/inference_server.h"
 #include "server/core/job_manager.h"
 #include "server/core/limits.h"
@@ -46,6 +47,8 @@ ABSL_FLAG(int32_t, exit_timeout_secs, 30,
           "on SIGTERM/SIGINT, seconds for calls in flight to finish before exit");
 ABSL_FLAG(std::string, device, "",
           "engine device (CPU, CL, CL:1, CUDA, INTERP); empty = CPU when built in, else INTERP");
+ABSL_FLAG(bool, list_devices, false,
+          "print the devices this machine has (CPU, CL:n, CUDA:n), one per line, and exit");
 ABSL_FLAG(std::string, log_format, "default", "log line format: default or ISO8601");
 ABSL_FLAG(bool, debug, false, "debug logging (every failed call is logged)");
 ABSL_FLAG(int32_t, http_port, 8000,
@@ -140,6 +143,10 @@ int main(int argc, char** argv) {
   std::vector<char*> args = NormalizeFlagNames(argc, argv, &storage);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
 
+  if (absl::GetFlag(FLAGS_list_devices)) {
+    for (const std::string& d : kiln::api::ListDevices()) std::printf("%s\n", d.c_str());
+    return 0;
+  }
   spdlog::set_level(absl::GetFlag(FLAGS_debug) ? spdlog::level::debug : spdlog::level::info);
   const std::string log_format = absl::GetFlag(FLAGS_log_format);
   if (log_format == "ISO8601") {
