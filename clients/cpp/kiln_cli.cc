@@ -9,12 +9,22 @@
 //     graph run <file> [--input NAME=FILE.npy ...] [--output [NAME=]FILE.npy ...]
 //                                            <file>: kiln.v1.ExecuteRequest or kiln.v1.Graph, in
 //                                            protobuf text format, or JSON when it ends in .json
+//     train start --arch mlp|mnist_cnn|model:<name> [--mlp-sizes 784,32,10]
+//                 --dataset-dir DIR | --dataset-id ID --steps N --batch N [--lr X]
+//                 [--optimizer adam|sgd|adamw] --output-model NAME [--seed N] [--name NAME]
+//                 [--eval-interval N] [--eval-images N] [--checkpoint-interval N] [--device D]
+//                 [--momentum X] [--weight-decay X] [--nesterov] [--deterministic]
+//                                            prints the job id (--json: the Job)
+//     train watch <id>                       live progress until the job ends; exit 0 only when
+//                                            it SUCCEEDED (1 on FAILED, CANCELLED, INTERRUPTED)
+//     train ls | show <id> | cancel <id> | resume <id>
 // Output is for people by default; --json prints one JSON document on stdout.
 // Exit codes: 0 ok; 1 the server or the request failed (message on stderr, with the gRPC code);
 // 2 usage error (unknown command or option, unreadable or malformed local file).
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -24,6 +34,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "clients/cpp/kiln_client.h"
+#include "clients/cpp/kiln_train_cli.h"
 #include "clients/cpp/npy.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
@@ -42,7 +53,11 @@ constexpr char kUsageText[] =
     "usage: kiln [--address HOST:PORT] [--json] [--timeout-ms N] <command>\n"
     "  status | models | load <model> | unload <model> | stats [model]\n"
     "  infer <model> --input NAME=FILE.npy ... [--output [NAME=]FILE.npy ...]\n"
-    "  graph run <file> [--input NAME=FILE.npy ...] [--output [NAME=]FILE.npy ...]\n";
+    "  graph run <file> [--input NAME=FILE.npy ...] [--output [NAME=]FILE.npy ...]\n"
+    "  train start --arch mlp|mnist_cnn [--mlp-sizes 784,32,10] --dataset-dir DIR --steps N\n"
+    "              --batch N [--lr X] [--optimizer adam|sgd|adamw] --output-model NAME\n"
+    "              [--seed N] [--eval-interval N] [--checkpoint-interval N] [--deterministic]\n"
+    "  train watch <id> | train ls | train show <id> | train cancel <id> | train resume <id>\n";
 
 int Usage(const std::string& message) {
   std::cerr << "kiln: " << message << "\n" << kUsageText;
@@ -62,6 +77,7 @@ struct Args {
   std::vector<std::string> positional;
   std::vector<std::string> inputs;   // NAME=FILE
   std::vector<std::string> outputs;  // [NAME=]FILE
+  std::map<std::string, std::string> train;  // `kiln train` options, name without "--"
 };
 
 // Returns "" on success, else the usage error.
@@ -94,7 +110,18 @@ std::string ParseArgs(int argc, char** argv, Args* args) {
     } else if (value("--output", &v)) {
       args->outputs.push_back(v);
     } else if (a.rfind("--", 0) == 0) {
-      return absl::StrCat("unknown option ", a);
+      const std::string name = a.substr(2, a.find('=') == std::string::npos
+                                               ? std::string::npos
+                                               : a.find('=') - 2);
+      if (kiln::client::IsTrainBoolFlag(name) && name.size() + 2 == a.size()) {
+        args->train[name] = "true";
+      } else if (kiln::client::IsTrainValueFlag(name) && value("--" + name, &v)) {
+        args->train[name] = v;
+      } else if (kiln::client::IsTrainValueFlag(name)) {
+        return absl::StrCat("--", name, " needs a value");
+      } else {
+        return absl::StrCat("unknown option ", a);
+      }
     } else {
       args->positional.push_back(a);
     }
@@ -355,6 +382,15 @@ int main(int argc, char** argv) {
   const size_t n = args.positional.size();
   auto no_io = [&] { return args.inputs.empty() && args.outputs.empty(); };
   KilnClient client(args.address, std::chrono::milliseconds(args.timeout_ms));
+  if (command == "train" && no_io()) {
+    std::string usage_error;
+    const int rc =
+        kiln::client::TrainCommand(client, args.json, args.positional, args.train, &usage_error);
+    return rc == kUsage ? Usage(usage_error) : rc;
+  }
+  if (!args.train.empty()) {
+    return Usage(absl::StrCat("--", args.train.begin()->first, " is a `kiln train` option"));
+  }
   if (command == "status" && n == 1 && no_io()) return Status(client, args);
   if (command == "models" && n == 1 && no_io()) return Models(client, args);
   if ((command == "load" || command == "unload") && n == 2 && no_io()) {

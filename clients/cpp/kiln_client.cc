@@ -24,6 +24,7 @@ KilnClient::KilnClient(const std::string& address, std::chrono::milliseconds tim
   channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   inference_ = inference::GRPCInferenceService::NewStub(channel_);
   engine_ = kiln::v1::Engine::NewStub(channel_);
+  training_ = kiln::v1::Training::NewStub(channel_);
 }
 
 std::unique_ptr<grpc::ClientContext> KilnClient::Context() const {
@@ -128,6 +129,68 @@ absl::StatusOr<kiln::v1::ExecuteResponse> KilnClient::Execute(
   auto ctx = Context();
   if (auto s = FromGrpc(engine_->Execute(ctx.get(), request, &response)); !s.ok()) return s;
   return response;
+}
+
+absl::StatusOr<kiln::v1::Job> KilnClient::StartJob(const kiln::v1::JobSpec& spec) {
+  kiln::v1::StartJobRequest request;
+  *request.mutable_spec() = spec;
+  kiln::v1::Job job;
+  auto ctx = Context();
+  if (auto s = FromGrpc(training_->StartJob(ctx.get(), request, &job)); !s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<kiln::v1::Job> KilnClient::GetJob(const std::string& id, bool include_losses) {
+  kiln::v1::GetJobRequest request;
+  request.set_id(id);
+  request.set_include_losses(include_losses);
+  kiln::v1::Job job;
+  auto ctx = Context();
+  if (auto s = FromGrpc(training_->GetJob(ctx.get(), request, &job)); !s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<kiln::v1::ListJobsResponse> KilnClient::ListJobs() {
+  kiln::v1::ListJobsResponse response;
+  auto ctx = Context();
+  if (auto s = FromGrpc(training_->ListJobs(ctx.get(), {}, &response)); !s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<kiln::v1::Job> KilnClient::CancelJob(const std::string& id) {
+  kiln::v1::CancelJobRequest request;
+  request.set_id(id);
+  kiln::v1::Job job;
+  auto ctx = Context();
+  if (auto s = FromGrpc(training_->CancelJob(ctx.get(), request, &job)); !s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<kiln::v1::Job> KilnClient::ResumeJob(const std::string& id) {
+  kiln::v1::ResumeJobRequest request;
+  request.set_id(id);
+  kiln::v1::Job job;
+  auto ctx = Context();
+  if (auto s = FromGrpc(training_->ResumeJob(ctx.get(), request, &job)); !s.ok()) return s;
+  return job;
+}
+
+absl::Status KilnClient::WatchJob(const std::string& id,
+                                  const std::function<bool(const kiln::v1::JobEvent&)>& on_event) {
+  kiln::v1::WatchJobRequest request;
+  request.set_id(id);
+  grpc::ClientContext ctx;  // no deadline: a job may run for hours
+  std::unique_ptr<grpc::ClientReader<kiln::v1::JobEvent>> reader =
+      training_->WatchJob(&ctx, request);
+  kiln::v1::JobEvent event;
+  while (reader->Read(&event)) {
+    if (!on_event(event)) {
+      ctx.TryCancel();
+      (void)reader->Finish();
+      return absl::OkStatus();
+    }
+  }
+  return FromGrpc(reader->Finish());
 }
 
 }  // namespace kiln::client

@@ -1,10 +1,11 @@
 // KilnClient: a blocking C++ client for kilnd over gRPC — the KServe v2 service
-// (inference.GRPCInferenceService) and kiln's graph service (kiln.v1.Engine) — on the generated
-// stubs. Every call returns absl::Status carrying the server's code and message unchanged.
+// (inference.GRPCInferenceService), kiln's graph service (kiln.v1.Engine) and training jobs
+// (kiln.v1.Training, served when kilnd runs with --data-dir) — on the generated stubs. Every call returns absl::Status carrying the server's code and message unchanged.
 // Thread safety: one client may be used from several threads (gRPC stubs are thread-safe).
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "clients/cpp/npy.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "kiln/v1/engine.grpc.pb.h"
+#include "kiln/v1/training.grpc.pb.h"
 
 namespace kiln::client {
 
@@ -40,6 +42,18 @@ class KilnClient {
                                                  const std::vector<std::string>& outputs = {});
   absl::StatusOr<kiln::v1::ExecuteResponse> Execute(const kiln::v1::ExecuteRequest& request);
 
+  // kiln.v1.Training. UNAVAILABLE when kilnd runs without --data-dir.
+  absl::StatusOr<kiln::v1::Job> StartJob(const kiln::v1::JobSpec& spec);
+  absl::StatusOr<kiln::v1::Job> GetJob(const std::string& id, bool include_losses = false);
+  absl::StatusOr<kiln::v1::ListJobsResponse> ListJobs();
+  absl::StatusOr<kiln::v1::Job> CancelJob(const std::string& id);
+  absl::StatusOr<kiln::v1::Job> ResumeJob(const std::string& id);
+  // Streams WatchJob with no deadline, calling `on_event` for each event on the calling thread,
+  // until the server ends the stream (the job ended) or `on_event` returns false. Returns the
+  // stream's final status (OK when the server ended it normally or the caller stopped).
+  absl::Status WatchJob(const std::string& id,
+                        const std::function<bool(const kiln::v1::JobEvent&)>& on_event);
+
  private:
   std::unique_ptr<grpc::ClientContext> Context() const;
 
@@ -47,6 +61,7 @@ class KilnClient {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> inference_;
   std::unique_ptr<kiln::v1::Engine::Stub> engine_;
+  std::unique_ptr<kiln::v1::Training::Stub> training_;
 };
 
 }  // namespace kiln::client

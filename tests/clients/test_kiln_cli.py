@@ -175,3 +175,117 @@ def test_usage_errors_exit_2(kilnd, args):
     r = kiln(kilnd, *args)
     assert r.returncode == 2, (args, r.stdout, r.stderr)
     assert "usage: kiln" in r.stderr or "--timeout-ms" in r.stderr
+
+
+# ** kiln train: kiln.v1.Training on a kilnd with --data-dir **
+
+FASHION_ROOT = Path("/usr/share/datasets")
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+    from kilnd_launcher import Kilnd
+
+    if not (FASHION_ROOT / "fashion-mnist").is_dir():
+        pytest.fail(f"{FASHION_ROOT / 'fashion-mnist'} is required for the training tests")
+    root = tmp_path_factory.mktemp("train")
+    (root / "repo").mkdir()
+    (root / "data").mkdir()
+    server = Kilnd(root / "repo", ["--metrics-port=-1", f"--data-dir={root / 'data'}",
+                                   f"--dataset-roots={FASHION_ROOT}"])
+    server.repo = root / "repo"
+    yield server
+    assert server.stop() == 0
+
+
+MLP_START = ["train", "start", "--arch", "mlp", "--mlp-sizes", "784,32,10", "--dataset-dir",
+             "fashion-mnist", "--steps", "20", "--batch", "32", "--lr", "0.003",
+             "--optimizer", "adam", "--eval-images", "500", "--seed", "7"]
+
+
+def test_train_start_watch_ls(trainer):
+    r = kiln(trainer, *MLP_START, "--output-model", "cli_mlp")
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip()
+    assert len(job_id) == 16 and job_id.isalnum(), r.stdout
+
+    r = kiln(trainer, "train", "watch", job_id)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    lines = r.stdout.splitlines()
+    assert any("step 20/20" in line and "loss" in line and "ex/s" in line and "ETA" in line
+               for line in lines), r.stdout
+    assert lines[-1].startswith(f"job {job_id} SUCCEEDED"), r.stdout
+    assert "published cli_mlp version 1" in lines[-1]
+    assert (trainer.repo / "cli_mlp" / "1" / "model.safetensors").is_file()
+
+    # Watching a finished job returns at once with the same verdict; --json gives the Job.
+    r = kiln(trainer, "--json", "train", "watch", job_id)
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)
+    assert job["id"] == job_id and job["state"] == "SUCCEEDED"
+    assert int(job["step"]) == 20 and int(job["published_version"]) == 1
+    assert 0.0 < job["eval_accuracy"] <= 1.0
+
+    r = kiln(trainer, "train", "ls")
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()[1:]}
+    assert rows[job_id][1:4] == ["SUCCEEDED", "mlp", "20/20"], r.stdout
+    assert "cli_mlp:1" in rows[job_id]
+    doc = json.loads(kiln(trainer, "--json", "train", "ls").stdout)
+    assert job_id in {j["id"] for j in doc["jobs"]}
+
+    r = kiln(trainer, "--json", "train", "show", job_id)
+    assert r.returncode == 0 and json.loads(r.stdout)["state"] == "SUCCEEDED"
+    # The published model serves through the ordinary CLI.
+    rows = {line.split()[0]: line.split() for line in kiln(trainer, "models").stdout.splitlines()[1:]}
+    assert rows["cli_mlp"][1:3] == ["1", "READY"]
+
+
+def test_train_start_json_then_cancel_watch_exits_1(trainer):
+    r = kiln(trainer, "--json", *[a if a != "20" else "100000" for a in MLP_START],
+             "--output-model", "cli_cancelled")
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)
+    assert job["state"] in ("QUEUED", "RUNNING") and job["spec"]["output_model"] == "cli_cancelled"
+    r = kiln(trainer, "train", "cancel", job["id"])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"cancelled {job['id']}")
+    r = kiln(trainer, "train", "watch", job["id"])
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert r.stdout.splitlines()[-1].startswith(f"job {job['id']} CANCELLED")
+
+
+@pytest.mark.parametrize("sub", ["watch", "cancel", "resume", "show"])
+def test_train_unknown_job_exits_1(trainer, sub):
+    r = kiln(trainer, "train", sub, "0123456789abcdef")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "NOT_FOUND" in r.stderr, r.stderr
+
+
+def test_train_server_rejects_bad_spec_exits_1(trainer):
+    r = kiln(trainer, "train", "start", "--arch", "mlp", "--dataset-dir", "../etc", "--steps", "5",
+             "--batch", "8", "--output-model", "x")
+    assert r.returncode == 1 and "INVALID_ARGUMENT" in r.stderr, r.stderr
+
+
+def test_train_without_data_dir_exits_1(kilnd):
+    r = kiln(kilnd, "train", "ls")
+    assert r.returncode == 1 and "UNAVAILABLE" in r.stderr and "--data-dir" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["train"], ["train", "frob", "x"], ["train", "watch"], ["train", "ls", "extra"],
+    ["train", "start", "--dataset-dir", "fashion-mnist", "--output-model", "m"],  # no --arch
+    ["train", "start", "--arch", "mlp", "--output-model", "m"],                 # no dataset
+    ["train", "start", "--arch", "mlp", "--dataset-dir", "d", "--output-model", "m",
+     "--steps", "ten"],
+    ["train", "start", "--arch", "mlp", "--dataset-dir", "d", "--output-model", "m",
+     "--mlp-sizes", "784,x"],
+    ["train", "ls", "--steps", "3"], ["status", "--steps", "3"], ["train", "start", "--steps"],
+])
+def test_train_usage_errors_exit_2(trainer, args):
+    r = kiln(trainer, *args)
+    assert r.returncode == 2, (args, r.stdout, r.stderr)
+    assert "usage: kiln" in r.stderr

@@ -396,6 +396,86 @@ def test_upload_dataset_then_train(pb, tmp):
         assert d.stop() == 0
 
 
+def test_hot_swap_under_load_fails_no_request(pb, tmp):
+    """Client threads infer on fmnist_mlp without a version while a second job publishes version 2
+    of it: no request fails, every response names version 1 or 2, a thread never goes back from 2
+    to 1, and every request sent after the job SUCCEEDED is answered by version 2 with version 2's
+    weights."""
+    t = pb
+    d = Daemon(tmp)
+    stub = d.start(t)
+    try:
+        first = stub.StartJob(t.StartJobRequest(spec=mlp_spec(t, steps=5, checkpoint_interval=0)))
+        j = wait_state(stub, first.id, {t.SUCCEEDED, t.FAILED})
+        assert j.state == t.SUCCEEDED and j.published_version == 1, j.message
+
+        x = (read_idx(FASHION / "t10k-images-idx3-ubyte.gz")[:8].reshape(8, 784) / 255.0
+             ).astype(np.float32)
+        stop = threading.Event()
+        published = threading.Event()
+        lock = threading.Lock()
+        failures: list[str] = []
+        # Per thread: (sent after the publish was observed, model_version, OUTPUT).
+        results: list[list[tuple[bool, str, np.ndarray]]] = [[] for _ in range(4)]
+
+        def worker(k):
+            client = grpcclient.InferenceServerClient(url=d.server.url)
+            inp = grpcclient.InferInput("INPUT", [8, 784], "FP32")
+            inp.set_data_from_numpy(x)
+            after = 0
+            try:
+                while not stop.is_set() or (published.is_set() and after < 5):
+                    sent_after = published.is_set()
+                    try:
+                        r = client.infer("fmnist_mlp", [inp])
+                    except Exception as e:  # noqa: BLE001 - every failure is the finding
+                        with lock:
+                            failures.append(f"thread {k}: {e}")
+                        if len(failures) > 20:
+                            return
+                        continue
+                    results[k].append((sent_after, r.get_response().model_version,
+                                       r.as_numpy("OUTPUT")))
+                    after += sent_after
+            finally:
+                client.close()
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for th in threads:
+            th.start()
+        try:
+            # Load is running before the swap starts.
+            while (min(len(r) for r in results) < 3 and not failures
+                   and all(th.is_alive() for th in threads)):
+                time.sleep(0.01)
+            second = stub.StartJob(t.StartJobRequest(
+                spec=mlp_spec(t, steps=40, checkpoint_interval=0, seed=11)))
+            j = wait_state(stub, second.id, {t.SUCCEEDED, t.FAILED})
+            published.set()
+        finally:
+            stop.set()
+            for th in threads:
+                th.join(timeout=120)
+        assert j.state == t.SUCCEEDED and j.published_version == 2, j.message
+        assert failures == [], failures[:5]
+
+        w1 = read_safetensors(d.repo / "fmnist_mlp" / "1" / "model.safetensors")
+        w2 = read_safetensors(d.repo / "fmnist_mlp" / "2" / "model.safetensors")
+        want = {"1": mlp_forward(w1, x), "2": mlp_forward(w2, x)}
+        assert not np.allclose(want["1"], want["2"], rtol=1e-3, atol=1e-3)
+        for k, rs in enumerate(results):
+            versions = [v for _, v, _ in rs]
+            assert set(versions) <= {"1", "2"}, (k, set(versions))
+            assert versions == sorted(versions), f"thread {k} went back to version 1"
+            assert [v for after, v, _ in rs if after] == ["2"] * sum(a for a, _, _ in rs)
+            assert sum(a for a, _, _ in rs) >= 5
+            for _, v, out in rs:  # each answer comes from the weights of the version it names
+                np.testing.assert_allclose(out, want[v], rtol=1e-4, atol=1e-4)
+        assert sum(v == "1" for rs in results for _, v, _ in rs) >= 12  # load ran before the swap
+    finally:
+        assert d.stop() == 0
+
+
 @pytest.mark.skipif(os.environ.get("KILN_SLOW") != "1", reason="slow: CTest e2e_training_slow")
 def test_fashion_mnist_cnn_reaches_83_percent(pb, tmp):
     """The example's model and steps (mnist_cnn, Adam 1e-3, 70 steps of 512) through kilnd,

@@ -1,0 +1,23 @@
+// `kiln train ...`: the kiln.v1.Training subcommands of the kiln command line (kiln_cli.cc).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "clients/cpp/kiln_client.h"
+
+namespace kiln::client {
+
+// Options that only `kiln train` takes, as --NAME VALUE or --NAME=VALUE.
+bool IsTrainValueFlag(const std::string& name);  // name without the leading "--"
+// Options without a value (--deterministic, --nesterov).
+bool IsTrainBoolFlag(const std::string& name);
+
+// Runs `train <sub> ...` (`positional[0]` is "train"). Returns the exit code: 0 ok, 1 the server,
+// the request or the job failed (message on stderr), 2 usage error (then `*usage_error` says why
+// and nothing was printed).
+int TrainCommand(KilnClient& client, bool json, const std::vector<std::string>& positional,
+                 const std::map<std::string, std::string>& flags, std::string* usage_error);
+
+}  // namespace kiln::client
