@@ -23,7 +23,10 @@
 // Gradients are lazy tensor graphs built with the Tensor API: nothing is realized here.
 #pragma once
 
+#include <functional>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -52,5 +55,20 @@ absl::StatusOr<std::vector<Tensor>> Gradient(const Tensor& loss, absl::Span<cons
 
 // Number of live tensor objects with requires_grad (for tests).
 size_t LiveRequiresGradCount();
+
+// A gradient override: the sources' contributions for a node, computed by the function instead of by the rules over
+// the node's subgraph. Given the node and its upstream gradient, it returns (node in the subgraph, contribution)
+// pairs; ComputeGradient adds each to that node's gradient when it is on a path to a target, and the subgraph between
+// is not differentiated. Conv2d registers its output this way so the input gradient is a transposed convolution
+// rather than the col2im of the pooling view (a 25x larger intermediate). Keyed by the node's structural Key(), so it
+// holds no UOp alive; a bounded table (cleared past 4096 entries: a cleared override falls back to the rules).
+using GradientOverrideFn = std::function<absl::StatusOr<std::vector<std::pair<UOpPtr, UOpPtr>>>(
+    const UOpPtr& node, const Tensor& grad, const std::string& device)>;
+void RegisterGradientOverride(const UOpPtr& node, GradientOverrideFn fn);
+// ComputeGradient with the root's own override ignored (for an override that wants the rules' answer for some
+// sources, e.g. Conv2d's weight gradient).
+absl::StatusOr<std::vector<UOpPtr>> ComputeGradientByRules(const UOpPtr& root, const UOpPtr& root_grad,
+                                                           absl::Span<const UOpPtr> targets,
+                                                           const std::string& device = "CPU");
 
 }  // namespace kiln

@@ -1,9 +1,15 @@
 // Matmul, convolution and pooling (tinygrad's _pool: pad/shrink/reshape/expand/permute, then mul+sum),
 // softmax, normalizations and the sparse categorical cross-entropy loss.
 #include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
 #include <cmath>
 #include <limits>
 
+#include "absl/container/flat_hash_set.h"
+#include "engine/base/status.h"
+#include "engine/tensor/gradient.h"
 #include "engine/tensor/tensor.h"
 #include "engine/tensor/tensor_internal.h"
 
@@ -154,6 +160,55 @@ Tensor Tensor::Pool(absl::Span<const int64_t> k, absl::Span<const int64_t> s, ab
   return x.Permute(perm);
 }
 
+namespace {
+
+// The first node under `from` (through sources, at most `depth` levels) whose structural key is `key`.
+UOpPtr FindByKey(const UOpPtr& from, const Digest& key, int depth) {
+  std::vector<std::pair<const UOp*, int>> stack = {{from.get(), 0}};
+  absl::flat_hash_set<const UOp*> seen;
+  while (!stack.empty()) {
+    auto [u, d] = stack.back();
+    stack.pop_back();
+    if (!seen.insert(u).second) continue;
+    if (u->Key() == key) return u->Ptr();
+    if (d >= depth) continue;
+    for (const UOpPtr& s : u->src()) stack.push_back({s.get(), d + 1});
+  }
+  return nullptr;
+}
+
+// Conv2d (groups 1, stride 1, dilation 1) input gradient as a transposed convolution: the output gradient padded by
+// k - 1, made contiguous, convolved with the weights flipped in space and with in/out channels swapped, then cropped
+// by the forward padding. Autograd through the pooling view gives the same values through a [B, Cin, OH, OW, KH, KW]
+// intermediate summed back by col2im (25x the input's size for a 5x5 kernel, and a gather-heavy kernel); the
+// weight gradient keeps the rules' path (ComputeGradientByRules). Registered by key: holds no UOp.
+void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w,
+                          const std::vector<std::pair<int64_t, int64_t>>& pads, const IntVec& hw) {
+  const Digest x_key = x->Key(), w_key = w->Key();
+  RegisterGradientOverride(out, [x_key, w_key, pads, hw](const UOpPtr& node, const Tensor& grad,
+                                                          const std::string& device)
+                                    -> absl::StatusOr<std::vector<std::pair<UOpPtr, UOpPtr>>> {
+    constexpr int kDepth = 24;  // out -> reshape -> sum -> mul -> permute/expand/reshape/pool view -> pad -> x
+    UOpPtr xn = FindByKey(node, x_key, kDepth), wn = FindByKey(node, w_key, kDepth);
+    if (!xn || !wn) return absl::InternalError("Conv2d gradient: input or weight not found under the output");
+    std::vector<std::pair<UOpPtr, UOpPtr>> out;
+    KILN_ASSIGN_OR_RETURN(std::vector<UOpPtr> dw, ComputeGradientByRules(node, grad.uop(), {wn}, device));
+    out.push_back({wn, dw[0]});
+    Tensor wt(wn, device);
+    std::vector<std::pair<int64_t, int64_t>> gpad = {{0, 0}, {0, 0}, {hw[0] - 1, hw[0] - 1}, {hw[1] - 1, hw[1] - 1}};
+    Tensor dxp = grad.Pad(gpad).Contiguous().Conv2d(wt.Flip(Axes({2, 3})).Permute({1, 0, 2, 3}));
+    const Shape& ps = dxp.shape();
+    std::vector<std::pair<int64_t, int64_t>> crop = {{0, ps[0]}, {0, ps[1]}, {pads[2].first, ps[2] - pads[2].second},
+                                                     {pads[3].first, ps[3] - pads[3].second}};
+    Tensor dx = dxp.Shrink(crop);
+    if (!dx.ok()) return dx.status();
+    out.push_back({xn, dx.uop()});
+    return out;
+  });
+}
+
+}  // namespace
+
 Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, const ConvOptions& opt) const {
   const Tensor* b = bias ? &*bias : nullptr;
   if (absl::Status st = FirstError({this, &weight, b}); !st.ok()) return FromStatus(st);
@@ -197,6 +252,10 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
   IntVec out = {bs, cout};
   out.insert(out.end(), oyx.begin(), oyx.end());
   Tensor ret = x.Mul(weight.Reshape(wshape)).Sum(Axes(absl::Span<const int64_t>(axes)), true, opt.acc_dtype).Reshape(out);
+  if (ret.ok() && g == 1 && n == 2 && std::all_of(stride->begin(), stride->end(), [](int64_t v) { return v == 1; }) &&
+      std::all_of(dilation->begin(), dilation->end(), [](int64_t v) { return v == 1; })) {
+    RegisterConvGradient(ret.uop(), uop(), weight.uop(), *pads, hw);
+  }
   if (!bias) return ret;
   IntVec bshape = {1, -1};
   bshape.insert(bshape.end(), n, 1);

@@ -478,20 +478,26 @@ def test_hot_swap_under_load_fails_no_request(pb, tmp):
 
 @pytest.mark.skipif(os.environ.get("KILN_SLOW") != "1", reason="slow: CTest e2e_training_slow")
 def test_fashion_mnist_cnn_reaches_83_percent(pb, tmp):
-    """The example's model and steps (mnist_cnn, Adam 1e-3, 70 steps of 512) through kilnd,
-    then tritonclient on the new version against the IDX labels read by numpy."""
+    """The example's model and steps (mnist_cnn, Adam 1e-3, 70 steps of 512) through kilnd with seeds 42, 1 and 2
+    (one run moves by about +-1 point with the seed; tests/examples/train_check.py): the median job's eval accuracy
+    on the 10k test images is >= 83%, then tritonclient on that job's published version against the IDX labels."""
     t = pb
     d = Daemon(tmp)
     stub = d.start(t)
     try:
-        spec = t.JobSpec(architecture="mnist_cnn", batch_size=512, steps=70, checkpoint_interval=10,
-                         seed=42, output_model="fmnist_cnn")
-        spec.dataset.idx_dir = "fashion-mnist"
-        spec.optimizer.lr = 1e-3
-        job = stub.StartJob(t.StartJobRequest(spec=spec))
-        events = list(stub.WatchJob(t.WatchJobRequest(id=job.id), timeout=7200))
-        assert events[-1].job.state == t.SUCCEEDED, events[-1].job.message
-        assert events[-1].job.eval_accuracy >= 0.83
+        done = []
+        for seed in (42, 1, 2):  # jobs run one at a time, each publishing the next version of fmnist_cnn
+            spec = t.JobSpec(architecture="mnist_cnn", batch_size=512, steps=70, checkpoint_interval=10,
+                             seed=seed, output_model="fmnist_cnn")
+            spec.dataset.idx_dir = "fashion-mnist"
+            spec.optimizer.lr = 1e-3
+            job = stub.StartJob(t.StartJobRequest(spec=spec))
+            events = list(stub.WatchJob(t.WatchJobRequest(id=job.id), timeout=7200))
+            assert events[-1].job.state == t.SUCCEEDED, events[-1].job.message
+            done.append(events[-1].job)
+        median = sorted(done, key=lambda j: j.eval_accuracy)[1]
+        print("eval accuracy per seed (42, 1, 2):", [round(j.eval_accuracy, 4) for j in done])
+        assert median.eval_accuracy >= 0.83
         # the CNN job trains on raw 0-255 pixels (tinygrad's beautiful_mnist convention)
         images = read_idx(FASHION / "t10k-images-idx3-ubyte.gz")[:1000].astype(np.float32)
         labels = read_idx(FASHION / "t10k-labels-idx1-ubyte.gz")[:1000]
@@ -500,7 +506,7 @@ def test_fashion_mnist_cnn_reaches_83_percent(pb, tmp):
         for s in range(0, 1000, 50):
             inp = grpcclient.InferInput("INPUT", [50, 1, 28, 28], "FP32")
             inp.set_data_from_numpy(images[s:s + 50].reshape(50, 1, 28, 28))
-            out = client.infer("fmnist_cnn", [inp], model_version="1").as_numpy("OUTPUT")
+            out = client.infer("fmnist_cnn", [inp], model_version=str(median.published_version)).as_numpy("OUTPUT")
             correct += int((out.argmax(1) == labels[s:s + 50]).sum())
         assert correct / 1000 >= 0.80
         client.close()

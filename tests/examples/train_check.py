@@ -5,7 +5,10 @@
                                       (rtol 1e-5) and the jitted run must replay its capture
   train_check.py BIN loss-decreases   10 steps, batch 64: last loss < first, mean of the last 2 < mean of the first 2
   train_check.py BIN save-load DIR    2 steps, --save; then --load --eval-only: the same accuracy on 1000 test images
-  train_check.py BIN accuracy PCT     70 steps, batch 512 (the issue's run): test accuracy on the 10k images >= PCT
+  train_check.py BIN accuracy PCT     70 steps, batch 512 (the issue's run) with seeds 42, 1 and 2: the median test
+                                      accuracy on the 10k images >= PCT. One run's accuracy moves by about +-1 point
+                                      with the seed (measured 82.1-84.4% over 6 seeds, mean 83.3%); the median of
+                                      three is the run-to-run-stable statement of "this setup reaches PCT".
 
 Exit status: 0 pass, 1 fail, 77 (ctest SKIP_RETURN_CODE) when the dataset is missing.
 """
@@ -78,12 +81,17 @@ def save_load(bin_path, d):
 
 
 def accuracy(bin_path, pct):
-  _, losses, accs = run(bin_path, ["--steps", "70", "--batch", "512"])
-  if len(losses) != 70 or len(accs) != 1 or accs[0][1] != 10000:
-    fail(f"expected 70 steps and one accuracy on 10000 images, got {len(losses)} steps and {accs}")
-  if not accs[0][0] >= pct:
-    fail(f"test accuracy {accs[0][0]}% < {pct}%")
-  print(f"test accuracy {accs[0][0]}% >= {pct}%")
+  results = []
+  for seed in ("42", "1", "2"):
+    _, losses, accs = run(bin_path, ["--steps", "70", "--batch", "512", "--seed", seed])
+    if len(losses) != 70 or len(accs) != 1 or accs[0][1] != 10000:
+      fail(f"seed {seed}: expected 70 steps and one accuracy on 10000 images, got {len(losses)} steps and {accs}")
+    results.append(accs[0][0])
+  median = sorted(results)[1]
+  print(f"test accuracy per seed (42, 1, 2): {results}; median {median}%")
+  if not median >= pct:
+    fail(f"median test accuracy {median}% < {pct}%")
+  print(f"median test accuracy {median}% >= {pct}%")
 
 
 if __name__ == "__main__":
