@@ -269,6 +269,10 @@ int main(int argc, char** argv) {
   if (rest != nullptr) rest->Stop();
   // The running training job checkpoints at its next step boundary and becomes INTERRUPTED.
   if (jobs != nullptr) jobs->Shutdown();
+  // A short grace before gRPC's own shutdown: calls that already reached the transport but were
+  // not yet dispatched (a loaded machine delays dispatch) still get their UNAVAILABLE answer from
+  // server/core instead of being cancelled by grpc::Server::Shutdown.
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::min(500, exit_timeout_secs * 50)));
   // Leave a margin inside the timeout for teardown after the drain.
   const auto margin = std::chrono::milliseconds(std::min(1000, exit_timeout_secs * 200));
   (*grpc)->Shutdown(start + std::chrono::seconds(exit_timeout_secs) - margin);

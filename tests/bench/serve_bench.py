@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -115,6 +116,14 @@ def main() -> int:
                 print(f"serve_bench: statistics counted {n1 - n0} successes for {len(lat)} requests")
                 return 1
         client.close()
+        # The same levels from C++ (clients/cpp's KilnClient), without the Python client's own cost.
+        cpp = build / "tests" / "bench" / "grpc_infer_bench"
+        if cpp.is_file():
+            r = subprocess.run([str(cpp), "--address", server.url, "--model", model, "--seconds", f"{seconds:g}"],
+                               capture_output=True, text=True, timeout=600)
+            print(r.stdout + r.stderr, end="")
+            if r.returncode != 0:
+                return 1
     finally:
         assert server.stop() == 0
         if tmp is not None:
