@@ -211,10 +211,7 @@ absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model,
     result.outputs.push_back(std::move(host));
   }
   result.total_ns = NanosSince(t0);
-  absl::MutexLock l(&state_->mu);
-  ++state_->stats.runs;
-  state_->stats.kernels_compiled += result.kernels_compiled;
-  state_->stats.compile_ns += result.compile_ns;
+  state_->RecordRun(result);
   return result;
 }
 

@@ -26,6 +26,14 @@ struct Engine::State {
   EngineStats stats ABSL_GUARDED_BY(mu);
   jit::TraceCache traces{kTraceCacheEntries};
   uint64_t next_builtin_id ABSL_GUARDED_BY(mu) = 0;
+
+  // Counts a finished Run / RunBuiltin in `stats`.
+  void RecordRun(const RunResult& result) ABSL_LOCKS_EXCLUDED(mu) {
+    absl::MutexLock l(&mu);
+    ++stats.runs;
+    stats.kernels_compiled += result.kernels_compiled;
+    stats.compile_ns += result.compile_ns;
+  }
 };
 
 }  // namespace kiln::api

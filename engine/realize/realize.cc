@@ -82,10 +82,10 @@ codegen::Target realize_internal::TargetFor(const runtime::Device& dev) {
     t.has_threads = (*r)->caps().has_threads;
     t.has_local = (*r)->caps().has_local;
     t.vector_bytes = (*r)->caps().vector_bytes;
+    t.wide_index = (*r)->caps().wide_index;
     t.max_local_size = (*r)->caps().local_max;
     for (int i = 0; i < 3; ++i) t.global_max[i] = (*r)->caps().global_max[i];
   }
-  t.wide_index = t.renderer == "llvm";
   if (t.has_threads) t.max_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return t;
 }

@@ -333,6 +333,28 @@ void InferenceServer::ObserveRun(const api::RunResult& run) {
   observer_->ObserveEngineRun(o);
 }
 
+absl::StatusOr<api::RunResult> InferenceServer::TimedRun(
+    const std::function<absl::StatusOr<api::RunResult>()>& run_engine, ExecutionTimes* times,
+    InferObservation* obs) {
+  const auto infer_start = std::chrono::steady_clock::now();
+  absl::StatusOr<api::RunResult> run = run_engine();
+  if (!run.ok()) {
+    obs->engine_failure = !absl::IsInvalidArgument(run.status());
+    return run.status();
+  }
+  times->compute_infer_ns = NanosSince(infer_start);
+  ObserveRun(*run);
+  return run;
+}
+
+InferResponse InferenceServer::ResponseFor(const ModelVersion& version, const InferRequest& request) {
+  InferResponse response;
+  response.model_name = version.name;
+  response.model_version = std::to_string(version.version);
+  response.id = request.id;
+  return response;
+}
+
 absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(const ModelVersion& version,
                                                               const InferRequest& request,
                                                               const ValidatedRequest& valid,
@@ -359,20 +381,11 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(const ModelVersion
   }
   times->compute_input_ns = NanosSince(input_start);
 
-  const auto infer_start = std::chrono::steady_clock::now();
-  absl::StatusOr<api::RunResult> run = engine_->RunBuiltin(*version.builtin, view);
-  if (!run.ok()) {
-    obs->engine_failure = !absl::IsInvalidArgument(run.status());
-    return run.status();
-  }
-  times->compute_infer_ns = NanosSince(infer_start);
-  ObserveRun(*run);
+  absl::StatusOr<api::RunResult> run = TimedRun([&] { return engine_->RunBuiltin(*version.builtin, view); }, times, obs);
+  if (!run.ok()) return run.status();
 
   const auto output_start = std::chrono::steady_clock::now();
-  InferResponse response;
-  response.model_name = version.name;
-  response.model_version = std::to_string(version.version);
-  response.id = request.id;
+  InferResponse response = ResponseFor(version, request);
   for (int index : valid.outputs) {
     InferOutput out;
     out.name = config.output(index).name();
@@ -439,20 +452,11 @@ absl::StatusOr<InferResponse> InferenceServer::Execute(const ModelVersion& versi
   }
   times->compute_input_ns = NanosSince(input_start);
 
-  const auto infer_start = std::chrono::steady_clock::now();
-  absl::StatusOr<api::RunResult> run = engine_->Run(graph, views);
-  if (!run.ok()) {
-    obs->engine_failure = !absl::IsInvalidArgument(run.status());
-    return run.status();
-  }
-  times->compute_infer_ns = NanosSince(infer_start);
-  ObserveRun(*run);
+  absl::StatusOr<api::RunResult> run = TimedRun([&] { return engine_->Run(graph, views); }, times, obs);
+  if (!run.ok()) return run.status();
 
   const auto output_start = std::chrono::steady_clock::now();
-  InferResponse response;
-  response.model_name = version.name;
-  response.model_version = std::to_string(version.version);
-  response.id = request.id;
+  InferResponse response = ResponseFor(version, request);
   for (int index : valid.outputs) {
     const auto& config_output = config.output(index);
     api::HostTensor* found = nullptr;

@@ -148,6 +148,13 @@ class InferenceServer {
                                                const ValidatedRequest& valid, ExecutionTimes* times,
                                                InferObservation* obs);
   void ObserveRun(const api::RunResult& run);
+  // The engine call of Execute / ExecuteBuiltin, timed into times->compute_infer_ns and observed;
+  // a failure other than INVALID_ARGUMENT marks obs->engine_failure.
+  absl::StatusOr<api::RunResult> TimedRun(
+      const std::function<absl::StatusOr<api::RunResult>()>& run_engine, ExecutionTimes* times,
+      InferObservation* obs);
+  // A response naming the model version and echoing the request id, with no outputs yet.
+  static InferResponse ResponseFor(const ModelVersion& version, const InferRequest& request);
   absl::StatusOr<std::shared_ptr<const ModelVersion>> Resolve(const std::string& name,
                                                               const std::string& version) const;
 

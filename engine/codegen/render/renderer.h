@@ -28,6 +28,7 @@ struct RendererCaps {
   int64_t local_max = 1;              // work-items per work-group the heuristic may use (has_local targets)
   int vector_bytes =
       16;  // SIMD register width the heuristic tiles for (CPU: 16 SSE/NEON, 32 AVX2, 64 AVX-512)
+  bool wide_index = false;  // index math in 64 bits (codegen::Target::wide_index)
 };
 
 class Renderer {
