@@ -35,6 +35,8 @@ packages=(
   python3 python3-venv python3-pip curl clang-format clang-tidy
   # deploy tests: promtool + a real Prometheus, docker-compose to validate compose.yaml, shellcheck
   prometheus docker-compose shellcheck
+  # Triton's perf_analyzer (from PyPI's tritonclient 2.41.0 wheel, see setup_perf_analyzer) links libb64
+  libb64-0d
 )
 
 log() { printf '[install-deps] %s\n' "$*"; }
@@ -115,6 +117,56 @@ setup_kiln_package() {
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps -e "$repo_root/clients/python"
 }
 
+# Triton's stock perf_analyzer, for the e2e compatibility test and tests/bench/serve_bench.py. The last
+# PyPI wheel that carries the binary is tritonclient 2.41.0 (later ones and the `perf-analyzer`
+# package on our index do not); the .venv keeps tritonclient 2.73.0 as the Python client, so the binary
+# alone is taken out of the 2.41.0 wheel into .venv/libexec. It links libcudart.so.12 (unused for
+# gRPC/HTTP; it comes from the pinned nvidia-cuda-runtime-cu12 wheel in tests/requirements.txt) and
+# libb64 (Debian). .venv/bin/perf_analyzer is a wrapper that points the loader at that cudart.
+perf_analyzer_wheel="tritonclient==2.41.0"
+setup_perf_analyzer() {
+  local venv="$repo_root/.venv"
+  local real="$venv/libexec/perf_analyzer" wrapper="$venv/bin/perf_analyzer"
+  local stamp="$venv/libexec/.perf_analyzer.from"
+  [[ -x "$venv/bin/python" ]] || return 0
+  if [[ -x "$real" && -x "$wrapper" && -f "$stamp" && "$(cat "$stamp")" == "$perf_analyzer_wheel" ]] \
+      && "$wrapper" --version >/dev/null 2>&1; then
+    log "perf_analyzer present ($perf_analyzer_wheel)"
+    return 0
+  fi
+  log "installing perf_analyzer from the $perf_analyzer_wheel wheel (PyPI) into .venv/libexec"
+  local tmp
+  tmp="$(mktemp -d)"
+  "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    -d "$tmp" "$perf_analyzer_wheel"
+  mkdir -p "$venv/libexec"
+  "$venv/bin/python" - "$tmp" "$real" <<'PY'
+import glob, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/tritonclient-*.whl")[0]
+with zipfile.ZipFile(wheel) as z:
+    name = next(n for n in z.namelist() if n.endswith("/data/bin/perf_analyzer"))
+    with z.open(name) as src, open(sys.argv[2], "wb") as dst:
+        dst.write(src.read())
+PY
+  chmod 755 "$real"
+  rm -rf "$tmp"
+  cat >"$wrapper" <<'SH'
+#!/usr/bin/env bash
+# Runs Triton's perf_analyzer (installed by deploy/install-deps.sh) with the venv's libcudart.so.12.
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cudart="$(echo "$here"/lib/python3*/site-packages/nvidia/cuda_runtime/lib)"
+export LD_LIBRARY_PATH="$cudart${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+exec "$here/libexec/perf_analyzer" "$@"
+SH
+  chmod 755 "$wrapper"
+  if ! "$wrapper" --version >/dev/null 2>&1; then
+    log "perf_analyzer does not start:" >&2
+    "$wrapper" --version >&2 || true
+    return 1
+  fi
+  printf '%s\n' "$perf_analyzer_wheel" >"$stamp"
+}
+
 [[ "${KILN_SKIP_APT:-0}" == "1" ]] || install_packages
-[[ "${KILN_SKIP_VENV:-0}" == "1" ]] || { setup_venv; setup_kiln_package; }
+[[ "${KILN_SKIP_VENV:-0}" == "1" ]] || { setup_venv; setup_kiln_package; setup_perf_analyzer; }
 log "done"

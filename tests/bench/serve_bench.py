@@ -1,7 +1,8 @@
 """Closed-loop gRPC load on kilnd with the stock tritonclient: the kiln_builtin mnist_cnn model,
 batch 1, at concurrency 1, 4 and 16. Reports throughput, client p50/p99/mean latency and the
 overhead = mean client latency - mean compute (ModelStatistics compute_infer ns / count over the
-window; the statistics give means only), also with the mean queue time taken out.
+window; the statistics give means only), also with the mean queue time taken out. Then the same
+levels from the C++ grpc_infer_bench and from Triton's stock perf_analyzer (.venv/bin/perf_analyzer).
 
 Weights: models/fashion_mnist/1/model.safetensors when present (model fashion_mnist), else a
 temporary repository with random weights (tests/e2e/builtin_models.py). kilnd comes from
@@ -10,7 +11,9 @@ per concurrency (default 5)."""
 
 from __future__ import annotations
 
+import csv
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -55,6 +58,38 @@ def run_level(url, model, x, concurrency, seconds, input_name):
     for t in threads:
         t.join()
     return np.array([v for l in latencies for v in l])
+
+
+def perf_analyzer_levels(url: str, model: str, seconds: float) -> int:
+    """The same levels from Triton's stock perf_analyzer (C++, sync gRPC; installed into .venv by
+    deploy/install-deps.sh). Its 'Server' line splits kilnd's statistics into overhead, queue and
+    compute; p50 - compute is the issue's 'latency minus compute' without a Python client's own cost."""
+    pa = ROOT / ".venv" / "bin" / "perf_analyzer"
+    if not os.access(pa, os.X_OK):
+        print(f"serve_bench: {pa} is missing (deploy/install-deps.sh installs it)")
+        return 1
+    print(f"perf_analyzer (Triton 2.41.0, sync gRPC), {seconds:g} s windows:")
+    print(f"{'conc':>4} {'req/s':>9} {'p50 us':>8} {'p99 us':>8} {'compute us':>10} {'queue us':>9} "
+          f"{'srv ovh us':>10} {'p50-compute us':>14}")
+    with tempfile.TemporaryDirectory(prefix="kiln_pa_") as tmp:
+        for conc in (1, 4, 16):
+            out = Path(tmp) / f"c{conc}.csv"
+            r = subprocess.run([str(pa), "-m", model, "-u", url, "-i", "grpc", "-b", "1",
+                                f"--concurrency-range={conc}", f"--measurement-interval={int(seconds * 1000)}",
+                                "--stability-percentage=25", "--max-trials=10", "-f", str(out)],
+                               capture_output=True, text=True, timeout=600)
+            if r.returncode != 0:
+                print(r.stdout + r.stderr)
+                return 1
+            with open(out) as f:
+                row = next(csv.DictReader(f))
+            m = re.search(r"overhead (\d+) usec", r.stdout)
+            compute = int(row["Server Compute Input"]) + int(row["Server Compute Infer"]) + int(
+                row["Server Compute Output"])
+            p50 = int(row["p50 latency"])
+            print(f"{conc:>4} {float(row['Inferences/Second']):>9.1f} {p50:>8} {int(row['p99 latency']):>8} "
+                  f"{compute:>10} {int(row['Server Queue']):>9} {m.group(1) if m else '?':>10} {p50 - compute:>14}")
+    return 0
 
 
 def main() -> int:
@@ -124,6 +159,8 @@ def main() -> int:
             print(r.stdout + r.stderr, end="")
             if r.returncode != 0:
                 return 1
+        if perf_analyzer_levels(server.url, model, seconds) != 0:
+            return 1
     finally:
         assert server.stop() == 0
         if tmp is not None:
