@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "backends/cuda/cuda_api.h"
@@ -114,13 +115,23 @@ std::string NvrtcCompiler::CacheKey() const {
 
 absl::StatusOr<std::string> NvrtcCompiler::Compile(const std::string& source,
                                                    const std::string& name) {
+  return Run(source, name, false);
+}
+
+absl::StatusOr<std::string> NvrtcCompiler::CompileCubin(const std::string& source, const std::string& name) {
+  return Run(source, name, true);
+}
+
+absl::StatusOr<std::string> NvrtcCompiler::Run(const std::string& source, const std::string& name, bool cubin) {
   KILN_ASSIGN_OR_RETURN(const cuda::NvrtcApi* n, cuda::Nvrtc());
+  if (cubin && (n->nvrtcGetCUBINSize == nullptr || n->nvrtcGetCUBIN == nullptr))
+    return absl::UnimplementedError("this NVRTC cannot produce cubins");
   cuda::nvrtcProgram prog = nullptr;
   if (cuda::nvrtcResult r =
           n->nvrtcCreateProgram(&prog, source.c_str(), "kernel.cu", 0, nullptr, nullptr);
       r != 0)
     return absl::InternalError(absl::StrCat("NVRTC create: ", n->nvrtcGetErrorString(r)));
-  const std::string arch_opt = absl::StrCat("--gpu-architecture=compute_", arch_);
+  const std::string arch_opt = absl::StrCat("--gpu-architecture=", cubin ? "sm_" : "compute_", arch_);
   const char* opts[] = {arch_opt.c_str(), "--std=c++17", "-default-device"};
   const cuda::nvrtcResult cr = n->nvrtcCompileProgram(prog, 3, opts);
   if (cr != 0) {
@@ -138,6 +149,15 @@ absl::StatusOr<std::string> NvrtcCompiler::Compile(const std::string& source,
   }
   size_t size = 0;
   std::string ptx;
+  if (cubin) {
+    if (n->nvrtcGetCUBINSize(prog, &size) == 0 && size > 0) {
+      ptx.resize(size);
+      n->nvrtcGetCUBIN(prog, ptx.data());
+    }
+    n->nvrtcDestroyProgram(&prog);
+    if (ptx.empty()) return absl::InternalError(absl::StrCat("CUDA compile of ", name, ": NVRTC produced no cubin"));
+    return ptx;
+  }
   if (n->nvrtcGetPTXSize(prog, &size) == 0 && size > 0) {
     ptx.resize(size);
     n->nvrtcGetPTX(prog, ptx.data());
@@ -200,6 +220,11 @@ CudaDevice::~CudaDevice() {
 }
 
 const std::string& CudaDevice::arch() const { return st_->arch; }
+
+bool CudaDevice::supports_tensor_cores() const {
+  int cc = 0;
+  return absl::SimpleAtoi(st_->arch, &cc) && cc >= 80;
+}
 
 int CountCudaDevices() {
   auto api = cuda::Driver();

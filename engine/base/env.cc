@@ -11,12 +11,12 @@ namespace {
 constexpr int kNumKnobs = static_cast<int>(Knob::kCount);
 constexpr std::string_view kNames[kNumKnobs] = {"DEBUG",      "JIT", "BEAM",
                                                 "NOOPT",      "CACHELEVEL", "VIZ",
-                                                "TRACK_MATCH_STATS"};
+                                                "TRACK_MATCH_STATS", "TC"};
 
 struct EnvValues {
   int64_t value[kNumKnobs];
   EnvValues() {
-    const int64_t defaults[kNumKnobs] = {0, 1, 0, 0, 2, 0, -1};
+    const int64_t defaults[kNumKnobs] = {0, 1, 0, 0, 2, 0, -1, 1};
     for (int i = 0; i < kNumKnobs; ++i) {
       value[i] = defaults[i];
       const char* s = std::getenv(std::string(kNames[i]).c_str());

@@ -62,6 +62,8 @@ struct Target {
   // instead of one vector load); i64 offsets keep them visibly consecutive.
   bool wide_index = false;
   int64_t global_max[3] = {0, 0, 0};  // has_local targets: the most work-groups per launch dim (0 = no limit)
+  // Tensor-core shapes the renderer can emit (RendererCaps::tensor_cores); empty = no TC opt.
+  std::vector<TensorCore> tensor_cores;
 };
 
 // The kernel optimisations (tinygrad OptOps). The axis of UPCAST/THREAD/LOCAL counts the kernel's current output
@@ -69,7 +71,13 @@ struct Target {
 // amount (0 = the whole axis).
 // ACC (CPU): split a reduce axis into `arg` lanes that each keep their own accumulator through the reduce loop
 // and are summed once after it (vector accumulators when the axis is contiguous in the loads).
-enum class OptOp : uint8_t { kUpcast, kUnroll, kThread, kLocal, kGroup, kGroupTop, kAcc };
+// TC (GPU, tinygrad's TC): must be the first opt; arg = index into Target::tensor_cores (-1 = the first whose input
+// dtype matches), axis must be 0. Applies to a kernel whose single REDUCE is an ADD (in the TC's accumulator dtype)
+// over one reduce axis of MUL(a, b) with a and b in the TC's input dtype (or CAST to the accumulator dtype from it),
+// where a depends on an output axis M that b does not, b on an output axis N that a does not, and M, N, K are
+// divisible by the TC's m, n, k. The kernel is rewritten so that each warp (a new LOCAL axis of `threads` work-items,
+// the innermost one, so it becomes lidx0) computes an m x n tile per WMMA, per k-slice of the reduce (see tc.cc).
+enum class OptOp : uint8_t { kUpcast, kUnroll, kThread, kLocal, kGroup, kGroupTop, kAcc, kTc };
 std::string_view OptOpName(OptOp op);
 
 struct Opt {

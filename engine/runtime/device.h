@@ -76,6 +76,9 @@ class Device {
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
   // Whether Launch actually executes (false for NULL).
   virtual bool executes() const { return true; }
+  // Whether codegen may use the renderer's tensor cores (RendererCaps::tensor_cores) on this device (CUDA: compute
+  // capability 8.0 or above, which mma.sync m16n8k16 needs).
+  virtual bool supports_tensor_cores() const { return true; }
 };
 
 }  // namespace kiln::runtime
