@@ -70,6 +70,11 @@ class CudaDevice final : public runtime::Device {
   absl::Status Synchronize() override;
   // mma.sync.m16n8k16 (the renderer's tensor cores) needs sm_80 or above.
   bool supports_tensor_cores() const override;
+  // JIT replays as CUDA graphs (cuGraphCreate + cuGraphAddKernelNode, cuGraphInstantiateWithFlags, one cuGraphLaunch
+  // per replay, cuGraphExecKernelNodeSetParams for new input buffers); on by default (JIT unset or 2). Unimplemented
+  // when the driver lacks the graph entry points.
+  absl::StatusOr<std::unique_ptr<runtime::GraphExec>> CreateGraph(std::vector<runtime::GraphItem> items) override;
+  bool graphs_by_default() const override { return true; }
   const std::string& arch() const;
 
  private:

@@ -29,6 +29,8 @@ std::string_view KnobName(Knob k);
 // The knob's value: the innermost Context override on this thread, else the environment (read
 // once per process), else its default (JIT 1, CACHELEVEL 2, TC 1, others 0; TRACK_MATCH_STATS 2 if VIZ).
 int64_t GetKnob(Knob k);
+// Whether the knob was given (a Context override on this thread, or the environment) rather than defaulted.
+bool KnobIsSet(Knob k);
 
 inline int64_t DebugLevel() { return GetKnob(Knob::kDebug); }
 
