@@ -2,6 +2,7 @@
 //
 //   DEBUG       0..7   verbosity (1 schedule lines, 2 per-kernel lines, 3 opts, 4 source)
 //   JIT         0..2   0 disables TinyJit, 1 captures and replays, 2 also batches into device graphs
+//                      (unset: graphs only where the device has them on by default, CUDA; KnobIsSet tells)
 //   BEAM        0..n   beam width for kernel search (0 = hand-coded heuristic)
 //   NOOPT       0/1    no kernel optimisations
 //   CACHELEVEL  0..2   0 disables every disk cache

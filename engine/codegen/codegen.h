@@ -3,7 +3,8 @@
 // LowerKernel runs a straight list of named passes (kLowerPasses in lower.cc):
 //   "initial symbolic"  INDEX indices/gates and RANGE ends through engine/symbolic Simplify, plus index folding
 //   "apply opts"        explicit LowerOptions::opts, else the hand-coded heuristic unless NOOPT=1 (the GPU one,
-//                       gpu_opt.cc, for has_local targets); names the kernel
+//                       gpu_opt.cc, for has_local targets: TC first when the target has tensor cores and TC != 0);
+//                       names the kernel
 //   "expand upcasts"    UPCAST/UNROLL ranges replicated into straight-line code, one copy of the body per lane
 //                       (LLVM's SLP vectorizer turns the copies into vector code; no VECTORIZE/GEP are produced)
 //   "postopt symbolic"  as above

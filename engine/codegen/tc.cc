@@ -38,18 +38,23 @@ std::vector<const UOp*> RangesIn(const UOpPtr& x) {
   return out;
 }
 
-bool Contains(const std::vector<const UOp*>& v, const UOp* u) { return std::find(v.begin(), v.end(), u) != v.end(); }
+bool Contains(const std::vector<const UOp*>& v, const UOp* u) {
+  return std::find(v.begin(), v.end(), u) != v.end();
+}
 
 }  // namespace
 
 absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, LowerContext& ctx) {
   const std::string what = opt.ToString();
-  auto bad = [&](const std::string& why) { return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": ", why)); };
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": ", why));
+  };
   if (!ctx.applied_opts.empty()) return bad("TC must be the first opt");
   if (opt.axis != 0) return bad("axis must be 0");
   if (!ctx.target.has_local) return bad("target has no work-groups");
   if (ctx.target.tensor_cores.empty()) return bad("target has no tensor cores");
-  if (sink->num_src() != 1 || sink->src(0)->op() != Op::END) return bad("needs a kernel with one output END");
+  if (sink->num_src() != 1 || sink->src(0)->op() != Op::END)
+    return bad("needs a kernel with one output END");
   const UOpPtr end = sink->src(0);
   const UOp* red = nullptr;
   for (const UOp* u : Toposort(sink)) {
@@ -95,20 +100,24 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
   // M: an output axis of a that b does not use; N the reverse (the innermost such axis).
   const std::vector<const UOp*> ra = RangesIn(a), rb = RangesIn(b);
   if (!Contains(ra, rk) || !Contains(rb, rk)) return bad("both operands must use the reduce axis");
-  auto pick = [&](const std::vector<const UOp*>& mine, const std::vector<const UOp*>& other) -> const UOp* {
+  auto pick = [&](const std::vector<const UOp*>& mine,
+                  const std::vector<const UOp*>& other) -> const UOp* {
     const UOp* best = nullptr;
     for (const UOp* r : mine)
-      if (IsOutputAxis(r) && !Contains(other, r) && (best == nullptr || ctx.OrderOf(r) > ctx.OrderOf(best))) best = r;
+      if (IsOutputAxis(r) && !Contains(other, r) &&
+          (best == nullptr || ctx.OrderOf(r) > ctx.OrderOf(best)))
+        best = r;
     return best;
   };
   const UOp* rm = pick(ra, rb);
   const UOp* rn = pick(rb, ra);
-  if (rm == nullptr || rn == nullptr) return bad("no M and N axes (each operand needs an output axis of its own)");
+  if (rm == nullptr || rn == nullptr)
+    return bad("no M and N axes (each operand needs an output axis of its own)");
   const int64_t M = SizeOf(rm), N = SizeOf(rn);
   if (M <= 0 || N <= 0 || K <= 0) return bad("axes of symbolic size");
   if (M % tc->m != 0 || N % tc->n != 0 || K % tc->k != 0)
-    return bad(absl::StrCat("M, N, K = ", M, ", ", N, ", ", K, " are not multiples of ", tc->m, ", ", tc->n, ", ",
-                            tc->k));
+    return bad(absl::StrCat("M, N, K = ", M, ", ", N, ", ", K, " are not multiples of ", tc->m,
+                            ", ", tc->n, ", ", tc->k));
   bool end_has_m = false, end_has_n = false;
   for (const UOpPtr& s : end->src()) {
     end_has_m |= s.get() == rm;
@@ -124,8 +133,8 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
   };
   const UOpPtr mt = retile(rm, M / tc->m), nt = retile(rn, N / tc->n), kt = retile(rk, K / tc->k);
   const int64_t lane_id = ctx.next_axis_id++;
-  const UOpPtr lane =
-      UOp::Make(Op::RANGE, it, {UOp::Const(it, int64_t{tc->threads})}, AxisArg{lane_id, AxisType::kLocal});
+  const UOpPtr lane = UOp::Make(Op::RANGE, it, {UOp::Const(it, int64_t{tc->threads})},
+                                AxisArg{lane_id, AxisType::kLocal});
   ctx.order.insert(ctx.order.begin() + ctx.OrderOf(rk), lane_id);
   ctx.tc_m_axis = std::get<AxisArg>(rm->arg()).id;
   ctx.tc_n_axis = std::get<AxisArg>(rn->arg()).id;
@@ -134,7 +143,8 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
 
   UOpVec a_el, b_el, zeros;
   for (int j = 0; j < tc->a_elems(); ++j) {
-    const UOpPtr row = g + int64_t{8 * ((j >> 1) & 1)}, col = t * 2 + int64_t{(j & 1) + 8 * (j >> 2)};
+    const UOpPtr row = g + int64_t{8 * ((j >> 1) & 1)},
+                 col = t * 2 + int64_t{(j & 1) + 8 * (j >> 2)};
     a_el.push_back(Substitute(a, {{rm, m0 + row}, {rk, k0 + col}}));
   }
   for (int j = 0; j < tc->b_elems(); ++j) {
@@ -146,7 +156,8 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
   const UOpPtr A = UOp::Make(Op::VECTORIZE, in.Vec(tc->a_elems()), a_el);
   const UOpPtr B = UOp::Make(Op::VECTORIZE, in.Vec(tc->b_elems()), b_el);
   const UOpPtr C = UOp::Make(Op::VECTORIZE, acc.Vec(tc->c_elems()), zeros);
-  const UOpPtr D = UOp::Make(Op::WMMA, acc.Vec(tc->c_elems()), {A, B, C}, IntVec{tc->m, tc->n, tc->k});
+  const UOpPtr D =
+      UOp::Make(Op::WMMA, acc.Vec(tc->c_elems()), {A, B, C}, IntVec{tc->m, tc->n, tc->k});
 
   UOpVec values, ranges;
   for (const UOpPtr& s : end->src()) {
@@ -165,7 +176,8 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
     const UOpPtr elem = UOp::Make(Op::GEP, acc, {D}, IntVec{i});
     const UOpPtr r = UOp::Make(Op::REDUCE, acc, {elem, kt}, Op::ADD);
     const UOpPtr row = g + int64_t{8 * (i >> 1)}, col = t * 2 + int64_t{i & 1};
-    for (const UOpPtr& val : values) src.push_back(Substitute(val, {{red, r}, {rm, m0 + row}, {rn, n0 + col}}));
+    for (const UOpPtr& val : values)
+      src.push_back(Substitute(val, {{red, r}, {rm, m0 + row}, {rn, n0 + col}}));
   }
   for (const UOpPtr& r : ranges) src.push_back(r);
   ctx.applied_opts.push_back(what);

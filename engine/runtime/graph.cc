@@ -7,7 +7,8 @@ namespace kiln::runtime {
 
 absl::Status LaunchListGraph::UpdateBuffers(size_t i, absl::Span<const DeviceMemory> bufs) {
   if (i >= items_.size() || bufs.size() != items_[i].bufs.size())
-    return absl::InvalidArgumentError(absl::StrCat("graph: item ", i, " with ", bufs.size(), " buffers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("graph: item ", i, " with ", bufs.size(), " buffers"));
   items_[i].bufs.assign(bufs.begin(), bufs.end());
   return absl::OkStatus();
 }

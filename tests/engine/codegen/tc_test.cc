@@ -35,11 +35,13 @@ enum class Form { kCastOperands, kCastProduct };
 UOpPtr TcMatmul(DType in, int64_t B, int64_t M, int64_t N, int64_t K, Form form) {
   const DType out_dt = form == Form::kCastOperands ? dtypes::kFloat32 : in;
   UOpPtr out = Param(0, out_dt), a = Param(1, in), b = Param(2, in);
-  UOpPtr rb = UOp::Range(B, 0), rm = UOp::Range(M, 1), rn = UOp::Range(N, 2), rk = UOp::Range(K, 3, AxisType::kReduce);
+  UOpPtr rb = UOp::Range(B, 0), rm = UOp::Range(M, 1), rn = UOp::Range(N, 2),
+         rk = UOp::Range(K, 3, AxisType::kReduce);
   UOpPtr la = Ld(Idx(a, (rb * M + rm) * K + rk)), lb = Ld(Idx(b, (rb * K + rk) * N + rn));
   UOpPtr prod = form == Form::kCastOperands
-                    ? UOp::Make(Op::MUL, dtypes::kFloat32, {UOp::Make(Op::CAST, dtypes::kFloat32, {la}),
-                                                             UOp::Make(Op::CAST, dtypes::kFloat32, {lb})})
+                    ? UOp::Make(Op::MUL, dtypes::kFloat32,
+                                {UOp::Make(Op::CAST, dtypes::kFloat32, {la}),
+                                 UOp::Make(Op::CAST, dtypes::kFloat32, {lb})})
                     : UOp::Make(Op::CAST, dtypes::kFloat32, {UOp::Make(Op::MUL, in, {la, lb})});
   UOpPtr acc = Red(Op::ADD, prod, {rk});
   UOpPtr val = form == Form::kCastOperands ? acc : UOp::Make(Op::CAST, in, {acc});
@@ -57,8 +59,12 @@ codegen::Target TcTarget() {
   return t;
 }
 
-uint16_t Bits(DType in, float f) { return in == dtypes::kBFloat16 ? FloatToBF16Bits(f) : FloatToHalfBits(f); }
-float Value(DType in, uint16_t b) { return in == dtypes::kBFloat16 ? BF16BitsToFloat(b) : HalfBitsToFloat(b); }
+uint16_t Bits(DType in, float f) {
+  return in == dtypes::kBFloat16 ? FloatToBF16Bits(f) : FloatToHalfBits(f);
+}
+float Value(DType in, uint16_t b) {
+  return in == dtypes::kBFloat16 ? BF16BitsToFloat(b) : HalfBitsToFloat(b);
+}
 
 struct Case {
   DType in;
@@ -88,7 +94,8 @@ class TcTest : public ::testing::TestWithParam<Case> {
         for (int64_t n = 0; n < c.N; ++n) {
           double s = 0;
           for (int64_t k = 0; k < c.K; ++k) {
-            double x = Value(c.in, a_[(b * c.M + m) * c.K + k]), y = Value(c.in, b_[(b * c.K + k) * c.N + n]);
+            double x = Value(c.in, a_[(b * c.M + m) * c.K + k]),
+                   y = Value(c.in, b_[(b * c.K + k) * c.N + n]);
             // kCastProduct rounds each product to the input dtype before the float32 sum (the kernel's semantics
             // without TC); the tensor core multiplies exactly. The tolerance below covers the difference.
             s += x * y;
@@ -102,11 +109,12 @@ class TcTest : public ::testing::TestWithParam<Case> {
   absl::StatusOr<TcRun> Lower(const codegen::LowerOptions& opts, bool tc) {
     const Case& c = GetParam();
     TcRun r;
-    KILN_ASSIGN_OR_RETURN(r.program, codegen::LowerKernel(TcMatmul(c.in, c.B, c.M, c.N, c.K, c.form),
-                                                          tc ? TcTarget() : codegen::Target{}, opts));
+    KILN_ASSIGN_OR_RETURN(r.program,
+                          codegen::LowerKernel(TcMatmul(c.in, c.B, c.M, c.N, c.K, c.form),
+                                               tc ? TcTarget() : codegen::Target{}, opts));
     const DType out_dt = c.form == Form::kCastOperands ? dtypes::kFloat32 : c.in;
-    std::vector<std::vector<uint8_t>> bufs = {std::vector<uint8_t>(c.B * c.M * c.N * out_dt.ItemSize()), Bytes(a_),
-                                              Bytes(b_)};
+    std::vector<std::vector<uint8_t>> bufs = {
+        std::vector<uint8_t>(c.B * c.M * c.N * out_dt.ItemSize()), Bytes(a_), Bytes(b_)};
     KILN_RETURN_IF_ERROR(RunOnInterp(r.program, bufs));
     if (out_dt == dtypes::kFloat32) {
       for (float f : As<float>(bufs[0])) r.out.push_back(f);
@@ -171,7 +179,8 @@ TEST_P(TcTest, BareTcOptMatchesTheNonTcKernel) {
 TEST_P(TcTest, TcZeroDisablesItInTheHeuristic) {
   Context knobs({{Knob::kTc, 0}});
   const Case& c = GetParam();
-  absl::StatusOr<codegen::Program> p = codegen::LowerKernel(TcMatmul(c.in, c.B, c.M, c.N, c.K, c.form), TcTarget());
+  absl::StatusOr<codegen::Program> p =
+      codegen::LowerKernel(TcMatmul(c.in, c.B, c.M, c.N, c.K, c.form), TcTarget());
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_FALSE(HasWmma(*p));
 }
@@ -180,7 +189,8 @@ TEST_P(TcTest, TcZeroDisablesItInTheHeuristic) {
 // produce one, a cubin for sm_<arch> (ptxas inside NVRTC assembles the inline mma.sync). $KILN_NVRTC_ARCH as in the
 // conformance_nvrtc test (digits, default 80; mma.m16n8k16 needs 80 or above).
 TEST_P(TcTest, CudaSourceCompilesWithNvrtc) {
-  if (!backends::cuda::Nvrtc().ok()) GTEST_SKIP() << "NVRTC not available: " << backends::cuda::Nvrtc().status();
+  if (!backends::cuda::Nvrtc().ok())
+    GTEST_SKIP() << "NVRTC not available: " << backends::cuda::Nvrtc().status();
   const char* env = std::getenv("KILN_NVRTC_ARCH");
   const std::string arch = env != nullptr && *env != '\0' ? env : "80";
   const Case& c = GetParam();
@@ -189,14 +199,16 @@ TEST_P(TcTest, CudaSourceCompilesWithNvrtc) {
   for (bool heuristic : {true, false}) {
     codegen::LowerOptions o;
     if (!heuristic) o = {.use_explicit_opts = true, .opts = {{codegen::OptOp::kTc, 0, -1}}};
-    absl::StatusOr<codegen::Program> p = codegen::LowerKernel(TcMatmul(c.in, c.B, c.M, c.N, c.K, c.form), TcTarget(), o);
+    absl::StatusOr<codegen::Program> p =
+        codegen::LowerKernel(TcMatmul(c.in, c.B, c.M, c.N, c.K, c.form), TcTarget(), o);
     ASSERT_TRUE(p.ok()) << p.status();
     ASSERT_TRUE(HasWmma(*p));
     absl::StatusOr<std::string> src = renderer.Render(*p);
     ASSERT_TRUE(src.ok()) << src.status();
-    EXPECT_NE(src->find(c.in == dtypes::kBFloat16 ? "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
-                                                  : "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
-              std::string::npos);
+    EXPECT_NE(
+        src->find(c.in == dtypes::kBFloat16 ? "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+                                            : "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
+        std::string::npos);
     absl::StatusOr<std::string> ptx = nvrtc.Compile(*src, p->name);
     ASSERT_TRUE(ptx.ok()) << ptx.status() << "\n" << *src;
     EXPECT_NE(ptx->find("mma.sync.aligned.m16n8k16"), std::string::npos);
@@ -218,15 +230,17 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{dtypes::kFloat16, 3, 32, 16, 48, Form::kCastOperands}),
     [](const ::testing::TestParamInfo<Case>& i) {
       const Case& c = i.param;
-      return std::string(c.in == dtypes::kBFloat16 ? "bf16_" : "f16_") + (c.B > 1 ? std::to_string(c.B) + "x" : "") +
-             std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) +
+      return std::string(c.in == dtypes::kBFloat16 ? "bf16_" : "f16_") +
+             (c.B > 1 ? std::to_string(c.B) + "x" : "") + std::to_string(c.M) + "x" +
+             std::to_string(c.N) + "x" + std::to_string(c.K) +
              (c.form == Form::kCastProduct ? "_castprod" : "");
     });
 
 TEST(TcOpt, RefusesWhatItCannotDo) {
   codegen::LowerOptions tc{.use_explicit_opts = true, .opts = {{codegen::OptOp::kTc, 0, -1}}};
   // N = 12 is not a multiple of 8.
-  auto p = codegen::LowerKernel(TcMatmul(dtypes::kFloat16, 1, 16, 12, 16, Form::kCastOperands), TcTarget(), tc);
+  auto p = codegen::LowerKernel(TcMatmul(dtypes::kFloat16, 1, 16, 12, 16, Form::kCastOperands),
+                                TcTarget(), tc);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(p.status().message().find("not multiples"), std::string::npos) << p.status();
   // float32 inputs: no tensor core for them.
@@ -235,12 +249,15 @@ TEST(TcOpt, RefusesWhatItCannotDo) {
   // A target without tensor cores.
   codegen::Target no_tc = TcTarget();
   no_tc.tensor_cores.clear();
-  p = codegen::LowerKernel(TcMatmul(dtypes::kFloat16, 1, 16, 16, 16, Form::kCastOperands), no_tc, tc);
+  p = codegen::LowerKernel(TcMatmul(dtypes::kFloat16, 1, 16, 16, 16, Form::kCastOperands), no_tc,
+                           tc);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
   // TC after another opt.
-  codegen::LowerOptions late{.use_explicit_opts = true,
-                             .opts = {{codegen::OptOp::kUpcast, 0, 2}, {codegen::OptOp::kTc, 0, -1}}};
-  p = codegen::LowerKernel(TcMatmul(dtypes::kFloat16, 1, 32, 16, 16, Form::kCastOperands), TcTarget(), late);
+  codegen::LowerOptions late{
+      .use_explicit_opts = true,
+      .opts = {{codegen::OptOp::kUpcast, 0, 2}, {codegen::OptOp::kTc, 0, -1}}};
+  p = codegen::LowerKernel(TcMatmul(dtypes::kFloat16, 1, 32, 16, 16, Form::kCastOperands),
+                           TcTarget(), late);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
