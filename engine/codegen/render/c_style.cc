@@ -186,9 +186,12 @@ absl::Status Emitter::EmitVector(size_t i, const UOp& u) {
   const DType d = u.dtype();
   if (u.op() == Op::VECTORIZE) {
     if (IsHalfLike(d) && d.count > 1) {  // a WMMA fragment: EmitWmma packs the lanes itself
-      std::vector<std::string> parts;
-      for (const UOpPtr& s : u.src()) parts.push_back(Ref(s.get()));
-      half_vec_[&u] = std::move(parts);
+      std::vector<const UOp*> lanes;
+      for (const UOpPtr& s : u.src()) {
+        Ref(s.get());  // defined before use
+        lanes.push_back(s.get());
+      }
+      half_vec_[&u] = std::move(lanes);
       return absl::OkStatus();
     }
     if (IsHalfLike(d) || d.IsBool())
@@ -241,9 +244,8 @@ absl::Status Emitter::EmitWmma(size_t i, const UOp& u) {
   const bool bf = a->dtype().scalar == ScalarType::kBFloat16;
   Need(bf ? kBFloat : kHalf);
   Need(bf ? kMmaBF16 : kMmaF16);
-  const char* f2 = bf ? "kiln_f2b(" : "kiln_f2h(";
-  auto pack = [&](const std::vector<std::string>& v, size_t j) {
-    return absl::StrCat("((unsigned int)", f2, v[j], ") | ((unsigned int)", f2, v[j + 1], ") << 16))");
+  auto pack = [&](const std::vector<const UOp*>& v, size_t j) {
+    return absl::StrCat("(", HalfBits(v[j]), " | (", HalfBits(v[j + 1]), " << 16))");
   };
   std::vector<std::string> args;
   for (size_t j = 0; j < 8; j += 2) args.push_back(pack(ia->second, j));
@@ -251,6 +253,24 @@ absl::Status Emitter::EmitWmma(size_t i, const UOp& u) {
   args.push_back(Ref(u.src(2).get()));
   Def(i, u, "float4", absl::StrCat(bf ? "kiln_mma_bf16(" : "kiln_mma_f16(", absl::StrJoin(args, ", "), ")"));
   return absl::OkStatus();
+}
+
+// A fragment lane as its 16-bit pattern. A lane that is a global LOAD of that dtype re-reads the stored bits (the
+// compiler merges the two reads and drops the unused widening), so fragments skip the float round trip.
+std::string Emitter::HalfBits(const UOp* lane) {
+  const char* f2 = lane->dtype().scalar == ScalarType::kBFloat16 ? "kiln_f2b(" : "kiln_f2h(";
+  const UOp* ix = lane->op() == Op::LOAD ? lane->src(0).get() : nullptr;
+  if (ix != nullptr && ix->op() == Op::INDEX && ix->src(0)->dtype().addrspace == AddrSpace::kGlobal &&
+      ix->src(0)->dtype().scalar == lane->dtype().scalar && lane->dtype().count == 1) {
+    std::string bits = absl::StrCat("(unsigned int)(*", Ref(ix), ")");
+    if (const UOp* gate = GateOf(*lane)) {
+      const std::string alt =
+          lane->num_src() >= 2 ? absl::StrCat(f2, Ref(lane->src(1).get()), ")") : std::string("0u");
+      bits = absl::StrCat("(", Ref(gate), " ? ", bits, " : (unsigned int)", alt, ")");
+    }
+    return bits;
+  }
+  return absl::StrCat("(unsigned int)", f2, Ref(lane), ")");
 }
 
 absl::Status Emitter::EmitOne(size_t i, const UOp& u) {

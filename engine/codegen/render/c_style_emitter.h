@@ -71,8 +71,9 @@ class Emitter {
   std::string body_;
   int depth_ = 1;
   absl::flat_hash_map<const UOp*, std::string> val_;
-  // Half-like VECTORIZEs (WMMA fragments) are not emitted: their lanes' register names, for EmitWmma.
-  absl::flat_hash_map<const UOp*, std::vector<std::string>> half_vec_;
+  // Half-like VECTORIZEs (WMMA fragments) are not emitted: their lanes, for EmitWmma.
+  absl::flat_hash_map<const UOp*, std::vector<const UOp*>> half_vec_;
+  std::string HalfBits(const UOp* lane);  // a half-like lane as its 16-bit pattern (unsigned int)
   std::vector<const UOp*> open_;  // open RANGE / IF blocks, outermost first
   bool need_[kNumHelpers] = {};
   bool need_fp64_ = false;
