@@ -11,6 +11,7 @@
 //   "lower group reduces" has_local targets: a REDUCE over a GROUP axis -> per-work-item partial REDUCE, STORE into
 //                       DEFINE_LOCAL, BARRIER, a REDUCE over the partials; output stores gated to group item 0
 //   "lower reduces"     REDUCE -> DEFINE_REG accumulator + loop
+//   "fold wmma accumulators" TC kernels: acc[k_i] += GEP(WMMA(A, B, 0), i) -> the accumulators are WMMA's C
 //   "lower threads"     THREAD range -> SPECIAL("core_id"); Program.threads = its size
 //   "lower gpu dims"    has_local targets: output axes -> SPECIAL gidx/idx, LOCAL/GROUP axes -> lidx; fills
 //                       Program.global_size (work-groups) and local_size (work-items per group); see gpu_dims.cc

@@ -67,6 +67,8 @@ absl::StatusOr<UOpPtr> LowerGroupReduces(const UOpPtr& sink, LowerContext& ctx);
 // ---- tc.cc ----
 // The TC opt (codegen.h OptOp::kTc): InvalidArgument naming the reason when the kernel or target does not qualify.
 absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, LowerContext& ctx);
+// After "lower reduces": a WMMA whose four lanes are only added to accumulators takes them as its C operand.
+absl::StatusOr<UOpPtr> FoldWmmaAccumulators(const UOpPtr& sink, LowerContext& ctx);
 
 // ---- gpu_dims.cc ----
 // Targets with has_local: global and local axes -> SPECIAL gidx/idx/lidx; fills ctx.global_size/local_size.

@@ -185,3 +185,59 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
 }
 
 }  // namespace kiln::codegen
+
+namespace kiln::codegen {
+
+// After "lower reduces" a TC reduce is acc[k_i] = acc[k_i] + GEP(WMMA(A, B, 0), i) for the four lanes i. When all
+// four lanes of one WMMA are used exactly that way, the accumulators become its C operand (tinygrad's WMMA
+// accumulates in place): WMMA(A, B, (acc[k_0], .., acc[k_3])) and acc[k_i] = GEP(that, i). No other node changes.
+absl::StatusOr<UOpPtr> FoldWmmaAccumulators(const UOpPtr& sink, LowerContext&) {
+  struct Use {
+    const UOp* add = nullptr;
+    UOpPtr acc;  // the accumulator LOAD
+  };
+  absl::flat_hash_map<const UOp*, std::vector<Use>> uses;  // WMMA -> per lane
+  absl::flat_hash_map<const UOp*, int> gep_users;
+  const std::vector<const UOp*> topo = Toposort(sink);
+  auto zero_c = [](const UOp* w) {
+    const UOp* c = w->src(2).get();
+    if (c->op() != Op::VECTORIZE) return false;
+    for (const UOpPtr& s : c->src()) {
+      double v = 1;
+      const auto* f = std::get_if<ConstFloat>(&s->arg());
+      if (s->op() != Op::CONST || f == nullptr || (v = f->value) != 0.0) return false;
+    }
+    return true;
+  };
+  for (const UOp* u : topo)
+    for (const UOpPtr& s : u->src())
+      if (s->op() == Op::GEP) ++gep_users[s.get()];
+  for (const UOp* u : topo) {
+    if (u->op() != Op::ADD || u->num_src() != 2) continue;
+    const UOp* g = u->src(1).get();
+    const UOpPtr& acc = u->src(0);
+    if (g->op() != Op::GEP || g->src(0)->op() != Op::WMMA || acc->op() != Op::LOAD) continue;
+    const IntVec* lanes = ArgIntVec(g->arg());
+    const UOp* ix = acc->src(0).get();
+    if (lanes == nullptr || lanes->size() != 1 || gep_users[g] != 1 || ix->op() != Op::INDEX ||
+        ix->src(0)->dtype().addrspace != AddrSpace::kReg || !zero_c(g->src(0).get()))
+      continue;
+    std::vector<Use>& v = uses[g->src(0).get()];
+    v.resize(g->src(0)->dtype().count);
+    v[(*lanes)[0]] = Use{u, acc};
+  }
+  absl::flat_hash_map<const UOp*, UOpPtr> repl;  // ADD -> GEP(new WMMA, i)
+  for (const auto& [w, v] : uses) {
+    if (std::any_of(v.begin(), v.end(), [](const Use& x) { return x.add == nullptr; })) continue;
+    UOpVec c;
+    for (const Use& x : v) c.push_back(x.acc);
+    const UOpPtr nw = UOp::Make(Op::WMMA, w->dtype(),
+                                {w->src(0), w->src(1), UOp::Make(Op::VECTORIZE, w->dtype(), c)}, w->arg());
+    for (size_t i = 0; i < v.size(); ++i)
+      repl.emplace(v[i].add, UOp::Make(Op::GEP, w->dtype().Scalar(), {nw}, IntVec{static_cast<int64_t>(i)}));
+  }
+  if (repl.empty()) return sink;
+  return Substitute(sink, repl);
+}
+
+}  // namespace kiln::codegen
