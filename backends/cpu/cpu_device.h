@@ -74,6 +74,10 @@ class CpuDevice final : public runtime::Device {
   std::string renderer() const override { return "llvm"; }
   // Loads an object produced by CpuCompiler; `name` is the kernel name it was compiled with.
   absl::StatusOr<std::unique_ptr<runtime::Program>> Load(const std::string& binary, const std::string& name) override;
+  // JIT=2 on this device: the prebuilt launch list (runtime::LaunchListGraph); not on by default.
+  absl::StatusOr<std::unique_ptr<runtime::GraphExec>> CreateGraph(std::vector<runtime::GraphItem> items) override {
+    return std::unique_ptr<runtime::GraphExec>(new runtime::LaunchListGraph(std::move(items)));
+  }
   // Threads in the launch pool (= hardware threads).
   int num_cores() const { return num_cores_; }
 

@@ -69,6 +69,18 @@ absl::StatusOr<const DriverApi*> Driver() {
         &api->cuEventElapsedTime, &missing);
     Sym(lib, "cuEventDestroy_v2", &api->cuEventDestroy, &missing);
     Sym(lib, "cuGetErrorString", &api->cuGetErrorString, &missing);
+    std::string optional;  // graph entry points: absent ones stay null
+    Sym(lib, "cuGraphCreate", &api->cuGraphCreate, &optional);
+    Sym(lib, dlsym(lib, "cuGraphAddKernelNode_v2") != nullptr ? "cuGraphAddKernelNode_v2" : "cuGraphAddKernelNode",
+        &api->cuGraphAddKernelNode, &optional);
+    Sym(lib, "cuGraphInstantiateWithFlags", &api->cuGraphInstantiateWithFlags, &optional);
+    Sym(lib,
+        dlsym(lib, "cuGraphExecKernelNodeSetParams_v2") != nullptr ? "cuGraphExecKernelNodeSetParams_v2"
+                                                                   : "cuGraphExecKernelNodeSetParams",
+        &api->cuGraphExecKernelNodeSetParams, &optional);
+    Sym(lib, "cuGraphLaunch", &api->cuGraphLaunch, &optional);
+    Sym(lib, "cuGraphExecDestroy", &api->cuGraphExecDestroy, &optional);
+    Sym(lib, "cuGraphDestroy", &api->cuGraphDestroy, &optional);
     if (!missing.empty()) {
       result = new absl::StatusOr<const DriverApi*>(
           absl::NotFoundError(absl::StrCat("the CUDA driver lacks: ", missing)));
@@ -108,6 +120,9 @@ absl::StatusOr<const NvrtcApi*> Nvrtc() {
     Sym(lib, "nvrtcGetPTX", &api->nvrtcGetPTX, &missing);
     Sym(lib, "nvrtcDestroyProgram", &api->nvrtcDestroyProgram, &missing);
     Sym(lib, "nvrtcGetErrorString", &api->nvrtcGetErrorString, &missing);
+    std::string optional;
+    Sym(lib, "nvrtcGetCUBINSize", &api->nvrtcGetCUBINSize, &optional);
+    Sym(lib, "nvrtcGetCUBIN", &api->nvrtcGetCUBIN, &optional);
     if (!missing.empty()) {
       result = new absl::StatusOr<const NvrtcApi*>(
           absl::NotFoundError(absl::StrCat("NVRTC lacks: ", missing)));

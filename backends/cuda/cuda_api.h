@@ -20,6 +20,21 @@ using CUmodule = struct CUmod_st*;
 using CUfunction = struct CUfunc_st*;
 using CUstream = struct CUstream_st*;
 using CUevent = struct CUevent_st*;
+using CUgraph = struct CUgraph_st*;
+using CUgraphNode = struct CUgraphNode_st*;
+using CUgraphExec = struct CUgraphExec_st*;
+
+// CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h, CUDA 12+); the _v1 struct is its prefix up to `extra`.
+struct KernelNodeParams {
+  CUfunction func = nullptr;
+  unsigned int grid_x = 1, grid_y = 1, grid_z = 1;
+  unsigned int block_x = 1, block_y = 1, block_z = 1;
+  unsigned int shared_mem_bytes = 0;
+  void** kernel_params = nullptr;
+  void** extra = nullptr;
+  void* kern = nullptr;  // CUkernel; unused (func is set)
+  CUcontext ctx = nullptr;
+};
 using nvrtcResult = int;
 using nvrtcProgram = struct _nvrtcProgram*;
 
@@ -55,6 +70,20 @@ struct DriverApi {
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
   CUresult (*cuEventDestroy)(CUevent);
   CUresult (*cuGetErrorString)(CUresult, const char**);
+  // CUDA graphs (optional: null when the driver lacks them; GraphsSupported() says whether all are there). The
+  // _v2 kernel-node entry points when present (CUDA 12+), else the _v1 ones (which read the KernelNodeParams prefix).
+  CUresult (*cuGraphCreate)(CUgraph*, unsigned int);
+  CUresult (*cuGraphAddKernelNode)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, const KernelNodeParams*);
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec*, CUgraph, unsigned long long);  // NOLINT(runtime/int)
+  CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec, CUgraphNode, const KernelNodeParams*);
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec);
+  CUresult (*cuGraphDestroy)(CUgraph);
+  bool GraphsSupported() const {
+    return cuGraphCreate != nullptr && cuGraphAddKernelNode != nullptr && cuGraphInstantiateWithFlags != nullptr &&
+           cuGraphExecKernelNodeSetParams != nullptr && cuGraphLaunch != nullptr && cuGraphExecDestroy != nullptr &&
+           cuGraphDestroy != nullptr;
+  }
 };
 
 struct NvrtcApi {
@@ -68,6 +97,9 @@ struct NvrtcApi {
   nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char*);
   nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*);
   const char* (*nvrtcGetErrorString)(nvrtcResult);
+  // Optional (NVRTC 11.1+; null otherwise): the SASS cubin of a program compiled for a real arch (sm_XX).
+  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*);
+  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*);
 };
 
 // The driver API (libcuda.so.1), or NotFound naming what is missing. Loaded once.

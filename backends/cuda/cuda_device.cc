@@ -2,8 +2,10 @@
 #include "backends/cuda/cuda_device.h"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "backends/cuda/cuda_api.h"
@@ -33,6 +35,9 @@ class CudaProgram final : public runtime::Program {
  public:
   CudaProgram(std::shared_ptr<CudaState> st, cuda::CUmodule mod, cuda::CUfunction fn, int nparams)
       : st_(std::move(st)), mod_(mod), fn_(fn), nparams_(nparams) {}
+  cuda::CUfunction fn() const { return fn_; }
+  int nparams() const { return nparams_; }
+  const CudaState* state() const { return st_.get(); }
   ~CudaProgram() override {
     if (st_->Bind().ok()) st_->api->cuModuleUnload(mod_);
   }
@@ -91,7 +96,104 @@ class CudaProgram final : public runtime::Program {
   int nparams_;  // kernel parameters declared in the PTX entry (-1: unknown)
 };
 
+// A JIT replay's kernels as one CUDA graph: a chain of kernel nodes (each depends on the previous one), instantiated
+// once; Launch is one cuGraphLaunch on the device's stream. New buffers for a node are patched into the instantiated
+// graph with cuGraphExecKernelNodeSetParams (no re-instantiation). Node arguments live in per-node storage whose
+// addresses stay fixed for the graph's lifetime.
+class CudaGraph final : public runtime::GraphExec {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaGraph>> Create(std::shared_ptr<CudaState> st,
+                                                          std::vector<runtime::GraphItem> items) {
+    const cuda::DriverApi& a = *st->api;
+    std::unique_ptr<CudaGraph> g(new CudaGraph(st));
+    absl::MutexLock lock(&st->mu);
+    KILN_RETURN_IF_ERROR(st->Bind());
+    if (cuda::CUresult r = a.cuGraphCreate(&g->graph_, 0); r != kCudaSuccess) return CudaError("cuGraphCreate", r);
+    cuda::CUgraphNode prev = nullptr;
+    for (runtime::GraphItem& it : items) {
+      const auto* prog = dynamic_cast<const CudaProgram*>(it.program);
+      if (prog == nullptr || prog->state() != st.get())
+        return absl::InvalidArgumentError("CUDA graph: a program not loaded by this device");
+      if (prog->nparams() >= 0 && static_cast<size_t>(prog->nparams()) != it.bufs.size() + it.vars.size())
+        return absl::InvalidArgumentError("CUDA graph: argument count differs from the kernel's");
+      for (int i = 0; i < 3; ++i)
+        if (it.dims.global[i] < 1 || it.dims.local[i] < 1 || it.dims.global[i] > (int64_t{1} << 31) - 1 ||
+            it.dims.local[i] > 1024)
+          return absl::InvalidArgumentError("CUDA graph: launch dims out of range");
+      auto n = std::make_unique<Node>();
+      n->ptrs.resize(it.bufs.size());
+      for (size_t i = 0; i < it.bufs.size(); ++i) n->ptrs[i] = static_cast<cuda::CUdeviceptr>(it.bufs[i].handle);
+      n->vars.assign(it.vars.begin(), it.vars.end());
+      for (auto& p : n->ptrs) n->args.push_back(&p);
+      for (auto& v : n->vars) n->args.push_back(&v);
+      n->params.func = prog->fn();
+      n->params.grid_x = static_cast<unsigned>(it.dims.global[0]);
+      n->params.grid_y = static_cast<unsigned>(it.dims.global[1]);
+      n->params.grid_z = static_cast<unsigned>(it.dims.global[2]);
+      n->params.block_x = static_cast<unsigned>(it.dims.local[0]);
+      n->params.block_y = static_cast<unsigned>(it.dims.local[1]);
+      n->params.block_z = static_cast<unsigned>(it.dims.local[2]);
+      n->params.kernel_params = n->args.data();
+      if (cuda::CUresult r = a.cuGraphAddKernelNode(&n->node, g->graph_, prev == nullptr ? nullptr : &prev,
+                                                    prev == nullptr ? 0 : 1, &n->params);
+          r != kCudaSuccess)
+        return CudaError("cuGraphAddKernelNode", r);
+      prev = n->node;
+      g->nodes_.push_back(std::move(n));
+    }
+    if (cuda::CUresult r = a.cuGraphInstantiateWithFlags(&g->exec_, g->graph_, 0); r != kCudaSuccess)
+      return CudaError("cuGraphInstantiate", r);
+    return g;
+  }
+
+  ~CudaGraph() override {
+    if (!st_->Bind().ok()) return;
+    if (exec_ != nullptr) st_->api->cuGraphExecDestroy(exec_);
+    if (graph_ != nullptr) st_->api->cuGraphDestroy(graph_);
+  }
+
+  absl::Status UpdateBuffers(size_t i, absl::Span<const runtime::DeviceMemory> bufs) override {
+    if (i >= nodes_.size() || bufs.size() != nodes_[i]->ptrs.size())
+      return absl::InvalidArgumentError(absl::StrCat("CUDA graph: node ", i, " with ", bufs.size(), " buffers"));
+    Node& n = *nodes_[i];
+    for (size_t k = 0; k < bufs.size(); ++k) n.ptrs[k] = static_cast<cuda::CUdeviceptr>(bufs[k].handle);
+    absl::MutexLock lock(&st_->mu);
+    KILN_RETURN_IF_ERROR(st_->Bind());
+    // The arguments are copied from kernel_params when the call is made.
+    cuda::CUresult r = st_->api->cuGraphExecKernelNodeSetParams(exec_, n.node, &n.params);
+    return r == kCudaSuccess ? absl::OkStatus() : CudaError("cuGraphExecKernelNodeSetParams", r);
+  }
+
+  absl::Status Launch() override {
+    absl::MutexLock lock(&st_->mu);
+    KILN_RETURN_IF_ERROR(st_->Bind());
+    cuda::CUresult r = st_->api->cuGraphLaunch(exec_, st_->stream);
+    return r == kCudaSuccess ? absl::OkStatus() : CudaError("cuGraphLaunch", r);
+  }
+
+ private:
+  struct Node {
+    cuda::CUgraphNode node = nullptr;
+    std::vector<cuda::CUdeviceptr> ptrs;
+    std::vector<long long> vars;  // NOLINT(runtime/int): the kernel's `long long` args
+    std::vector<void*> args;      // &ptrs[i]..., &vars[j]...
+    cuda::KernelNodeParams params;
+  };
+  explicit CudaGraph(std::shared_ptr<CudaState> st) : st_(std::move(st)) {}
+  std::shared_ptr<CudaState> st_;
+  cuda::CUgraph graph_ = nullptr;
+  cuda::CUgraphExec exec_ = nullptr;
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<runtime::GraphExec>> CudaDevice::CreateGraph(std::vector<runtime::GraphItem> items) {
+  if (!st_->api->GraphsSupported())
+    return absl::UnimplementedError("this CUDA driver has no graph API");
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<CudaGraph> g, CudaGraph::Create(st_, std::move(items)));
+  return std::unique_ptr<runtime::GraphExec>(std::move(g));
+}
 
 int PtxParamCount(const std::string& ptx, const std::string& name) {
   const size_t at = ptx.find(".entry " + name + "(");
@@ -114,13 +216,23 @@ std::string NvrtcCompiler::CacheKey() const {
 
 absl::StatusOr<std::string> NvrtcCompiler::Compile(const std::string& source,
                                                    const std::string& name) {
+  return Run(source, name, false);
+}
+
+absl::StatusOr<std::string> NvrtcCompiler::CompileCubin(const std::string& source, const std::string& name) {
+  return Run(source, name, true);
+}
+
+absl::StatusOr<std::string> NvrtcCompiler::Run(const std::string& source, const std::string& name, bool cubin) {
   KILN_ASSIGN_OR_RETURN(const cuda::NvrtcApi* n, cuda::Nvrtc());
+  if (cubin && (n->nvrtcGetCUBINSize == nullptr || n->nvrtcGetCUBIN == nullptr))
+    return absl::UnimplementedError("this NVRTC cannot produce cubins");
   cuda::nvrtcProgram prog = nullptr;
   if (cuda::nvrtcResult r =
           n->nvrtcCreateProgram(&prog, source.c_str(), "kernel.cu", 0, nullptr, nullptr);
       r != 0)
     return absl::InternalError(absl::StrCat("NVRTC create: ", n->nvrtcGetErrorString(r)));
-  const std::string arch_opt = absl::StrCat("--gpu-architecture=compute_", arch_);
+  const std::string arch_opt = absl::StrCat("--gpu-architecture=", cubin ? "sm_" : "compute_", arch_);
   const char* opts[] = {arch_opt.c_str(), "--std=c++17", "-default-device"};
   const cuda::nvrtcResult cr = n->nvrtcCompileProgram(prog, 3, opts);
   if (cr != 0) {
@@ -138,6 +250,15 @@ absl::StatusOr<std::string> NvrtcCompiler::Compile(const std::string& source,
   }
   size_t size = 0;
   std::string ptx;
+  if (cubin) {
+    if (n->nvrtcGetCUBINSize(prog, &size) == 0 && size > 0) {
+      ptx.resize(size);
+      n->nvrtcGetCUBIN(prog, ptx.data());
+    }
+    n->nvrtcDestroyProgram(&prog);
+    if (ptx.empty()) return absl::InternalError(absl::StrCat("CUDA compile of ", name, ": NVRTC produced no cubin"));
+    return ptx;
+  }
   if (n->nvrtcGetPTXSize(prog, &size) == 0 && size > 0) {
     ptx.resize(size);
     n->nvrtcGetPTX(prog, ptx.data());
@@ -200,6 +321,11 @@ CudaDevice::~CudaDevice() {
 }
 
 const std::string& CudaDevice::arch() const { return st_->arch; }
+
+bool CudaDevice::supports_tensor_cores() const {
+  int cc = 0;
+  return absl::SimpleAtoi(st_->arch, &cc) && cc >= 80;
+}
 
 int CountCudaDevices() {
   auto api = cuda::Driver();

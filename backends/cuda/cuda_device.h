@@ -32,8 +32,13 @@ class NvrtcCompiler final : public runtime::Compiler {
   // NotFound when NVRTC cannot be loaded; InvalidArgument with the log when the source does not compile.
   absl::StatusOr<std::string> Compile(const std::string& source, const std::string& name) override;
   std::string CacheKey() const override;
+  // Compiles for the real architecture sm_<arch> and returns the cubin: NVRTC then also assembles the PTX (inline
+  // PTX included), so an assembler error is an InvalidArgument with the log here too. Unimplemented when this NVRTC
+  // has no nvrtcGetCUBIN. Used by tests (no GPU needed); the device loads PTX from Compile.
+  absl::StatusOr<std::string> CompileCubin(const std::string& source, const std::string& name);
 
  private:
+  absl::StatusOr<std::string> Run(const std::string& source, const std::string& name, bool cubin);
   std::string arch_;
 };
 
@@ -63,6 +68,13 @@ class CudaDevice final : public runtime::Device {
   absl::StatusOr<std::unique_ptr<runtime::Program>> Load(const std::string& binary,
                                                          const std::string& name) override;
   absl::Status Synchronize() override;
+  // mma.sync.m16n8k16 (the renderer's tensor cores) needs sm_80 or above.
+  bool supports_tensor_cores() const override;
+  // JIT replays as CUDA graphs (cuGraphCreate + cuGraphAddKernelNode, cuGraphInstantiateWithFlags, one cuGraphLaunch
+  // per replay, cuGraphExecKernelNodeSetParams for new input buffers); on by default (JIT unset or 2). Unimplemented
+  // when the driver lacks the graph entry points.
+  absl::StatusOr<std::unique_ptr<runtime::GraphExec>> CreateGraph(std::vector<runtime::GraphItem> items) override;
+  bool graphs_by_default() const override { return true; }
   const std::string& arch() const;
 
  private:

@@ -30,6 +30,10 @@ class InterpDevice final : public runtime::Device {
   std::string renderer() const override { return "interp"; }
   // Parses the interp text and builds the interpreter program. InvalidArgument for malformed text.
   absl::StatusOr<std::unique_ptr<runtime::Program>> Load(const std::string& binary, const std::string& name) override;
+  // JIT=2 on this device: the prebuilt launch list (runtime::LaunchListGraph); not on by default.
+  absl::StatusOr<std::unique_ptr<runtime::GraphExec>> CreateGraph(std::vector<runtime::GraphItem> items) override {
+    return std::unique_ptr<runtime::GraphExec>(new runtime::LaunchListGraph(std::move(items)));
+  }
 
  private:
   std::string name_;

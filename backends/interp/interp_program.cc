@@ -1,5 +1,6 @@
 #include "backends/interp/interp_program.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -207,6 +208,15 @@ absl::StatusOr<std::unique_ptr<InterpProgram>> InterpProgram::Create(const codeg
         if (static_cast<int>(u->num_src()) != u->dtype().count) return Bad(name, "VECTORIZE arity != width");
         value_lanes();
         break;
+      case Op::WMMA: {
+        const IntVec* shape = ArgIntVec(u->arg());
+        if (shape == nullptr || *shape != IntVec{16, 8, 16} || u->dtype().count != 4 || u->dtype().scalar != ScalarType::kFloat32 ||
+            in.src_lanes[0] != 8 || in.src_lanes[1] != 4 || in.src_lanes[2] != 4)
+          return Bad(name, "WMMA: only m16n8k16 with 8/4/4 fragment lanes and float32 accumulators");
+        prog->has_wmma_ = true;
+        value_lanes();
+        break;
+      }
       case Op::BITCAST:
         if (u->src(0)->dtype().ByteSize() != u->dtype().ByteSize()) return Bad(name, "BITCAST between sizes");
         value_lanes();
@@ -237,6 +247,12 @@ absl::StatusOr<std::unique_ptr<InterpProgram>> InterpProgram::Create(const codeg
 }
 
 absl::Status InterpProgram::RunOne(State& st) const {
+  KILN_ASSIGN_OR_RETURN(int stop, RunUntilWmma(st, 0));
+  if (stop >= 0) return Bad(name_, "WMMA outside a warp launch");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> InterpProgram::RunUntilWmma(State& st, int start) const {
   std::vector<Lane>& L = st.lanes;
   const int n = static_cast<int>(insts_.size());
   Lane args[3];
@@ -262,9 +278,11 @@ absl::Status InterpProgram::RunOne(State& st) const {
     *ptr = base + idx * isz;
     return absl::OkStatus();
   };
-  for (int pc = 0; pc < n; ++pc) {
+  for (int pc = start; pc < n; ++pc) {
     const Inst& in = insts_[pc];
     switch (in.op) {
+      case Op::WMMA:
+        return pc;
       case Op::CONST:
         for (int l = 0; l < in.lanes; ++l) L[in.out + l] = in.cval;
         break;
@@ -360,6 +378,65 @@ absl::Status InterpProgram::RunOne(State& st) const {
       }
     }
   }
+  return -1;
+}
+
+// PTX ISA "Matrix Fragments for mma.m16n8k16" (.f16/.bf16 A and B, .f32 C and D); g = lane / 4, t = lane % 4.
+void InterpProgram::Wmma(const Inst& in, State* warp) const {
+  double a[16][16], b[16][8], c[16][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    const std::vector<Lane>& L = warp[lane].lanes;
+    const int g = lane / 4, t = lane % 4;
+    for (int j = 0; j < 8; ++j) a[g + 8 * ((j >> 1) & 1)][2 * t + (j & 1) + 8 * (j >> 2)] = L[in.src[0] + j].f;
+    for (int j = 0; j < 4; ++j) b[2 * t + (j & 1) + 8 * (j >> 1)][g] = L[in.src[1] + j].f;
+    for (int i = 0; i < 4; ++i) c[g + 8 * (i >> 1)][2 * t + (i & 1)] = L[in.src[2] + i].f;
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    std::vector<Lane>& L = warp[lane].lanes;
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+      double d = c[row][col];
+      for (int k = 0; k < 16; ++k) d += a[row][k] * b[k][col];
+      L[in.out + i].f = RoundFloat(ScalarType::kFloat32, d);
+    }
+  }
+}
+
+absl::Status InterpProgram::LaunchWarps(State& proto, const runtime::LaunchDims& dims) const {
+  const int64_t items = dims.local[0] * dims.local[1] * dims.local[2];
+  if (items % 32 != 0 || items > 1024)
+    return Bad(name_, absl::StrCat("WMMA needs work-groups of whole warps (32 work-items), got ", items));
+  std::vector<State> st(items);
+  std::vector<int> pcs(items);
+  for (proto.gidx[2] = 0; proto.gidx[2] < dims.global[2]; ++proto.gidx[2])
+    for (proto.gidx[1] = 0; proto.gidx[1] < dims.global[1]; ++proto.gidx[1])
+      for (proto.gidx[0] = 0; proto.gidx[0] < dims.global[0]; ++proto.gidx[0]) {
+        for (int64_t w = 0; w < items; ++w) {
+          State& s = st[w];
+          s.lanes.assign(num_lanes_, Lane{});
+          s.bufs = proto.bufs;
+          s.vars = proto.vars;
+          s.core = 0;
+          for (int d = 0; d < 3; ++d) s.gidx[d] = proto.gidx[d];
+          s.lidx[0] = w % dims.local[0];
+          s.lidx[1] = (w / dims.local[0]) % dims.local[1];
+          s.lidx[2] = w / (dims.local[0] * dims.local[1]);
+          s.regs.assign(reg_sizes_.size(), {});
+          for (size_t r = 0; r < reg_sizes_.size(); ++r) s.regs[r].assign(reg_sizes_[r] * reg_dtypes_[r].ItemSize(), 0);
+          pcs[w] = 0;
+        }
+        for (;;) {
+          for (int64_t w = 0; w < items; ++w) {
+            KILN_ASSIGN_OR_RETURN(pcs[w], RunUntilWmma(st[w], pcs[w]));
+          }
+          if (std::all_of(pcs.begin(), pcs.end(), [](int p) { return p < 0; })) break;
+          if (!std::all_of(pcs.begin(), pcs.end(), [&](int p) { return p == pcs[0]; }))
+            return Bad(name_, "WMMA not reached by every work-item of the work-group");
+          for (int64_t w0 = 0; w0 < items; w0 += 32) Wmma(insts_[pcs[0]], &st[w0]);
+          for (int& p : pcs) ++p;
+        }
+      }
   return absl::OkStatus();
 }
 
@@ -382,6 +459,12 @@ absl::StatusOr<double> InterpProgram::Launch(absl::Span<const runtime::DeviceMem
   const int threads = dims.threads > 1 ? dims.threads : threads_;
   for (int64_t d : {dims.global[0], dims.global[1], dims.global[2], dims.local[0], dims.local[1], dims.local[2]})
     if (d < 1 || d > (int64_t{1} << 31)) return Bad(name_, "bad launch dims");
+  if (has_wmma_) {
+    if (threads > 1) return Bad(name_, "WMMA with THREAD");
+    KILN_RETURN_IF_ERROR(LaunchWarps(st, dims));
+    if (!timed) return 0.0;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   for (st.gidx[2] = 0; st.gidx[2] < dims.global[2]; ++st.gidx[2])
     for (st.gidx[1] = 0; st.gidx[1] < dims.global[1]; ++st.gidx[1])
       for (st.gidx[0] = 0; st.gidx[0] < dims.global[0]; ++st.gidx[0])

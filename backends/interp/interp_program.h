@@ -5,6 +5,12 @@
 // jump. Launch runs every (global, local) index and every core_id (THREAD) sequentially, each thread with fresh,
 // zeroed DEFINE_REG storage. Semantics of each op are in alu.h.
 //
+// WMMA (docs/kernel-ir.md) is warp-collective: in a program that has one, the work-items of a work-group run one at a
+// time up to their next WMMA; when every work-item of the group waits at the same WMMA, each warp (32 consecutive
+// work-items by linear local id lidx0 + lidx1*L0 + lidx2*L0*L1) gathers its lanes' fragments in the CUDA m16n8k16
+// layout, computes D = A*B + C (products and sums in double, rounded once to float32) and scatters D back; then all
+// continue. A WMMA not reached by every work-item, or a work-group that is not whole warps, is an error.
+//
 // Safety: every LOAD/STORE is bounds-checked against the launched buffer's size (DeviceMemory.nbytes); an access
 // outside it returns OutOfRange naming the kernel, the op, the slot and the index, and nothing is written past a
 // buffer. Missing buffers/vars and vars outside their declared [min, max] are InvalidArgument. Never aborts.
@@ -40,6 +46,10 @@ class InterpProgram final : public runtime::Program {
   InterpProgram() = default;
   struct State;
   absl::Status RunOne(State& st) const;
+  // Runs from `pc` until the next WMMA (returns its pc) or the end (returns -1).
+  absl::StatusOr<int> RunUntilWmma(State& st, int pc) const;
+  absl::Status LaunchWarps(State& proto, const runtime::LaunchDims& dims) const;
+  void Wmma(const Inst& in, State* warp) const;  // warp: 32 consecutive work-items
 
   std::string name_;
   std::vector<Inst> insts_;
@@ -49,7 +59,8 @@ class InterpProgram final : public runtime::Program {
   std::vector<DType> param_dtypes_;   // by slot (void = unused slot)
   std::vector<VarArg> vars_;
   int64_t max_slot_ = -1;
-  int threads_ = 1;                   // Program.threads (a launch with dims.threads > 1 overrides it)
+  int threads_ = 1;
+  bool has_wmma_ = false;                   // Program.threads (a launch with dims.threads > 1 overrides it)
 };
 
 }  // namespace kiln::backends::interp

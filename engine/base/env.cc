@@ -11,17 +11,21 @@ namespace {
 constexpr int kNumKnobs = static_cast<int>(Knob::kCount);
 constexpr std::string_view kNames[kNumKnobs] = {"DEBUG",      "JIT", "BEAM",
                                                 "NOOPT",      "CACHELEVEL", "VIZ",
-                                                "TRACK_MATCH_STATS"};
+                                                "TRACK_MATCH_STATS", "TC"};
 
 struct EnvValues {
   int64_t value[kNumKnobs];
+  bool set[kNumKnobs] = {};
   EnvValues() {
-    const int64_t defaults[kNumKnobs] = {0, 1, 0, 0, 2, 0, -1};
+    const int64_t defaults[kNumKnobs] = {0, 1, 0, 0, 2, 0, -1, 1};
     for (int i = 0; i < kNumKnobs; ++i) {
       value[i] = defaults[i];
       const char* s = std::getenv(std::string(kNames[i]).c_str());
       int64_t v = 0;
-      if (s != nullptr && absl::SimpleAtoi(s, &v)) value[i] = v;
+      if (s != nullptr && absl::SimpleAtoi(s, &v)) {
+        value[i] = v;
+        set[i] = true;
+      }
     }
     int track = static_cast<int>(Knob::kTrackMatchStats);
     if (value[track] < 0) value[track] = value[static_cast<int>(Knob::kViz)] > 0 ? 2 : 0;
@@ -43,6 +47,11 @@ std::string_view KnobName(Knob k) { return kNames[static_cast<int>(k)]; }
 int64_t GetKnob(Knob k) {
   int i = static_cast<int>(k);
   return tl_set[i] ? tl_override[i] : Env().value[i];
+}
+
+bool KnobIsSet(Knob k) {
+  int i = static_cast<int>(k);
+  return tl_set[i] || Env().set[i];
 }
 
 Context::Context(std::initializer_list<std::pair<Knob, int64_t>> overrides) {

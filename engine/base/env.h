@@ -2,11 +2,13 @@
 //
 //   DEBUG       0..7   verbosity (1 schedule lines, 2 per-kernel lines, 3 opts, 4 source)
 //   JIT         0..2   0 disables TinyJit, 1 captures and replays, 2 also batches into device graphs
+//                      (unset: graphs only where the device has them on by default, CUDA; KnobIsSet tells)
 //   BEAM        0..n   beam width for kernel search (0 = hand-coded heuristic)
 //   NOOPT       0/1    no kernel optimisations
 //   CACHELEVEL  0..2   0 disables every disk cache
 //   VIZ         0/1    record rewrite traces for the viewer
 //   TRACK_MATCH_STATS 0..2  per-rule counters (implied 2 by VIZ)
+//   TC          0/1    tensor cores (the TC opt) where the renderer declares them (default 1)
 //
 // Each knob is read from the environment on first use and kept. `Context` overrides knobs for the
 // current thread within a scope (tinygrad's `with Context(DEBUG=2):`), which is how tests set them.
@@ -20,14 +22,16 @@
 
 namespace kiln {
 
-enum class Knob : uint8_t { kDebug, kJit, kBeam, kNoOpt, kCacheLevel, kViz, kTrackMatchStats, kCount };
+enum class Knob : uint8_t { kDebug, kJit, kBeam, kNoOpt, kCacheLevel, kViz, kTrackMatchStats, kTc, kCount };
 
 // Name of a knob as spelled in the environment ("DEBUG", ...).
 std::string_view KnobName(Knob k);
 
 // The knob's value: the innermost Context override on this thread, else the environment (read
-// once per process), else its default (JIT 1, CACHELEVEL 2, others 0; TRACK_MATCH_STATS 2 if VIZ).
+// once per process), else its default (JIT 1, CACHELEVEL 2, TC 1, others 0; TRACK_MATCH_STATS 2 if VIZ).
 int64_t GetKnob(Knob k);
+// Whether the knob was given (a Context override on this thread, or the environment) rather than defaulted.
+bool KnobIsSet(Knob k);
 
 inline int64_t DebugLevel() { return GetKnob(Knob::kDebug); }
 

@@ -3,13 +3,15 @@
 // LowerKernel runs a straight list of named passes (kLowerPasses in lower.cc):
 //   "initial symbolic"  INDEX indices/gates and RANGE ends through engine/symbolic Simplify, plus index folding
 //   "apply opts"        explicit LowerOptions::opts, else the hand-coded heuristic unless NOOPT=1 (the GPU one,
-//                       gpu_opt.cc, for has_local targets); names the kernel
+//                       gpu_opt.cc, for has_local targets: TC first when the target has tensor cores and TC != 0);
+//                       names the kernel
 //   "expand upcasts"    UPCAST/UNROLL ranges replicated into straight-line code, one copy of the body per lane
 //                       (LLVM's SLP vectorizer turns the copies into vector code; no VECTORIZE/GEP are produced)
 //   "postopt symbolic"  as above
 //   "lower group reduces" has_local targets: a REDUCE over a GROUP axis -> per-work-item partial REDUCE, STORE into
 //                       DEFINE_LOCAL, BARRIER, a REDUCE over the partials; output stores gated to group item 0
 //   "lower reduces"     REDUCE -> DEFINE_REG accumulator + loop
+//   "fold wmma accumulators" TC kernels: acc[k_i] += GEP(WMMA(A, B, 0), i) -> the accumulators are WMMA's C
 //   "lower threads"     THREAD range -> SPECIAL("core_id"); Program.threads = its size
 //   "lower gpu dims"    has_local targets: output axes -> SPECIAL gidx/idx, LOCAL/GROUP axes -> lidx; fills
 //                       Program.global_size (work-groups) and local_size (work-items per group); see gpu_dims.cc
@@ -62,6 +64,8 @@ struct Target {
   // instead of one vector load); i64 offsets keep them visibly consecutive.
   bool wide_index = false;
   int64_t global_max[3] = {0, 0, 0};  // has_local targets: the most work-groups per launch dim (0 = no limit)
+  // Tensor-core shapes the renderer can emit (RendererCaps::tensor_cores); empty = no TC opt.
+  std::vector<TensorCore> tensor_cores;
 };
 
 // The kernel optimisations (tinygrad OptOps). The axis of UPCAST/THREAD/LOCAL counts the kernel's current output
@@ -69,7 +73,13 @@ struct Target {
 // amount (0 = the whole axis).
 // ACC (CPU): split a reduce axis into `arg` lanes that each keep their own accumulator through the reduce loop
 // and are summed once after it (vector accumulators when the axis is contiguous in the loads).
-enum class OptOp : uint8_t { kUpcast, kUnroll, kThread, kLocal, kGroup, kGroupTop, kAcc };
+// TC (GPU, tinygrad's TC): must be the first opt; arg = index into Target::tensor_cores (-1 = the first whose input
+// dtype matches), axis must be 0. Applies to a kernel whose single REDUCE is an ADD (in the TC's accumulator dtype)
+// over one reduce axis of MUL(a, b) with a and b in the TC's input dtype (or CAST to the accumulator dtype from it),
+// where a depends on an output axis M that b does not, b on an output axis N that a does not, and M, N, K are
+// divisible by the TC's m, n, k. The kernel is rewritten so that each warp (a new LOCAL axis of `threads` work-items,
+// the innermost one, so it becomes lidx0) computes an m x n tile per WMMA, per k-slice of the reduce (see tc.cc).
+enum class OptOp : uint8_t { kUpcast, kUnroll, kThread, kLocal, kGroup, kGroupTop, kAcc, kTc };
 std::string_view OptOpName(OptOp op);
 
 struct Opt {

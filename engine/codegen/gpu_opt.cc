@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "engine/base/env.h"
 #include "engine/base/status.h"
 #include "engine/codegen/graph_util.h"
 #include "engine/codegen/lower_context.h"
@@ -84,6 +85,37 @@ absl::StatusOr<UOpPtr> ApplyGpuHeuristic(const UOpPtr& sink, LowerContext& ctx,
   int64_t out_prod = 1;
   for (int64_t s : out) out_prod *= s;
   const int64_t max_local = std::max<int64_t>(1, ctx.target.max_local_size);
+
+  // 0. Tensor cores first (tinygrad heuristic step 1; TC=0 disables): a kernel the TC opt accepts gets it, then its
+  // M and N tile axes are upcast (4, else 2: one warp computes several 16 x 8 tiles and reuses fragments) and the
+  // M tiles split over two warps per work-group; nothing else.
+  if (GetKnob(Knob::kTc) > 0 && !ctx.target.tensor_cores.empty() && ctx.has_reduce) {
+    LowerContext saved = ctx;
+    absl::StatusOr<UOpPtr> tc = ApplyOpt(cur, {OptOp::kTc, 0, -1}, ctx);
+    if (tc.ok()) {
+      cur = *tc;
+      chosen->push_back({OptOp::kTc, 0, -1});
+      auto axis_of = [&](int64_t id) {
+        std::vector<UOpPtr> axes = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
+        for (size_t i = 0; i < axes.size(); ++i)
+          if (std::get<AxisArg>(axes[i]->arg()).id == id) return std::make_pair(static_cast<int>(i), SizeOf(axes[i]));
+        return std::make_pair(-1, int64_t{0});
+      };
+      for (int64_t id : {ctx.tc_n_axis, ctx.tc_m_axis}) {
+        auto [i, size] = axis_of(id);
+        for (int64_t u : {4, 2}) {
+          if (i >= 0 && size % u == 0) {
+            KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, i, u}));
+            break;
+          }
+        }
+      }
+      auto [i, size] = axis_of(ctx.tc_m_axis);
+      if (i >= 0 && size % 2 == 0 && 64 <= max_local) KILN_RETURN_IF_ERROR(apply({OptOp::kLocal, i, 2}));
+      return cur;
+    }
+    ctx = saved;
+  }
 
   // 1. Few outputs and a long reduce: split the first reduce axis across a work-group (tinygrad GROUPTOP 256/16).
   int64_t grouped = 1;

@@ -69,6 +69,7 @@ constexpr Pass kLowerPasses[] = {
     {"postopt symbolic", SymbolicPass},
     {"lower group reduces", LowerGroupReduces},
     {"lower reduces", LowerReduces},
+    {"fold wmma accumulators", FoldWmmaAccumulators},
     {"lower threads", LowerThreads},
     {"lower gpu dims", LowerGpuDims},
     {"normalize ends", NormalizeEnds},

@@ -27,6 +27,7 @@ struct LowerContext {
   int64_t local_size[3] = {1, 1, 1};
   bool has_reduce = false;
   DType index_dtype = dtypes::kInt32;
+  int64_t tc_m_axis = -1, tc_n_axis = -1;  // after the TC opt: the ids of the M-tile and N-tile output axes
 
   // Position of an axis id in `order` (ids not in it sort after every known one, by id).
   int64_t OrderOf(int64_t id) const;
@@ -62,6 +63,12 @@ absl::StatusOr<UOpPtr> ApplyGpuHeuristic(const UOpPtr& sink, LowerContext& ctx, 
 // GROUP/GROUPTOP reduces -> per-work-item partial reduce, local memory, BARRIER, final reduce; output stores gated
 // to the first work-item of the group.
 absl::StatusOr<UOpPtr> LowerGroupReduces(const UOpPtr& sink, LowerContext& ctx);
+
+// ---- tc.cc ----
+// The TC opt (codegen.h OptOp::kTc): InvalidArgument naming the reason when the kernel or target does not qualify.
+absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, LowerContext& ctx);
+// After "lower reduces": a WMMA whose four lanes are only added to accumulators takes them as its C operand.
+absl::StatusOr<UOpPtr> FoldWmmaAccumulators(const UOpPtr& sink, LowerContext& ctx);
 
 // ---- gpu_dims.cc ----
 // Targets with has_local: global and local axes -> SPECIAL gidx/idx/lidx; fills ctx.global_size/local_size.

@@ -23,6 +23,7 @@ std::string_view OptOpName(OptOp op) {
     case OptOp::kGroup: return "GROUP";
     case OptOp::kGroupTop: return "GROUPTOP";
     case OptOp::kAcc: return "ACC";
+    case OptOp::kTc: return "TC";
   }
   return "?";
 }
@@ -220,6 +221,7 @@ absl::StatusOr<UOpPtr> SplitAcc(const UOpPtr& sink, const UOpPtr& r, int64_t amt
 }  // namespace
 
 absl::StatusOr<UOpPtr> ApplyOpt(const UOpPtr& sink, const Opt& opt, LowerContext& ctx) {
+  if (opt.op == OptOp::kTc) return ApplyTensorCore(sink, opt, ctx);  // tc.cc
   const bool reduce_side = opt.op == OptOp::kUnroll || opt.op == OptOp::kGroup || opt.op == OptOp::kGroupTop ||
                            opt.op == OptOp::kAcc;
   std::vector<UOpPtr> axes = reduce_side ? AxesOfType(sink, ctx, {AxisType::kReduce})
@@ -263,6 +265,8 @@ absl::StatusOr<UOpPtr> ApplyOpt(const UOpPtr& sink, const Opt& opt, LowerContext
       KILN_ASSIGN_OR_RETURN(out, SplitAcc(sink, r, amt, ctx));
       break;
     }
+    case OptOp::kTc:
+      return ApplyTensorCore(sink, opt, ctx);
     case OptOp::kLocal:
     case OptOp::kGroup:
     case OptOp::kGroupTop: {

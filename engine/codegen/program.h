@@ -10,6 +10,26 @@
 
 namespace kiln::codegen {
 
+// One tensor-core instruction shape a renderer can emit (tinygrad TensorCore): a warp of `threads` work-items
+// computes D(m x n, acc) = A(m x k, in) * B(k x n, in) + C(m x n, acc) with the WMMA op; each work-item holds
+// m*k/threads elements of A, k*n/threads of B and m*n/threads of C/D in the fragment layout of the instruction
+// (docs/kernel-ir.md, WMMA). Only the CUDA m16n8k16 layout exists today.
+struct TensorCore {
+  int m = 16, n = 8, k = 16;
+  ScalarType in = ScalarType::kFloat16;
+  ScalarType acc = ScalarType::kFloat32;
+  int threads = 32;
+  int a_elems() const { return m * k / threads; }
+  int b_elems() const { return k * n / threads; }
+  int c_elems() const { return m * n / threads; }
+};
+
+// CUDA sm_80+ mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: half->float and bfloat16->float.
+inline std::vector<TensorCore> CudaTensorCores() {
+  return {TensorCore{16, 8, 16, ScalarType::kFloat16, ScalarType::kFloat32, 32},
+          TensorCore{16, 8, 16, ScalarType::kBFloat16, ScalarType::kFloat32, 32}};
+}
+
 struct BufferParam {
   int64_t slot = 0;
   DType dtype;          // element dtype (not the pointer)

@@ -175,6 +175,11 @@ absl::StatusOr<std::vector<Tensor>> TinyJit::Capture(const JitArgs& args, Inputs
   std::vector<UOpPtr> outs;
   for (const Tensor& t : ret) outs.push_back(t.uop());
   KILN_ASSIGN_OR_RETURN(plan_, ExecPlan::Build(std::move(items), inputs.buffers, outs));
+  // JIT=2: device graphs wherever the device has them; JIT unset: where the device has them on by default (CUDA);
+  // JIT=1 set explicitly: plain replay.
+  plan_->SetGraphMode(GetKnob(Knob::kJit) >= 2 ? ExecPlan::GraphMode::kOn
+                      : KnobIsSet(Knob::kJit)  ? ExecPlan::GraphMode::kOff
+                                               : ExecPlan::GraphMode::kDeviceDefault);
   expected_names_ = inputs.names;
   expected_info_.clear();
   for (const Tensor& t : inputs.tensors) expected_info_.push_back(InfoOf(t));

@@ -16,7 +16,9 @@
 // Random numbers regenerate on every replay: during capture each random call's key lives in a small device buffer
 // that every replay refills from the process-wide random stream, so a jitted function draws the same numbers as
 // the same calls without the JIT. An input that the plan itself writes (an output fed back) is copied first.
-// JIT=0 (Knob::kJit) disables capture: every call runs the function.
+// JIT=0 (Knob::kJit) disables capture: every call runs the function. JIT=2 replays the plan's kernels as device
+// graphs (ExecPlan::GraphMode::kOn: CUDA graphs on CUDA, a launch list on CPU/INTERP); JIT unset does so only on
+// devices whose graphs are on by default (CUDA); JIT=1 set explicitly is plain kernel-by-kernel replay.
 //
 // Errors (tinygrad's JitError, as Status; the message carries tinygrad's words):
 //   InvalidArgument     "JIT inputs must be real buffers; use .clone()"    (a const input or a view of a buffer)

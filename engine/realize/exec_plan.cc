@@ -186,6 +186,7 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
       }
       call.dims.threads = k->program.threads;
       call.program = k->runner.get();
+      call.device = dev;
       call.name = k->program.name;
       plan->kernels_.push_back(std::move(k));
       ++plan->num_kernels_;
@@ -220,9 +221,21 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
     return absl::InvalidArgumentError(
         absl::StrCat("ExecPlan: expected ", num_inputs_, " input buffers, got ", inputs.size()));
   for (const Patch& p : patches_) args_[p.arg] = inputs[p.input];
+  if (graph_mode_ != GraphMode::kOff && !graphs_built_) {
+    KILN_RETURN_IF_ERROR(BuildGraphs());
+    graphs_built_ = true;
+  }
   runtime::DeviceMemory* args = args_.data();
   const int64_t* vars = vars_.data();
-  for (const Call& c : calls_) {
+  for (size_t ci = 0; ci < calls_.size(); ++ci) {
+    if (!graph_at_.empty() && graph_at_[ci] >= 0) {
+      Graph& g = graphs_[graph_at_[ci]];
+      KILN_RETURN_IF_ERROR(UpdateGraph(g));
+      KILN_RETURN_IF_ERROR(g.exec->Launch());
+      ci = g.end - 1;
+      continue;
+    }
+    const Call& c = calls_[ci];
     if (c.program != nullptr) {
       absl::StatusOr<double> r = c.program->Launch(
           absl::Span<const runtime::DeviceMemory>(args + c.arg_begin, c.arg_count),
@@ -239,6 +252,80 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
   }
   for (runtime::Device* d : devices_) KILN_RETURN_IF_ERROR(d->Synchronize());
   if (DebugLevel() >= 2) std::fprintf(stderr, "jit execs %zu calls\n", calls_.size());
+  return absl::OkStatus();
+}
+
+void ExecPlan::SetGraphMode(GraphMode mode) {
+  graph_mode_ = mode;
+  graphs_built_ = false;
+  graphs_.clear();
+  graph_at_.clear();
+}
+
+namespace {
+bool SameMemory(const runtime::DeviceMemory& a, const runtime::DeviceMemory& b) {
+  return a.ptr == b.ptr && a.handle == b.handle && a.nbytes == b.nbytes;
+}
+}  // namespace
+
+absl::Status ExecPlan::BuildGraphs() {
+  graphs_.clear();
+  graph_at_.assign(calls_.size(), -1);
+  auto wants = [&](const Call& c) {
+    return c.program != nullptr && c.device != nullptr &&
+           (graph_mode_ == GraphMode::kOn || c.device->graphs_by_default());
+  };
+  for (size_t i = 0; i < calls_.size();) {
+    if (!wants(calls_[i])) {
+      ++i;
+      continue;
+    }
+    size_t end = i + 1;
+    while (end < calls_.size() && wants(calls_[end]) && calls_[end].device == calls_[i].device) ++end;
+    std::vector<runtime::GraphItem> items;
+    for (size_t j = i; j < end; ++j) {
+      const Call& c = calls_[j];
+      runtime::GraphItem it;
+      it.program = c.program;
+      it.bufs.assign(args_.begin() + c.arg_begin, args_.begin() + c.arg_begin + c.arg_count);
+      it.vars.assign(vars_.begin() + c.var_begin, vars_.begin() + c.var_begin + c.var_count);
+      it.dims = c.dims;
+      items.push_back(std::move(it));
+    }
+    absl::StatusOr<std::unique_ptr<runtime::GraphExec>> exec = calls_[i].device->CreateGraph(std::move(items));
+    if (exec.status().code() == absl::StatusCode::kUnimplemented) {  // no graphs there: kernel by kernel
+      i = end;
+      continue;
+    }
+    if (!exec.ok()) return exec.status();
+    Graph g;
+    g.first = i;
+    g.end = end;
+    g.exec = *std::move(exec);
+    g.bound.assign(args_.begin() + calls_[i].arg_begin,
+                   args_.begin() + calls_[end - 1].arg_begin + calls_[end - 1].arg_count);
+    graph_at_[i] = static_cast<int>(graphs_.size());
+    if (DebugLevel() >= 2)
+      std::fprintf(stderr, "JIT GRAPHing batch with %zu kernels on %s\n", end - i, calls_[i].device->name().c_str());
+    graphs_.push_back(std::move(g));
+    i = end;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExecPlan::UpdateGraph(Graph& g) {
+  const uint32_t base = calls_[g.first].arg_begin;
+  for (size_t j = g.first; j < g.end; ++j) {
+    const Call& c = calls_[j];
+    bool changed = false;
+    for (uint32_t a = 0; a < c.arg_count; ++a) changed |= !SameMemory(args_[c.arg_begin + a], g.bound[c.arg_begin - base + a]);
+    if (!changed) continue;
+    KILN_RETURN_IF_ERROR(g.exec->UpdateBuffers(
+        j - g.first, absl::Span<const runtime::DeviceMemory>(args_.data() + c.arg_begin, c.arg_count)));
+    std::copy(args_.begin() + c.arg_begin, args_.begin() + c.arg_begin + c.arg_count,
+              g.bound.begin() + (c.arg_begin - base));
+    ++graph_updates_;
+  }
   return absl::OkStatus();
 }
 

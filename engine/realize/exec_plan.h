@@ -78,6 +78,17 @@ class ExecPlan {
   // as the captured one -- the caller checks signatures). Synchronizes the devices before returning.
   absl::Status Run(absl::Span<const runtime::DeviceMemory> inputs);
 
+  // Device graphs (JIT=2, tinygrad's graph batching). kOff: Run launches kernel by kernel. kDeviceDefault: each run
+  // of consecutive kernels on one device whose graphs_by_default() (CUDA) is recorded as one device graph
+  // (Device::CreateGraph) at the next Run and replayed by one GraphExec::Launch per Run; kOn: the same on every device
+  // that implements CreateGraph (CPU and INTERP: a prebuilt launch list). Copies and devices without graphs stay
+  // ungraphed. When an input's memory differs from the previous Run, only the items that use it are updated
+  // (GraphExec::UpdateBuffers, cuGraphExecKernelNodeSetParams on CUDA); nothing is re-recorded.
+  enum class GraphMode { kOff, kDeviceDefault, kOn };
+  void SetGraphMode(GraphMode mode);
+  int num_graphs() const { return static_cast<int>(graphs_.size()); }
+  int64_t graph_updates() const { return graph_updates_; }  // items re-pointed at new buffers so far
+
   // Whether the plan writes `mem` (an output or intermediate buffer; an input aliasing one must be copied first).
   bool Writes(const runtime::DeviceMemory& mem) const;
   int num_kernels() const { return num_kernels_; }
@@ -93,6 +104,7 @@ class ExecPlan {
     runtime::LaunchDims dims;
     runtime::Device* dst_device = nullptr;  // copies: args_[arg_begin] <- args_[arg_begin + 1]
     runtime::Device* src_device = nullptr;
+    runtime::Device* device = nullptr;  // kernels: the device that loaded `program`
     size_t copy_bytes = 0;
     std::string name;
   };
@@ -100,7 +112,14 @@ class ExecPlan {
     uint32_t arg;    // index into args_
     uint32_t input;  // index into Run's inputs
   };
+  struct Graph {
+    size_t first = 0, end = 0;                 // calls_[first, end)
+    std::unique_ptr<runtime::GraphExec> exec;
+    std::vector<runtime::DeviceMemory> bound;  // args_ of those calls as the graph last saw them
+  };
   ExecPlan() = default;
+  absl::Status BuildGraphs();
+  absl::Status UpdateGraph(Graph& g);
 
   std::vector<Call> calls_;
   std::vector<runtime::DeviceMemory> args_;
@@ -115,6 +134,11 @@ class ExecPlan {
   std::vector<char> staging_;         // host staging for copies
   int num_kernels_ = 0;
   int num_inputs_ = 0;
+  GraphMode graph_mode_ = GraphMode::kOff;
+  bool graphs_built_ = false;
+  std::vector<Graph> graphs_;
+  std::vector<int> graph_at_;  // per call: the graph starting at it, or -1
+  int64_t graph_updates_ = 0;
 };
 
 // Allocates memory for a BUFFER node (or a view of one) if it has none. For the JIT's outputs after capture.

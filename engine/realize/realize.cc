@@ -85,13 +85,15 @@ codegen::Target realize_internal::TargetFor(const runtime::Device& dev) {
     t.wide_index = (*r)->caps().wide_index;
     t.max_local_size = (*r)->caps().local_max;
     for (int i = 0; i < 3; ++i) t.global_max[i] = (*r)->caps().global_max[i];
+    if (dev.supports_tensor_cores()) t.tensor_cores = (*r)->caps().tensor_cores;
   }
   if (t.has_threads) t.max_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return t;
 }
 
 std::string realize_internal::KernelKey(const runtime::Device& dev, const UOpPtr& ast) {
-  return absl::StrCat(dev.name(), "|", DigestHex(ast->Key()), "|", GetKnob(Knob::kNoOpt), "|", GetKnob(Knob::kBeam));
+  return absl::StrCat(dev.name(), "|", DigestHex(ast->Key()), "|", GetKnob(Knob::kNoOpt), "|", GetKnob(Knob::kBeam), "|",
+                      GetKnob(Knob::kTc));
 }
 
 absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(runtime::Device& dev, const UOpPtr& ast) {

@@ -54,6 +54,39 @@ class Program {
                                         const LaunchDims& dims, bool timed) = 0;
 };
 
+// One kernel launch of a device graph (a JIT replay's captured sequence).
+struct GraphItem {
+  Program* program = nullptr;      // loaded by the graph's device; outlives the graph
+  std::vector<DeviceMemory> bufs;  // slot order
+  std::vector<int64_t> vars;       // the Program's var order
+  LaunchDims dims;
+};
+
+// A sequence of kernel launches on one device, recorded once and replayed by one Launch (tinygrad's GraphRunner;
+// CUDA graphs on CUDA). Buffers of an item may be swapped between replays without re-recording (a JIT's new
+// inputs). Not thread-safe; one graph is replayed from one thread at a time.
+class GraphExec {
+ public:
+  virtual ~GraphExec() = default;
+  // Item `i`'s buffers for the following Launches (same count as recorded). InvalidArgument for a bad index/count.
+  virtual absl::Status UpdateBuffers(size_t i, absl::Span<const DeviceMemory> bufs) = 0;
+  // Runs every item in order. Like Program::Launch it may return before the device is done (Device::Synchronize).
+  virtual absl::Status Launch() = 0;
+};
+
+// The graph of devices without a native one: the items kept in a prebuilt list and launched in order by one call
+// (no per-replay argument marshalling). CPU and INTERP use it, so the JIT's graph path (JIT=2) runs and is tested
+// on machines without a GPU.
+class LaunchListGraph final : public GraphExec {
+ public:
+  explicit LaunchListGraph(std::vector<GraphItem> items) : items_(std::move(items)) {}
+  absl::Status UpdateBuffers(size_t i, absl::Span<const DeviceMemory> bufs) override;
+  absl::Status Launch() override;
+
+ private:
+  std::vector<GraphItem> items_;
+};
+
 class Compiler {
  public:
   virtual ~Compiler() = default;
@@ -76,6 +109,18 @@ class Device {
   virtual absl::Status Synchronize() { return absl::OkStatus(); }
   // Whether Launch actually executes (false for NULL).
   virtual bool executes() const { return true; }
+  // Whether codegen may use the renderer's tensor cores (RendererCaps::tensor_cores) on this device (CUDA: compute
+  // capability 8.0 or above, which mma.sync m16n8k16 needs).
+  virtual bool supports_tensor_cores() const { return true; }
+  // Records `items` (programs loaded by this device, in launch order) as one device graph. Optional capability:
+  // Unimplemented by default (the JIT then replays kernel by kernel).
+  virtual absl::StatusOr<std::unique_ptr<GraphExec>> CreateGraph(std::vector<GraphItem> items) {
+    (void)items;
+    return absl::UnimplementedError("device graphs are not supported on this device");
+  }
+  // Whether the JIT batches replays into graphs when JIT is not set in the environment (tinygrad: graphs are the
+  // default where a device has them; here CUDA). JIT=2 forces graphs wherever CreateGraph works, JIT=1 disables.
+  virtual bool graphs_by_default() const { return false; }
 };
 
 }  // namespace kiln::runtime

@@ -2,8 +2,12 @@
 # The GPU check (issue #7): on a machine with an NVIDIA GPU, build kiln with the CUDA backend and run
 #   1. the CUDA backend tests (cuda_backend_test; none may skip),
 #   2. the op conformance suite on CUDA (every case must pass, same tolerances as CPU),
-#   3. the TinyJit tests on CUDA (KILN_TEST_DEVICE=CUDA),
-#   4. kiln matmul throughput at 4096^3, float32 and float16 (float32 accumulation), results checked on the host,
+#   3. the TinyJit tests on CUDA (KILN_TEST_DEVICE=CUDA): JIT unset (CUDA graphs by default), JIT=2 (graphs) and
+#      JIT=1 (plain replay),
+#   4. kiln matmul throughput at 4096^3, float32, float16 with tensor cores (the default; the TC opt must have been
+#      applied) and float16 with TC=0 (float32 accumulation), results checked on the host,
+#   4b. tensor-core correctness: a 1024^3 float16 TC matmul, every entry against a float64 host reference (fp16
+#      tolerances), and tc_test (INTERP's emulated TC + NVRTC cubins for this GPU's arch),
 #   5. cuBLAS at the same sizes (tests/gpu/cublas_matmul.cu, built here with the toolkit's nvcc),
 #   6. Fashion-MNIST training steps on CUDA (loss must be finite and fall),
 # then print one summary table. Exits 1 if any step fails or mismatches (loudly, with the log's tail); never skips a
@@ -81,7 +85,7 @@ fi
 [[ $failed -eq 0 ]] && record "preflight" PASS "${gpu_name:-no GPU (dry run)}, nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
 
 # ---- build ----
-targets=(conformance_test tiny_jit_test cuda_backend_test train_fashion_mnist gpu_matmul_bench)
+targets=(conformance_test tiny_jit_test cuda_backend_test train_fashion_mnist gpu_matmul_bench tc_test)
 if [[ $failed -eq 0 ]]; then
   # The release preset's settings (asserts kept: no NDEBUG), without -g to build faster, without the server. An
   # existing build directory (--build-dir build/release) is reused as configured.
@@ -109,9 +113,15 @@ if [[ $dry_run -eq 1 ]]; then
   else
     record "cuda_backend_test (dry)" FAIL "see $logs/cuda_tests_dry.log"
   fi
-  echo "dry run: the GPU steps would be: cuda_backend_test; conformance on CUDA; tiny_jit_test on CUDA;" \
-       "gpu_matmul_bench float32/float16 n=$matmul_n; cublas_matmul $matmul_n; train_fashion_mnist --device CUDA" \
-       "--steps $mnist_steps"
+  # Tensor cores need no GPU to be checked for correctness: INTERP emulates the warp, NVRTC compiles (sm_80 cubins).
+  if [[ $failed -eq 0 ]] && run tc_test_dry 300 "$(bin tc_test)"; then
+    record "tc_test (dry)" PASS "$(grep -o '[0-9]* tests\? from [0-9]* test suites\? ran' "$logs/tc_test_dry.log" | tail -n1)"
+  else
+    record "tc_test (dry)" FAIL "see $logs/tc_test_dry.log"
+  fi
+  echo "dry run: the GPU steps would be: cuda_backend_test; conformance on CUDA; tiny_jit_test on CUDA (JIT unset, 2, 1);" \
+       "gpu_matmul_bench float32/float16 (TC)/float16 (TC=0) n=$matmul_n; TC check n=1024 and tc_test;" \
+       "cublas_matmul $matmul_n; train_fashion_mnist --device CUDA --steps $mnist_steps"
 else
   # ---- 1. backend tests: nothing may skip on a GPU machine ----
   if run cuda_tests 120 "$(bin cuda_backend_test)"; then
@@ -139,32 +149,71 @@ else
     record "conformance CUDA" FAIL "$(grep -c '^FAIL\|Failure' "$logs/conformance.log") failures; see $logs/conformance.log"
   fi
 
-  # ---- 3. TinyJit on CUDA ----
-  if run jit 120 env KILN_TEST_DEVICE=CUDA "$(bin tiny_jit_test)"; then
-    if grep -q '^\[  SKIPPED \] [A-Z]' "$logs/jit.log"; then
-      record "tiny_jit_test CUDA" FAIL "skipped: the CUDA device was not found"
+  # ---- 3. TinyJit on CUDA: JIT unset (CUDA graphs are the default there), JIT=2, JIT=1 (plain replay) ----
+  for mode in default 2 1; do
+    jit_env=(KILN_TEST_DEVICE=CUDA)
+    [[ $mode != default ]] && jit_env+=("JIT=$mode")
+    if run "jit_$mode" 120 env "${jit_env[@]}" "$(bin tiny_jit_test)"; then
+      # Only GraphModeFollowsTheJitKnob may skip (it does when JIT is set); anything else skipping is a failure.
+      if grep '^\[  SKIPPED \] [A-Z]' "$logs/jit_$mode.log" | grep -qv GraphModeFollowsTheJitKnob; then
+        record "tiny_jit_test CUDA JIT=$mode" FAIL "skipped: the CUDA device was not found"
+      else
+        record "tiny_jit_test CUDA JIT=$mode" PASS "$(grep -o '[0-9]* tests\? from [0-9]* test suites\? ran' "$logs/jit_$mode.log" | tail -n1)"
+      fi
     else
-      record "tiny_jit_test CUDA" PASS "$(grep -o '[0-9]* tests\? from [0-9]* test suites\? ran' "$logs/jit.log" | tail -n1)"
+      record "tiny_jit_test CUDA JIT=$mode" FAIL "see $logs/jit_$mode.log"
     fi
-  else
-    record "tiny_jit_test CUDA" FAIL "see $logs/jit.log"
-  fi
+  done
 
   # ---- 4./5. matmul throughput: kiln vs cuBLAS ----
+  # float16 runs with DEBUG=3 so the log shows the applied opts: with TC on, the matmul kernel's must start with TC.
   declare -A kiln_tf=() cublas_tf=()
-  for dt in float32 float16; do
-    if run "matmul_$dt" 150 "$(bin gpu_matmul_bench)" --device CUDA --n "$matmul_n" --dtype "$dt" --iters 5; then
+  for dt in float32 float16 float16_notc; do
+    bench_env=(DEBUG=0)
+    [[ $dt == float16 ]] && bench_env=(DEBUG=3)
+    [[ $dt == float16_notc ]] && bench_env=(DEBUG=3 TC=0)
+    if run "matmul_$dt" 150 env "${bench_env[@]}" "$(bin gpu_matmul_bench)" --device CUDA --n "$matmul_n" \
+         --dtype "${dt%_notc}" --iters 5; then
       kiln_tf[$dt]="$(sed -n 's/^RESULT matmul .* tflops=\([0-9.]*\).*/\1/p' "$logs/matmul_$dt.log")"
-      record "kiln matmul $dt" PASS "${kiln_tf[$dt]} TFLOP/s at ${matmul_n}^3 (values checked)"
+      if [[ $dt == float16 ]] && ! grep -q 'opts: \[TC(' "$logs/matmul_$dt.log"; then
+        record "kiln matmul $dt" FAIL "the TC opt was not applied (see $logs/matmul_$dt.log)"
+      elif [[ $dt == float16_notc ]] && grep -q 'opts: \[TC(' "$logs/matmul_$dt.log"; then
+        record "kiln matmul $dt" FAIL "TC=0 still applied the TC opt"
+      else
+        record "kiln matmul $dt" PASS "${kiln_tf[$dt]} TFLOP/s at ${matmul_n}^3 (values checked)"
+      fi
     else
       record "kiln matmul $dt" FAIL "see $logs/matmul_$dt.log"
     fi
   done
+
+  # ---- 4b. tensor cores: every entry of a TC matmul, and the emulated-TC + NVRTC tests for this arch ----
+  if run tc_check 120 env DEBUG=3 "$(bin gpu_matmul_bench)" --device CUDA --n 1024 --dtype float16 --iters 1 \
+       --check all; then
+    if grep -q 'opts: \[TC(' "$logs/tc_check.log"; then
+      record "TC correctness" PASS "1024^3 float16 with TC: all $(sed -n 's/.*checked=\([0-9]*\).*/\1/p' "$logs/tc_check.log") entries within fp16 tolerance"
+    else
+      record "TC correctness" FAIL "the TC opt was not applied (see $logs/tc_check.log)"
+    fi
+  else
+    record "TC correctness" FAIL "mismatches; see $logs/tc_check.log"
+  fi
+  gpu_arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '. ')"
+  if run tc_test 300 env KILN_NVRTC_ARCH="${gpu_arch:-80}" "$(bin tc_test)"; then
+    record "tc_test sm_${gpu_arch:-80}" PASS "$(grep -o '[0-9]* tests\? from [0-9]* test suites\? ran' "$logs/tc_test.log" | tail -n1)"
+  else
+    record "tc_test sm_${gpu_arch:-80}" FAIL "see $logs/tc_test.log"
+  fi
   if run cublas 120 "$build/cublas_matmul" "$matmul_n" 10; then
     for dt in float32 float16; do
       cublas_tf[$dt]="$(sed -n "s/^RESULT cublas $dt .* tflops=\([0-9.]*\).*/\1/p" "$logs/cublas.log")"
       ratio="$(awk -v k="${kiln_tf[$dt]:-0}" -v c="${cublas_tf[$dt]:-0}" 'BEGIN { if (c > 0) printf "%.1f%%", 100 * k / c; else print "n/a" }')"
-      record "cuBLAS matmul $dt" PASS "${cublas_tf[$dt]} TFLOP/s (kiln at $ratio of cuBLAS)"
+      extra=""
+      if [[ $dt == float16 ]]; then
+        notc="$(awk -v k="${kiln_tf[float16_notc]:-0}" -v c="${cublas_tf[$dt]:-0}" 'BEGIN { if (c > 0) printf "%.1f%%", 100 * k / c; else print "n/a" }')"
+        extra=" with TC; $notc without"
+      fi
+      record "cuBLAS matmul $dt" PASS "${cublas_tf[$dt]} TFLOP/s (kiln at $ratio of cuBLAS$extra)"
     done
   else
     record "cuBLAS matmul" FAIL "see $logs/cublas.log"

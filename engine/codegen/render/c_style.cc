@@ -185,6 +185,15 @@ absl::Status Emitter::EmitStore(const UOp& u) {
 absl::Status Emitter::EmitVector(size_t i, const UOp& u) {
   const DType d = u.dtype();
   if (u.op() == Op::VECTORIZE) {
+    if (IsHalfLike(d) && d.count > 1) {  // a WMMA fragment: EmitWmma packs the lanes itself
+      std::vector<const UOp*> lanes;
+      for (const UOpPtr& s : u.src()) {
+        Ref(s.get());  // defined before use
+        lanes.push_back(s.get());
+      }
+      half_vec_[&u] = std::move(lanes);
+      return absl::OkStatus();
+    }
     if (IsHalfLike(d) || d.IsBool())
       return absl::UnimplementedError("c-style renderer: VECTORIZE of bool/half");
     std::vector<std::string> parts;
@@ -217,6 +226,51 @@ absl::Status Emitter::EmitVector(size_t i, const UOp& u) {
       Cl() ? absl::StrCat("(", t, ")(", absl::StrJoin(parts, ", "), ")")
            : absl::StrCat("make_", t, "(", absl::StrJoin(parts, ", "), ")"));
   return absl::OkStatus();
+}
+
+// WMMA(A, B, C) m16n8k16 on CUDA: one mma.sync through an inline-PTX helper. A and B are half-like VECTORIZEs
+// (their float registers are narrowed to 16-bit patterns and packed two per 32-bit register), C a float4.
+absl::Status Emitter::EmitWmma(size_t i, const UOp& u) {
+  const IntVec* shape = ArgIntVec(u.arg());
+  if (Cl()) return absl::UnimplementedError("c-style renderer: WMMA on OpenCL");
+  if (shape == nullptr || *shape != IntVec{16, 8, 16} || u.dtype() != DType(ScalarType::kFloat32).Vec(4))
+    return absl::UnimplementedError("c-style renderer: WMMA other than m16n8k16 with float accumulators");
+  const UOp* a = u.src(0).get();
+  const UOp* b = u.src(1).get();
+  auto ia = half_vec_.find(a), ib = half_vec_.find(b);
+  if (ia == half_vec_.end() || ib == half_vec_.end() || ia->second.size() != 8 || ib->second.size() != 4 ||
+      a->dtype().scalar != b->dtype().scalar)
+    return absl::InvalidArgumentError("c-style renderer: WMMA needs 8- and 4-lane half/bfloat16 VECTORIZE fragments");
+  const bool bf = a->dtype().scalar == ScalarType::kBFloat16;
+  Need(bf ? kBFloat : kHalf);
+  Need(bf ? kMmaBF16 : kMmaF16);
+  auto pack = [&](const std::vector<const UOp*>& v, size_t j) {
+    return absl::StrCat("(", HalfBits(v[j]), " | (", HalfBits(v[j + 1]), " << 16))");
+  };
+  std::vector<std::string> args;
+  for (size_t j = 0; j < 8; j += 2) args.push_back(pack(ia->second, j));
+  for (size_t j = 0; j < 4; j += 2) args.push_back(pack(ib->second, j));
+  args.push_back(Ref(u.src(2).get()));
+  Def(i, u, "float4", absl::StrCat(bf ? "kiln_mma_bf16(" : "kiln_mma_f16(", absl::StrJoin(args, ", "), ")"));
+  return absl::OkStatus();
+}
+
+// A fragment lane as its 16-bit pattern. A lane that is a global LOAD of that dtype re-reads the stored bits (the
+// compiler merges the two reads and drops the unused widening), so fragments skip the float round trip.
+std::string Emitter::HalfBits(const UOp* lane) {
+  const char* f2 = lane->dtype().scalar == ScalarType::kBFloat16 ? "kiln_f2b(" : "kiln_f2h(";
+  const UOp* ix = lane->op() == Op::LOAD ? lane->src(0).get() : nullptr;
+  if (ix != nullptr && ix->op() == Op::INDEX && ix->src(0)->dtype().addrspace == AddrSpace::kGlobal &&
+      ix->src(0)->dtype().scalar == lane->dtype().scalar && lane->dtype().count == 1) {
+    std::string bits = absl::StrCat("(unsigned int)(*", Ref(ix), ")");
+    if (const UOp* gate = GateOf(*lane)) {
+      const std::string alt =
+          lane->num_src() >= 2 ? absl::StrCat(f2, Ref(lane->src(1).get()), ")") : std::string("0u");
+      bits = absl::StrCat("(", Ref(gate), " ? ", bits, " : (unsigned int)", alt, ")");
+    }
+    return bits;
+  }
+  return absl::StrCat("(unsigned int)", f2, Ref(lane), ")");
 }
 
 absl::Status Emitter::EmitOne(size_t i, const UOp& u) {
@@ -306,6 +360,8 @@ absl::Status Emitter::EmitOne(size_t i, const UOp& u) {
     case Op::VECTORIZE:
     case Op::GEP:
       return EmitVector(i, u);
+    case Op::WMMA:
+      return EmitWmma(i, u);
     case Op::CAST:
     case Op::BITCAST: {
       KILN_ASSIGN_OR_RETURN(std::string e, Cast(u));
@@ -388,6 +444,7 @@ CStyleRenderer::CStyleRenderer(CDialect dialect) : dialect_(dialect) {
     caps_.global_max[0] = (int64_t{1} << 31) - 1;
     caps_.global_max[1] = 65535;
     caps_.global_max[2] = 65535;
+    caps_.tensor_cores = CudaTensorCores();
   } else {
     caps_.global_max[0] = caps_.global_max[1] = caps_.global_max[2] = (int64_t{1} << 31) - 1;
   }

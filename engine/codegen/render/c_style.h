@@ -24,7 +24,10 @@
 // from their typed values bit-exactly (hex floats; Inf/NaN through bit casts).
 //
 // Identifiers are generated (data0, var0, v12, acc0, temp0); the only name taken from the Program is its kernel
-// name, which must be a valid identifier (renderer.h). Unsupported: WMMA, THREEFRY, CUSTOM, SPECIAL core_id.
+// name, which must be a valid identifier (renderer.h). Unsupported: THREEFRY, CUSTOM, SPECIAL core_id, WMMA on OpenCL.
+//
+// WMMA (CUDA only, m16n8k16 half/bfloat16 -> float, sm_80+): an inline-PTX mma.sync helper in the preamble; its A/B
+// fragments are half-like VECTORIZEs, which are not emitted as values of their own (only WMMA may use them).
 #pragma once
 
 #include <string>

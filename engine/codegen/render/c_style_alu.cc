@@ -384,11 +384,23 @@ FN float kiln_rb(float f) { return kiln_b2f(kiln_f2b(f)); }
       "FN double kiln_fmaxd(double a, double b) { return (a != a || b != b) ? a + b : a > b ? a : "
       "b > a ? b : "
       "(D2U(a) >> 63) ? b : a; }\n";
+  // mma.sync m16n8k16 (sm_80+): A in 4 and B in 2 registers of two 16-bit elements each (the lower-indexed element
+  // in the low half), C and D four floats; fragment layout in docs/kernel-ir.md (WMMA).
+  static constexpr const char* kMmaText = R"(FN float4 kiln_mma_TY(U32 a0, U32 a1, U32 a2, U32 a3, U32 b0, U32 b1, float4 c) {
+  float4 d;
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.TY.TY.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%10, %11, %12, %13};"
+               : "=f"(d.x), "=f"(d.y), "=f"(d.z), "=f"(d.w)
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c.x), "f"(c.y), "f"(c.z), "f"(c.w));
+  return d;
+}
+)";
   std::string text;
   if (need_[kHalf]) text += kHalfText;
   if (need_[kBFloat]) text += kBFloatText;
   if (need_[kFMaxF]) text += kFMaxFText;
   if (need_[kFMaxD]) text += kFMaxDText;
+  if (need_[kMmaF16]) text += absl::StrReplaceAll(kMmaText, {{"TY", "f16"}});
+  if (need_[kMmaBF16]) text += absl::StrReplaceAll(kMmaText, {{"TY", "bf16"}});
   if (text.empty()) return text;
   if (Cl()) {
     return absl::StrReplaceAll(text, {{"FN ", "inline "},

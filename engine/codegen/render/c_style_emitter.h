@@ -15,7 +15,7 @@
 namespace kiln::codegen::cstyle_internal {
 
 // Preamble helpers a kernel may need, emitted once each in this order.
-enum Helper : int { kHalf = 0, kBFloat, kFMaxF, kFMaxD, kNumHelpers };
+enum Helper : int { kHalf = 0, kBFloat, kFMaxF, kFMaxD, kMmaF16, kMmaBF16, kNumHelpers };
 
 class Emitter {
  public:
@@ -45,6 +45,7 @@ class Emitter {
   absl::Status EmitStore(const UOp& u);
   absl::Status EmitSpecial(size_t i, const UOp& u);
   absl::Status EmitVector(size_t i, const UOp& u);
+  absl::Status EmitWmma(size_t i, const UOp& u);
 
   // ---- c_style_alu.cc ----
  public:
@@ -70,6 +71,9 @@ class Emitter {
   std::string body_;
   int depth_ = 1;
   absl::flat_hash_map<const UOp*, std::string> val_;
+  // Half-like VECTORIZEs (WMMA fragments) are not emitted: their lanes, for EmitWmma.
+  absl::flat_hash_map<const UOp*, std::vector<const UOp*>> half_vec_;
+  std::string HalfBits(const UOp* lane);  // a half-like lane as its 16-bit pattern (unsigned int)
   std::vector<const UOp*> open_;  // open RANGE / IF blocks, outermost first
   bool need_[kNumHelpers] = {};
   bool need_fp64_ = false;

@@ -136,6 +136,10 @@ inline absl::Status RunOnInterp(const codegen::Program& p, std::vector<std::vect
   }
   runtime::LaunchDims dims;
   dims.threads = p.threads;
+  for (int i = 0; i < 3; ++i) {
+    dims.global[i] = p.global_size[i];
+    dims.local[i] = p.local_size[i];
+  }
   absl::StatusOr<double> r = prog->Launch(mem, vars, dims, false);
   for (size_t i = 0; i < bufs.size(); ++i) {
     if (r.ok()) KILN_RETURN_IF_ERROR(dev.allocator().CopyOut(bufs[i].data(), mem[i], bufs[i].size()));

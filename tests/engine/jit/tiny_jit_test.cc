@@ -422,5 +422,87 @@ TEST_F(JitTest, ErrorTensorFromFunctionPropagates) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// ---- device graphs (JIT=2; the same behaviours above also run with JIT=2 as the tiny_jit_test_graph CTests) ----
+
+// Whether the test device implements Device::CreateGraph (CL does not: its JIT=2 replays stay kernel by kernel).
+bool DeviceHasGraphs() {
+  auto dev = runtime::GetDevice(TestDevice());
+  return dev.ok() && (*dev)->CreateGraph({}).status().code() != absl::StatusCode::kUnimplemented;
+}
+
+// Several kernels, two inputs: every replay with new input buffers re-points only the graph items that read them
+// (GraphExec::UpdateBuffers; cuGraphExecKernelNodeSetParams on CUDA), and a replay with the same buffers updates
+// nothing; results stay right throughout.
+TEST_F(JitTest, GraphReplayUpdatesChangedInputsOnly) {
+  Context knobs({{Knob::kJit, 2}});
+  TinyJit jit([](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+    Tensor x = in[0] + 1;
+    if (absl::Status st = x.Realize(); !st.ok()) return st;
+    Tensor y = x * 3;
+    if (absl::Status st = y.Realize(); !st.ok()) return st;
+    return std::vector<Tensor>{y + in[1]};
+  });
+  int64_t updates = 0;
+  for (int i = 0; i < 5; ++i) {
+    Tensor a = RandT({32}), b = RandT({32});
+    auto out = jit({a, b});
+    ASSERT_TRUE(out.ok()) << out.status();
+    auto va = Vals(a), vb = Vals(b), vo = Vals((*out)[0]);
+    for (int j = 0; j < 32; ++j) EXPECT_NEAR(vo[j], (va[j] + 1) * 3 + vb[j], 1e-5) << "call " << i;
+    if (i >= 1 && DeviceHasGraphs()) {
+      ASSERT_NE(jit.plan(), nullptr);
+      EXPECT_GE(jit.plan()->num_graphs(), 1) << "JIT=2 on " << TestDevice() << " recorded no device graph";
+      if (i >= 2) EXPECT_GT(jit.plan()->graph_updates(), updates) << "new inputs did not update the graph";
+      updates = jit.plan()->graph_updates();
+    }
+  }
+  Tensor a = RandT({32}), b = RandT({32});
+  for (int i = 0; i < 2; ++i) {
+    auto out = jit({a, b});
+    ASSERT_TRUE(out.ok()) << out.status();
+    auto va = Vals(a), vb = Vals(b), vo = Vals((*out)[0]);
+    for (int j = 0; j < 32; ++j) EXPECT_NEAR(vo[j], (va[j] + 1) * 3 + vb[j], 1e-5);
+    if (i == 1) EXPECT_EQ(jit.plan()->graph_updates(), updates) << "same inputs, yet the graph was updated";
+    if (!DeviceHasGraphs()) EXPECT_EQ(jit.plan()->num_graphs(), 0);
+    updates = jit.plan()->graph_updates();
+  }
+  EXPECT_EQ(jit.num_kernels(), 3);
+}
+
+// Random numbers regenerate on every graph replay (the key buffer is refilled, the graph reads it).
+TEST_F(JitTest, GraphReplayRandomRegenerates) {
+  Context knobs({{Knob::kJit, 2}});
+  TinyJit jit([](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+    return std::vector<Tensor>{in[0] + Tensor::Rand({16}, dtypes::kDefaultFloat, TestDevice())};
+  });
+  Tensor zero = Tensor::FromVector(std::vector<float>(16, 0.0f), {16}, TestDevice());
+  std::vector<std::vector<float>> seen;
+  for (int i = 0; i < 4; ++i) {
+    auto out = jit({zero});
+    ASSERT_TRUE(out.ok()) << out.status();
+    std::vector<float> v = Vals((*out)[0]);
+    for (const auto& prev : seen) EXPECT_NE(prev, v) << "call " << i << " repeated random numbers";
+    seen.push_back(v);
+  }
+  EXPECT_EQ(jit.plan()->num_graphs() >= 1, DeviceHasGraphs());
+}
+
+// JIT=1 given explicitly is plain replay; JIT unset batches into graphs only on devices whose graphs are on by
+// default (CUDA), not on CPU/INTERP.
+TEST_F(JitTest, GraphModeFollowsTheJitKnob) {
+  {
+    Context knobs({{Knob::kJit, 1}});
+    TinyJit jit(AddTimesTwo);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(jit({RandT({4}), RandT({4})}).ok());
+    EXPECT_EQ(jit.plan()->num_graphs(), 0);
+  }
+  if (KnobIsSet(Knob::kJit)) GTEST_SKIP() << "JIT is set in the environment";
+  TinyJit jit(AddTimesTwo);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(jit({RandT({4}), RandT({4})}).ok());
+  auto dev = runtime::GetDevice(TestDevice());
+  ASSERT_TRUE(dev.ok());
+  EXPECT_EQ(jit.plan()->num_graphs() > 0, (*dev)->graphs_by_default());
+}
+
 }  // namespace
 }  // namespace kiln::jit

@@ -94,9 +94,12 @@ std::vector<float> Train(bool jit, const std::vector<Batch>& batches, int batch,
   return losses;
 }
 
-TEST(JitTrainTest, JittedStepEqualsEagerStep) {
+// JIT=1: plain replay; JIT=2: the replays run as device graphs (CPU's launch list; CUDA graphs on CUDA).
+class JitTrainTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(JitTrainTest, JittedStepEqualsEagerStep) {
   backends::RegisterAllBackends();
-  Context ctx({{Knob::kJit, 1}});
+  Context ctx({{Knob::kJit, GetParam()}});
   const int kSteps = 6, kBatch = 10;
   std::vector<Batch> batches = Batches(kSteps, kBatch);
   std::vector<std::vector<float>> eager_state, jit_state;
@@ -119,6 +122,9 @@ TEST(JitTrainTest, JittedStepEqualsEagerStep) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(JitModes, JitTrainTest, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& i) { return "JIT" + std::to_string(i.param); });
 
 }  // namespace
 }  // namespace kiln::nn

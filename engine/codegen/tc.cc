@@ -1,0 +1,243 @@
+// The TC opt (tinygrad codegen/opt/tc.py, for the one layout kiln emits: CUDA mma.sync m16n8k16).
+//
+// A kernel  out[.., m, n] = f(sum_k a(m, k) * b(k, n))  with a, b in the tensor core's input dtype and the sum in its
+// accumulator dtype is rewritten so that a warp of 32 work-items computes each 16 x 8 tile of the output:
+//   m -> mt (M/16 tiles, the same output axis), n -> nt (N/8), k -> kt (K/16, the same reduce axis), and a new LOCAL
+//   axis `lane` (32, placed after every output axis so "lower gpu dims" makes it lidx0: lane = threadIdx.x % 32).
+// With g = lane / 4 (groupID) and t = lane % 4 (threadID_in_group), PTX ISA "Matrix Fragments for mma.m16n8k16":
+//   A element j (0..7): row g + 8*((j>>1)&1),      col 2t + (j&1) + 8*(j>>2)
+//   B element j (0..3): row 2t + (j&1) + 8*(j>>1), col g
+//   C/D element i (0..3): row g + 8*(i>>1),        col 2t + (i&1)
+// A, B are VECTORIZEs of the operand expressions with m/n/k substituted per element; D = WMMA(A, B, 0) is one warp-wide
+// product per k-slice; the four output lanes become four STOREs of f(REDUCE(GEP(D, i), kt)) with m/n substituted by
+// the output element's row/column. Later opts (UPCAST/LOCAL of mt, nt; UNROLL of kt) replicate this as any body.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "engine/base/status.h"
+#include "engine/codegen/graph_util.h"
+#include "engine/codegen/lower_context.h"
+
+namespace kiln::codegen {
+namespace {
+
+int64_t SizeOf(const UOp* r) {
+  int64_t v = 0;
+  return ConstInt(r->src(0), &v) ? v : -1;
+}
+
+bool IsOutputAxis(const UOp* r) {
+  const auto* a = std::get_if<AxisArg>(&r->arg());
+  return a != nullptr && (a->type == AxisType::kLoop || a->type == AxisType::kGlobal);
+}
+
+std::vector<const UOp*> RangesIn(const UOpPtr& x) {
+  std::vector<const UOp*> out;
+  for (const UOp* u : Toposort(x))
+    if (u->op() == Op::RANGE) out.push_back(u);
+  return out;
+}
+
+bool Contains(const std::vector<const UOp*>& v, const UOp* u) {
+  return std::find(v.begin(), v.end(), u) != v.end();
+}
+
+}  // namespace
+
+absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, LowerContext& ctx) {
+  const std::string what = opt.ToString();
+  auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": ", why));
+  };
+  if (!ctx.applied_opts.empty()) return bad("TC must be the first opt");
+  if (opt.axis != 0) return bad("axis must be 0");
+  if (!ctx.target.has_local) return bad("target has no work-groups");
+  if (ctx.target.tensor_cores.empty()) return bad("target has no tensor cores");
+  if (sink->num_src() != 1 || sink->src(0)->op() != Op::END)
+    return bad("needs a kernel with one output END");
+  const UOpPtr end = sink->src(0);
+  const UOp* red = nullptr;
+  for (const UOp* u : Toposort(sink)) {
+    if (u->op() != Op::REDUCE) continue;
+    if (red != nullptr) return bad("more than one REDUCE");
+    red = u;
+  }
+  if (red == nullptr) return bad("no REDUCE");
+  if (std::get<Op>(red->arg()) != Op::ADD) return bad("the REDUCE is not an ADD");
+  if (red->num_src() != 2) return bad("the REDUCE is over more than one axis");
+  const UOp* rk = red->src(1).get();
+  const int64_t K = SizeOf(rk);
+  // The operands: MUL(CAST(a), CAST(b)) in the accumulator dtype, or CAST(MUL(a, b)).
+  const UOpPtr& v = red->src(0);
+  UOpPtr a, b;
+  if (v->op() == Op::MUL && v->src(0)->op() == Op::CAST && v->src(1)->op() == Op::CAST) {
+    a = v->src(0)->src(0);
+    b = v->src(1)->src(0);
+  } else if (v->op() == Op::CAST && v->src(0)->op() == Op::MUL) {
+    a = v->src(0)->src(0);
+    b = v->src(0)->src(1);
+  } else {
+    return bad("the reduced value is not a MUL of two tensor-core inputs");
+  }
+  if (a->dtype() != b->dtype() || a->dtype().count != 1) return bad("operands differ in dtype");
+  const std::vector<TensorCore>& tcs = ctx.target.tensor_cores;
+  const TensorCore* tc = nullptr;
+  if (opt.arg >= 0) {
+    if (opt.arg >= static_cast<int64_t>(tcs.size())) return bad("no such tensor core");
+    tc = &tcs[opt.arg];
+  } else {
+    for (const TensorCore& c : tcs)
+      if (c.in == a->dtype().scalar && c.acc == red->dtype().scalar) {
+        tc = &c;
+        break;
+      }
+    if (tc == nullptr) return bad("no tensor core for these dtypes");
+  }
+  if (tc->in != a->dtype().scalar || tc->acc != red->dtype().scalar || red->dtype().count != 1)
+    return bad("operand or accumulator dtype does not match the tensor core");
+  if (tc->m != 16 || tc->n != 8 || tc->k != 16 || tc->threads != 32)
+    return bad("only the m16n8k16 fragment layout is implemented");
+  // M: an output axis of a that b does not use; N the reverse (the innermost such axis).
+  const std::vector<const UOp*> ra = RangesIn(a), rb = RangesIn(b);
+  if (!Contains(ra, rk) || !Contains(rb, rk)) return bad("both operands must use the reduce axis");
+  auto pick = [&](const std::vector<const UOp*>& mine,
+                  const std::vector<const UOp*>& other) -> const UOp* {
+    const UOp* best = nullptr;
+    for (const UOp* r : mine)
+      if (IsOutputAxis(r) && !Contains(other, r) &&
+          (best == nullptr || ctx.OrderOf(r) > ctx.OrderOf(best)))
+        best = r;
+    return best;
+  };
+  const UOp* rm = pick(ra, rb);
+  const UOp* rn = pick(rb, ra);
+  if (rm == nullptr || rn == nullptr)
+    return bad("no M and N axes (each operand needs an output axis of its own)");
+  const int64_t M = SizeOf(rm), N = SizeOf(rn);
+  if (M <= 0 || N <= 0 || K <= 0) return bad("axes of symbolic size");
+  if (M % tc->m != 0 || N % tc->n != 0 || K % tc->k != 0)
+    return bad(absl::StrCat("M, N, K = ", M, ", ", N, ", ", K, " are not multiples of ", tc->m,
+                            ", ", tc->n, ", ", tc->k));
+  bool end_has_m = false, end_has_n = false;
+  for (const UOpPtr& s : end->src()) {
+    end_has_m |= s.get() == rm;
+    end_has_n |= s.get() == rn;
+  }
+  if (!end_has_m || !end_has_n) return bad("the output END does not close the M and N axes");
+  KILN_RETURN_IF_ERROR(CheckLocalOpt(sink, Opt{OptOp::kLocal, 0, tc->threads}, tc->threads, ctx));
+
+  // New axes: tiles keep the ids (and types) of m, n, k; the warp lane is a new LOCAL axis before the reduce axes.
+  const DType it = rm->dtype();
+  auto retile = [&](const UOp* r, int64_t n) {
+    return UOp::Make(Op::RANGE, r->dtype(), {UOp::Const(r->dtype(), n)}, r->arg());
+  };
+  const UOpPtr mt = retile(rm, M / tc->m), nt = retile(rn, N / tc->n), kt = retile(rk, K / tc->k);
+  const int64_t lane_id = ctx.next_axis_id++;
+  const UOpPtr lane = UOp::Make(Op::RANGE, it, {UOp::Const(it, int64_t{tc->threads})},
+                                AxisArg{lane_id, AxisType::kLocal});
+  ctx.order.insert(ctx.order.begin() + ctx.OrderOf(rk), lane_id);
+  ctx.tc_m_axis = std::get<AxisArg>(rm->arg()).id;
+  ctx.tc_n_axis = std::get<AxisArg>(rn->arg()).id;
+  const UOpPtr g = lane / 4, t = lane % 4;
+  const UOpPtr m0 = mt * tc->m, n0 = nt * tc->n, k0 = kt * tc->k;
+
+  UOpVec a_el, b_el, zeros;
+  for (int j = 0; j < tc->a_elems(); ++j) {
+    const UOpPtr row = g + int64_t{8 * ((j >> 1) & 1)},
+                 col = t * 2 + int64_t{(j & 1) + 8 * (j >> 2)};
+    a_el.push_back(Substitute(a, {{rm, m0 + row}, {rk, k0 + col}}));
+  }
+  for (int j = 0; j < tc->b_elems(); ++j) {
+    const UOpPtr row = t * 2 + int64_t{(j & 1) + 8 * (j >> 1)};
+    b_el.push_back(Substitute(b, {{rk, k0 + row}, {rn, n0 + g}}));
+  }
+  const DType in = a->dtype(), acc = red->dtype();
+  for (int i = 0; i < tc->c_elems(); ++i) zeros.push_back(UOp::Const(acc, 0.0));
+  const UOpPtr A = UOp::Make(Op::VECTORIZE, in.Vec(tc->a_elems()), a_el);
+  const UOpPtr B = UOp::Make(Op::VECTORIZE, in.Vec(tc->b_elems()), b_el);
+  const UOpPtr C = UOp::Make(Op::VECTORIZE, acc.Vec(tc->c_elems()), zeros);
+  const UOpPtr D =
+      UOp::Make(Op::WMMA, acc.Vec(tc->c_elems()), {A, B, C}, IntVec{tc->m, tc->n, tc->k});
+
+  UOpVec values, ranges;
+  for (const UOpPtr& s : end->src()) {
+    if (s->op() == Op::RANGE) {
+      ranges.push_back(s.get() == rm ? mt : s.get() == rn ? nt : s);
+    } else {
+      values.push_back(s);
+    }
+  }
+  ranges.push_back(lane);
+  std::sort(ranges.begin(), ranges.end(), [&](const UOpPtr& x, const UOpPtr& y) {
+    return ctx.OrderOf(x.get()) < ctx.OrderOf(y.get());
+  });
+  UOpVec src;
+  for (int i = 0; i < tc->c_elems(); ++i) {
+    const UOpPtr elem = UOp::Make(Op::GEP, acc, {D}, IntVec{i});
+    const UOpPtr r = UOp::Make(Op::REDUCE, acc, {elem, kt}, Op::ADD);
+    const UOpPtr row = g + int64_t{8 * (i >> 1)}, col = t * 2 + int64_t{i & 1};
+    for (const UOpPtr& val : values)
+      src.push_back(Substitute(val, {{red, r}, {rm, m0 + row}, {rn, n0 + col}}));
+  }
+  for (const UOpPtr& r : ranges) src.push_back(r);
+  ctx.applied_opts.push_back(what);
+  return UOp::Sink({UOp::Make(Op::END, end->dtype(), src, end->arg())});
+}
+
+}  // namespace kiln::codegen
+
+namespace kiln::codegen {
+
+// After "lower reduces" a TC reduce is acc[k_i] = acc[k_i] + GEP(WMMA(A, B, 0), i) for the four lanes i. When all
+// four lanes of one WMMA are used exactly that way, the accumulators become its C operand (tinygrad's WMMA
+// accumulates in place): WMMA(A, B, (acc[k_0], .., acc[k_3])) and acc[k_i] = GEP(that, i). No other node changes.
+absl::StatusOr<UOpPtr> FoldWmmaAccumulators(const UOpPtr& sink, LowerContext&) {
+  struct Use {
+    const UOp* add = nullptr;
+    UOpPtr acc;  // the accumulator LOAD
+  };
+  absl::flat_hash_map<const UOp*, std::vector<Use>> uses;  // WMMA -> per lane
+  absl::flat_hash_map<const UOp*, int> gep_users;
+  const std::vector<const UOp*> topo = Toposort(sink);
+  auto zero_c = [](const UOp* w) {
+    const UOp* c = w->src(2).get();
+    if (c->op() != Op::VECTORIZE) return false;
+    for (const UOpPtr& s : c->src()) {
+      double v = 1;
+      const auto* f = std::get_if<ConstFloat>(&s->arg());
+      if (s->op() != Op::CONST || f == nullptr || (v = f->value) != 0.0) return false;
+    }
+    return true;
+  };
+  for (const UOp* u : topo)
+    for (const UOpPtr& s : u->src())
+      if (s->op() == Op::GEP) ++gep_users[s.get()];
+  for (const UOp* u : topo) {
+    if (u->op() != Op::ADD || u->num_src() != 2) continue;
+    const UOp* g = u->src(1).get();
+    const UOpPtr& acc = u->src(0);
+    if (g->op() != Op::GEP || g->src(0)->op() != Op::WMMA || acc->op() != Op::LOAD) continue;
+    const IntVec* lanes = ArgIntVec(g->arg());
+    const UOp* ix = acc->src(0).get();
+    if (lanes == nullptr || lanes->size() != 1 || gep_users[g] != 1 || ix->op() != Op::INDEX ||
+        ix->src(0)->dtype().addrspace != AddrSpace::kReg || !zero_c(g->src(0).get()))
+      continue;
+    std::vector<Use>& v = uses[g->src(0).get()];
+    v.resize(g->src(0)->dtype().count);
+    v[(*lanes)[0]] = Use{u, acc};
+  }
+  absl::flat_hash_map<const UOp*, UOpPtr> repl;  // ADD -> GEP(new WMMA, i)
+  for (const auto& [w, v] : uses) {
+    if (std::any_of(v.begin(), v.end(), [](const Use& x) { return x.add == nullptr; })) continue;
+    UOpVec c;
+    for (const Use& x : v) c.push_back(x.acc);
+    const UOpPtr nw = UOp::Make(Op::WMMA, w->dtype(),
+                                {w->src(0), w->src(1), UOp::Make(Op::VECTORIZE, w->dtype(), c)}, w->arg());
+    for (size_t i = 0; i < v.size(); ++i)
+      repl.emplace(v[i].add, UOp::Make(Op::GEP, w->dtype().Scalar(), {nw}, IntVec{static_cast<int64_t>(i)}));
+  }
+  if (repl.empty()) return sink;
+  return Substitute(sink, repl);
+}
+
+}  // namespace kiln::codegen
