@@ -27,6 +27,16 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::filesystem::
 
 JobStore::~JobStore() { sqlite3_close(db_); }
 
+absl::Status JobStore::StepError(int rc) const {
+  if (rc == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR) {
+    // SQLITE_FULL: the disk is full; an I/O error is most often the same on a write.
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job store <data-dir>/jobs.db: ", sqlite3_errstr(rc),
+        rc == SQLITE_FULL ? " (no space left on device, ENOSPC)" : ""));
+  }
+  return absl::InternalError(absl::StrCat("job store: ", sqlite3_errmsg(db_)));
+}
+
 absl::Status JobStore::Exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
@@ -48,9 +58,7 @@ absl::Status JobStore::Put(const kiln::v1::Job& job) {
   sqlite3_bind_blob(st, 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
   const int rc = sqlite3_step(st);
   sqlite3_finalize(st);
-  if (rc != SQLITE_DONE) {
-    return absl::InternalError(absl::StrCat("job store: ", sqlite3_errmsg(db_)));
-  }
+  if (rc != SQLITE_DONE) return StepError(rc);
   return absl::OkStatus();
 }
 
@@ -79,9 +87,7 @@ absl::Status JobStore::PutLoss(const std::string& id, int64_t step, float loss) 
   sqlite3_bind_double(st, 3, static_cast<double>(loss));  // a float is exact in a double
   const int rc = sqlite3_step(st);
   sqlite3_finalize(st);
-  if (rc != SQLITE_DONE) {
-    return absl::InternalError(absl::StrCat("job store: ", sqlite3_errmsg(db_)));
-  }
+  if (rc != SQLITE_DONE) return StepError(rc);
   return absl::OkStatus();
 }
 

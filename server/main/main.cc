@@ -24,6 +24,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "engine/api/engine.h"
+#include "server/core/failpoint.h"
 #include "server/core/inference_server.h"
 #include "server/core/job_manager.h"
 #include "server/core/limits.h"
@@ -156,6 +157,8 @@ int main(int argc, char** argv) {
                  log_format.c_str());
     return 2;
   }
+  // KILN_FAILPOINTS (tests only) is parsed once, here, so a typo is logged at start.
+  kiln::server::failpoint::Armed();
   const int64_t max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   const int exit_timeout_secs = std::max(0, absl::GetFlag(FLAGS_exit_timeout_secs));
   if (max_request_bytes <= 0) {
