@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "engine/api/status.h"
 #include "engine/api/trainer.h"
 #include "server/core/checkpoint_store.h"
@@ -779,13 +780,16 @@ absl::Status JobManager::Upload::Append(const kiln::v1::DatasetChunk& chunk) {
 }
 
 absl::StatusOr<kiln::v1::UploadDatasetResponse> JobManager::Upload::Finish() {
+  // IDX errors name the file by its path; the client knows it by its name only.
+  const std::string folder = staging_.string() + "/";
+  auto no_path = [&](absl::string_view m) { return absl::StrReplaceAll(m, {{folder, ""}}); };
   kiln::v1::UploadDatasetResponse resp;
   resp.set_dataset_id(id_);
   resp.set_bytes(bytes_);
   absl::StatusOr<api::ImageDataset> train = api::LoadIdxDataset(
       (staging_ / kIdxFiles[0]).string(), (staging_ / kIdxFiles[1]).string());
   if (!train.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("train ", train.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("train ", no_path(train.status().message())));
   }
   resp.set_train_items(train->count);
   std::error_code ec;
@@ -793,7 +797,7 @@ absl::StatusOr<kiln::v1::UploadDatasetResponse> JobManager::Upload::Finish() {
     absl::StatusOr<api::ImageDataset> test = api::LoadIdxDataset(
         (staging_ / kIdxFiles[2]).string(), (staging_ / kIdxFiles[3]).string());
     if (!test.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("test ", test.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat("test ", no_path(test.status().message())));
     }
     resp.set_test_items(test->count);
   }

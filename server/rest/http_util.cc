@@ -30,6 +30,7 @@ void CloseAfter(httplib::Response& res) {
   auto body = std::make_shared<std::string>(std::move(res.body));
   res.body.clear();
   const std::string type = res.get_header_value("Content-Type");
+  res.headers.erase("Content-Type");  // set_content_provider sets it again
   res.set_content_provider(body->size(), type.empty() ? "text/plain" : type,
                            [body](size_t offset, size_t length, httplib::DataSink& sink) {
                              sink.write(body->data() + offset, length);

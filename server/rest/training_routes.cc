@@ -169,7 +169,7 @@ bool TrainingRoutes::Matches(std::string_view path) {
 
 int64_t TrainingRoutes::MaxContentLength(std::string_view path) const {
   if (path == kDatasetsPath && jobs_ != nullptr) {
-    return std::max(limits_.max_body_bytes, jobs_->max_dataset_bytes() + kMultipartSlack);
+    return jobs_->max_dataset_bytes() + kMultipartSlack;
   }
   return limits_.max_body_bytes;
 }

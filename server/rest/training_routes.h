@@ -49,8 +49,8 @@ class TrainingRoutes {
 
   // True for paths under /v1/training/.
   static bool Matches(std::string_view path);
-  // The largest Content-Length accepted for `path`: the dataset limit plus framing slack for
-  // uploads, else max_body_bytes.
+  // The largest Content-Length accepted for `path`: the dataset limit plus 1 MiB of multipart
+  // framing for uploads (whatever max_body_bytes is), else max_body_bytes.
   int64_t MaxContentLength(std::string_view path) const;
   void Handle(const httplib::Request& req, httplib::Response& res,
               const httplib::ContentReader* reader) const;
