@@ -57,8 +57,8 @@ absl::StatusOr<CheckpointInfo> ReadManifest(const fs::path& dir, int64_t step) {
 
 absl::Status ErrnoStatus(const std::string& what, int err) {
   if (err == ENOSPC || err == EDQUOT) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        what, ": no space left on device (", err == ENOSPC ? "ENOSPC" : "EDQUOT", ")"));
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": no space left on device (",
+                                                     err == ENOSPC ? "ENOSPC" : "EDQUOT", ")"));
   }
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(err)));
 }
@@ -128,8 +128,8 @@ absl::StatusOr<CheckpointInfo> CheckpointStore::Save(
                       m.find("no space left") != std::string::npos ||
                       m.find("quota exceeded") != std::string::npos;
     if (full) {
-      spdlog::error("checkpoints: disk full writing {}: {}", (dir_ / (name + ".safetensors")).string(),
-                    m);
+      spdlog::error("checkpoints: disk full writing {}: {}",
+                    (dir_ / (name + ".safetensors")).string(), m);
       return absl::ResourceExhaustedError(
           absl::StrCat("checkpoint at step ", step, ": no space left on device (ENOSPC) writing ",
                        where, "; the partial file was removed and ", intact));

@@ -45,7 +45,8 @@ class CheckpointStore {
   // `display` names the folder in error messages (default: its path), e.g. "<data-dir>/jobs/<id>"
   // so that messages sent to clients do not carry the host's paths.
   CheckpointStore(std::filesystem::path dir, int keep = 2, std::string display = "")
-      : dir_(std::move(dir)), keep_(keep),
+      : dir_(std::move(dir)),
+        keep_(keep),
         display_(display.empty() ? dir_.string() : std::move(display)) {}
 
   absl::StatusOr<CheckpointInfo> Save(

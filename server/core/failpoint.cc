@@ -21,8 +21,8 @@ constexpr std::string_view kPoints[] = {
 };
 
 struct Point {
-  int64_t fire_at = 1;             // the hit that fires
-  std::atomic<int64_t> hits{0};    // hits so far
+  int64_t fire_at = 1;           // the hit that fires
+  std::atomic<int64_t> hits{0};  // hits so far
 };
 
 // Parsed once; never modified afterwards except the atomic counters.
@@ -45,10 +45,11 @@ Table* Parse() {
       action = action.substr(0, a);
     }
     if (!IsKnown(name) || action != "kill" || at < 1) {
-      spdlog::error("KILN_FAILPOINTS: ignoring '{}' (want <point>=kill[@n], n >= 1, point one of "
-                    "checkpoint.after_temp_write|after_temp_fsync|after_rename|after_manifest, "
-                    "publish.after_intent|after_version_write|after_mark)",
-                    text);
+      spdlog::error(
+          "KILN_FAILPOINTS: ignoring '{}' (want <point>=kill[@n], n >= 1, point one of "
+          "checkpoint.after_temp_write|after_temp_fsync|after_rename|after_manifest, "
+          "publish.after_intent|after_version_write|after_mark)",
+          text);
       continue;
     }
     table->points[name].fire_at = at;

@@ -43,9 +43,9 @@ bool IsKnown(std::string_view name);
 
 }  // namespace kiln::server::failpoint
 
-#define KILN_FAILPOINT(name)                                                          \
-  do {                                                                                \
-    if (__builtin_expect(::kiln::server::failpoint::Armed(), 0)) {                    \
-      ::kiln::server::failpoint::Hit(name);                                           \
-    }                                                                                 \
+#define KILN_FAILPOINT(name)                                       \
+  do {                                                             \
+    if (__builtin_expect(::kiln::server::failpoint::Armed(), 0)) { \
+      ::kiln::server::failpoint::Hit(name);                        \
+    }                                                              \
   } while (0)

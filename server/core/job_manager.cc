@@ -665,8 +665,8 @@ absl::StatusOr<int64_t> JobManager::Publish(Job& job, api::Trainer& trainer) {
   if (!sha.ok()) return fail(sha.status());
   // A version this job already wrote (kilnd stopped after the folder was renamed into place but
   // before the job was marked SUCCEEDED): the same bytes under the recorded version number.
-  int64_t version = job.published_version() > 0 ? job.published_version()
-                                                : job.publishing_version();
+  int64_t version =
+      job.published_version() > 0 ? job.published_version() : job.publishing_version();
   bool written = false;
   if (version > 0 && fs::exists(mdir / std::to_string(version), ec)) {
     absl::StatusOr<std::string> there =
@@ -694,9 +694,9 @@ absl::StatusOr<int64_t> JobManager::Publish(Job& job, api::Trainer& trainer) {
     // config.pbtxt before the version folder: a restart's repository scan never finds a version
     // without a config.
     if (!fs::exists(mdir / "config.pbtxt", ec)) {
-      st = WriteFileDurable(mdir / "config.pbtxt",
-                            ConfigText(name, trainer.architecture(), trainer.input_shape(),
-                                       trainer.num_classes()));
+      st = WriteFileDurable(
+          mdir / "config.pbtxt",
+          ConfigText(name, trainer.architecture(), trainer.input_shape(), trainer.num_classes()));
       if (!st.ok()) return fail(st);
     }
     const fs::path final_dir = mdir / std::to_string(version);

@@ -28,11 +28,10 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::filesystem::
 JobStore::~JobStore() { sqlite3_close(db_); }
 
 absl::Status JobStore::StepError(int rc) const {
-  if (rc == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR) {
-    // SQLITE_FULL: the disk is full; an I/O error is most often the same on a write.
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "job store <data-dir>/jobs.db: ", sqlite3_errstr(rc),
-        rc == SQLITE_FULL ? " (no space left on device, ENOSPC)" : ""));
+  if ((rc & 0xff) == SQLITE_FULL) {  // SQLite's name for ENOSPC on a write
+    return absl::ResourceExhaustedError(
+        "job store <data-dir>/jobs.db: database or disk is full (no space left on device, "
+        "ENOSPC)");
   }
   return absl::InternalError(absl::StrCat("job store: ", sqlite3_errmsg(db_)));
 }

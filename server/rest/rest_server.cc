@@ -344,9 +344,8 @@ void RestServer::Install() {
         CloseAfter(res);
         return httplib::Server::HandlerResponse::Handled;
       }
-      const int64_t limit = TrainingRoutes::Matches(req.path)
-                                ? training->MaxContentLength(req.path)
-                                : opt.max_body_bytes;
+      const int64_t limit = TrainingRoutes::Matches(req.path) ? training->MaxContentLength(req.path)
+                                                              : opt.max_body_bytes;
       if (length > static_cast<uint64_t>(limit)) {
         SetError(res, 413,
                  absl::StrCat("request body: Content-Length ", length, " exceeds the limit of ",

@@ -22,9 +22,9 @@ using kiln::v1::JobEvent;
 
 constexpr char kPrefix[] = "/v1/training/";
 constexpr char kDatasetsPath[] = "/v1/training/datasets";
-constexpr int64_t kMultipartSlack = 1 << 20;     // part headers and boundaries of an upload
-constexpr size_t kUploadBuffer = 1 << 20;        // bytes held per upload before writing
-constexpr size_t kMaxPendingEvents = 256;        // STEP events beyond this are dropped
+constexpr int64_t kMultipartSlack = 1 << 20;  // part headers and boundaries of an upload
+constexpr size_t kUploadBuffer = 1 << 20;     // bytes held per upload before writing
+constexpr size_t kMaxPendingEvents = 256;     // STEP events beyond this are dropped
 constexpr auto kPoll = std::chrono::milliseconds(250);
 constexpr auto kKeepAlive = std::chrono::seconds(15);
 
@@ -185,9 +185,9 @@ void TrainingRoutes::Handle(const httplib::Request& req, httplib::Response& res,
   }
   const bool get = req.method == "GET" || req.method == "HEAD";
   const bool post = req.method == "POST";
-  const char* allow = p.kind == JobPath::kCollection                        ? "GET, POST"
+  const char* allow = p.kind == JobPath::kCollection                            ? "GET, POST"
                       : (p.kind == JobPath::kJob || p.kind == JobPath::kEvents) ? "GET"
-                                                                              : "POST";
+                                                                                : "POST";
   if (!((get && absl::StrContains(allow, "GET")) || (post && absl::StrContains(allow, "POST")))) {
     return MethodNotAllowed(res, req, allow, has_body);
   }
@@ -226,8 +226,8 @@ void TrainingRoutes::Handle(const httplib::Request& req, httplib::Response& res,
       const std::string losses = req.get_param_value("include_losses");
       if (!losses.empty() && losses != "true" && losses != "false" && losses != "1" &&
           losses != "0") {
-        return SetStatus(res, absl::InvalidArgumentError(
-                                  "include_losses: must be true, false, 1 or 0"));
+        return SetStatus(res,
+                         absl::InvalidArgumentError("include_losses: must be true, false, 1 or 0"));
       }
       return Reply(res, jobs_->Get(p.id, losses == "true" || losses == "1"));
     }
@@ -294,9 +294,8 @@ void TrainingRoutes::Events(const std::string& id, const httplib::Request& req,
         }
         const auto now = std::chrono::steady_clock::now();
         if (!end && stopping->load()) {
-          out += stream->sse
-                     ? "event: error\ndata: {\"error\":\"kilnd is shutting down\"}\n\n"
-                     : absl::StrCat(ErrorBody("kilnd is shutting down"), "\n");
+          out += stream->sse ? "event: error\ndata: {\"error\":\"kilnd is shutting down\"}\n\n"
+                             : absl::StrCat(ErrorBody("kilnd is shutting down"), "\n");
           end = true;
         }
         if (out.empty() && now - stream->last_write >= kKeepAlive) {
@@ -326,8 +325,8 @@ void TrainingRoutes::Upload(const httplib::Request& req, httplib::Response& res,
   }
   if (!has_body) return refuse(411, "request body: send it with Content-Length or chunked");
   absl::StatusOr<std::unique_ptr<JobManager::Upload>> started = jobs_->BeginUpload();
-  if (!started.ok()) return refuse(HttpStatusFor(started.status().code()),
-                                   std::string(started.status().message()));
+  if (!started.ok())
+    return refuse(HttpStatusFor(started.status().code()), std::string(started.status().message()));
   JobManager::Upload& upload = **started;
   const int64_t max_bytes = jobs_->max_dataset_bytes();
   absl::Status error;
@@ -400,8 +399,8 @@ void TrainingRoutes::Upload(const httplib::Request& req, httplib::Response& res,
       },
       [&](const char* data, size_t n) {
         if (chunked && ++pieces > max_pieces) {
-          error = absl::ResourceExhaustedError(absl::StrCat(
-              "request body: more than ", max_pieces, " pieces (the limit for an upload)"));
+          error = absl::ResourceExhaustedError(absl::StrCat("request body: more than ", max_pieces,
+                                                            " pieces (the limit for an upload)"));
           over_limit = true;
           return false;
         }
@@ -438,8 +437,9 @@ void TrainingRoutes::Upload(const httplib::Request& req, httplib::Response& res,
       const int http = absl::IsResourceExhausted(error) ? 507 : HttpStatusFor(error.code());
       return refuse(http, std::string(error.message()));
     }
-    return refuse(400, "request body: incomplete or malformed multipart/form-data (framing, "
-                       "boundary or timeout)");
+    return refuse(400,
+                  "request body: incomplete or malformed multipart/form-data (framing, "
+                  "boundary or timeout)");
   }
   absl::StatusOr<kiln::v1::UploadDatasetResponse> done = upload.Finish();
   if (!done.ok()) return SetStatus(res, done.status());

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -255,7 +255,8 @@ absl::Status SafeSave(const std::map<std::string, Tensor>& tensors, const std::s
     size_le[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
   if (std::fwrite(size_le, 1, 8, fp) != 8 ||
       std::fwrite(header.data(), 1, header.size(), fp) != header.size())
-    return fail(absl::InternalError(absl::StrCat("write failed: ", tmp, ": ", std::strerror(errno))));
+    return fail(
+        absl::InternalError(absl::StrCat("write failed: ", tmp, ": ", std::strerror(errno))));
   std::vector<char> host;
   for (const Item& it : items) {
     host.resize(static_cast<size_t>(it.tensor->numel()) * static_cast<size_t>(it.item_size));
