@@ -700,7 +700,6 @@ absl::StatusOr<int64_t> JobManager::Publish(Job& job, api::Trainer& trainer) {
       if (!st.ok()) return fail(st);
     }
     const fs::path final_dir = mdir / std::to_string(version);
-    fs::remove_all(final_dir, ec);  // an empty or partial folder of that number (not ours)
     if (::rename(staging.c_str(), final_dir.c_str()) != 0) {
       return fail(ErrnoStatus("rename", errno));
     }
