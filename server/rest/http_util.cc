@@ -46,6 +46,12 @@ bool IsChunked(const httplib::Request& req) {
 bool ReadBody(const BodyLimits& limits, const httplib::Request& req,
               const httplib::ContentReader* reader, std::string* body, httplib::Response& res) {
   if (reader == nullptr || (!req.has_header("Content-Length") && !IsChunked(req))) return true;
+  if (req.is_multipart_form_data()) {
+    // cpp-httplib's plain reader cannot read a multipart body (it threw: a 500 before).
+    SetError(res, 415, "Content-Type: multipart/form-data is only for POST /v1/training/datasets");
+    CloseAfter(res);
+    return false;
+  }
   const bool chunked = IsChunked(req);
   if (!chunked) body->reserve(req.get_header_value<uint64_t>("Content-Length"));
   int64_t pieces = 0;

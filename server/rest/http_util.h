@@ -37,7 +37,8 @@ bool IsChunked(const httplib::Request& req);
 
 // Reads the whole body (Content-Length or chunked) into `body` within `limits`. On failure sets
 // the error response (400 malformed/timeout, 413 over a limit, naming it), marks the connection
-// to close and returns false. No body (neither header): `body` stays empty.
+// to close and returns false. No body (neither header): `body` stays empty. A multipart body is
+// refused with 415 (only the dataset upload route reads one, through the multipart reader).
 bool ReadBody(const BodyLimits& limits, const httplib::Request& req,
               const httplib::ContentReader* reader, std::string* body, httplib::Response& res);
 

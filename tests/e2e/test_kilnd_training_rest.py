@@ -375,6 +375,8 @@ def bad_cases(job_id):
          ["multipart/form-data"]),
         ("multipart to jobs", "POST", "/v1/training/jobs", b"--b--\r\n",
          {"Content-Type": "multipart/form-data; boundary=b"}, 415, ["multipart/form-data"]),
+        ("multipart to a KServe route", "POST", "/v2/repository/index", b"--b--\r\n",
+         {"Content-Type": "multipart/form-data; boundary=b"}, 415, ["multipart/form-data"]),
     ]
 
 
