@@ -13,6 +13,7 @@ never skips, when neither works."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -31,6 +32,7 @@ from builtin_models import read_idx, read_safetensors
 from test_kilnd_training import (FASHION, TrainingStub, check_checkpoints, losses_of,  # noqa: F401
                                  mlp_forward, mlp_spec, pb)
 from kilnd_launcher import Kilnd
+from test_kilnd_training_rest import upload_early_answer
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 
@@ -298,6 +300,14 @@ def test_disk_full_fails_the_job_keeps_the_checkpoint_and_serving(pb, tmp_path):
             np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
         finally:
             client.close()
+        # A dataset upload that cannot fit: 507 naming ENOSPC, no staging folder left behind.
+        images = (FASHION / "train-images-idx3-ubyte.gz").read_bytes()
+        head, _, body = upload_early_answer(d.server.http_port,
+                                            [("train_images", None, images)]).partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 507"), head
+        error = json.loads(body)["error"]
+        assert "no space left on device (ENOSPC)" in error and "train-images" in error, error
+        assert not [p.name for p in (view / "datasets").iterdir()], "upload left files behind"
         # The daemon is still healthy for training calls, and the failure is durable.
         assert stub.GetJob(t.GetJobRequest(id=job.id)).state == t.FAILED
         rc, log = d.stop()

@@ -400,18 +400,24 @@ def upload_cases():
     ]
 
 
-def oversized_chunked_upload(port):
-    """A chunked multipart upload 1 MB over --max-dataset-bytes, sent as fast as the server reads."""
-    ctype, gen = multipart([("train_images", "big.gz", os.urandom(1 << 20) * 41)], piece=1 << 20)
+def upload_early_answer(port, parts, piece=1 << 20) -> bytes:
+    """A chunked multipart upload over a raw socket, for uploads the server refuses (and closes)
+    while the client is still sending: the raw response bytes."""
+    ctype, gen = multipart(parts, piece=piece)
     head = (f"POST /v1/training/datasets HTTP/1.1\r\nHost: x\r\nContent-Type: {ctype}\r\n"
             "Transfer-Encoding: chunked\r\n\r\n").encode()
 
     def sender(sock):
         sock.sendall(head)
-        for piece in gen():
-            sock.sendall(b"%x\r\n%s\r\n" % (len(piece), piece))
+        for p in gen():
+            sock.sendall(b"%x\r\n%s\r\n" % (len(p), p))
         sock.sendall(b"0\r\n\r\n")
     return raw_exchange(port, b"", sender)
+
+
+def oversized_chunked_upload(port):
+    """A chunked multipart upload 1 MB over --max-dataset-bytes, sent as fast as the server reads."""
+    return upload_early_answer(port, [("train_images", "big.gz", os.urandom(1 << 20) * 41)])
 
 
 def test_bad_input_table_then_the_daemon_still_serves(server):
