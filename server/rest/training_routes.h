@@ -26,6 +26,7 @@
 // Errors: {"error": "..."} with the status of http_status.h, messages naming the field and the
 // limit; 503 when kilnd runs without --data-dir. Upload limits are the gRPC ones: --max-dataset-
 // bytes in all (413 naming it, before reading when Content-Length says so), and the IDX checks;
+// a full disk is 507 naming ENOSPC; a multipart body on any other route is 415;
 // a chunked upload may have at most --http-max-chunks + max-dataset-bytes / 1 KiB pieces.
 // Thread safety: Handle may run on many threads at once.
 #pragma once
