@@ -415,6 +415,29 @@ def upload_early_answer(port, parts, piece=1 << 20) -> bytes:
     return raw_exchange(port, b"", sender)
 
 
+def raw_stream_upload(port, prefix: bytes, mib: int) -> bytes:
+    """`prefix` then `mib` MiB of 'a' as a chunked multipart body; the raw response."""
+    head = (b"POST /v1/training/datasets HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data;"
+            b" boundary=kiln-test-boundary-7f3a\r\nTransfer-Encoding: chunked\r\n\r\n")
+
+    def sender(sock):
+        sock.sendall(head)
+        if prefix:
+            sock.sendall(b"%x\r\n%s\r\n" % (len(prefix), prefix))
+        block = b"a" * (1 << 20)
+        for _ in range(mib):
+            sock.sendall(b"%x\r\n%s\r\n" % (len(block), block))
+        sock.sendall(b"0\r\n\r\n")
+    return raw_exchange(port, b"", sender)
+
+
+def peak_rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
 def oversized_chunked_upload(port):
     """A chunked multipart upload 1 MB over --max-dataset-bytes, sent as fast as the server reads."""
     return upload_early_answer(port, [("train_images", "big.gz", os.urandom(1 << 20) * 41)])
@@ -462,6 +485,17 @@ def test_bad_input_table_then_the_daemon_still_serves(server):
     assert json.loads(body)["error"] == f"data: the dataset exceeds the limit of {MAX_DATASET} bytes"
     still_serves()
     checked += 2
+    # Multipart framing the client never completes is refused without buffering it: 64 MiB of
+    # part header, then 64 MiB with no boundary at all; kilnd's peak RSS grows < 32 MiB.
+    hwm = peak_rss_kib(server.kilnd.proc.pid)
+    for prefix in (b'--kiln-test-boundary-7f3a\r\nContent-Disposition: form-data; name="x"; X: ',
+                   b""):
+        data = raw_stream_upload(port, prefix, 64)
+        assert data.startswith(b"HTTP/1.1 400"), data[:200]
+        assert b"malformed multipart/form-data" in data
+        still_serves()
+        checked += 1
+    assert peak_rss_kib(server.kilnd.proc.pid) - hwm < 32 << 10
     assert checked >= 30
     # No upload left a staging folder or a dataset behind; no job was created by a bad request.
     leftovers = [p.name for p in (server.data / "datasets").iterdir() if p.name.startswith(".upload-")]
