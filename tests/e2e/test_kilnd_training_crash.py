@@ -250,6 +250,10 @@ def mount_tmpfs(target: Path) -> tuple[Path, list[str] | None, callable]:
 
 
 def test_disk_full_fails_the_job_keeps_the_checkpoint_and_serving(pb, tmp_path):
+    """A 784-512-10 MLP job on a 12 MiB tmpfs: the third checkpoint hits ENOSPC. The job FAILS
+    naming ENOSPC, the file and the intact checkpoint; both earlier generations verify; no temp
+    is left; tritonclient inference still works; an upload onto the full disk is 507. Then the
+    tmpfs grows, ResumeJob finishes the job, and its loss curve equals an uninterrupted run's."""
     t = pb
     data = tmp_path / "data"
     data.mkdir()
@@ -310,10 +314,33 @@ def test_disk_full_fails_the_job_keeps_the_checkpoint_and_serving(pb, tmp_path):
         assert not [p.name for p in (view / "datasets").iterdir()], "upload left files behind"
         # The daemon is still healthy for training calls, and the failure is durable.
         assert stub.GetJob(t.GetJobRequest(id=job.id)).state == t.FAILED
+        # With room again, ResumeJob continues from the intact checkpoint and the job's loss curve
+        # is bitwise the uninterrupted run's: nothing of the failed write leaked into it.
+        grow = ["mount", "-o", "remount,size=64m", str(target)]
+        if wrapper:
+            grow = ["nsenter", "-t", str(d.server.proc.pid), "-U", "-m", "--preserve-credentials",
+                    *grow]
+        r = subprocess.run(grow, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        assert stub.ResumeJob(t.ResumeJobRequest(id=job.id)).state == t.QUEUED
+        j = wait_state(stub, t, job.id, {t.SUCCEEDED, t.FAILED})
+        assert j.state == t.SUCCEEDED and j.published_version == 1, j.message
+        resumed = losses_of(stub, t, job.id)
         rc, log = d.stop()
         assert rc == 0
         assert "disk full writing" in log
+        assert f"job {job.id} resumes from the checkpoint at step {last_ok}" in log
     finally:
         if d.server is not None and d.server.proc.poll() is None:
             d.server.proc.kill()
         cleanup()
+    # The uninterrupted run of the same job, on an ordinary disk.
+    ref = Daemon(tmp_path / "reference")
+    stub = ref.start(t)
+    try:
+        rj = stub.StartJob(t.StartJobRequest(spec=spec))
+        assert wait_state(stub, t, rj.id, {t.SUCCEEDED, t.FAILED}).state == t.SUCCEEDED
+        reference = losses_of(stub, t, rj.id)
+    finally:
+        assert ref.stop()[0] == 0
+    assert len(reference) == 40 and resumed.tobytes() == reference.tobytes()
