@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/api/trainer.h"
+#include "server/core/failpoint.h"
 #include "spdlog/spdlog.h"
 
 namespace kiln::server {
@@ -56,7 +57,8 @@ absl::StatusOr<CheckpointInfo> ReadManifest(const fs::path& dir, int64_t step) {
 
 absl::Status ErrnoStatus(const std::string& what, int err) {
   if (err == ENOSPC || err == EDQUOT) {
-    return absl::ResourceExhaustedError(absl::StrCat(what, ": no space left on device"));
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": no space left on device (",
+                                                     err == ENOSPC ? "ENOSPC" : "EDQUOT", ")"));
   }
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(err)));
 }
@@ -106,46 +108,62 @@ absl::StatusOr<CheckpointInfo> CheckpointStore::Save(
     int64_t step, const std::function<absl::Status(const std::string&)>& writer) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
-  if (ec) return ErrnoStatus("checkpoint folder", ec.value());
-  const fs::path data = dir_ / (StepName(step) + ".safetensors");
+  if (ec) return ErrnoStatus(absl::StrCat("checkpoint folder ", display_), ec.value());
+  const std::string name = StepName(step);
+  const fs::path data = dir_ / (name + ".safetensors");
   const fs::path tmp = fs::path(data.string() + ".tmp");
-  absl::Status st = writer(tmp.string());
-  if (st.ok()) st = FsyncPath(tmp);
-  if (!st.ok()) {
+  const std::string shown_tmp = absl::StrCat(display_, "/", name, ".safetensors.tmp");
+  // What a failure leaves: nothing of this generation, and the newest complete one untouched.
+  auto failed = [&](const absl::Status& st, const std::string& where) {
     fs::remove(tmp, ec);
-    // The writer reports I/O errors as text; name a full disk the same way everywhere.
-    if (st.message().find("No space") != std::string_view::npos ||
-        st.message().find("no space") != std::string_view::npos ||
-        absl::IsResourceExhausted(st)) {
+    fs::remove(data, ec);
+    fs::remove(fs::path(dir_ / (name + ".manifest.tmp")), ec);
+    const std::vector<CheckpointInfo> kept = List();
+    const std::string intact =
+        kept.empty() ? "no earlier checkpoint exists"
+                     : absl::StrCat("the checkpoint at step ", kept.back().step, " is intact");
+    const std::string m(st.message());
+    const bool full = absl::IsResourceExhausted(st) ||
+                      m.find("No space left") != std::string::npos ||
+                      m.find("no space left") != std::string::npos ||
+                      m.find("quota exceeded") != std::string::npos;
+    if (full) {
+      spdlog::error("checkpoints: disk full writing {}: {}",
+                    (dir_ / (name + ".safetensors")).string(), m);
       return absl::ResourceExhaustedError(
-          absl::StrCat("checkpoint at step ", step, ": no space left on device"));
+          absl::StrCat("checkpoint at step ", step, ": no space left on device (ENOSPC) writing ",
+                       where, "; the partial file was removed and ", intact));
     }
-    return absl::InternalError(absl::StrCat("checkpoint at step ", step, ": ", st.message()));
-  }
+    return absl::Status(st.code(), absl::StrCat("checkpoint at step ", step, ": writing ", where,
+                                                ": ", m, "; ", intact));
+  };
+  absl::Status st = writer(tmp.string());
+  if (!st.ok()) return failed(st, shown_tmp);
+  KILN_FAILPOINT("checkpoint.after_temp_write");
+  if (st = FsyncPath(tmp); !st.ok()) return failed(st, shown_tmp);
+  KILN_FAILPOINT("checkpoint.after_temp_fsync");
   if (::rename(tmp.c_str(), data.c_str()) != 0) {
-    const int err = errno;
-    fs::remove(tmp, ec);
-    return ErrnoStatus("checkpoint rename", err);
+    return failed(ErrnoStatus("rename", errno), shown_tmp);
   }
+  KILN_FAILPOINT("checkpoint.after_rename");
+  if (st = FsyncPath(dir_); !st.ok()) return failed(st, display_);
   absl::StatusOr<std::string> sha = api::FileSha256Hex(data.string());
   CheckpointInfo info;
   info.step = step;
   info.data = data;
   info.bytes = fs::file_size(data, ec);
   if (!sha.ok() || ec) {
-    fs::remove(data, ec);
-    return absl::InternalError(absl::StrCat("checkpoint at step ", step, ": cannot hash the data"));
+    return failed(absl::InternalError("cannot hash the data"),
+                  absl::StrCat(display_, "/", name, ".safetensors"));
   }
   info.sha256 = *sha;
   const std::string manifest =
       absl::StrCat(kManifestHeader, "\nstep ", step, "\nfile ", data.filename().string(),
                    "\nbytes ", info.bytes, "\nsha256 ", info.sha256, "\n");
-  if (absl::Status ms = WriteFileDurable(dir_ / (StepName(step) + ".manifest"), manifest);
-      !ms.ok()) {
-    fs::remove(data, ec);
-    return absl::Status(ms.code(), absl::StrCat("checkpoint at step ", step, " manifest: ",
-                                                ms.message()));
+  if (st = WriteFileDurable(dir_ / (name + ".manifest"), manifest); !st.ok()) {
+    return failed(st, absl::StrCat(display_, "/", name, ".manifest"));
   }
+  KILN_FAILPOINT("checkpoint.after_manifest");
   // Keep the newest `keep_` generations: the manifest goes first, so a crash in between leaves
   // a data file without a manifest (partial; Clean removes it), never a manifest without data.
   std::vector<CheckpointInfo> all = List();
@@ -207,7 +225,8 @@ void CheckpointStore::Clean() const {
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
     int64_t step = 0;
-    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) {
+    // "*.tmp" (ours) and "*.tmp.<pid>" (SafeSave's own temp inside the writer).
+    if (name.find(".tmp") != std::string::npos) {
       remove.push_back(entry.path());
     } else if (ParseStepName(name, ".safetensors", &step) &&
                !fs::exists(dir_ / (StepName(step) + ".manifest"))) {

@@ -6,15 +6,19 @@
 // name, fsync the folder. The manifest is written after its data, so a manifest names only data
 // that is complete on disk; a checkpoint without a manifest is partial.
 //
-//   Save(step, writer)  writer(tmp_path) writes the data; then data + manifest are published and
-//                       generations beyond `keep` (newest kept) are removed, manifest first.
-//                       On failure (e.g. ENOSPC) the temp files are removed and the previous
-//                       generations are untouched; the status says "no space left on device".
+//   Save(step, writer)  writer(tmp_path) writes the data; fsync; rename; fsync folder; then the
+//                       manifest (durably) and generations beyond `keep` (newest kept) are
+//                       removed, manifest first. On failure every file of this generation is
+//                       removed and the previous generations are untouched; a full disk is
+//                       RESOURCE_EXHAUSTED "no space left on device (ENOSPC) writing <file>; ...
+//                       the checkpoint at step N is intact". Failpoints checkpoint.* (failpoint.h)
+//                       mark each stage.
 //   Latest(loader)      newest generation whose manifest parses and whose data matches the
 //                       manifest's size and SHA-256, and that `loader` accepts; a generation that
 //                       fails any check is skipped (logged) and the next older one is tried.
 //                       NOT_FOUND when none is valid.
-//   Clean()             removes *.tmp files and data files that have no manifest (left by a crash).
+//   Clean()             removes temp files (*.tmp, and the writer's *.tmp.<pid>) and data files
+//                       that have no manifest (left by a crash).
 // Thread safety: one job's store is used by one thread at a time.
 #pragma once
 
@@ -38,7 +42,12 @@ struct CheckpointInfo {
 
 class CheckpointStore {
  public:
-  CheckpointStore(std::filesystem::path dir, int keep = 2) : dir_(std::move(dir)), keep_(keep) {}
+  // `display` names the folder in error messages (default: its path), e.g. "<data-dir>/jobs/<id>"
+  // so that messages sent to clients do not carry the host's paths.
+  CheckpointStore(std::filesystem::path dir, int keep = 2, std::string display = "")
+      : dir_(std::move(dir)),
+        keep_(keep),
+        display_(display.empty() ? dir_.string() : std::move(display)) {}
 
   absl::StatusOr<CheckpointInfo> Save(
       int64_t step, const std::function<absl::Status(const std::string& tmp_path)>& writer);
@@ -55,6 +64,7 @@ class CheckpointStore {
  private:
   std::filesystem::path dir_;
   int keep_;
+  std::string display_;
 };
 
 // Durable file publication (also used to publish model versions): writes `data` to

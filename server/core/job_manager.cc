@@ -1,6 +1,10 @@
 #include "server/core/job_manager.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <fstream>
 #include <random>
@@ -10,9 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "engine/api/status.h"
 #include "engine/api/trainer.h"
 #include "server/core/checkpoint_store.h"
+#include "server/core/failpoint.h"
 #include "server/core/model_config.h"
 #include "spdlog/spdlog.h"
 
@@ -396,6 +402,17 @@ void JobManager::Update(const Job& in, JobEvent::Kind kind) {
   }
 }
 
+absl::Status JobManager::Persist(const Job& in) {
+  Job job = in;
+  job.set_updated_unix_ms(NowMs());
+  job.clear_losses();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    jobs_[job.id()] = job;
+  }
+  return store_->Put(job);
+}
+
 void JobManager::WorkerLoop() {
   while (true) {
     std::string id;
@@ -508,7 +525,8 @@ absl::Status JobManager::Train(Job& job, Running& run) {
   xshape.insert(xshape.end(), trainer.input_shape().begin(), trainer.input_shape().end());
 
   // ** resume **
-  CheckpointStore ckpts(options_.data_dir / "jobs" / job.id());
+  CheckpointStore ckpts(options_.data_dir / "jobs" / job.id(), 2,
+                        absl::StrCat("<data-dir>/jobs/", job.id()));
   std::error_code ec;
   fs::create_directories(ckpts.dir(), ec);
   ckpts.Clean();
@@ -621,48 +639,84 @@ absl::Status JobManager::Train(Job& job, Running& run) {
   }
   if (job.checkpoint_step() < step) KILN_RETURN_IF_ERROR(checkpoint());
   KILN_RETURN_IF_ERROR(evaluate());
-  KILN_ASSIGN_OR_RETURN(int64_t version, Publish(job, trainer));
-  job.set_published_version(version);
-  return absl::OkStatus();
+  return Publish(job, trainer).status();
 }
 
-absl::StatusOr<int64_t> JobManager::Publish(const Job& job, api::Trainer& trainer) {
+absl::StatusOr<int64_t> JobManager::Publish(Job& job, api::Trainer& trainer) {
   const std::string& name = job.spec().output_model();
   const fs::path mdir = options_.model_repository / name;
   std::error_code ec;
   fs::create_directories(mdir, ec);
   if (ec) return ErrnoStatus("publish: model folder", ec.value());
-  int64_t version = 0;
-  for (const auto& e : fs::directory_iterator(mdir, ec)) {
-    int64_t v = 0;
-    if (absl::SimpleAtoi(e.path().filename().string(), &v)) version = std::max(version, v);
-  }
-  ++version;
-  const fs::path staging = mdir / absl::StrCat(".staging-", version);
+  // The weights are staged and hashed first: they are a deterministic function of the final
+  // checkpoint, so a restarted publish can tell whether the version it meant to write is there.
+  const fs::path staging = mdir / absl::StrCat(".staging-", job.id());
   fs::remove_all(staging, ec);
   fs::create_directories(staging, ec);
   if (ec) return ErrnoStatus("publish: staging folder", ec.value());
-  absl::Status st = trainer.ExportWeights((staging / "model.safetensors").string());
-  if (st.ok()) st = FsyncPath(staging / "model.safetensors");
-  if (st.ok()) st = FsyncPath(staging);
-  if (st.ok() && ::rename(staging.c_str(), (mdir / std::to_string(version)).c_str()) != 0) {
-    st = ErrnoStatus("publish: rename", errno);
-  }
-  if (!st.ok()) {
+  auto fail = [&](const absl::Status& st) {
     fs::remove_all(staging, ec);
     return absl::Status(st.code(), absl::StrCat("publish: ", st.message()));
+  };
+  const fs::path weights = staging / "model.safetensors";
+  absl::Status st = trainer.ExportWeights(weights.string());
+  if (!st.ok()) return fail(st);
+  absl::StatusOr<std::string> sha = api::FileSha256Hex(weights.string());
+  if (!sha.ok()) return fail(sha.status());
+  // A version this job already wrote (kilnd stopped after the folder was renamed into place but
+  // before the job was marked SUCCEEDED): the same bytes under the recorded version number.
+  int64_t version =
+      job.published_version() > 0 ? job.published_version() : job.publishing_version();
+  bool written = false;
+  if (version > 0 && fs::exists(mdir / std::to_string(version), ec)) {
+    absl::StatusOr<std::string> there =
+        api::FileSha256Hex((mdir / std::to_string(version) / "model.safetensors").string());
+    written = there.ok() && *there == *sha;
+    if (!written) version = 0;  // that number now holds another model: pick a new one
   }
-  KILN_RETURN_IF_ERROR(FsyncPath(mdir));
-  if (!fs::exists(mdir / "config.pbtxt", ec)) {
-    KILN_RETURN_IF_ERROR(WriteFileDurable(
-        mdir / "config.pbtxt",
-        ConfigText(name, trainer.architecture(), trainer.input_shape(), trainer.num_classes())));
+  if (written) {
+    spdlog::info("training: job {}: {} version {} is already published", job.id(), name, version);
+    fs::remove_all(staging, ec);
+  } else {
+    if (version == 0) {
+      for (const auto& e : fs::directory_iterator(mdir, ec)) {
+        int64_t v = 0;
+        if (absl::SimpleAtoi(e.path().filename().string(), &v)) version = std::max(version, v);
+      }
+      ++version;
+    }
+    // Intent first: a restart from here on writes this version, never another one.
+    job.set_publishing_version(version);
+    if (absl::Status ps = Persist(job); !ps.ok()) return fail(ps);
+    KILN_FAILPOINT("publish.after_intent");
+    if (st = FsyncPath(weights); st.ok()) st = FsyncPath(staging);
+    if (!st.ok()) return fail(st);
+    // config.pbtxt before the version folder: a restart's repository scan never finds a version
+    // without a config.
+    if (!fs::exists(mdir / "config.pbtxt", ec)) {
+      st = WriteFileDurable(
+          mdir / "config.pbtxt",
+          ConfigText(name, trainer.architecture(), trainer.input_shape(), trainer.num_classes()));
+      if (!st.ok()) return fail(st);
+    }
+    const fs::path final_dir = mdir / std::to_string(version);
+    if (::rename(staging.c_str(), final_dir.c_str()) != 0) {
+      return fail(ErrnoStatus("rename", errno));
+    }
+    if (st = FsyncPath(mdir); !st.ok()) return fail(st);
+    KILN_FAILPOINT("publish.after_version_write");
   }
   if (options_.load_model) {
     if (absl::Status ls = options_.load_model(name); !ls.ok()) {
       return absl::Status(ls.code(), absl::StrCat("publish: load: ", ls.message()));
     }
   }
+  job.set_published_version(version);
+  job.set_publishing_version(0);
+  if (absl::Status ps = Persist(job); !ps.ok()) {
+    return absl::Status(ps.code(), absl::StrCat("publish: ", ps.message()));
+  }
+  KILN_FAILPOINT("publish.after_mark");
   spdlog::info("training: job {} published {} version {}", job.id(), name, version);
   return version;
 }
@@ -705,21 +759,36 @@ absl::Status JobManager::Upload::Append(const kiln::v1::DatasetChunk& chunk) {
     return absl::ResourceExhaustedError(
         absl::StrCat("data: the dataset exceeds the limit of ", max_bytes_, " bytes"));
   }
-  std::ofstream out(staging_ / kIdxFiles[chunk.file() - 1], std::ios::binary | std::ios::app);
-  out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
-  out.flush();
-  if (!out) return absl::ResourceExhaustedError("data: cannot write the upload (disk full?)");
+  const char* file = kIdxFiles[chunk.file() - 1];
+  const fs::path path = staging_ / file;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(absl::StrCat("data: writing the upload's ", file), errno);
+  const std::string& data = chunk.data();
+  for (size_t done = 0; done < data.size();) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus(absl::StrCat("data: writing the upload's ", file), err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
   return absl::OkStatus();
 }
 
 absl::StatusOr<kiln::v1::UploadDatasetResponse> JobManager::Upload::Finish() {
+  // IDX errors name the file by its path; the client knows it by its name only.
+  const std::string folder = staging_.string() + "/";
+  auto no_path = [&](absl::string_view m) { return absl::StrReplaceAll(m, {{folder, ""}}); };
   kiln::v1::UploadDatasetResponse resp;
   resp.set_dataset_id(id_);
   resp.set_bytes(bytes_);
   absl::StatusOr<api::ImageDataset> train = api::LoadIdxDataset(
       (staging_ / kIdxFiles[0]).string(), (staging_ / kIdxFiles[1]).string());
   if (!train.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("train ", train.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("train ", no_path(train.status().message())));
   }
   resp.set_train_items(train->count);
   std::error_code ec;
@@ -727,7 +796,7 @@ absl::StatusOr<kiln::v1::UploadDatasetResponse> JobManager::Upload::Finish() {
     absl::StatusOr<api::ImageDataset> test = api::LoadIdxDataset(
         (staging_ / kIdxFiles[2]).string(), (staging_ / kIdxFiles[3]).string());
     if (!test.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("test ", test.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat("test ", no_path(test.status().message())));
     }
     resp.set_test_items(test->count);
   }

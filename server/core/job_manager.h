@@ -13,9 +13,13 @@
 // loss curve is bitwise equal to an uninterrupted run's (same device). Shutdown() stops the
 // running job at the next step boundary after a checkpoint and leaves it INTERRUPTED.
 // Publishing: a finished job's weights become a new version folder of spec.output_model in the
-// model repository (staged under a dot-folder, fsynced, renamed; config.pbtxt written durably if
-// the model is new), then `load_model` reloads the model: requests in flight keep the version they
-// resolved, new ones get the new version.
+// model repository (staged under a dot-folder, fsynced, renamed; config.pbtxt written durably
+// first if the model is new), then `load_model` reloads the model: requests in flight keep the
+// version they resolved, new ones get the new version. Publishing is idempotent across crashes:
+// the version number is recorded in the job store before the folder is written, and a restart
+// that finds that version holding the job's (deterministic) weights does not write another.
+// Disk full: a checkpoint that cannot be written fails the job with RESOURCE_EXHAUSTED "no space
+// left on device (ENOSPC) writing <data-dir>/jobs/<id>/<file>"; the previous checkpoint stays.
 //
 // Validation (Start): every JobSpec field, INVALID_ARGUMENT naming the field and the limit;
 // dataset paths must stay inside an allowlisted root (no "..", no absolute path, no symlink out).
@@ -92,6 +96,7 @@ class JobManager {
   // folder) or Abort. INVALID_ARGUMENT / RESOURCE_EXHAUSTED name the field and the limit.
   class Upload;
   absl::StatusOr<std::unique_ptr<Upload>> BeginUpload();
+  int64_t max_dataset_bytes() const { return options_.max_dataset_bytes; }
 
   // Stops the worker: the running job checkpoints at its next step boundary and becomes
   // INTERRUPTED. Idempotent.
@@ -108,7 +113,13 @@ class JobManager {
   void WorkerLoop();
   void RunJob(const std::string& id);
   absl::Status Train(kiln::v1::Job& job, Running& run);
-  absl::StatusOr<int64_t> Publish(const kiln::v1::Job& job, class api::Trainer& trainer);
+  // Writes the trained weights as the next version of spec.output_model, idempotently: the
+  // version number is recorded in the job (publishing_version) before anything is written, and a
+  // restarted publish that finds that version holding the same bytes only loads and marks it.
+  // Sets job.published_version. Failpoints publish.* (failpoint.h) mark each stage.
+  absl::StatusOr<int64_t> Publish(kiln::v1::Job& job, class api::Trainer& trainer);
+  // Stores `job` under mu_ and in the job store, without an event. The store's status.
+  absl::Status Persist(const kiln::v1::Job& job);
   // Stores `job` under mu_, then tells its listeners.
   void Update(const kiln::v1::Job& job, kiln::v1::JobEvent::Kind kind);
   static int64_t NowMs();
@@ -137,6 +148,9 @@ class JobManager::Upload {
   ~Upload();  // removes the staging folder unless finished
   absl::Status Append(const kiln::v1::DatasetChunk& chunk);
   absl::StatusOr<kiln::v1::UploadDatasetResponse> Finish();
+  int64_t bytes() const { return bytes_; }  // data bytes accepted so far
+  // True when the last Append failed because the dataset exceeds the byte limit.
+  bool over_limit() const { return bytes_ > max_bytes_; }
 
  private:
   friend class JobManager;

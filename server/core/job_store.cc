@@ -27,6 +27,15 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::filesystem::
 
 JobStore::~JobStore() { sqlite3_close(db_); }
 
+absl::Status JobStore::StepError(int rc) const {
+  if ((rc & 0xff) == SQLITE_FULL) {  // SQLite's name for ENOSPC on a write
+    return absl::ResourceExhaustedError(
+        "job store <data-dir>/jobs.db: database or disk is full (no space left on device, "
+        "ENOSPC)");
+  }
+  return absl::InternalError(absl::StrCat("job store: ", sqlite3_errmsg(db_)));
+}
+
 absl::Status JobStore::Exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
@@ -48,9 +57,7 @@ absl::Status JobStore::Put(const kiln::v1::Job& job) {
   sqlite3_bind_blob(st, 3, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
   const int rc = sqlite3_step(st);
   sqlite3_finalize(st);
-  if (rc != SQLITE_DONE) {
-    return absl::InternalError(absl::StrCat("job store: ", sqlite3_errmsg(db_)));
-  }
+  if (rc != SQLITE_DONE) return StepError(rc);
   return absl::OkStatus();
 }
 
@@ -79,9 +86,7 @@ absl::Status JobStore::PutLoss(const std::string& id, int64_t step, float loss) 
   sqlite3_bind_double(st, 3, static_cast<double>(loss));  // a float is exact in a double
   const int rc = sqlite3_step(st);
   sqlite3_finalize(st);
-  if (rc != SQLITE_DONE) {
-    return absl::InternalError(absl::StrCat("job store: ", sqlite3_errmsg(db_)));
-  }
+  if (rc != SQLITE_DONE) return StepError(rc);
   return absl::OkStatus();
 }
 

@@ -30,6 +30,8 @@ class JobStore {
  private:
   explicit JobStore(sqlite3* db) : db_(db) {}
   absl::Status Exec(const char* sql);
+  // A failed sqlite3_step as a Status: SQLITE_FULL (disk full) is RESOURCE_EXHAUSTED naming it.
+  absl::Status StepError(int rc) const;
   mutable absl::Mutex mu_;
   sqlite3* db_;
 };

@@ -24,6 +24,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "engine/api/engine.h"
+#include "server/core/failpoint.h"
 #include "server/core/inference_server.h"
 #include "server/core/job_manager.h"
 #include "server/core/limits.h"
@@ -109,7 +110,8 @@ bool WritePortFile(const std::string& path, int port) {
 
 // The REST gateway on --http-port (nullptr when disabled). Like metrics it is best effort: a
 // port that cannot be bound is logged and kilnd serves gRPC without it.
-std::unique_ptr<kiln::server::RestServer> StartRest(kiln::server::InferenceServer* core) {
+std::unique_ptr<kiln::server::RestServer> StartRest(kiln::server::InferenceServer* core,
+                                                    kiln::server::JobManager* jobs) {
   const int port = absl::GetFlag(FLAGS_http_port);
   if (port == 0) return nullptr;
   kiln::server::RestServerOptions options;
@@ -120,7 +122,7 @@ std::unique_ptr<kiln::server::RestServer> StartRest(kiln::server::InferenceServe
   options.max_chunks = absl::GetFlag(FLAGS_http_max_chunks);
   options.thread_count = absl::GetFlag(FLAGS_http_thread_count);
   options.read_timeout_ms = options.write_timeout_ms = absl::GetFlag(FLAGS_http_timeout_ms);
-  auto rest = kiln::server::RestServer::Start(options, core);
+  auto rest = kiln::server::RestServer::Start(options, core, jobs);
   if (!rest.ok()) {
     spdlog::warn("kilnd: {}; serving without REST", std::string(rest.status().message()));
     return nullptr;
@@ -156,6 +158,8 @@ int main(int argc, char** argv) {
                  log_format.c_str());
     return 2;
   }
+  // KILN_FAILPOINTS (tests only) is parsed once, here, so a typo is logged at start.
+  kiln::server::failpoint::Armed();
   const int64_t max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   const int exit_timeout_secs = std::max(0, absl::GetFlag(FLAGS_exit_timeout_secs));
   if (max_request_bytes <= 0) {
@@ -252,7 +256,7 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::unique_ptr<kiln::server::RestServer> rest = StartRest(core->get());
+  std::unique_ptr<kiln::server::RestServer> rest = StartRest(core->get(), jobs.get());
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);

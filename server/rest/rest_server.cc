@@ -12,15 +12,17 @@
 #include "kiln/v1/engine.pb.h"
 #include "server/core/graph_spec_codec.h"
 #include "server/rest/http_status.h"
+#include "server/rest/http_util.h"
 #include "server/rest/infer_json.h"
 #include "server/rest/json_parse.h"
 #include "server/rest/rest_json.h"
+#include "server/rest/training_routes.h"
 #include "spdlog/spdlog.h"
 
 namespace kiln::server {
 namespace {
 
-constexpr char kJson[] = "application/json";
+constexpr const char* kJson = kJsonType;
 
 enum class Route {
   kNone,
@@ -108,44 +110,6 @@ Match MatchPath(std::string_view path) {
     if (action == "infer") m.route = Route::kInfer;
   }
   return m;
-}
-
-void SetError(httplib::Response& res, int http_status, std::string_view message) {
-  res.status = http_status;
-  res.set_content(ErrorBody(message), kJson);
-}
-
-void SetStatus(httplib::Response& res, const absl::Status& status) {
-  spdlog::debug("http: {} {}", absl::StatusCodeToString(status.code()),
-                std::string(status.message()));
-  SetError(res, HttpStatusFor(status.code()), std::string(status.message()));
-}
-
-// For a response that leaves (part of) the request body unread: the connection cannot carry
-// another request, so it must close after this response. cpp-httplib 0.11 decides keep-alive
-// from the request only, but closes the connection when a content provider reports failure;
-// the provider below writes the whole body first, then reports it, so the client gets the full
-// response (Content-Length is exact) followed by the close. Call after the body is set.
-void CloseAfter(httplib::Response& res) {
-  res.set_header("Connection", "close");
-  auto body = std::make_shared<std::string>(std::move(res.body));
-  res.body.clear();
-  const std::string type = res.get_header_value("Content-Type");
-  res.set_content_provider(body->size(), type.empty() ? "text/plain" : type,
-                           [body](size_t offset, size_t length, httplib::DataSink& sink) {
-                             sink.write(body->data() + offset, length);
-                             return false;
-                           });
-}
-
-bool IsChunked(const httplib::Request& req) {
-  const std::string te = req.get_header_value("Transfer-Encoding");
-  return !te.empty();
-}
-
-void SetJson(httplib::Response& res, std::string body) {
-  res.status = 200;
-  res.set_content(std::move(body), kJson);
 }
 
 // Inference-Header-Content-Length: -1 when absent.
@@ -304,19 +268,25 @@ void Handle(InferenceServer* core, const Match& m, const httplib::Request& req, 
 
 }  // namespace
 
-RestServer::RestServer(const RestServerOptions& options, InferenceServer* core)
-    : options_(options), core_(core), http_(std::make_unique<httplib::Server>()) {}
+RestServer::RestServer(const RestServerOptions& options, InferenceServer* core, JobManager* jobs)
+    : options_(options),
+      core_(core),
+      training_(std::make_unique<TrainingRoutes>(
+          jobs, BodyLimits{options.max_body_bytes, options.max_chunks}, &stopping_)),
+      http_(std::make_unique<httplib::Server>()) {}
 
 RestServer::~RestServer() { Stop(); }
 
 void RestServer::Stop() {
+  stopping_ = true;  // event streams end at their next poll instead of holding a pool thread
   if (http_ != nullptr) http_->stop();
   if (thread_.joinable()) thread_.join();
 }
 
 absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const RestServerOptions& options,
-                                                              InferenceServer* core) {
-  std::unique_ptr<RestServer> server(new RestServer(options, core));
+                                                              InferenceServer* core,
+                                                              JobManager* jobs) {
+  std::unique_ptr<RestServer> server(new RestServer(options, core, jobs));
   server->Install();
   httplib::Server& http = *server->http_;
   int port = options.port;
@@ -345,12 +315,16 @@ void RestServer::Install() {
   http.set_write_timeout(std::chrono::milliseconds(opt.write_timeout_ms));
   http.set_keep_alive_timeout(opt.keep_alive_timeout_s);
   http.set_keep_alive_max_count(static_cast<size_t>(opt.keep_alive_max_requests));
-  // Backstop only: the handlers read bodies themselves and stop at max_body_bytes.
-  http.set_payload_max_length(static_cast<size_t>(opt.max_body_bytes));
+  // Backstop only: the handlers read bodies themselves and stop at max_body_bytes (dataset
+  // uploads at their own, larger limit).
+  const TrainingRoutes* training = training_.get();
+  http.set_payload_max_length(static_cast<size_t>(
+      std::max(opt.max_body_bytes, training->MaxContentLength("/v1/training/datasets"))));
   http.set_tcp_nodelay(true);
 
   // Before routing, with headers read and the body not: reject what must not be read at all.
-  http.set_pre_routing_handler([opt](const httplib::Request& req, httplib::Response& res) {
+  http.set_pre_routing_handler([opt, training](const httplib::Request& req,
+                                               httplib::Response& res) {
     int64_t header_bytes = 0;
     for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;
     if (header_bytes > opt.max_header_bytes ||
@@ -370,10 +344,12 @@ void RestServer::Install() {
         CloseAfter(res);
         return httplib::Server::HandlerResponse::Handled;
       }
-      if (length > static_cast<uint64_t>(opt.max_body_bytes)) {
+      const int64_t limit = TrainingRoutes::Matches(req.path) ? training->MaxContentLength(req.path)
+                                                              : opt.max_body_bytes;
+      if (length > static_cast<uint64_t>(limit)) {
         SetError(res, 413,
                  absl::StrCat("request body: Content-Length ", length, " exceeds the limit of ",
-                              opt.max_body_bytes, " bytes"));
+                              limit, " bytes"));
         CloseAfter(res);
         return httplib::Server::HandlerResponse::Handled;
       }
@@ -388,6 +364,7 @@ void RestServer::Install() {
 
   auto dispatch = [this](const httplib::Request& req, httplib::Response& res,
                          const httplib::ContentReader* reader) {
+    if (TrainingRoutes::Matches(req.path)) return training_->Handle(req, res, reader);
     const Match m = MatchPath(req.path);
     if (m.route == Route::kNone) {
       SetError(res, 404, absl::StrCat("no route for ", req.method, " ", req.path.substr(0, 256)));
@@ -406,39 +383,7 @@ void RestServer::Install() {
       return;
     }
     std::string body;
-    if (reader != nullptr && (req.has_header("Content-Length") || IsChunked(req))) {
-      const bool chunked = IsChunked(req);
-      if (!chunked) body.reserve(req.get_header_value<uint64_t>("Content-Length"));
-      int64_t pieces = 0;
-      const char* over = nullptr;
-      const bool ok = (*reader)([&](const char* data, size_t n) {
-        if (body.size() + n > static_cast<uint64_t>(options_.max_body_bytes)) {
-          over = "bytes";
-          return false;
-        }
-        if (chunked && ++pieces > options_.max_chunks) {
-          over = "chunks";
-          return false;
-        }
-        body.append(data, n);
-        return true;
-      });
-      if (!ok) {
-        if (over == nullptr) {
-          SetError(res, 400, "request body: incomplete or malformed (chunk framing or timeout)");
-        } else if (std::string_view(over) == "bytes") {
-          SetError(res, 413,
-                   absl::StrCat("request body: exceeds the limit of ", options_.max_body_bytes,
-                                " bytes"));
-        } else {
-          SetError(
-              res, 413,
-              absl::StrCat("request body: more than ", options_.max_chunks, " chunks (the limit)"));
-        }
-        CloseAfter(res);
-        return;
-      }
-    }
+    if (!ReadBody({options_.max_body_bytes, options_.max_chunks}, req, reader, &body, res)) return;
     Handle(core_, m, req, body, res);
   };
 

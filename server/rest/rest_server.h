@@ -1,5 +1,6 @@
-// RestServer: kilnd's HTTP/1.1 front end — KServe v2 REST (kserve-v2-protocol.md §9) and kiln's
-// graph API as protobuf JSON (POST /v1/graphs:execute) — calling server/core directly.
+// RestServer: kilnd's HTTP/1.1 front end — KServe v2 REST (kserve-v2-protocol.md §9), kiln's
+// graph API as protobuf JSON (POST /v1/graphs:execute) and the training API (/v1/training/...,
+// training_routes.h) — calling server/core directly.
 //
 // HTTP library: cpp-httplib (Debian libcpp-httplib-dev 0.11): small, maintained, packaged as a
 // shared library, thread-pool server with keep-alive, read/write timeouts and a streaming body
@@ -20,6 +21,7 @@
 // thread-safe. Stop() stops accepting, lets requests in flight finish, and joins the threads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,12 +29,15 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/inference_server.h"
+#include "server/core/job_manager.h"
 
 namespace httplib {
 class Server;
 }
 
 namespace kiln::server {
+
+class TrainingRoutes;
 
 struct RestServerOptions {
   std::string address = "0.0.0.0";
@@ -50,22 +55,27 @@ struct RestServerOptions {
 
 class RestServer {
  public:
-  // Binds address:port and starts serving. UNAVAILABLE if the port cannot be bound.
+  // Binds address:port and starts serving. UNAVAILABLE if the port cannot be bound. `jobs` (may
+  // be null: no --data-dir) serves /v1/training/... (training_routes.h); it must outlive Stop().
   static absl::StatusOr<std::unique_ptr<RestServer>> Start(const RestServerOptions& options,
-                                                           InferenceServer* core);
+                                                           InferenceServer* core,
+                                                           JobManager* jobs = nullptr);
   ~RestServer();
   RestServer(const RestServer&) = delete;
   RestServer& operator=(const RestServer&) = delete;
 
   int port() const { return port_; }
+  // Ends open event streams (within 250 ms), then stops as described above. Idempotent.
   void Stop();
 
  private:
-  RestServer(const RestServerOptions& options, InferenceServer* core);
+  RestServer(const RestServerOptions& options, InferenceServer* core, JobManager* jobs);
   void Install();
 
   const RestServerOptions options_;
   InferenceServer* const core_;
+  std::atomic<bool> stopping_{false};
+  std::unique_ptr<TrainingRoutes> training_;
   std::unique_ptr<httplib::Server> http_;
   std::thread thread_;
   int port_ = 0;

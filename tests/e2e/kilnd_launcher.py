@@ -14,7 +14,10 @@ from pathlib import Path
 
 
 class Kilnd:
-    def __init__(self, repository: Path, extra: list[str] | None = None):
+    def __init__(self, repository: Path, extra: list[str] | None = None,
+                 wrapper: list[str] | None = None):
+        """`wrapper`: a command prefix kilnd runs under (e.g. `unshare -rm sh -c ...`); it must
+        exec kilnd so that proc.pid is kilnd's pid."""
         self.scratch = Path(tempfile.mkdtemp(prefix="kiln_e2e_"))
         port_file = self.scratch / "port"
         http_port_file = self.scratch / "http_port"
@@ -23,7 +26,7 @@ class Kilnd:
             raise RuntimeError("KILND must name the kilnd binary (run through ctest)")
         self.log = open(self.scratch / "kilnd.log", "w+")
         self.proc = subprocess.Popen(
-            [binary, f"--model-repository={repository}", "--grpc-address=127.0.0.1",
+            [*(wrapper or []), binary, f"--model-repository={repository}", "--grpc-address=127.0.0.1",
              "--grpc-port=0", f"--port-file={port_file}", "--http-port=-1",
              f"--http-port-file={http_port_file}", *(extra or [])],
             stdout=self.log, stderr=subprocess.STDOUT)

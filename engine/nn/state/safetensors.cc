@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <utility>
@@ -254,7 +255,8 @@ absl::Status SafeSave(const std::map<std::string, Tensor>& tensors, const std::s
     size_le[i] = static_cast<unsigned char>(static_cast<uint64_t>(header.size()) >> (8 * i));
   if (std::fwrite(size_le, 1, 8, fp) != 8 ||
       std::fwrite(header.data(), 1, header.size(), fp) != header.size())
-    return fail(absl::InternalError(absl::StrCat("write failed: ", tmp)));
+    return fail(
+        absl::InternalError(absl::StrCat("write failed: ", tmp, ": ", std::strerror(errno))));
   std::vector<char> host;
   for (const Item& it : items) {
     host.resize(static_cast<size_t>(it.tensor->numel()) * static_cast<size_t>(it.item_size));
@@ -262,12 +264,18 @@ absl::Status SafeSave(const std::map<std::string, Tensor>& tensors, const std::s
       if (absl::Status st = it.tensor->CopyToHost(host.data(), host.size()); !st.ok())
         return fail(st);
       if (std::fwrite(host.data(), 1, host.size(), fp) != host.size())
-        return fail(absl::InternalError(absl::StrCat("write failed: ", tmp)));
+        return fail(
+            absl::InternalError(absl::StrCat("write failed: ", tmp, ": ", std::strerror(errno))));
     }
   }
-  if (std::fclose(fp) != 0) {
+  // A buffered tail that does not fit (ENOSPC) fails in fflush, with errno set; then close.
+  const bool flushed = std::fflush(fp) == 0;
+  const int flush_err = errno;
+  if (!flushed || std::fclose(fp) != 0) {
+    const int err = flushed ? errno : flush_err;
+    if (!flushed) std::fclose(fp);
     std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat("write failed: ", tmp));
+    return absl::InternalError(absl::StrCat("write failed: ", tmp, ": ", std::strerror(err)));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());

@@ -1,0 +1,96 @@
+#include "server/core/failpoint.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "spdlog/spdlog.h"
+
+namespace kiln::server::failpoint {
+namespace {
+
+constexpr std::string_view kPoints[] = {
+    "checkpoint.after_temp_write", "checkpoint.after_temp_fsync", "checkpoint.after_rename",
+    "checkpoint.after_manifest",   "publish.after_intent",        "publish.after_version_write",
+    "publish.after_mark",
+};
+
+struct Point {
+  int64_t fire_at = 1;           // the hit that fires
+  std::atomic<int64_t> hits{0};  // hits so far
+};
+
+// Parsed once; never modified afterwards except the atomic counters.
+struct Table {
+  std::map<std::string, Point, std::less<>> points;
+};
+
+Table* Parse() {
+  const char* env = std::getenv("KILN_FAILPOINTS");
+  if (env == nullptr || *env == '\0') return nullptr;
+  auto* table = new Table;  // lives for the process
+  for (absl::string_view item : absl::StrSplit(env, ',', absl::SkipEmpty())) {
+    const std::string text(item);
+    const size_t eq = text.find('=');
+    const std::string name = text.substr(0, eq);
+    std::string action = eq == std::string::npos ? "" : text.substr(eq + 1);
+    int64_t at = 1;
+    if (const size_t a = action.find('@'); a != std::string::npos) {
+      if (!absl::SimpleAtoi(action.substr(a + 1), &at) || at < 1) at = -1;
+      action = action.substr(0, a);
+    }
+    if (!IsKnown(name) || action != "kill" || at < 1) {
+      spdlog::error(
+          "KILN_FAILPOINTS: ignoring '{}' (want <point>=kill[@n], n >= 1, point one of "
+          "checkpoint.after_temp_write|after_temp_fsync|after_rename|after_manifest, "
+          "publish.after_intent|after_version_write|after_mark)",
+          text);
+      continue;
+    }
+    table->points[name].fire_at = at;
+    spdlog::warn("KILN_FAILPOINTS: {} armed: kill at hit {}", name, at);
+  }
+  if (table->points.empty()) {
+    delete table;
+    return nullptr;
+  }
+  return table;
+}
+
+Table* GetTable() {
+  static Table* const table = Parse();
+  return table;
+}
+
+}  // namespace
+
+bool IsKnown(std::string_view name) {
+  for (std::string_view p : kPoints) {
+    if (p == name) return true;
+  }
+  return false;
+}
+
+bool Armed() {
+  static const bool armed = GetTable() != nullptr;
+  return armed;
+}
+
+void Hit(std::string_view name) {
+  Table* table = GetTable();
+  if (table == nullptr) return;
+  auto it = table->points.find(name);
+  if (it == table->points.end()) return;
+  const int64_t hit = it->second.hits.fetch_add(1) + 1;
+  if (hit != it->second.fire_at) return;
+  spdlog::warn("failpoint {}: kill (hit {})", std::string(name), hit);
+  spdlog::default_logger()->flush();
+  ::raise(SIGKILL);
+}
+
+}  // namespace kiln::server::failpoint
