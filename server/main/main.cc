@@ -46,7 +46,11 @@ ABSL_FLAG(int64_t, max_queue_size, kiln::server::kDefaultMaxQueueSize,
 ABSL_FLAG(int32_t, exit_timeout_secs, 30,
           "on SIGTERM/SIGINT, seconds for calls in flight to finish before exit");
 ABSL_FLAG(std::string, device, "",
-          "engine device (CPU, CL, CL:1, CUDA, INTERP); empty = CPU when built in, else INTERP");
+          "default device of models whose config names none (no instance_group or KIND_AUTO): "
+          "CPU, CL, CL:1, CUDA, INTERP; empty = CPU when built in, else INTERP");
+ABSL_FLAG(bool, inline_execution, true,
+          "run a request on the receiving thread when its device is idle and nothing is queued "
+          "(saves the hand-off to the device's executor); false = always queue");
 ABSL_FLAG(bool, list_devices, false,
           "print the devices this machine has (CPU, CL:n, CUDA:n), one per line, and exit");
 ABSL_FLAG(std::string, log_format, "default", "log line format: default or ISO8601");
@@ -186,6 +190,7 @@ int main(int argc, char** argv) {
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.max_request_bytes = max_request_bytes;
   options.device = absl::GetFlag(FLAGS_device);
+  options.inline_execution = absl::GetFlag(FLAGS_inline_execution);
   options.max_queue_size = std::max<int64_t>(1, absl::GetFlag(FLAGS_max_queue_size));
   auto core = kiln::server::InferenceServer::Create(options);
   if (!core.ok()) {
