@@ -357,18 +357,27 @@ void InferenceServer::InferAsync(const InferRequest& request, InferCallback done
     return;
   }
   Lane& lane = *task.lane;
+  // Expected engine time from the version's latest run; unknown (0) means queue: first runs
+  // compile, which must not hold a transport thread.
+  const uint64_t per_item = task.model->last_compute_ns_per_item->load(std::memory_order_relaxed);
+  const bool short_enough =
+      per_item > 0 && per_item * static_cast<uint64_t>(task.valid.batch_size) <=
+                          static_cast<uint64_t>(options_.inline_max_compute_us) * 1000;
   task.admitted = std::chrono::steady_clock::now();
   {
     absl::MutexLock lock(&lane.mu);
-    if (!options_.inline_execution || lane.busy || !lane.queue.empty()) {
+    if (!options_.inline_execution || !short_enough || lane.busy || !lane.queue.empty()) {
       lane.queue.push_back(std::move(task));  // FIFO behind what runs or waits
       return;
     }
     lane.busy = true;  // the device is ours: the executor waits until we release it
   }
-  RunTask(task);
-  absl::MutexLock lock(&lane.mu);
-  lane.busy = false;  // the executor takes over anything queued meanwhile
+  absl::StatusOr<InferResponse> response = RunTask(task);
+  {
+    absl::MutexLock lock(&lane.mu);
+    lane.busy = false;  // the executor takes over anything queued meanwhile
+  }
+  Finish(task, std::move(response));
 }
 
 absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
@@ -443,13 +452,16 @@ void InferenceServer::ExecutorLoop(Lane* lane) {
       lane->queue.pop_front();
       lane->busy = true;
     }
-    RunTask(task);
-    absl::MutexLock lock(&lane->mu);
-    lane->busy = false;
+    absl::StatusOr<InferResponse> response = RunTask(task);
+    {
+      absl::MutexLock lock(&lane->mu);
+      lane->busy = false;  // before answering: the device is free for the next request
+    }
+    Finish(task, std::move(response));
   }
 }
 
-void InferenceServer::RunTask(Task& task) {
+absl::StatusOr<InferResponse> InferenceServer::RunTask(Task& task) {
   const ModelVersion& version = *task.model;
   Lane& lane = *task.lane;
   version.pending->fetch_sub(1);
@@ -464,8 +476,13 @@ void InferenceServer::RunTask(Task& task) {
           ? ExecuteBuiltin(lane, version, task.request, task.valid, &times, &task.obs)
           : Execute(lane, version, task.request, task.valid, &times, &task.obs);
   task.obs.compute_infer_ns = times.compute_infer_ns;
-  if (response.ok()) version.stats->RecordSuccess(NanosSince(task.start), times);
-  Finish(task, std::move(response));
+  if (response.ok()) {
+    version.stats->RecordSuccess(NanosSince(task.start), times);
+    version.last_compute_ns_per_item->store(
+        std::max<uint64_t>(1, times.compute_infer_ns / std::max<uint64_t>(1, times.batch_size)),
+        std::memory_order_relaxed);
+  }
+  return response;
 }
 
 void InferenceServer::ObserveRun(Lane& lane, const api::RunResult& run) {

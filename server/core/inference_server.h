@@ -11,10 +11,13 @@
 // model version's bound (config dynamic_batching.default_queue_policy.max_queue_size, else
 // ServerOptions::max_queue_size; over it answers RESOURCE_EXHAUSTED naming the limit). Then, if
 // the device is idle (nothing running, nothing queued) and ServerOptions::inline_execution is on,
-// the request runs at once on the calling thread, which holds the device meanwhile; otherwise it
-// joins the device's FIFO queue and InferAsync returns; the device's executor thread runs it
-// after everything admitted before it. Queue time is admission to execution start (about 0
-// inline).
+// and the request is expected to be short (its version's latest run took at most
+// ServerOptions::inline_max_compute_us for this batch size; a version that has not run yet --
+// whose first runs compile -- never is), the request runs at once on the calling thread, which
+// holds the device meanwhile. Otherwise it joins the device's FIFO queue and InferAsync returns;
+// the device's executor thread runs it after everything admitted before it. Queue time is
+// admission to execution start (about 0 inline). The cap keeps long computations off transport
+// threads (gRPC callback threads serve every other call too).
 //
 // Thread safety: every method may be called concurrently from any thread.
 // Shutdown: BeginShutdown() makes Ready() false and refuses new inference and repository calls
@@ -54,6 +57,7 @@ struct ServerOptions {
   std::string device;  // default device of models that name none; "" = the engine's default (CPU)
   int64_t max_queue_size = kDefaultMaxQueueSize;  // per model version, unless its config sets one
   bool inline_execution = true;  // run a request on the caller's thread when its device is idle
+  int64_t inline_max_compute_us = 2000;  // ... and its expected engine time is at most this
 };
 
 struct ServerMetadata {
@@ -119,7 +123,8 @@ class InferenceServer : private ModelPlacer {
   // Validates `request` fully, then executes it through its device's engine (kiln_graph and
   // kiln_builtin models): inline when the device is idle, else queued (see above). `done` runs
   // exactly once: on this thread for a request refused before queueing or run inline (InferAsync
-  // then returns after `done`), else on the device's executor thread. The request's views
+  // then returns after `done`), else on the device's executor thread; the device is released
+  // before `done` runs. The request's views
   // (InferInput::raw, shape) must stay valid until `done` runs. Statistics are updated for every
   // request that reaches a version.
   void InferAsync(const InferRequest& request, InferCallback done);
@@ -182,7 +187,8 @@ class InferenceServer : private ModelPlacer {
   absl::Status Admit(const InferRequest& request, Task* task);
   void Finish(Task& task, absl::StatusOr<InferResponse> response);
   void ExecutorLoop(Lane* lane);
-  void RunTask(Task& task);
+  // Executes an admitted task (statistics included); the caller releases the device, then Finish.
+  absl::StatusOr<InferResponse> RunTask(Task& task);
   absl::StatusOr<InferResponse> Execute(Lane& lane, const ModelVersion& version,
                                         const InferRequest& request,
                                         const ValidatedRequest& valid, ExecutionTimes* times,

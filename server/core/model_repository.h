@@ -53,6 +53,10 @@ struct ModelVersion {
   std::shared_ptr<const api::BuiltinModel> builtin;
   // Requests of this version waiting for execution (bounded by InferenceServer).
   std::shared_ptr<std::atomic<int64_t>> pending = std::make_shared<std::atomic<int64_t>>(0);
+  // Engine time per batch item of the version's latest successful run (0 = none yet); how
+  // InferenceServer judges whether a request is short enough to run inline.
+  std::shared_ptr<std::atomic<uint64_t>> last_compute_ns_per_item =
+      std::make_shared<std::atomic<uint64_t>>(0);
 };
 
 struct RepositoryIndexEntry {

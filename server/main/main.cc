@@ -51,6 +51,9 @@ ABSL_FLAG(std::string, device, "",
 ABSL_FLAG(bool, inline_execution, true,
           "run a request on the receiving thread when its device is idle and nothing is queued "
           "(saves the hand-off to the device's executor); false = always queue");
+ABSL_FLAG(int64_t, inline_max_compute_us, 2000,
+          "run inline only requests whose expected engine time (the model's latest run, per "
+          "batch item, times the batch) is at most this many microseconds");
 ABSL_FLAG(bool, list_devices, false,
           "print the devices this machine has (CPU, CL:n, CUDA:n), one per line, and exit");
 ABSL_FLAG(std::string, log_format, "default", "log line format: default or ISO8601");
@@ -191,6 +194,7 @@ int main(int argc, char** argv) {
   options.max_request_bytes = max_request_bytes;
   options.device = absl::GetFlag(FLAGS_device);
   options.inline_execution = absl::GetFlag(FLAGS_inline_execution);
+  options.inline_max_compute_us = std::max<int64_t>(0, absl::GetFlag(FLAGS_inline_max_compute_us));
   options.max_queue_size = std::max<int64_t>(1, absl::GetFlag(FLAGS_max_queue_size));
   auto core = kiln::server::InferenceServer::Create(options);
   if (!core.ok()) {
