@@ -291,7 +291,8 @@ absl::StatusOr<RunResult> Engine::Warm(const PreparedGraph& graph) {
 }
 
 absl::StatusOr<std::string> CanonicalDeviceName(std::string_view spec) {
-  absl::StatusOr<runtime::BackendRegistry::ParsedName> p = runtime::BackendRegistry::ParseName(spec);
+  absl::StatusOr<runtime::BackendRegistry::ParsedName> p =
+      runtime::BackendRegistry::ParseName(spec);
   if (!p.ok()) return p.status();
   if (p->kind == "CPU" || p->kind == "INTERP" || p->kind == "NULL") {
     return p->index == 0 ? p->kind : p->canonical;

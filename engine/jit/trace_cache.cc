@@ -78,7 +78,8 @@ void TraceCache::CollectBuffers(const std::string& model,
       if (e->model == model) entries.push_back(e);
     }
   }
-  for (const auto& e : entries) {  // outside mu_: a running entry is waited for, the cache is not blocked
+  // Outside mu_: a running entry is waited for, the rest of the cache is not blocked.
+  for (const auto& e : entries) {
     absl::MutexLock el(&e->mu);
     if (e->jit != nullptr) e->jit->CollectBuffers(out);
   }

@@ -86,7 +86,9 @@ class ExecPlan {
   std::vector<std::string> KernelNames() const;
   // The non-input buffers the plan holds for its lifetime (intermediates, outputs, and the already-realized
   // buffers it reads, such as weights).
-  const std::vector<std::shared_ptr<runtime::Buffer>>& held_buffers() const { return held_buffers_; }
+  const std::vector<std::shared_ptr<runtime::Buffer>>& held_buffers() const {
+    return held_buffers_;
+  }
 
  private:
   struct Call {

@@ -109,8 +109,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Create(ServerO
   if (!options.device.empty()) {
     absl::StatusOr<std::string> canonical = api::CanonicalDeviceName(options.device);
     if (!canonical.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("device '", options.device.substr(0, 64), "': ", canonical.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat("device '", options.device.substr(0, 64),
+                                                     "': ", canonical.status().message()));
     }
     default_device = *std::move(canonical);
   }
@@ -126,8 +126,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Create(ServerO
                  std::string(engine.status().message()));
     engine = std::unique_ptr<api::Engine>();
   }
-  std::unique_ptr<InferenceServer> server(new InferenceServer(
-      std::move(options), std::move(default_device), *std::move(engine)));
+  std::unique_ptr<InferenceServer> server(
+      new InferenceServer(std::move(options), std::move(default_device), *std::move(engine)));
   if (absl::Status s = server->repository_.LoadAll(); !s.ok()) return s;
   return server;
 }
@@ -400,10 +400,9 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
       ValidateInferRequest(*version.config, request, options_.max_request_bytes);
   if (!valid.ok()) return valid.status();
   task->lane = version.device.empty() ? nullptr : FindLane(version.device);
-  const bool runnable =
-      task->lane != nullptr &&
-      ((version.config->platform() == kPlatformGraph && version.graph) ||
-       (version.config->platform() == kPlatformBuiltin && version.builtin));
+  const bool runnable = task->lane != nullptr &&
+                        ((version.config->platform() == kPlatformGraph && version.graph) ||
+                         (version.config->platform() == kPlatformBuiltin && version.builtin));
   if (!runnable) {
     return absl::UnavailableError(absl::StrCat("platform ", version.config->platform(),
                                                " for model ", version.name,
@@ -500,8 +499,8 @@ void InferenceServer::ObserveRun(Lane& lane, const api::RunResult& run) {
 }
 
 absl::StatusOr<api::RunResult> InferenceServer::TimedRun(
-    Lane& lane, const std::function<absl::StatusOr<api::RunResult>()>& run_engine, ExecutionTimes* times,
-    InferObservation* obs) {
+    Lane& lane, const std::function<absl::StatusOr<api::RunResult>()>& run_engine,
+    ExecutionTimes* times, InferObservation* obs) {
   const auto infer_start = std::chrono::steady_clock::now();
   absl::StatusOr<api::RunResult> run = run_engine();
   if (!run.ok()) {
@@ -521,12 +520,9 @@ InferResponse InferenceServer::ResponseFor(const ModelVersion& version, const In
   return response;
 }
 
-absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(Lane& lane,
-                                                              const ModelVersion& version,
-                                                              const InferRequest& request,
-                                                              const ValidatedRequest& valid,
-                                                              ExecutionTimes* times,
-                                                              InferObservation* obs) {
+absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(
+    Lane& lane, const ModelVersion& version, const InferRequest& request,
+    const ValidatedRequest& valid, ExecutionTimes* times, InferObservation* obs) {
   const inference::ModelConfig& config = *version.config;
   const auto input_start = std::chrono::steady_clock::now();
   // Validation matched the one input against the config (FP32, dims, batch, byte size).
@@ -548,8 +544,8 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(Lane& lane,
   }
   times->compute_input_ns = NanosSince(input_start);
 
-  absl::StatusOr<api::RunResult> run =
-      TimedRun(lane, [&] { return lane.engine->RunBuiltin(*version.builtin, view); }, times, obs);
+  absl::StatusOr<api::RunResult> run = TimedRun(
+      lane, [&] { return lane.engine->RunBuiltin(*version.builtin, view); }, times, obs);
   if (!run.ok()) return run.status();
   if (observer_ != nullptr && run->jit_event != "replay") {
     // A plain run or a capture may have grown what the version holds (a new trace's buffers);
@@ -572,8 +568,7 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(Lane& lane,
   return response;
 }
 
-absl::StatusOr<InferResponse> InferenceServer::Execute(Lane& lane,
-                                                       const ModelVersion& version,
+absl::StatusOr<InferResponse> InferenceServer::Execute(Lane& lane, const ModelVersion& version,
                                                        const InferRequest& request,
                                                        const ValidatedRequest& valid,
                                                        ExecutionTimes* times,
@@ -627,8 +622,8 @@ absl::StatusOr<InferResponse> InferenceServer::Execute(Lane& lane,
   }
   times->compute_input_ns = NanosSince(input_start);
 
-  absl::StatusOr<api::RunResult> run =
-      TimedRun(lane, [&] { return lane.engine->Run(graph, views); }, times, obs);
+  absl::StatusOr<api::RunResult> run = TimedRun(
+      lane, [&] { return lane.engine->Run(graph, views); }, times, obs);
   if (!run.ok()) return run.status();
 
   const auto output_start = std::chrono::steady_clock::now();

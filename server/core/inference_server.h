@@ -26,8 +26,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -143,7 +143,8 @@ class InferenceServer : private ModelPlacer {
   // Devices with an engine and an executor, sorted.
   std::vector<std::string> ActiveDevices() const;
   // The device of a READY version ("" version = the highest READY).
-  absl::StatusOr<std::string> ModelDevice(const std::string& name, const std::string& version) const;
+  absl::StatusOr<std::string> ModelDevice(const std::string& name,
+                                          const std::string& version) const;
   // Device memory of every READY version, by name then version.
   std::vector<ModelMemoryObservation> ModelMemory() const;
 
@@ -190,9 +191,8 @@ class InferenceServer : private ModelPlacer {
   // Executes an admitted task (statistics included); the caller releases the device, then Finish.
   absl::StatusOr<InferResponse> RunTask(Task& task);
   absl::StatusOr<InferResponse> Execute(Lane& lane, const ModelVersion& version,
-                                        const InferRequest& request,
-                                        const ValidatedRequest& valid, ExecutionTimes* times,
-                                        InferObservation* obs);
+                                        const InferRequest& request, const ValidatedRequest& valid,
+                                        ExecutionTimes* times, InferObservation* obs);
   absl::StatusOr<InferResponse> ExecuteBuiltin(Lane& lane, const ModelVersion& version,
                                                const InferRequest& request,
                                                const ValidatedRequest& valid, ExecutionTimes* times,
@@ -203,8 +203,8 @@ class InferenceServer : private ModelPlacer {
   // The engine call of Execute / ExecuteBuiltin, timed into times->compute_infer_ns and observed;
   // a failure other than INVALID_ARGUMENT marks obs->engine_failure.
   absl::StatusOr<api::RunResult> TimedRun(
-      Lane& lane, const std::function<absl::StatusOr<api::RunResult>()>& run_engine, ExecutionTimes* times,
-      InferObservation* obs);
+      Lane& lane, const std::function<absl::StatusOr<api::RunResult>()>& run_engine,
+      ExecutionTimes* times, InferObservation* obs);
   // A response naming the model version and echoing the request id, with no outputs yet.
   static InferResponse ResponseFor(const ModelVersion& version, const InferRequest& request);
   absl::StatusOr<std::shared_ptr<const ModelVersion>> Resolve(const std::string& name,

@@ -79,9 +79,11 @@ absl::StatusOr<std::string> ResolvePlacement(const inference::ModelConfig& confi
         break;
       case Group::KIND_GPU: {
         if (gpus.empty()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "instance_group[", k, "].kind: KIND_GPU but this machine has no GPU-class device "
-              "(devices: ", DeviceListText(devices), ")"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("instance_group[", k,
+                           "].kind: KIND_GPU but this machine has no GPU-class device "
+                           "(devices: ",
+                           DeviceListText(devices), ")"));
         }
         std::vector<int> wanted(g.gpus().begin(), g.gpus().end());
         if (wanted.empty()) wanted.push_back(0);

@@ -182,7 +182,8 @@ void Metrics::ObserveModels(absl::Span<const ModelMemoryObservation> loaded,
     prometheus::Gauge* g =
         it != model_series_.end()
             ? it->second
-            : &model_memory_->Add({{"model", m.model}, {"version", m.version}, {"device", m.device}});
+            : &model_memory_->Add(
+                  {{"model", m.model}, {"version", m.version}, {"device", m.device}});
     g->Set(static_cast<double>(m.bytes));
     next.emplace(std::move(key), g);
   }

@@ -3,6 +3,8 @@
 // time, threads), shutdown, per-model queue limits, and model memory accounting. The models are
 // copies of the bundled ones (models/add_sub, models/fashion_mnist) under new configs. Tests that
 // need a second device use OpenCL (PoCL in CI) and skip where the machine has none.
+#include "server/core/inference_server.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -21,7 +23,6 @@
 #include "engine/api/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/core/inference_server.h"
 
 namespace kiln::server {
 namespace {
@@ -226,7 +227,8 @@ TEST(InferenceServerPlacementTest, KindCpuDefaultAndMissingGpu) {
   EXPECT_TRUE(found);
   absl::Status load = server->LoadModel("missing_gpu", {});
   EXPECT_EQ(load.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(load.message()), HasSubstr("instance_group[0].gpus: GPU 7 does not exist"));
+  EXPECT_THAT(std::string(load.message()),
+              HasSubstr("instance_group[0].gpus: GPU 7 does not exist"));
   // A bad config through the load API is refused the same way, and the daemon keeps serving.
   LoadOptions bad;
   bad.config_json = R"({"platform": "kiln_graph", "max_batch_size": 8,
@@ -284,8 +286,10 @@ TEST(InferenceServerPlacementTest, KindGpuZeroRunsOnOpenCl) {
   ASSERT_TRUE(got.ok()) << got.status();
   auto cpu_engine = api::Engine::Create({});
   ASSERT_TRUE(cpu_engine.ok());
-  auto model = (*cpu_engine)->LoadBuiltin(
-      "mnist_cnn", (fs::path(KILN_MODELS_DIR) / "fashion_mnist/1/model.safetensors").string());
+  auto model =
+      (*cpu_engine)
+          ->LoadBuiltin("mnist_cnn",
+                        (fs::path(KILN_MODELS_DIR) / "fashion_mnist/1/model.safetensors").string());
   ASSERT_TRUE(model.ok()) << model.status();
   api::HostTensorView view{"float32", {2, 1, 28, 28}, cnn->raws[0]};
   auto want = (*cpu_engine)->RunBuiltin(**model, view);
@@ -403,7 +407,8 @@ TEST(InferenceServerExecutorTest, InlineWhenIdleQueuedBehindInArrivalOrder) {
   for (;;) {
     absl::MutexLock l(&mu);
     if (order.size() == 6) break;
-    mu.AwaitWithTimeout(absl::Condition(+[](std::vector<int>* o) { return o->size() == 6; }, &order),
+    mu.AwaitWithTimeout(absl::Condition(
+                            +[](std::vector<int>* o) { return o->size() == 6; }, &order),
                         absl::Seconds(30));
   }
   absl::MutexLock l(&mu);

@@ -16,7 +16,8 @@ using ::testing::HasSubstr;
 
 inference::ModelConfig WithGroups(const std::string& groups) {
   auto config = ParseModelConfigText(
-      "name: \"m\" platform: \"kiln_graph\" input [{ name: \"X\" data_type: TYPE_FP32 dims: [ 2 ] }]"
+      "name: \"m\" platform: \"kiln_graph\" input [{ name: \"X\" data_type: TYPE_FP32 dims: [ 2 ] "
+      "}]"
       " output [{ name: \"Y\" data_type: TYPE_FP32 dims: [ 2 ] }] " +
       groups);
   EXPECT_TRUE(config.ok()) << config.status();
@@ -40,8 +41,8 @@ TEST(PlacementTest, KindCpuIsCpuWhateverTheDefault) {
 }
 
 TEST(PlacementTest, KindGpuZeroIsTheFirstAccelerator) {
-  auto d = ResolvePlacement(WithGroups("instance_group [{ kind: KIND_GPU gpus: [ 0 ] }]"),
-                            kMachine, "CPU");
+  auto d = ResolvePlacement(WithGroups("instance_group [{ kind: KIND_GPU gpus: [ 0 ] }]"), kMachine,
+                            "CPU");
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(*d, "CL:0");
   // CUDA counts before CL.
