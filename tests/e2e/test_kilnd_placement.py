@@ -5,7 +5,8 @@ with `instance_group [{kind: KIND_GPU, gpus: [0]}]` (the first accelerator: CL:0
 the stock tritonclient.grpc; the scraped metrics (prometheus_client's parser) show each model's kernels counted under
 its own device only, kiln_model_memory_bytes for each version (> 0 for the builtin CNN, whose weights live on CPU),
 kiln_device_memory_bytes for both devices, and the series of an unloaded version gone. A copy asking for a GPU the
-machine lacks fails to load with an error naming instance_group[0].gpus. Skipped where no OpenCL device exists."""
+machine lacks fails to load with an error naming instance_group[0].gpus, and one ModelStreamInfer stream mixing both
+devices and a refused request answers in request order. Skipped where no OpenCL device exists."""
 
 from __future__ import annotations
 
@@ -164,3 +165,44 @@ def test_memory_metrics(placed):
     client.unload_model("cnn_cpu")
     after = [dict(labels)["model"] for (n, labels), _ in _scrape(server).items() if n == "kiln_model_memory_bytes"]
     assert after == ["add_gpu"]
+    client.load_model("cnn_cpu")  # back, and its series with it
+    after = [dict(labels)["model"] for (n, labels), _ in _scrape(server).items() if n == "kiln_model_memory_bytes"]
+    assert sorted(after) == ["add_gpu", "cnn_cpu"]
+
+
+def test_stream_answers_stay_in_request_order_across_devices(placed):
+    """A slow CPU request, a fast CL one, a refused one and another CPU one on one stream: the answers come back in
+    request order although the CL and the refused answers are ready first."""
+    server, _ = placed
+    client = grpcclient.InferenceServerClient(url=server.url)
+    warm = np.zeros((64, 1, 28, 28), np.float32)
+    for _ in range(3):  # compiled and captured: the stream's batch-64 run is a steady replay
+        inp = grpcclient.InferInput("INPUT", [64, 1, 28, 28], "FP32")
+        inp.set_data_from_numpy(warm)
+        client.infer("cnn_cpu", [inp])
+    _infer_add(client, "add_gpu")
+    answers = []
+    done = __import__("threading").Event()
+
+    def callback(result, error):
+        answers.append("error" if error is not None else result.get_response().id)
+        if len(answers) == 4:
+            done.set()
+
+    client.start_stream(callback=callback)
+    slow = grpcclient.InferInput("INPUT", [64, 1, 28, 28], "FP32")
+    slow.set_data_from_numpy(np.random.default_rng(1).random((64, 1, 28, 28), dtype=np.float32))
+    client.async_stream_infer("cnn_cpu", [slow], request_id="0")
+    a = np.ones((1, 16), np.float32)
+    fast = [grpcclient.InferInput("INPUT0", [1, 16], "FP32"), grpcclient.InferInput("INPUT1", [1, 16], "FP32")]
+    for x in fast:
+        x.set_data_from_numpy(a)
+    client.async_stream_infer("add_gpu", fast, request_id="1")
+    client.async_stream_infer("no_such_model", fast, request_id="2")
+    one = grpcclient.InferInput("INPUT", [1, 1, 28, 28], "FP32")
+    one.set_data_from_numpy(np.zeros((1, 1, 28, 28), np.float32))
+    client.async_stream_infer("cnn_cpu", [one], request_id="3")
+    assert done.wait(60), f"answers so far: {answers}"
+    client.stop_stream()
+    client.close()
+    assert answers == ["0", "1", "error", "3"]
