@@ -221,7 +221,9 @@ int main(int argc, char** argv) {
     jo.data_dir = data_dir;
     jo.model_repository = options.model_repository;
     jo.resume_jobs = absl::GetFlag(FLAGS_resume_jobs);
-    jo.device = options.device;
+    // The canonical default device ("CL" is CL:0): training shares that device (and its memory
+    // metric label) with the models served there.
+    jo.device = (*core)->default_device();
     jo.max_dataset_bytes = std::max<int64_t>(1, absl::GetFlag(FLAGS_max_dataset_bytes));
     jo.dataset_roots.clear();
     for (const std::string& root : absl::GetFlag(FLAGS_dataset_roots)) {
