@@ -15,6 +15,7 @@
 #include "engine/nn/module.h"
 #include "engine/nn/state/safetensors.h"
 #include "engine/realize/realize.h"
+#include "engine/runtime/buffer.h"
 
 namespace kiln::api {
 namespace {
@@ -77,7 +78,9 @@ struct BuiltinModel::Impl {
   std::vector<int64_t> output_shape;
   std::string dtype = "float32";
   int64_t num_parameters = 0;
+  std::string device;
   std::string trace_key;  // unique per loaded model: "builtin/<id>/<architecture>"
+  std::shared_ptr<nn::Module> module;
   jit::JitFunction fn;    // eval-mode forward; holds the module
   jit::TraceCache* traces = nullptr;
 };
@@ -91,6 +94,24 @@ const std::vector<int64_t>& BuiltinModel::input_shape() const { return impl_->in
 const std::vector<int64_t>& BuiltinModel::output_shape() const { return impl_->output_shape; }
 const std::string& BuiltinModel::dtype() const { return impl_->dtype; }
 int64_t BuiltinModel::num_parameters() const { return impl_->num_parameters; }
+const std::string& BuiltinModel::device() const { return impl_->device; }
+
+uint64_t BuiltinModel::device_bytes() const {
+  std::vector<const runtime::Buffer*> buffers;
+  runtime::BufferTable& table = runtime::BufferTable::Global();
+  for (const nn::NamedTensor& nt : nn::StateDict(*impl_->module)) {
+    const UOp* u = nt.tensor->uop().get();
+    while (u != nullptr && IsMovement(u->op())) u = u->src(0).get();
+    if (u == nullptr || u->op() != Op::BUFFER) continue;  // not realized: holds no memory
+    if (std::shared_ptr<runtime::Buffer> b = table.Lookup(u)) buffers.push_back(b.get());
+  }
+  if (impl_->traces != nullptr) impl_->traces->CollectBuffers(impl_->trace_key, &buffers);
+  std::sort(buffers.begin(), buffers.end());
+  buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
+  uint64_t bytes = 0;
+  for (const runtime::Buffer* b : buffers) bytes += b->nbytes();
+  return bytes;
+}
 
 std::vector<std::string> BuiltinArchitectures() {
   return std::vector<std::string>(std::begin(kArchitectures), std::end(kArchitectures));
@@ -115,6 +136,7 @@ absl::StatusOr<std::shared_ptr<const BuiltinModel>> Engine::LoadBuiltin(
   }
   auto impl = std::make_unique<BuiltinModel::Impl>();
   impl->architecture = architecture;
+  impl->device = state_->device;
   std::shared_ptr<nn::Module> module;
   if (architecture == "mnist_cnn") {
     module = std::make_shared<nn::MnistCnn>(state_->device);
@@ -130,6 +152,7 @@ absl::StatusOr<std::shared_ptr<const BuiltinModel>> Engine::LoadBuiltin(
   if (absl::Status st = nn::LoadStateDict(*module, *weights, /*strict=*/true); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("weights: ", st.message()));
   }
+  impl->module = module;
   impl->fn = [module](const jit::JitArgs& args) -> absl::StatusOr<std::vector<Tensor>> {
     nn::TrainingScope eval(false);  // BatchNorm uses its running statistics
     Tensor y = module->Forward(args.positional.at(0));

@@ -161,7 +161,9 @@ EngineStats Engine::stats() const {
 }
 
 std::vector<DeviceMemoryUsage> Engine::DeviceMemory() const {
-  return {{state_->device, static_cast<uint64_t>(runtime::BufferTable::Global().total_bytes())}};
+  absl::StatusOr<runtime::Device*> dev = runtime::GetDevice(state_->device);
+  const size_t bytes = dev.ok() ? runtime::BufferTable::Global().bytes_on(*dev) : 0;
+  return {{state_->device, static_cast<uint64_t>(bytes)}};
 }
 
 absl::StatusOr<std::shared_ptr<const PreparedGraph>> Engine::Prepare(const GraphSpec& spec) {
@@ -286,6 +288,16 @@ absl::StatusOr<RunResult> Engine::Warm(const PreparedGraph& graph) {
     views.push_back({WireDTypeName(d.inputs[i].dtype), d.inputs[i].shape, zeros[i]});
   }
   return Run(graph, views);
+}
+
+absl::StatusOr<std::string> CanonicalDeviceName(std::string_view spec) {
+  absl::StatusOr<runtime::BackendRegistry::ParsedName> p =
+      runtime::BackendRegistry::ParseName(spec);
+  if (!p.ok()) return p.status();
+  if (p->kind == "CPU" || p->kind == "INTERP" || p->kind == "NULL") {
+    return p->index == 0 ? p->kind : p->canonical;
+  }
+  return absl::StrCat(p->kind, ":", p->index);
 }
 
 std::vector<std::string> ListDevices() {

@@ -119,6 +119,11 @@ class BuiltinModel {
   const std::vector<int64_t>& output_shape() const;  // one item, batch dim excluded
   const std::string& dtype() const;                  // of input and output: "float32"
   int64_t num_parameters() const;                    // elements over every state tensor
+  const std::string& device() const;                 // the engine device its weights live on
+  // Bytes of device memory this model keeps alive: its weights plus the buffers its JIT traces
+  // captured (intermediates, outputs, random keys), each buffer counted once. Grows when a new
+  // input signature is captured; waits for a running call of the model's traces to finish.
+  uint64_t device_bytes() const;
 
   struct Impl;
   explicit BuiltinModel(std::unique_ptr<Impl> impl);
@@ -165,6 +170,12 @@ bool IsAllowedOp(std::string_view op);
 // Bytes per element of a kiln dtype name; 0 if unknown.
 int64_t DTypeItemSize(std::string_view dtype);
 
+// The canonical name of a device spec, as the registry and DevicePool name devices: kinds upper
+// case, a bare accelerator kind is its index 0 ("cl" -> "CL:0", "CUDA" -> "CUDA:0"), "CPU:0" ->
+// "CPU"; "CPU", "INTERP" and "NULL" stay bare. INVALID_ARGUMENT for a malformed spec. Does not
+// check that the device exists.
+absl::StatusOr<std::string> CanonicalDeviceName(std::string_view spec);
+
 // The devices this machine has, as engine/runtime's DevicePool discovers them at start ("CPU", "CL:0",
 // "CUDA:0", ...; registers the compiled-in backends first). For `kilnd --list-devices`.
 std::vector<std::string> ListDevices();
@@ -192,6 +203,7 @@ class Engine {
   // (architecture, mlp_sizes, optimizer.*, init_weights).
   absl::StatusOr<std::unique_ptr<Trainer>> CreateTrainer(const TrainerSpec& spec);
 
+  // Bytes held in device buffers on this engine's device (every owner's, not only this engine's).
   std::vector<DeviceMemoryUsage> DeviceMemory() const;
 
   EngineStats stats() const;

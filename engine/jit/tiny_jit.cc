@@ -247,4 +247,16 @@ absl::Status TinyJit::Execute(const Inputs& inputs) {
   return plan_->Run(input_mem_);
 }
 
+void TinyJit::CollectBuffers(std::vector<const runtime::Buffer*>* out) const {
+  if (plan_ != nullptr) {
+    for (const auto& b : plan_->held_buffers()) out->push_back(b.get());
+  }
+  for (const RngKey& k : rng_keys_) {
+    if (k.buffer != nullptr) out->push_back(k.buffer.get());
+  }
+  for (const auto& b : alias_scratch_) {
+    if (b != nullptr) out->push_back(b.get());
+  }
+}
+
 }  // namespace kiln::jit

@@ -91,6 +91,9 @@ class TinyJit {
   const std::vector<std::string>& expected_names() const { return expected_names_; }
   const std::vector<InputInfo>& expected_input_info() const { return expected_info_; }
   const ExecPlan* plan() const { return plan_.get(); }
+  // Appends every device buffer this JIT keeps alive: the plan's held buffers, the random-key buffers and the
+  // per-input alias copies (possibly repeating one; callers count unique buffers).
+  void CollectBuffers(std::vector<const runtime::Buffer*>* out) const;
 
  private:
   struct Inputs {

@@ -69,6 +69,22 @@ TraceCacheStats TraceCache::stats() const {
   return stats_;
 }
 
+void TraceCache::CollectBuffers(const std::string& model,
+                                std::vector<const runtime::Buffer*>* out) const {
+  std::vector<std::shared_ptr<Entry>> entries;
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& e : lru_) {
+      if (e->model == model) entries.push_back(e);
+    }
+  }
+  // Outside mu_: a running entry is waited for, the rest of the cache is not blocked.
+  for (const auto& e : entries) {
+    absl::MutexLock el(&e->mu);
+    if (e->jit != nullptr) e->jit->CollectBuffers(out);
+  }
+}
+
 int TraceCache::Erase(const std::string& model) {
   absl::MutexLock l(&mu_);
   int n = 0;

@@ -51,6 +51,9 @@ class TraceCache {
 
   TraceCacheStats stats() const;
   size_t capacity() const { return capacity_; }
+  // Appends the device buffers the traces of `model` keep alive (TinyJit::CollectBuffers; may repeat a buffer).
+  // Waits for a running call of each such entry to finish.
+  void CollectBuffers(const std::string& model, std::vector<const runtime::Buffer*>* out) const;
   // Drops every entry whose model is `model` (e.g. on unload); returns how many.
   int Erase(const std::string& model);
   void Clear();

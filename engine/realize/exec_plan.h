@@ -95,6 +95,11 @@ class ExecPlan {
   int num_inputs() const { return num_inputs_; }
   // Names of the kernels in launch order (copies are "copy").
   std::vector<std::string> KernelNames() const;
+  // The non-input buffers the plan holds for its lifetime (intermediates, outputs, and the already-realized
+  // buffers it reads, such as weights).
+  const std::vector<std::shared_ptr<runtime::Buffer>>& held_buffers() const {
+    return held_buffers_;
+  }
 
  private:
   struct Call {

@@ -56,6 +56,7 @@ absl::Status BufferTable::Attach(const UOp* node, std::shared_ptr<Buffer> buffer
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = map_.emplace(node, std::move(buffer));
   if (!inserted) return absl::AlreadyExistsError("buffer table: BUFFER already has memory attached");
+  bytes_by_device_[it->second->device()] += it->second->nbytes();
   return absl::OkStatus();
 }
 
@@ -71,6 +72,7 @@ std::shared_ptr<Buffer> BufferTable::Detach(const UOp* node) {
   if (it == map_.end()) return nullptr;
   std::shared_ptr<Buffer> b = std::move(it->second);
   map_.erase(it);
+  bytes_by_device_[b->device()] -= b->nbytes();
   return b;
 }
 
@@ -84,6 +86,12 @@ size_t BufferTable::total_bytes() const {
   size_t n = 0;
   for (const auto& [k, b] : map_) n += b->nbytes();
   return n;
+}
+
+size_t BufferTable::bytes_on(const Device* device) const {
+  absl::MutexLock lock(&mu_);
+  auto it = bytes_by_device_.find(device);
+  return it == bytes_by_device_.end() ? 0 : it->second;
 }
 
 }  // namespace kiln::runtime

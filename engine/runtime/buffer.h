@@ -66,11 +66,14 @@ class BufferTable {
   // Number of attached buffers and their total bytes (for tests and metrics).
   size_t size() const;
   size_t total_bytes() const;
+  // Bytes of the attached buffers that live on `device` (O(1): kept up to date by Attach/Detach).
+  size_t bytes_on(const Device* device) const;
 
  private:
   BufferTable() = default;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<const UOp*, std::shared_ptr<Buffer>> map_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<const Device*, size_t> bytes_by_device_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kiln::runtime

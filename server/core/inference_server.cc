@@ -11,6 +11,7 @@
 #include "server/core/datatype.h"
 #include "server/core/model_artifact.h"
 #include "server/core/model_config.h"
+#include "server/core/placement.h"
 #include "server/core/validate.h"
 #include "spdlog/spdlog.h"
 
@@ -75,36 +76,163 @@ absl::StatusOr<std::string> PackTypedContents(const InferInput& in, inference::D
 
 }  // namespace
 
-InferenceServer::InferenceServer(ServerOptions options, std::unique_ptr<api::Engine> engine)
+InferenceServer::InferenceServer(ServerOptions options, std::string default_device,
+                                 std::unique_ptr<api::Engine> default_engine)
     : options_(std::move(options)),
-      engine_(std::move(engine)),
-      graphs_(engine_.get()),
-      repository_(options_.model_repository, engine_.get()),
-      executor_([this] { ExecutorLoop(); }) {}
+      default_device_(std::move(default_device)),
+      default_engine_(default_engine.get()),
+      graphs_(default_engine.get()),
+      repository_(options_.model_repository, this) {
+  if (default_engine != nullptr) {
+    absl::MutexLock lock(&lanes_mu_);
+    StartLane(default_device_, std::move(default_engine));
+  }
+}
 
 InferenceServer::~InferenceServer() {
+  std::vector<Lane*> lanes;
   {
-    absl::MutexLock lock(&queue_mu_);
-    stop_executor_ = true;
+    absl::MutexLock lock(&lanes_mu_);
+    for (auto& [device, lane] : lanes_) lanes.push_back(lane.get());
   }
-  executor_.join();
+  for (Lane* lane : lanes) {
+    {
+      absl::MutexLock lock(&lane->mu);
+      lane->stop = true;
+    }
+    lane->executor.join();
+  }
 }
 
 absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Create(ServerOptions options) {
+  std::string default_device = "CPU";
+  if (!options.device.empty()) {
+    absl::StatusOr<std::string> canonical = api::CanonicalDeviceName(options.device);
+    if (!canonical.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("device '", options.device.substr(0, 64),
+                                                     "': ", canonical.status().message()));
+    }
+    default_device = *std::move(canonical);
+  }
   api::EngineOptions engine_options;
-  engine_options.device = options.device;
+  engine_options.device = options.device.empty() ? "" : default_device;
   engine_options.limits.max_nodes = kMaxGraphNodes;
   absl::StatusOr<std::unique_ptr<api::Engine>> engine = api::Engine::Create(engine_options);
-  if (!engine.ok()) {
+  if (engine.ok()) {
+    default_device = (*engine)->device();
+  } else {
     if (!options.device.empty()) return engine.status();
     spdlog::warn("no engine device: {}; kiln_graph models cannot execute",
                  std::string(engine.status().message()));
     engine = std::unique_ptr<api::Engine>();
   }
   std::unique_ptr<InferenceServer> server(
-      new InferenceServer(std::move(options), *std::move(engine)));
+      new InferenceServer(std::move(options), std::move(default_device), *std::move(engine)));
   if (absl::Status s = server->repository_.LoadAll(); !s.ok()) return s;
   return server;
+}
+
+InferenceServer::Lane* InferenceServer::StartLane(std::string device,
+                                                  std::unique_ptr<api::Engine> engine) {
+  auto lane = std::make_unique<Lane>();
+  Lane* raw = lane.get();
+  raw->device = device;
+  raw->engine = std::move(engine);
+  raw->executor = std::thread([this, raw] { ExecutorLoop(raw); });
+  lanes_.emplace(std::move(device), std::move(lane));
+  return raw;
+}
+
+InferenceServer::Lane* InferenceServer::FindLane(const std::string& device) const {
+  absl::MutexLock lock(&lanes_mu_);
+  auto it = lanes_.find(device);
+  return it == lanes_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<InferenceServer::Lane*> InferenceServer::LaneFor(const std::string& device) {
+  absl::MutexLock lock(&lanes_mu_);
+  if (auto it = lanes_.find(device); it != lanes_.end()) return it->second.get();
+  // Engine creation (a device context) is rare; it runs under lanes_mu_ so one device gets one.
+  api::EngineOptions engine_options;
+  engine_options.device = device;
+  engine_options.limits.max_nodes = kMaxGraphNodes;
+  absl::StatusOr<std::unique_ptr<api::Engine>> engine = api::Engine::Create(engine_options);
+  if (!engine.ok()) return engine.status();
+  spdlog::info("device {}: engine and executor started", device);
+  return StartLane(device, *std::move(engine));
+}
+
+std::vector<std::string> InferenceServer::Devices() {
+  absl::MutexLock lock(&devices_mu_);
+  if (!devices_.has_value()) devices_ = api::ListDevices();
+  return *devices_;
+}
+
+std::vector<std::string> InferenceServer::ActiveDevices() const {
+  absl::MutexLock lock(&lanes_mu_);
+  std::vector<std::string> out;
+  for (const auto& [device, lane] : lanes_) out.push_back(device);
+  return out;
+}
+
+absl::StatusOr<ModelPlacer::Placement> InferenceServer::Place(inference::ModelConfig* config) {
+  const bool default_is_cpu_like =
+      default_device_ == "CPU" || default_device_ == "INTERP" || default_device_ == "NULL";
+  std::vector<std::string> devices;
+  if (PlacementNeedsDevices(*config) || !default_is_cpu_like) devices = Devices();
+  absl::StatusOr<std::string> device = ResolvePlacement(*config, devices, default_device_);
+  if (!device.ok()) return device.status();
+  EchoPlacement(*device, devices, config);
+  Placement placement;
+  placement.device = *device;
+  if (*device == default_device_ && default_engine_ == nullptr) {
+    return placement;  // no engine on the default device: the versions load but cannot run
+  }
+  absl::StatusOr<Lane*> lane = LaneFor(*device);
+  if (!lane.ok()) {
+    return absl::UnavailableError(absl::StrCat("instance_group: device ", *device,
+                                               " cannot run models: ", lane.status().message()));
+  }
+  placement.engine = (*lane)->engine.get();
+  return placement;
+}
+
+void InferenceServer::SetObserver(InferObserver* observer) {
+  observer_ = observer;
+  graphs_.SetObserver(observer);
+  PublishModels();
+}
+
+absl::StatusOr<std::string> InferenceServer::ModelDevice(const std::string& name,
+                                                         const std::string& version) const {
+  absl::StatusOr<std::shared_ptr<const ModelVersion>> model = Resolve(name, version);
+  if (!model.ok()) return model.status();
+  return (*model)->device;
+}
+
+std::vector<ModelMemoryObservation> InferenceServer::ModelMemory() const {
+  std::vector<ModelMemoryObservation> out;
+  for (const auto& m : repository_.AllReady()) {
+    ModelMemoryObservation o;
+    o.model = m->name;
+    o.version = std::to_string(m->version);
+    o.device = m->device;
+    o.bytes = m->builtin != nullptr ? m->builtin->device_bytes() : 0;
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+void InferenceServer::PublishModels() {
+  if (observer_ == nullptr) return;
+  std::vector<api::DeviceMemoryUsage> devices;
+  {
+    absl::MutexLock lock(&lanes_mu_);
+    for (const auto& [device, lane] : lanes_) {
+      for (const api::DeviceMemoryUsage& m : lane->engine->DeviceMemory()) devices.push_back(m);
+    }
+  }
+  observer_->ObserveModels(ModelMemory(), devices);
 }
 
 ServerMetadata InferenceServer::Metadata() const {
@@ -173,12 +301,16 @@ absl::Status InferenceServer::LoadModel(const std::string& name, const LoadOptio
     if (!parsed.ok()) return parsed.status();
     override_config = std::move(*parsed);
   }
-  return repository_.Load(name, std::move(override_config));
+  absl::Status status = repository_.Load(name, std::move(override_config));
+  PublishModels();
+  return status;
 }
 
 absl::Status InferenceServer::UnloadModel(const std::string& name) {
   if (!Ready()) return absl::UnavailableError("the server is shutting down");
-  return repository_.Unload(name);
+  absl::Status status = repository_.Unload(name);
+  PublishModels();
+  return status;
 }
 
 absl::StatusOr<std::vector<ModelStatsEntry>> InferenceServer::Statistics(
@@ -224,8 +356,28 @@ void InferenceServer::InferAsync(const InferRequest& request, InferCallback done
     Finish(task, admitted);
     return;
   }
-  absl::MutexLock lock(&queue_mu_);
-  queue_.push_back(std::move(task));
+  Lane& lane = *task.lane;
+  // Expected engine time from the version's latest run; unknown (0) means queue: first runs
+  // compile, which must not hold a transport thread.
+  const uint64_t per_item = task.model->last_compute_ns_per_item->load(std::memory_order_relaxed);
+  const bool short_enough =
+      per_item > 0 && per_item * static_cast<uint64_t>(task.valid.batch_size) <=
+                          static_cast<uint64_t>(options_.inline_max_compute_us) * 1000;
+  task.admitted = std::chrono::steady_clock::now();
+  {
+    absl::MutexLock lock(&lane.mu);
+    if (!options_.inline_execution || !short_enough || lane.busy || !lane.queue.empty()) {
+      lane.queue.push_back(std::move(task));  // FIFO behind what runs or waits
+      return;
+    }
+    lane.busy = true;  // the device is ours: the executor waits until we release it
+  }
+  absl::StatusOr<InferResponse> response = RunTask(task);
+  {
+    absl::MutexLock lock(&lane.mu);
+    lane.busy = false;  // the executor takes over anything queued meanwhile
+  }
+  Finish(task, std::move(response));
 }
 
 absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
@@ -247,9 +399,10 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
   absl::StatusOr<ValidatedRequest> valid =
       ValidateInferRequest(*version.config, request, options_.max_request_bytes);
   if (!valid.ok()) return valid.status();
-  const bool runnable =
-      engine_ != nullptr && ((version.config->platform() == kPlatformGraph && version.graph) ||
-                             (version.config->platform() == kPlatformBuiltin && version.builtin));
+  task->lane = version.device.empty() ? nullptr : FindLane(version.device);
+  const bool runnable = task->lane != nullptr &&
+                        ((version.config->platform() == kPlatformGraph && version.graph) ||
+                         (version.config->platform() == kPlatformBuiltin && version.builtin));
   if (!runnable) {
     return absl::UnavailableError(absl::StrCat("platform ", version.config->platform(),
                                                " for model ", version.name,
@@ -283,43 +436,55 @@ void InferenceServer::Finish(Task& task, absl::StatusOr<InferResponse> response)
   done(std::move(response));
 }
 
-void InferenceServer::ExecutorLoop() {
+void InferenceServer::ExecutorLoop(Lane* lane) {
   for (;;) {
     Task task;
     {
-      absl::MutexLock lock(&queue_mu_);
-      queue_mu_.Await(absl::Condition(
-          +[](InferenceServer* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->queue_mu_) {
-            return !s->queue_.empty() || s->stop_executor_;
+      absl::MutexLock lock(&lane->mu);
+      lane->mu.Await(absl::Condition(
+          +[](Lane* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu) {
+            return !l->busy && (!l->queue.empty() || l->stop);
           },
-          this));
-      if (queue_.empty()) return;  // stopping and drained
-      task = std::move(queue_.front());
-      queue_.pop_front();
+          lane));
+      if (lane->queue.empty()) return;  // stopping and drained
+      task = std::move(lane->queue.front());
+      lane->queue.pop_front();
+      lane->busy = true;
     }
-    RunTask(task);
+    absl::StatusOr<InferResponse> response = RunTask(task);
+    {
+      absl::MutexLock lock(&lane->mu);
+      lane->busy = false;  // before answering: the device is free for the next request
+    }
+    Finish(task, std::move(response));
   }
 }
 
-void InferenceServer::RunTask(Task& task) {
+absl::StatusOr<InferResponse> InferenceServer::RunTask(Task& task) {
   const ModelVersion& version = *task.model;
+  Lane& lane = *task.lane;
   version.pending->fetch_sub(1);
   if (observer_ != nullptr) observer_->ObservePending(task.obs.model, task.obs.version, -1);
   ExecutionTimes times;
   times.batch_size = static_cast<uint64_t>(task.valid.batch_size);
-  times.queue_ns = NanosSince(task.start);
+  times.queue_ns = NanosSince(task.admitted);
   task.obs.batch_size = times.batch_size;
   task.obs.queue_ns = times.queue_ns;
   absl::StatusOr<InferResponse> response =
       version.builtin != nullptr
-          ? ExecuteBuiltin(version, task.request, task.valid, &times, &task.obs)
-          : Execute(version, task.request, task.valid, &times, &task.obs);
+          ? ExecuteBuiltin(lane, version, task.request, task.valid, &times, &task.obs)
+          : Execute(lane, version, task.request, task.valid, &times, &task.obs);
   task.obs.compute_infer_ns = times.compute_infer_ns;
-  if (response.ok()) version.stats->RecordSuccess(NanosSince(task.start), times);
-  Finish(task, std::move(response));
+  if (response.ok()) {
+    version.stats->RecordSuccess(NanosSince(task.start), times);
+    version.last_compute_ns_per_item->store(
+        std::max<uint64_t>(1, times.compute_infer_ns / std::max<uint64_t>(1, times.batch_size)),
+        std::memory_order_relaxed);
+  }
+  return response;
 }
 
-void InferenceServer::ObserveRun(const api::RunResult& run) {
+void InferenceServer::ObserveRun(Lane& lane, const api::RunResult& run) {
   if (observer_ == nullptr) return;
   observer_->ObserveKernels(run.kernels);
   EngineRunObservation o;
@@ -327,15 +492,15 @@ void InferenceServer::ObserveRun(const api::RunResult& run) {
   o.kernels_compiled = run.kernels_compiled;
   o.jit = !run.jit_event.empty();
   o.jit_hit = run.jit_hit;
-  const int64_t evictions = engine_->stats().jit_evictions;
-  o.jit_evictions = std::max<int64_t>(0, evictions - seen_jit_evictions_.exchange(evictions));
-  o.device_memory = engine_->DeviceMemory();
+  const int64_t evictions = lane.engine->stats().jit_evictions;
+  o.jit_evictions = std::max<int64_t>(0, evictions - lane.seen_jit_evictions.exchange(evictions));
+  o.device_memory = lane.engine->DeviceMemory();
   observer_->ObserveEngineRun(o);
 }
 
 absl::StatusOr<api::RunResult> InferenceServer::TimedRun(
-    const std::function<absl::StatusOr<api::RunResult>()>& run_engine, ExecutionTimes* times,
-    InferObservation* obs) {
+    Lane& lane, const std::function<absl::StatusOr<api::RunResult>()>& run_engine,
+    ExecutionTimes* times, InferObservation* obs) {
   const auto infer_start = std::chrono::steady_clock::now();
   absl::StatusOr<api::RunResult> run = run_engine();
   if (!run.ok()) {
@@ -343,7 +508,7 @@ absl::StatusOr<api::RunResult> InferenceServer::TimedRun(
     return run.status();
   }
   times->compute_infer_ns = NanosSince(infer_start);
-  ObserveRun(*run);
+  ObserveRun(lane, *run);
   return run;
 }
 
@@ -355,11 +520,9 @@ InferResponse InferenceServer::ResponseFor(const ModelVersion& version, const In
   return response;
 }
 
-absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(const ModelVersion& version,
-                                                              const InferRequest& request,
-                                                              const ValidatedRequest& valid,
-                                                              ExecutionTimes* times,
-                                                              InferObservation* obs) {
+absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(
+    Lane& lane, const ModelVersion& version, const InferRequest& request,
+    const ValidatedRequest& valid, ExecutionTimes* times, InferObservation* obs) {
   const inference::ModelConfig& config = *version.config;
   const auto input_start = std::chrono::steady_clock::now();
   // Validation matched the one input against the config (FP32, dims, batch, byte size).
@@ -381,8 +544,15 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(const ModelVersion
   }
   times->compute_input_ns = NanosSince(input_start);
 
-  absl::StatusOr<api::RunResult> run = TimedRun([&] { return engine_->RunBuiltin(*version.builtin, view); }, times, obs);
+  absl::StatusOr<api::RunResult> run = TimedRun(
+      lane, [&] { return lane.engine->RunBuiltin(*version.builtin, view); }, times, obs);
   if (!run.ok()) return run.status();
+  if (observer_ != nullptr && run->jit_event != "replay") {
+    // A plain run or a capture may have grown what the version holds (a new trace's buffers);
+    // replays allocate nothing, so the hot path skips the walk.
+    observer_->ObserveModelMemory({version.name, std::to_string(version.version), version.device,
+                                   version.builtin->device_bytes()});
+  }
 
   const auto output_start = std::chrono::steady_clock::now();
   InferResponse response = ResponseFor(version, request);
@@ -398,7 +568,7 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(const ModelVersion
   return response;
 }
 
-absl::StatusOr<InferResponse> InferenceServer::Execute(const ModelVersion& version,
+absl::StatusOr<InferResponse> InferenceServer::Execute(Lane& lane, const ModelVersion& version,
                                                        const InferRequest& request,
                                                        const ValidatedRequest& valid,
                                                        ExecutionTimes* times,
@@ -452,7 +622,8 @@ absl::StatusOr<InferResponse> InferenceServer::Execute(const ModelVersion& versi
   }
   times->compute_input_ns = NanosSince(input_start);
 
-  absl::StatusOr<api::RunResult> run = TimedRun([&] { return engine_->Run(graph, views); }, times, obs);
+  absl::StatusOr<api::RunResult> run = TimedRun(
+      lane, [&] { return lane.engine->Run(graph, views); }, times, obs);
   if (!run.ok()) return run.status();
 
   const auto output_start = std::chrono::steady_clock::now();

@@ -2,11 +2,22 @@
 // model repository, answers health/metadata/config/index/statistics queries, validates
 // inference requests and runs them through engine/api.
 //
-// Execution: InferAsync validates on the caller's thread, then admits the request into its model
-// version's queue (bounded: config dynamic_batching.default_queue_policy.max_queue_size, else
-// ServerOptions::max_queue_size; a full queue answers RESOURCE_EXHAUSTED naming the limit) and
-// returns at once. One executor thread takes requests in arrival order (the engine runs one at a
-// time) and calls `done` with the answer; queue time is arrival to execution start.
+// Placement: each model runs on the device its config's instance_group names (placement.h;
+// default ServerOptions::device). Every device that a loaded model uses gets, lazily, its own
+// api::Engine and its own executor ("lane"), so models on different devices run concurrently;
+// requests of one device run one at a time, in admission order.
+//
+// Execution: InferAsync validates on the caller's thread and admits the request against its
+// model version's bound (config dynamic_batching.default_queue_policy.max_queue_size, else
+// ServerOptions::max_queue_size; over it answers RESOURCE_EXHAUSTED naming the limit). Then, if
+// the device is idle (nothing running, nothing queued) and ServerOptions::inline_execution is on,
+// and the request is expected to be short (its version's latest run took at most
+// ServerOptions::inline_max_compute_us for this batch size; a version that has not run yet --
+// whose first runs compile -- never is), the request runs at once on the calling thread, which
+// holds the device meanwhile. Otherwise it joins the device's FIFO queue and InferAsync returns;
+// the device's executor thread runs it after everything admitted before it. Queue time is
+// admission to execution start (about 0 inline). The cap keeps long computations off transport
+// threads (gRPC callback threads serve every other call too).
 //
 // Thread safety: every method may be called concurrently from any thread.
 // Shutdown: BeginShutdown() makes Ready() false and refuses new inference and repository calls
@@ -15,10 +26,11 @@
 
 #include <atomic>
 #include <chrono>
-#include <deque>
-#include <functional>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,8 +54,10 @@ namespace kiln::server {
 struct ServerOptions {
   std::filesystem::path model_repository;
   int64_t max_request_bytes = kDefaultMaxRequestBytes;
-  std::string device;  // engine device; "" = the engine's default
+  std::string device;  // default device of models that name none; "" = the engine's default (CPU)
   int64_t max_queue_size = kDefaultMaxQueueSize;  // per model version, unless its config sets one
+  bool inline_execution = true;  // run a request on the caller's thread when its device is idle
+  int64_t inline_max_compute_us = 2000;  // ... and its expected engine time is at most this
 };
 
 struct ServerMetadata {
@@ -77,9 +91,9 @@ struct LoadOptions {
   bool has_file_overrides = false;         // a `file:<version>/<name>` parameter was given
 };
 
-class InferenceServer {
+class InferenceServer : private ModelPlacer {
  public:
-  ~InferenceServer();  // runs the requests still queued, then stops the executor
+  ~InferenceServer() override;  // runs the requests still queued, then stops the executors
   // Loads every model under options.model_repository. NOT_FOUND if the folder is unreadable.
   static absl::StatusOr<std::unique_ptr<InferenceServer>> Create(ServerOptions options);
 
@@ -106,70 +120,108 @@ class InferenceServer {
 
   using InferCallback = std::function<void(absl::StatusOr<InferResponse>)>;
 
-  // Validates `request` fully, queues it and executes it through the engine (kiln_graph and
-  // kiln_builtin models); `done` runs exactly once, on this thread for a request refused before
-  // queueing, else on the executor thread. The request's views (InferInput::raw, shape) must stay
-  // valid until `done` runs. Statistics are updated for every request that reaches a version.
+  // Validates `request` fully, then executes it through its device's engine (kiln_graph and
+  // kiln_builtin models): inline when the device is idle, else queued (see above). `done` runs
+  // exactly once: on this thread for a request refused before queueing or run inline (InferAsync
+  // then returns after `done`), else on the device's executor thread; the device is released
+  // before `done` runs. The request's views
+  // (InferInput::raw, shape) must stay valid until `done` runs. Statistics are updated for every
+  // request that reaches a version.
   void InferAsync(const InferRequest& request, InferCallback done);
   // InferAsync and wait for the answer.
   absl::StatusOr<InferResponse> Infer(const InferRequest& request);
 
-  // Reports every Infer (and every kernel launch, Infer and graphs) to `observer` (not owned;
-  // null = none). Call once before serving.
-  void SetObserver(InferObserver* observer) {
-    observer_ = observer;
-    graphs_.SetObserver(observer);
-  }
+  // Reports every Infer (and every kernel launch, Infer and graphs) and the loaded models' memory
+  // to `observer` (not owned; null = none). Call once before serving.
+  void SetObserver(InferObserver* observer);
 
-  // kiln.v1.Engine's core: graphs run directly on the engine.
+  // kiln.v1.Engine's core: graphs run directly on the default device's engine.
   GraphService& graphs() { return graphs_; }
 
+  // The canonical default device ("CPU" unless ServerOptions::device says otherwise).
+  const std::string& default_device() const { return default_device_; }
+  // Devices with an engine and an executor, sorted.
+  std::vector<std::string> ActiveDevices() const;
+  // The device of a READY version ("" version = the highest READY).
+  absl::StatusOr<std::string> ModelDevice(const std::string& name,
+                                          const std::string& version) const;
+  // Device memory of every READY version, by name then version.
+  std::vector<ModelMemoryObservation> ModelMemory() const;
+
  private:
+  struct Lane;
   struct Task {
     std::shared_ptr<const ModelVersion> model;
+    Lane* lane = nullptr;  // the device the version runs on
     InferRequest request;
     ValidatedRequest valid;
     std::chrono::steady_clock::time_point start;     // arrival
+    std::chrono::steady_clock::time_point admitted;  // queue time starts here
     InferObservation obs;
     InferCallback done;
   };
+  // One device in use: its engine and its executor. Created on first use, destroyed with the
+  // server. `busy` is true while one of its requests executes (on the executor or inline).
+  struct Lane {
+    std::string device;
+    std::unique_ptr<api::Engine> engine;
+    std::atomic<int64_t> seen_jit_evictions{0};
+    absl::Mutex mu;
+    std::deque<Task> queue ABSL_GUARDED_BY(mu);
+    bool busy ABSL_GUARDED_BY(mu) = false;
+    bool stop ABSL_GUARDED_BY(mu) = false;
+    std::thread executor;
+  };
 
-  InferenceServer(ServerOptions options, std::unique_ptr<api::Engine> engine);
+  InferenceServer(ServerOptions options, std::string default_device,
+                  std::unique_ptr<api::Engine> default_engine);
+  // ModelPlacer: resolves config's placement, echoes it, and gives the device's engine.
+  absl::StatusOr<Placement> Place(inference::ModelConfig* config) override;
+  // The lane of `device`, created (engine and executor) on first use. Errors from Engine::Create.
+  absl::StatusOr<Lane*> LaneFor(const std::string& device);
+  Lane* FindLane(const std::string& device) const;
+  Lane* StartLane(std::string device, std::unique_ptr<api::Engine> engine)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lanes_mu_);
+  // The machine's devices (api::ListDevices), discovered on first use.
+  std::vector<std::string> Devices();
   // Resolves, validates and admits; on refusal returns the error (obs filled).
   absl::Status Admit(const InferRequest& request, Task* task);
   void Finish(Task& task, absl::StatusOr<InferResponse> response);
-  void ExecutorLoop();
-  void RunTask(Task& task);
-  absl::StatusOr<InferResponse> Execute(const ModelVersion& version, const InferRequest& request,
-                                        const ValidatedRequest& valid, ExecutionTimes* times,
-                                        InferObservation* obs);
-  absl::StatusOr<InferResponse> ExecuteBuiltin(const ModelVersion& version,
+  void ExecutorLoop(Lane* lane);
+  // Executes an admitted task (statistics included); the caller releases the device, then Finish.
+  absl::StatusOr<InferResponse> RunTask(Task& task);
+  absl::StatusOr<InferResponse> Execute(Lane& lane, const ModelVersion& version,
+                                        const InferRequest& request, const ValidatedRequest& valid,
+                                        ExecutionTimes* times, InferObservation* obs);
+  absl::StatusOr<InferResponse> ExecuteBuiltin(Lane& lane, const ModelVersion& version,
                                                const InferRequest& request,
                                                const ValidatedRequest& valid, ExecutionTimes* times,
                                                InferObservation* obs);
-  void ObserveRun(const api::RunResult& run);
+  void ObserveRun(Lane& lane, const api::RunResult& run);
+  // Tells the observer the loaded versions' and the devices' memory (after start, load, unload).
+  void PublishModels();
   // The engine call of Execute / ExecuteBuiltin, timed into times->compute_infer_ns and observed;
   // a failure other than INVALID_ARGUMENT marks obs->engine_failure.
   absl::StatusOr<api::RunResult> TimedRun(
-      const std::function<absl::StatusOr<api::RunResult>()>& run_engine, ExecutionTimes* times,
-      InferObservation* obs);
+      Lane& lane, const std::function<absl::StatusOr<api::RunResult>()>& run_engine,
+      ExecutionTimes* times, InferObservation* obs);
   // A response naming the model version and echoing the request id, with no outputs yet.
   static InferResponse ResponseFor(const ModelVersion& version, const InferRequest& request);
   absl::StatusOr<std::shared_ptr<const ModelVersion>> Resolve(const std::string& name,
                                                               const std::string& version) const;
 
   const ServerOptions options_;
-  std::unique_ptr<api::Engine> engine_;  // before repository_: the repository prepares graphs with it
+  const std::string default_device_;
+  // Before repository_: versions hold the engines' models. Lanes are never removed.
+  mutable absl::Mutex lanes_mu_;
+  std::map<std::string, std::unique_ptr<Lane>> lanes_ ABSL_GUARDED_BY(lanes_mu_);
+  api::Engine* default_engine_ = nullptr;  // owned by its lane; null when it could not start
+  absl::Mutex devices_mu_;
+  std::optional<std::vector<std::string>> devices_ ABSL_GUARDED_BY(devices_mu_);
   GraphService graphs_;
   InferObserver* observer_ = nullptr;
   ModelRepository repository_;
   std::atomic<bool> shutting_down_{false};
-  std::atomic<int64_t> seen_jit_evictions_{0};
-
-  absl::Mutex queue_mu_;
-  std::deque<Task> queue_ ABSL_GUARDED_BY(queue_mu_);
-  bool stop_executor_ ABSL_GUARDED_BY(queue_mu_) = false;
-  std::thread executor_;  // last: started after everything above exists
 };
 
 }  // namespace kiln::server

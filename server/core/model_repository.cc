@@ -154,8 +154,8 @@ std::string_view ModelStateName(ModelState state) {
   return "UNKNOWN";
 }
 
-ModelRepository::ModelRepository(std::filesystem::path root, api::Engine* engine)
-    : root_(std::move(root)), engine_(engine) {}
+ModelRepository::ModelRepository(std::filesystem::path root, ModelPlacer* placer)
+    : root_(std::move(root)), placer_(placer) {}
 
 std::vector<std::string> ModelRepository::ListModelFolders() const {
   std::vector<std::string> names;
@@ -207,6 +207,13 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     config = std::move(*parsed);
   }
   if (absl::Status s = NormalizeModelConfig(name, &config); !s.ok()) return s;
+  ModelPlacer::Placement placement;
+  if (placer_ != nullptr) {
+    absl::StatusOr<ModelPlacer::Placement> placed = placer_->Place(&config);
+    if (!placed.ok()) return placed.status();
+    placement = *std::move(placed);
+  }
+  api::Engine* const engine = placement.engine;
   auto shared_config = std::make_shared<const inference::ModelConfig>(std::move(config));
 
   const std::vector<int64_t> available = ListVersions(model_dir);
@@ -239,18 +246,18 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     absl::Status status = CheckModelArtifact(*shared_config, model_dir / std::to_string(v), &graph);
     std::shared_ptr<const api::PreparedGraph> prepared;
     std::shared_ptr<const api::BuiltinModel> builtin;
-    if (status.ok() && engine_ != nullptr && shared_config->platform() == kPlatformBuiltin) {
+    if (status.ok() && engine != nullptr && shared_config->platform() == kPlatformBuiltin) {
       absl::StatusOr<std::shared_ptr<const api::BuiltinModel>> b =
-          LoadBuiltinModel(*engine_, *shared_config, model_dir / std::to_string(v));
+          LoadBuiltinModel(*engine, *shared_config, model_dir / std::to_string(v));
       if (b.ok()) {
         builtin = *std::move(b);
       } else {
         status = b.status();
       }
     }
-    if (status.ok() && engine_ != nullptr && shared_config->platform() == kPlatformGraph) {
+    if (status.ok() && engine != nullptr && shared_config->platform() == kPlatformGraph) {
       absl::StatusOr<std::shared_ptr<const api::PreparedGraph>> p =
-          PrepareGraphModel(*engine_, *shared_config, graph);
+          PrepareGraphModel(*engine, *shared_config, graph);
       if (p.ok()) {
         prepared = *std::move(p);
       } else {
@@ -269,6 +276,7 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     model->version = v;
     model->config = shared_config;
     model->stats = std::make_shared<ModelStats>();
+    model->device = placement.device;
     model->graph = std::move(prepared);
     model->builtin = std::move(builtin);
     slot.state = ModelState::kReady;

@@ -45,12 +45,18 @@ struct ModelVersion {
   int64_t version = 0;
   std::shared_ptr<const inference::ModelConfig> config;
   std::shared_ptr<ModelStats> stats;
+  // The canonical device the version runs on (placement.h); "" when loaded without a placer.
+  std::string device;
   // kiln_graph: the graph, decoded and validated by the engine at load (null without an engine).
   std::shared_ptr<const api::PreparedGraph> graph;
   // kiln_builtin: the architecture with its weights, loaded by the engine (null without an engine).
   std::shared_ptr<const api::BuiltinModel> builtin;
   // Requests of this version waiting for execution (bounded by InferenceServer).
   std::shared_ptr<std::atomic<int64_t>> pending = std::make_shared<std::atomic<int64_t>>(0);
+  // Engine time per batch item of the version's latest successful run (0 = none yet); how
+  // InferenceServer judges whether a request is short enough to run inline.
+  std::shared_ptr<std::atomic<uint64_t>> last_compute_ns_per_item =
+      std::make_shared<std::atomic<uint64_t>>(0);
 };
 
 struct RepositoryIndexEntry {
@@ -60,11 +66,27 @@ struct RepositoryIndexEntry {
   std::string reason;
 };
 
+// Decides where a model runs (placement.h) and hands out that device's engine. Implemented by
+// InferenceServer; called by Load with the normalized config, once per load.
+class ModelPlacer {
+ public:
+  struct Placement {
+    std::string device;             // canonical device name
+    api::Engine* engine = nullptr;  // not owned; outlives the repository. Null: no engine (the
+                                    // versions load, checked by their files only, and cannot run)
+  };
+  virtual ~ModelPlacer() = default;
+  // May rewrite config->instance_group to the resolved placement (Triton echoes it).
+  // INVALID_ARGUMENT naming the field for a device the machine does not have.
+  virtual absl::StatusOr<Placement> Place(inference::ModelConfig* config) = 0;
+};
+
 class ModelRepository {
  public:
-  // `engine` (may be null; not owned, must outlive the repository) prepares kiln_graph versions
-  // at load, so a graph the engine rejects never goes READY.
-  explicit ModelRepository(std::filesystem::path root, api::Engine* engine = nullptr);
+  // `placer` (may be null; not owned, must outlive the repository) places each model and gives
+  // the engine that prepares kiln_graph versions and loads kiln_builtin weights at load, so a
+  // model the engine rejects never goes READY.
+  explicit ModelRepository(std::filesystem::path root, ModelPlacer* placer = nullptr);
 
   // Loads every model folder under the root. Models that fail stay UNAVAILABLE with a reason
   // (logged); only an unreadable root is an error (NOT_FOUND).
@@ -115,7 +137,7 @@ class ModelRepository {
       const std::string& name, std::optional<inference::ModelConfig> config_override) const;
 
   const std::filesystem::path root_;
-  api::Engine* const engine_;
+  ModelPlacer* const placer_;
   absl::Mutex load_mu_;  // serializes Load / Unload
   mutable absl::Mutex mu_;
   std::map<std::string, ModelEntry, std::less<>> models_ ABSL_GUARDED_BY(mu_);

@@ -37,6 +37,15 @@ struct EngineRunObservation {
   std::vector<api::DeviceMemoryUsage> device_memory;  // after the run
 };
 
+// Device memory a loaded model version holds (api::BuiltinModel::device_bytes; 0 for kiln_graph
+// versions, which hold no device buffers between requests).
+struct ModelMemoryObservation {
+  std::string model;
+  std::string version;
+  std::string device;
+  uint64_t bytes = 0;
+};
+
 class InferObserver {
  public:
   virtual ~InferObserver() = default;
@@ -46,6 +55,13 @@ class InferObserver {
   // A request entered (+1) or left (-1) the queue of model `model` version `version`.
   virtual void ObservePending(const std::string& /*model*/, const std::string& /*version*/,
                               int /*delta*/) {}
+  // The set of loaded versions changed (start, load, unload): `loaded` lists every READY version;
+  // versions no longer listed are gone. `devices` is the memory of every device with an engine.
+  virtual void ObserveModels(absl::Span<const ModelMemoryObservation> /*loaded*/,
+                             absl::Span<const api::DeviceMemoryUsage> /*devices*/) {}
+  // One loaded version's memory changed (a run captured a JIT trace). Ignored for a version not
+  // in the latest ObserveModels (it was unloaded meanwhile).
+  virtual void ObserveModelMemory(const ModelMemoryObservation& /*memory*/) {}
 };
 
 }  // namespace kiln::server

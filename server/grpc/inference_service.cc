@@ -1,6 +1,8 @@
 #include "server/grpc/inference_service.h"
 
+#include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -82,8 +84,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
 
 namespace {
 
-// One ModelStreamInfer call. Reads requests one after another and hands each to the core; each
-// answer is queued for writing (one write in flight at a time). The call finishes with OK once
+// One ModelStreamInfer call. Reads requests one after another and hands each to the core; the
+// answers are written in request order (an answer that completes early -- a refused request, or
+// one on another device -- waits in `done_` for those before it), one write in flight at a time. The call finishes with OK once
 // the client has half-closed (or cancelled), every request has been answered and every write
 // has completed; OnDone then deletes the reactor.
 class StreamInferReactor final
@@ -101,13 +104,16 @@ class StreamInferReactor final
     }
     auto message = std::make_shared<inference::ModelInferRequest>(std::move(incoming_));
     incoming_.Clear();
+    uint64_t seq = 0;
     {
       absl::MutexLock lock(&mu_);
       ++outstanding_;
+      seq = next_seq_++;
     }
-    // The decoded views point into *message, which the callback keeps alive.
+    // The decoded views point into *message, which the callback keeps alive. InferAsync may run
+    // the request (and this callback) before it returns; the next read starts after it.
     server_->InferAsync(DecodeInferRequest(*message),
-                        [this, message](absl::StatusOr<InferResponse> result) {
+                        [this, message, seq](absl::StatusOr<InferResponse> result) {
                           inference::ModelStreamInferResponse out;
                           if (result.ok()) {
                             EncodeInferResponse(*result, out.mutable_infer_response());
@@ -118,7 +124,7 @@ class StreamInferReactor final
                             out.mutable_infer_response()->set_model_version(
                                 message->model_version());
                           }
-                          Enqueue(std::move(out));
+                          Enqueue(seq, std::move(out));
                         });
     StartRead(&incoming_);
   }
@@ -138,10 +144,15 @@ class StreamInferReactor final
   void OnDone() override { delete this; }
 
  private:
-  void Enqueue(inference::ModelStreamInferResponse response) {
+  void Enqueue(uint64_t seq, inference::ModelStreamInferResponse response) {
     absl::MutexLock lock(&mu_);
-    writes_.push_back(std::move(response));
-    if (!writing_) {
+    done_.emplace(seq, std::move(response));
+    for (auto it = done_.begin(); it != done_.end() && it->first == next_write_;
+         it = done_.erase(it)) {
+      writes_.push_back(std::move(it->second));
+      ++next_write_;
+    }
+    if (!writing_ && !writes_.empty()) {
       writing_ = true;
       StartWrite(&writes_.front());
     }
@@ -158,6 +169,10 @@ class StreamInferReactor final
   inference::ModelInferRequest incoming_;  // only touched by the read chain
   absl::Mutex mu_;
   std::deque<inference::ModelStreamInferResponse> writes_ ABSL_GUARDED_BY(mu_);  // front in flight
+  // Answers that completed before an earlier request's, by request sequence number.
+  std::map<uint64_t, inference::ModelStreamInferResponse> done_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;    // of the next request read
+  uint64_t next_write_ ABSL_GUARDED_BY(mu_) = 0;  // of the next answer to write
   int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // requests read, answer not yet written
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool reading_done_ ABSL_GUARDED_BY(mu_) = false;

@@ -47,7 +47,14 @@ ABSL_FLAG(int64_t, max_queue_size, kiln::server::kDefaultMaxQueueSize,
 ABSL_FLAG(int32_t, exit_timeout_secs, 30,
           "on SIGTERM/SIGINT, seconds for calls in flight to finish before exit");
 ABSL_FLAG(std::string, device, "",
-          "engine device (CPU, CL, CL:1, CUDA, INTERP); empty = CPU when built in, else INTERP");
+          "default device of models whose config names none (no instance_group or KIND_AUTO): "
+          "CPU, CL, CL:1, CUDA, INTERP; empty = CPU when built in, else INTERP");
+ABSL_FLAG(bool, inline_execution, true,
+          "run a request on the receiving thread when its device is idle and nothing is queued "
+          "(saves the hand-off to the device's executor); false = always queue");
+ABSL_FLAG(int64_t, inline_max_compute_us, 2000,
+          "run inline only requests whose expected engine time (the model's latest run, per "
+          "batch item, times the batch) is at most this many microseconds");
 ABSL_FLAG(bool, list_devices, false,
           "print the devices this machine has (CPU, CL:n, CUDA:n), one per line, and exit");
 ABSL_FLAG(std::string, log_format, "default", "log line format: default or ISO8601");
@@ -190,6 +197,8 @@ int main(int argc, char** argv) {
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
   options.max_request_bytes = max_request_bytes;
   options.device = absl::GetFlag(FLAGS_device);
+  options.inline_execution = absl::GetFlag(FLAGS_inline_execution);
+  options.inline_max_compute_us = std::max<int64_t>(0, absl::GetFlag(FLAGS_inline_max_compute_us));
   options.max_queue_size = std::max<int64_t>(1, absl::GetFlag(FLAGS_max_queue_size));
   auto core = kiln::server::InferenceServer::Create(options);
   if (!core.ok()) {
@@ -216,7 +225,9 @@ int main(int argc, char** argv) {
     jo.data_dir = data_dir;
     jo.model_repository = options.model_repository;
     jo.resume_jobs = absl::GetFlag(FLAGS_resume_jobs);
-    jo.device = options.device;
+    // The canonical default device ("CL" is CL:0): training shares that device (and its memory
+    // metric label) with the models served there.
+    jo.device = (*core)->default_device();
     jo.max_dataset_bytes = std::max<int64_t>(1, absl::GetFlag(FLAGS_max_dataset_bytes));
     jo.dataset_roots.clear();
     for (const std::string& root : absl::GetFlag(FLAGS_dataset_roots)) {

@@ -86,6 +86,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Name("kiln_device_memory_bytes")
                         .Help("Bytes held in device buffers")
                         .Register(*registry_);
+  model_memory_ = &prometheus::BuildGauge()
+                       .Name("kiln_model_memory_bytes")
+                       .Help("Bytes of device buffers a loaded model version holds")
+                       .Register(*registry_);
   training_steps_ = &BuildCounter()
                          .Name("kiln_training_steps_total")
                          .Help("Training steps completed, per job")
@@ -163,6 +167,36 @@ void Metrics::ObserveEngineRun(const EngineRunObservation& o) {
 
 void Metrics::ObservePending(const std::string& model, const std::string& version, int delta) {
   pending_->Add({{"model", model}, {"version", version}}).Increment(delta);
+}
+
+void Metrics::ObserveModels(absl::Span<const ModelMemoryObservation> loaded,
+                            absl::Span<const api::DeviceMemoryUsage> devices) {
+  for (const api::DeviceMemoryUsage& m : devices) {
+    device_memory_->Add({{"device", m.device}}).Set(static_cast<double>(m.bytes));
+  }
+  absl::MutexLock l(&mu_);
+  std::map<std::tuple<std::string, std::string, std::string>, prometheus::Gauge*> next;
+  for (const ModelMemoryObservation& m : loaded) {
+    auto key = std::make_tuple(m.model, m.version, m.device);
+    auto it = model_series_.find(key);
+    prometheus::Gauge* g =
+        it != model_series_.end()
+            ? it->second
+            : &model_memory_->Add(
+                  {{"model", m.model}, {"version", m.version}, {"device", m.device}});
+    g->Set(static_cast<double>(m.bytes));
+    next.emplace(std::move(key), g);
+  }
+  for (const auto& [key, g] : model_series_) {
+    if (!next.contains(key)) model_memory_->Remove(g);
+  }
+  model_series_ = std::move(next);
+}
+
+void Metrics::ObserveModelMemory(const ModelMemoryObservation& m) {
+  absl::MutexLock l(&mu_);
+  auto it = model_series_.find(std::make_tuple(m.model, m.version, m.device));
+  if (it != model_series_.end()) it->second->Set(static_cast<double>(m.bytes));
 }
 
 void Metrics::ObserveTrainingStep(const std::string& job, double loss,

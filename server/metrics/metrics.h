@@ -9,7 +9,11 @@
 //   kiln_jit_cache_hits_total, kiln_jit_cache_misses_total, kiln_jit_cache_evictions_total
 //                                   counters  {device}          the builtin models' trace cache
 //   kiln_queue_duration_seconds     histogram {model, version}  arrival to execution start
-//   kiln_device_memory_bytes        gauge     {device}          bytes in device buffers
+//   kiln_device_memory_bytes        gauge     {device}          bytes in device buffers, every
+//                                   device with an engine (set at load/unload and after each run)
+//   kiln_model_memory_bytes         gauge     {model, version, device}  device bytes a loaded
+//                                   version holds (weights + JIT-captured buffers; 0 for kiln_graph);
+//                                   the series goes away when the version is unloaded
 //   nv_inference_request_success    counter   {model, version}           Triton's names and labels
 //   nv_inference_request_failure    counter   {model, version, reason}   (reason BACKEND or OTHER)
 //   nv_inference_count              counter   {model, version}           batch elements
@@ -60,6 +64,9 @@ class Metrics final : public InferObserver, public TrainingObserver {
   void ObserveKernels(absl::Span<const api::KernelTiming> kernels) override;
   void ObserveEngineRun(const EngineRunObservation& observation) override;
   void ObservePending(const std::string& model, const std::string& version, int delta) override;
+  void ObserveModels(absl::Span<const ModelMemoryObservation> loaded,
+                     absl::Span<const api::DeviceMemoryUsage> devices) override;
+  void ObserveModelMemory(const ModelMemoryObservation& memory) override;
   void ObserveTrainingStep(const std::string& job, double loss,
                            double examples_per_second) override;
 
@@ -86,6 +93,7 @@ class Metrics final : public InferObserver, public TrainingObserver {
   prometheus::Family<prometheus::Counter>* jit_evictions_;
   prometheus::Family<prometheus::Histogram>* queue_duration_;
   prometheus::Family<prometheus::Gauge>* device_memory_;
+  prometheus::Family<prometheus::Gauge>* model_memory_;
   prometheus::Family<prometheus::Counter>* training_steps_;
   prometheus::Family<prometheus::Gauge>* training_loss_;
   prometheus::Family<prometheus::Gauge>* training_examples_per_second_;
@@ -94,6 +102,9 @@ class Metrics final : public InferObserver, public TrainingObserver {
   std::map<std::pair<std::string, std::string>, prometheus::Histogram*> kernel_series_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, bool> known_kernels_ ABSL_GUARDED_BY(mu_);
+  // kiln_model_memory_bytes series of the loaded versions, by (model, version, device).
+  std::map<std::tuple<std::string, std::string, std::string>, prometheus::Gauge*> model_series_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kiln::server

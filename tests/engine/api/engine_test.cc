@@ -107,6 +107,17 @@ TEST_F(EngineTest, RunsAGraphAndReportsKernels) {
   EXPECT_EQ(compiles, static_cast<uint64_t>(run->kernels_compiled));
 }
 
+TEST(EngineDeviceNameTest, CanonicalNames) {
+  EXPECT_EQ(*CanonicalDeviceName("cl"), "CL:0");
+  EXPECT_EQ(*CanonicalDeviceName("CL:1"), "CL:1");
+  EXPECT_EQ(*CanonicalDeviceName("cuda"), "CUDA:0");
+  EXPECT_EQ(*CanonicalDeviceName("cpu"), "CPU");
+  EXPECT_EQ(*CanonicalDeviceName("CPU:0"), "CPU");
+  EXPECT_EQ(*CanonicalDeviceName("interp"), "INTERP");
+  EXPECT_EQ(CanonicalDeviceName("CL:x").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CanonicalDeviceName("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(EngineTest, PrepareIsCachedByKey) {
   GraphSpec g = AddScaleSum({4, 5});
   auto p1 = engine_->Prepare(g);

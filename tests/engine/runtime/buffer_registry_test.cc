@@ -92,6 +92,26 @@ TEST(BufferTableTest, MemoryFreedWhenBufferNodeDies) {
   EXPECT_EQ(table.size(), before);
 }
 
+TEST(BufferTableTest, BytesPerDeviceFollowAttachAndDeath) {
+  FakeDevice a, b;
+  BufferTable& table = BufferTable::Global();
+  EXPECT_EQ(table.bytes_on(&a), 0u);
+  {
+    UOpPtr n1 = MakeBuffer(61, 16), n2 = MakeBuffer(62, 4);
+    auto b1 = Buffer::Create(&a, dtypes::kFloat32, 16);
+    auto b2 = Buffer::Create(&b, dtypes::kFloat32, 4);
+    ASSERT_TRUE(b1.ok() && b2.ok());
+    ASSERT_TRUE(table.Attach(n1.get(), *b1).ok());
+    ASSERT_TRUE(table.Attach(n2.get(), *b2).ok());
+    EXPECT_EQ(table.bytes_on(&a), 64u);
+    EXPECT_EQ(table.bytes_on(&b), 16u);
+    n1 = nullptr;  // the node dies: its bytes leave device a only
+    EXPECT_EQ(table.bytes_on(&a), 0u);
+    EXPECT_EQ(table.bytes_on(&b), 16u);
+  }
+  EXPECT_EQ(table.bytes_on(&b), 0u);
+}
+
 TEST(BufferTableTest, SharedBufferOutlivesOneNode) {
   FakeDevice dev;
   BufferTable& table = BufferTable::Global();
