@@ -7,7 +7,7 @@ work. On top of that each run checks:
   - its CSV (Inferences/Second, p50) is positive;
   - the server section it printed from kilnd's ModelStatistics: the success count equals the inference
     and execution counts (batch 1, no batching), and equals the requests the client counted in the
-    same window give or take the requests in flight (at most the concurrency) at each window edge;
+    same window give or take the requests that complete while the statistics are being read (1%);
   - kilnd's own statistics counted at least every request perf_analyzer reported, and no failure.
 """
 
@@ -79,6 +79,9 @@ def test_perf_analyzer_unchanged(perf_analyzer, kilnd, client, tmp_path, model, 
     assert float(row["Inferences/Second"]) > 0
     assert int(row["p50 latency"]) > 0
     assert f["server_inferences"] == f["server_executions"] == f["server_successes"]
-    assert abs(f["server_successes"] - f["client_requests"]) <= 2 * CONCURRENCY, f
+    # perf_analyzer reads the statistics over another connection while the load keeps running, so a few
+    # requests that complete during those reads land on either side of the window edges.
+    slack = max(2 * CONCURRENCY, f["client_requests"] // 100)
+    assert abs(f["server_successes"] - f["client_requests"]) <= slack, f
     assert after_fail == before_fail
     assert after_ok - before_ok >= f["client_requests"]
