@@ -1,7 +1,6 @@
 // Kernel optimisations: Opt application by splitting RANGEs (tinygrad shift_to) and the hand-coded heuristic
 // (tinygrad codegen/opt/heuristic.py, adapted to CPUs).
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -398,7 +397,7 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
   // A row axis narrower than the budget leaves accumulators free: widen the lane tile by whole vectors (up to 64
   // lanes) while tm x tn still fits, so each broadcast row value feeds more FMAs (conv3's weight gradient: 3 kernel
   // columns x 64 output channels rather than 3 x 32).
-  while (!std::getenv("KILN_NOWIDEN") && tm == m && tn % vf == 0 && 2 * tn <= 64 && n % (2 * tn) == 0 && tm * (2 * tn / vf) <= regs) tn *= 2;
+  while (tm == m && tn % vf == 0 && 2 * tn <= 64 && n % (2 * tn) == 0 && tm * (2 * tn / vf) <= regs) tn *= 2;
   const int64_t id_n = std::get<AxisArg>(axes[nn]->arg()).id, id_m = std::get<AxisArg>(axes[nm]->arg()).id;
   auto index_of = [&](int64_t id) {
     std::vector<UOpPtr> now = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});

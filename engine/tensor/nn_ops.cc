@@ -5,7 +5,6 @@
 #include <utility>
 #include <vector>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 
 #include "absl/container/flat_hash_set.h"
@@ -225,9 +224,8 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
     UOpPtr xpn = FindByKey(node, xp_key, kDepth);
     if (!xn || !wn || !xpn) return absl::InternalError("Conv2d gradient: input or weight not found under the output");
     std::vector<std::pair<UOpPtr, UOpPtr>> out;
-    const bool ab_rules = std::getenv("KILN_DW_RULES") != nullptr;  // TEMP A/B
     Tensor g = grad;
-    if (matmul_dw && !ab_rules) {
+    if (matmul_dw) {
       g = grad.Contiguous();
       Tensor dw = ConvWeightGradient(Tensor(xpn, device), g);
       if (!dw.ok()) return dw.status();
