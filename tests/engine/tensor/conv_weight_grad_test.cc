@@ -2,6 +2,7 @@
 // pooled input, compared with a plain C++ loop: the Conv2d gradient override's channels-last matmul over batch chunks
 // (Ci * KH * KW >= 64) and the rules' path (conv1, 1 x 5 x 5).
 #include <cmath>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@ struct Shape4 {
   int64_t b, ci, co, hw, k, pad;
   bool pooled = false;  // the input is MaxPool2d(2) of a 2x larger tensor, unrealized (fused into the gradient)
 };
+void PrintTo(const Shape4& s, std::ostream* os) { *os << s.name; }
 
 std::vector<float> Data(int64_t n, float scale, float phase) {
   std::vector<float> v(n);
