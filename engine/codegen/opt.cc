@@ -391,14 +391,17 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
   // Accumulator budget: 16 of AVX-512's 32 registers, 8 of AVX2's 16; a row of tn lanes takes ceil(tn / vf).
   const int64_t regs = vf >= 16 ? 16 : 8;
   const int64_t max_rows = std::max<int64_t>(2, regs / ((tn + vf - 1) / vf));
-  int64_t tm = 0;
+  // The whole row axis when it fits (a conv weight gradient's 3- or 5-wide kernel rows), else the largest candidate
+  // that divides it.
+  int64_t tm = m >= 2 && m <= max_rows ? m : 0;
   for (int64_t c : {16, 12, 8, 6, 4, 3, 2}) {
-    if (c <= max_rows && m % c == 0) {
-      tm = c;
-      break;
-    }
+    if (tm == 0 && c <= max_rows && m % c == 0) tm = c;
   }
   if (tm == 0) return false;
+  // A row axis narrower than the budget leaves accumulators free: widen the lane tile by whole vectors (up to 64
+  // lanes) while tm x tn still fits, so each broadcast row value feeds more FMAs (conv3's weight gradient: 3 kernel
+  // columns x 64 output channels rather than 3 x 32).
+  while (tm == m && tn % vf == 0 && 2 * tn <= 64 && n % (2 * tn) == 0 && tm * (2 * tn / vf) <= regs) tn *= 2;
   const int64_t id_n = std::get<AxisArg>(axes[nn]->arg()).id, id_m = std::get<AxisArg>(axes[nm]->arg()).id;
   auto index_of = [&](int64_t id) {
     std::vector<UOpPtr> now = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});

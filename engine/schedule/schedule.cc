@@ -146,6 +146,28 @@ class Scheduler {
     return BufferOf(u, &c) != nullptr && c;
   }
 
+  // Under movement ops and negations (exact, and all that Min and the MAX gradient put between x and max(x)).
+  static const UOp* StripExact(const UOp* u) {
+    while (IsMovement(u->op()) || u->op() == Op::NEG) u = u->src(0).get();
+    return u;
+  }
+  // For a comparison of a float value x with a MAX reduce of x (x == max(x): the MAX reduce's gradient, Argmax), x
+  // when it is computed rather than loaded, else null. Such an x must be stored once: fused into the max's kernel and
+  // recomputed in the comparing kernel it need not have the same bits in both (the CPU backend contracts a multiply
+  // feeding an add into one FMA where the product has one use, and rounds twice where it has more; GPU compilers do
+  // the same), and a row whose max equals none of its recomputed elements loses its gradient (0/0 in is_max/count).
+  const UOp* ComparedWithItsMax(const UOp* cmp) const {
+    for (int i = 0; i < 2; ++i) {
+      const UOp* r = StripExact(cmp->src(i).get());
+      if (r->op() != Op::REDUCE_AXIS || std::get<ReduceArg>(r->arg()).op != Op::MAX) continue;
+      const UOp* x = StripExact(r->src(0).get());
+      if (x != StripExact(cmp->src(1 - i).get()) || !x->dtype().IsFloat()) continue;
+      if (x->op() == Op::BUFFER || x->op() == Op::CONST || g_.realized.contains(x)) continue;
+      return x;
+    }
+    return nullptr;
+  }
+
   absl::Status InitialRealize(absl::Span<const UOpPtr> roots) {
     for (const UOp* u : topo_) {
       switch (u->op()) {
@@ -164,6 +186,10 @@ class Scheduler {
             Realize(u);
             if (!IsContiguousBufferView(u->src(0).get())) Realize(u->src(0).get());
           }
+          break;
+        case Op::CMPEQ:
+        case Op::CMPNE:
+          if (const UOp* x = ComparedWithItsMax(u)) Realize(x);
           break;
         default: break;
       }

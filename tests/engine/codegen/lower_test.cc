@@ -168,6 +168,48 @@ TEST(LowerTest, MatmulRegisterTile) {
   EXPECT_EQ(std::count(small->begin(), small->end(), Opt{OptOp::kUpcast, 1, 16}), 0);
 }
 
+// A conv weight gradient in the form the Conv2d gradient override builds (engine/tensor/nn_ops.cc):
+// out[nb, ci, ky, kx, co] = sum_{b, oy, ox} x[nb*bc + b, ci, oy + ky, ox + kx] * g[nb*bc + b, oy, ox, co] with the output
+// gradient g channels-last, so co is contiguous in g and in the output and broadcast in x.
+UOpPtr ConvWeightGradKernel(int64_t nb, int64_t bc, int64_t ci, int64_t co, int64_t hw, int64_t k) {
+  const int64_t o = hw - k + 1;
+  UOpPtr out = Param(0, dtypes::kFloat32), x = Param(1, dtypes::kFloat32), g = Param(2, dtypes::kFloat32);
+  UOpPtr rnb = UOp::Range(nb, 0), rci = UOp::Range(ci, 1), rky = UOp::Range(k, 2), rkx = UOp::Range(k, 3),
+         rco = UOp::Range(co, 4), rb = UOp::Range(bc, 5, AxisType::kReduce),
+         roy = UOp::Range(o, 6, AxisType::kReduce), rox = UOp::Range(o, 7, AxisType::kReduce);
+  UOpPtr sample = rnb * bc + rb;
+  UOpPtr xv = Ld(Idx(x, (sample * ci + rci) * (hw * hw) + (roy + rky) * hw + rox + rkx));
+  UOpPtr gv = Ld(Idx(g, ((sample * o + roy) * o + rox) * co + rco));
+  UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {xv * gv, rb, roy, rox}, Op::ADD);
+  return UOp::Sink(
+      {End(St(Idx(out, (((rnb * ci + rci) * k + rky) * k + rkx) * co + rco), red), {rnb, rci, rky, rkx, rco})});
+}
+
+TEST(LowerTest, ConvWeightGradientTile) {
+  Target avx512;
+  avx512.renderer = "llvm";
+  avx512.has_threads = true;
+  avx512.max_threads = 2;
+  avx512.vector_bytes = 64;
+  // conv3 (32 -> 64 channels, 3x3, 10x10 input): the whole 3-wide kx row axis, and with registers left over the
+  // lane tile widens to all 64 output channels (3 x 4 vectors = 12 accumulators).
+  auto conv3 = codegen::HeuristicOpts(ConvWeightGradKernel(32, 16, 32, 64, 10, 3), avx512);
+  ASSERT_TRUE(conv3.ok()) << conv3.status();
+  EXPECT_EQ(*conv3, (std::vector<Opt>{{OptOp::kThread, 0, 2},
+                                      {OptOp::kUpcast, 4, 16},
+                                      {OptOp::kUpcast, 4, 4},
+                                      {OptOp::kUpcast, 3, 3},
+                                      {OptOp::kUnroll, 2, 2}}));
+  // conv2 (32 -> 32, 5x5): 5 rows of 32 lanes (10 accumulators); 5 is not among the divisor candidates.
+  auto conv2 = codegen::HeuristicOpts(ConvWeightGradKernel(128, 4, 32, 32, 24, 5), avx512);
+  ASSERT_TRUE(conv2.ok()) << conv2.status();
+  EXPECT_EQ(*conv2, (std::vector<Opt>{{OptOp::kThread, 0, 2},
+                                      {OptOp::kUpcast, 4, 16},
+                                      {OptOp::kUpcast, 4, 2},
+                                      {OptOp::kUpcast, 3, 5},
+                                      {OptOp::kUnroll, 2, 2}}));
+}
+
 TEST(LowerTest, WideIndexUsesInt64) {
   UOpPtr out = Param(0, dtypes::kUInt8);
   UOpPtr r0 = UOp::Range(int64_t{3} << 30, 0);
