@@ -1,13 +1,10 @@
 """kilnd serving on OpenCL (--device=CL; PoCL in CI): inference through the stock tritonclient matches numpy, and
 the kernels ran on CL (kiln_kernel_launches_total{device="CL:0"} counts them: --device=CL is the canonical CL:0).
 --device is only the default: add_sub's config says instance_group KIND_CPU, so it stays on CPU.
-Skipped where no OpenCL device exists."""
+Fails where no OpenCL device exists (deploy/install-deps.sh installs PoCL)."""
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
 import urllib.request
 
 import numpy as np
@@ -15,29 +12,17 @@ import pytest
 import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import Kilnd
+from conftest import Kilnd, free_port, require_opencl
 
 
-def _has_opencl_device() -> bool:
-    clinfo = shutil.which("clinfo")
-    if clinfo is None:
-        return False
-    out = subprocess.run([clinfo, "-l"], capture_output=True, text=True, check=False).stdout
-    return "Device" in out
-
-
-pytestmark = pytest.mark.skipif(not _has_opencl_device(), reason="no OpenCL device (pocl-opencl-icd)")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture(autouse=True, scope="module")
+def _opencl():
+    require_opencl()
 
 
 @pytest.fixture(scope="module")
 def cl_server(models):
-    port = _free_port()
+    port = free_port()
     server = Kilnd(models, ["--device=CL", f"--metrics-port={port}"])
     server.metrics_url = f"http://127.0.0.1:{port}/metrics"
     yield server

@@ -6,13 +6,11 @@ the stock tritonclient.grpc; the scraped metrics (prometheus_client's parser) sh
 its own device only, kiln_model_memory_bytes for each version (> 0 for the builtin CNN, whose weights live on CPU),
 kiln_device_memory_bytes for both devices, and the series of an unloaded version gone. A copy asking for a GPU the
 machine lacks fails to load with an error naming instance_group[0].gpus, and one ModelStreamInfer stream mixing both
-devices and a refused request answers in request order. Skipped where no OpenCL device exists."""
+devices and a refused request answers in request order. Fails where no OpenCL device exists (deploy/install-deps.sh installs PoCL)."""
 
 from __future__ import annotations
 
 import shutil
-import socket
-import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -22,24 +20,12 @@ import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
-from conftest import Kilnd
+from conftest import Kilnd, free_port, require_opencl
 
 
-def _has_opencl_device() -> bool:
-    clinfo = shutil.which("clinfo")
-    if clinfo is None:
-        return False
-    out = subprocess.run([clinfo, "-l"], capture_output=True, text=True, check=False).stdout
-    return "Device" in out
-
-
-pytestmark = pytest.mark.skipif(not _has_opencl_device(), reason="no OpenCL device (pocl-opencl-icd)")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@pytest.fixture(autouse=True, scope="module")
+def _opencl():
+    require_opencl()
 
 
 def _copy_model(models: Path, root: Path, source: str, name: str, instance_group: str) -> None:
@@ -55,7 +41,7 @@ def placed(models, tmp_path_factory):
     _copy_model(models, root, "fashion_mnist", "cnn_cpu", "instance_group [{ kind: KIND_CPU }]")
     _copy_model(models, root, "add_sub", "add_gpu", "instance_group [{ kind: KIND_GPU gpus: [ 0 ] }]")
     _copy_model(models, root, "add_sub", "add_missing_gpu", "instance_group [{ kind: KIND_GPU gpus: [ 9 ] }]")
-    port = _free_port()
+    port = free_port()
     server = Kilnd(root, [f"--metrics-port={port}"])
     server.metrics_url = f"http://127.0.0.1:{port}/metrics"
     server.repository = root
