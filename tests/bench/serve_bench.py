@@ -77,7 +77,7 @@ def perf_analyzer_levels(url: str, model: str, seconds: float) -> int:
             out = Path(tmp) / f"c{conc}.csv"
             r = subprocess.run([str(pa), "-m", model, "-u", url, "-i", "grpc", "-b", "1",
                                 f"--concurrency-range={conc}", f"--measurement-interval={int(seconds * 1000)}",
-                                "--stability-percentage=25", "--max-trials=10", "-f", str(out)],
+                                "--stability-percentage=25", "--max-trials=10", "-f", str(out), "--verbose-csv"],
                                capture_output=True, text=True, timeout=600)
             if r.returncode != 0:
                 print(r.stdout + r.stderr)
