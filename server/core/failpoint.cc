@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "spdlog/spdlog.h"
 
@@ -46,10 +47,9 @@ Table* Parse() {
     }
     if (!IsKnown(name) || action != "kill" || at < 1) {
       spdlog::error(
-          "KILN_FAILPOINTS: ignoring '{}' (want <point>=kill[@n], n >= 1, point one of "
-          "checkpoint.after_temp_write|after_temp_fsync|after_rename|after_manifest, "
-          "publish.after_intent|after_version_write|after_mark)",
-          text);
+          "KILN_FAILPOINTS: ignoring '{}' (want <point>=kill[@n], n >= 1, point one of {})", text,
+          absl::StrJoin(kPoints, ", ",
+                        [](std::string* out, std::string_view p) { out->append(p); }));
       continue;
     }
     table->points[name].fire_at = at;

@@ -372,12 +372,7 @@ void InferenceServer::InferAsync(const InferRequest& request, InferCallback done
     }
     lane.busy = true;  // the device is ours: the executor waits until we release it
   }
-  absl::StatusOr<InferResponse> response = RunTask(task);
-  {
-    absl::MutexLock lock(&lane.mu);
-    lane.busy = false;  // the executor takes over anything queued meanwhile
-  }
-  Finish(task, std::move(response));
+  RunTask(task);
 }
 
 absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
@@ -451,16 +446,22 @@ void InferenceServer::ExecutorLoop(Lane* lane) {
       lane->queue.pop_front();
       lane->busy = true;
     }
-    absl::StatusOr<InferResponse> response = RunTask(task);
-    {
-      absl::MutexLock lock(&lane->mu);
-      lane->busy = false;  // before answering: the device is free for the next request
-    }
-    Finish(task, std::move(response));
+    RunTask(task);
   }
 }
 
-absl::StatusOr<InferResponse> InferenceServer::RunTask(Task& task) {
+void InferenceServer::RunTask(Task& task) {
+  absl::StatusOr<InferResponse> response = ExecuteTask(task);
+  {
+    absl::MutexLock lock(&task.lane->mu);
+    // Before answering: the device is free for the next request (the executor takes over anything
+    // queued while an inline run held it).
+    task.lane->busy = false;
+  }
+  Finish(task, std::move(response));
+}
+
+absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
   const ModelVersion& version = *task.model;
   Lane& lane = *task.lane;
   version.pending->fetch_sub(1);

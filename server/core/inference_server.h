@@ -188,8 +188,10 @@ class InferenceServer : private ModelPlacer {
   absl::Status Admit(const InferRequest& request, Task* task);
   void Finish(Task& task, absl::StatusOr<InferResponse> response);
   void ExecutorLoop(Lane* lane);
-  // Executes an admitted task (statistics included); the caller releases the device, then Finish.
-  absl::StatusOr<InferResponse> RunTask(Task& task);
+  // Runs a task whose lane it holds (busy): ExecuteTask, release the lane, then Finish.
+  void RunTask(Task& task);
+  // Executes an admitted task (statistics included).
+  absl::StatusOr<InferResponse> ExecuteTask(Task& task);
   absl::StatusOr<InferResponse> Execute(Lane& lane, const ModelVersion& version,
                                         const InferRequest& request, const ValidatedRequest& valid,
                                         ExecutionTimes* times, InferObservation* obs);

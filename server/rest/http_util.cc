@@ -38,6 +38,15 @@ void CloseAfter(httplib::Response& res) {
                            });
 }
 
+void MethodNotAllowed(httplib::Response& res, const httplib::Request& req, const char* allow,
+                      bool body_unread) {
+  res.set_header("Allow", allow);
+  SetError(res, 405,
+           absl::StrCat("method ", req.method, " not allowed on ", req.path.substr(0, 256),
+                        " (use ", allow, ")"));
+  if (body_unread) CloseAfter(res);
+}
+
 bool IsChunked(const httplib::Request& req) {
   const std::string te = req.get_header_value("Transfer-Encoding");
   return !te.empty();

@@ -33,6 +33,11 @@ void SetJson(httplib::Response& res, std::string body);
 // response (Content-Length is exact) followed by the close. Call after the body is set.
 void CloseAfter(httplib::Response& res);
 
+// 405 with `Allow: allow` and a message naming the method, the path and what to use; closes the
+// connection after the response when the request body is left unread.
+void MethodNotAllowed(httplib::Response& res, const httplib::Request& req, const char* allow,
+                      bool body_unread);
+
 bool IsChunked(const httplib::Request& req);
 
 // Reads the whole body (Content-Length or chunked) into `body` within `limits`. On failure sets

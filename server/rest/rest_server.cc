@@ -374,14 +374,7 @@ void RestServer::Install() {
     const bool post = IsPost(m.route);
     const bool allowed =
         post ? req.method == "POST" : (req.method == "GET" || req.method == "HEAD");
-    if (!allowed) {
-      res.set_header("Allow", post ? "POST" : "GET");
-      SetError(res, 405,
-               absl::StrCat("method ", req.method, " not allowed on ", req.path.substr(0, 256),
-                            " (use ", post ? "POST" : "GET", ")"));
-      if (reader != nullptr) CloseAfter(res);
-      return;
-    }
+    if (!allowed) return MethodNotAllowed(res, req, post ? "POST" : "GET", reader != nullptr);
     std::string body;
     if (!ReadBody({options_.max_body_bytes, options_.max_chunks}, req, reader, &body, res)) return;
     Handle(core_, m, req, body, res);

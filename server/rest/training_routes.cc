@@ -43,15 +43,6 @@ void Reply(httplib::Response& res, const absl::StatusOr<kiln::v1::Job>& job) {
   SetJson(res, ToJson(*job));
 }
 
-void MethodNotAllowed(httplib::Response& res, const httplib::Request& req, const char* allow,
-                      bool body_unread) {
-  res.set_header("Allow", allow);
-  SetError(res, 405,
-           absl::StrCat("method ", req.method, " not allowed on ", req.path.substr(0, 256),
-                        " (use ", allow, ")"));
-  if (body_unread) CloseAfter(res);
-}
-
 std::string KindName(JobEvent::Kind kind) {
   switch (kind) {
     case JobEvent::STATE:
