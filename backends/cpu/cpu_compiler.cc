@@ -70,9 +70,25 @@ absl::StatusOr<std::string> CpuCompiler::Compile(const std::string& source, cons
   std::string err;
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(triple_, err);
   if (target == nullptr) return absl::InternalError(absl::StrCat("CPU compile: no LLVM target: ", err));
+  // A kernel marked "kiln-no-gather" (codegen::Program::no_gather): on x86 no gathers or scatters from the
+  // vectorizers (LLVM's prefer-no-gather/-scatter tuning flags). A conv kernel whose lanes are output channels
+  // broadcasts one input value per tile row, rows an image row apart; the SLP vectorizer packed 4 of those scalars
+  // into a vgatherdps and shuffled each out again, where one vbroadcastss per row is the whole job (Zen 4, same load:
+  // conv2 forward 150-166 ms with the gathers, 100 ms without; its input gradient 341-348 vs 135-155 ms). Only those
+  // kernels: elsewhere the flags change which multiply-adds LLVM contracts into FMAs (the CNN's linear layer), so
+  // the training run's values, and its 70-step accuracy, would move.
+  std::string features = features_;
+  if (llvm::StringRef(triple_).starts_with("x86_64")) {
+    for (const llvm::Function& f : *mod) {
+      if (f.hasFnAttribute("kiln-no-gather")) {
+        absl::StrAppend(&features, features.empty() ? "" : ",", "+prefer-no-gather,+prefer-no-scatter");
+        break;
+      }
+    }
+  }
   llvm::TargetOptions opts;  // no fast-math: only `contract` flags in the IR allow fusion
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      triple_, cpu_, features_, opts, llvm::Reloc::PIC_, llvm::CodeModel::Small, llvm::CodeGenOptLevel::Default));
+      triple_, cpu_, features, opts, llvm::Reloc::PIC_, llvm::CodeModel::Small, llvm::CodeGenOptLevel::Default));
   if (tm == nullptr) return absl::InternalError("CPU compile: cannot create an LLVM target machine");
   mod->setTargetTriple(triple_);
   mod->setDataLayout(tm->createDataLayout());

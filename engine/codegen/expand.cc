@@ -80,6 +80,15 @@ absl::StatusOr<UOpPtr> ExpandUpcasts(const UOpPtr& sink, LowerContext& ctx) {
       }
       if (expand.empty() && !grouped) return nullptr;
       if (u->op() == Op::SINK) return UOp::Sink(vals);
+      if (!ctx.lanes_last.empty()) {
+        auto rank = [&](const UOpPtr& r) -> int64_t {
+          const int64_t id = std::get<AxisArg>(r->arg()).id;
+          auto it = std::find(ctx.lanes_last.begin(), ctx.lanes_last.end(), id);
+          return it == ctx.lanes_last.end() ? -1 : it - ctx.lanes_last.begin();
+        };
+        std::stable_sort(expand.begin(), expand.end(),
+                         [&](const UOpPtr& a, const UOpPtr& b) { return rank(a) < rank(b); });
+      }
       auto lanes = Lanes(expand);
       if (!lanes.ok()) {
         err = lanes.status();

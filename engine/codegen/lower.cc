@@ -175,6 +175,7 @@ absl::StatusOr<Program> LowerKernel(const UOpPtr& kernel_ast, const Target& targ
     p.local_size[i] = ctx.local_size[i];
   }
   p.applied_opts = ctx.applied_opts;
+  p.no_gather = ctx.no_gather;
   KILN_RETURN_IF_ERROR(FillProgramInfo(ctx, p));
   if (DebugLevel() >= 3) {
     std::fprintf(stderr, "%s opts: [%s]\n", p.name.c_str(), absl::StrJoin(p.applied_opts, ", ").c_str());

@@ -28,6 +28,11 @@ struct LowerContext {
   bool has_reduce = false;
   DType index_dtype = dtypes::kInt32;
   int64_t tc_m_axis = -1, tc_n_axis = -1;  // after the TC opt: the ids of the M-tile and N-tile output axes
+  // UPCAST axis ids whose lanes ExpandUpcasts makes the fastest-varying copies of an END (in this order, the last
+  // fastest), whatever their place in the loop nest: MatmulTile's lane axis. LLVM's SLP vectorizer packs runs of
+  // consecutive accumulators into vectors, so those runs must be the lane axis's (not the row axis's) copies.
+  std::vector<int64_t> lanes_last;
+  bool no_gather = false;  // Program::no_gather
 
   // Position of an axis id in `order` (ids not in it sort after every known one, by id).
   int64_t OrderOf(int64_t id) const;

@@ -318,74 +318,122 @@ std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis) {
 }
 
 // Register tile for a reduce kernel with >= 2 output axes: a matmul C[m, n] = sum_k A[m, k] * B[k, n] (batched or
-// not), and convolutions, whose output x axis plays n and the output channel axis plays m.
+// not), and convolutions: with output-channels-last weights (Conv2d's LaneWeights) the output channel axis plays n
+// and an output row axis m; otherwise the output x axis plays n and the output channel axis m.
 //  - The lane axis n: the innermost output axis along which every buffer moves by 0 or 1 element and the output
-//    by 1 (LanesContiguous: vector loads and stores, no gathers). It is upcast by two SIMD vectors' worth of floats
-//    when it divides, else by one vector, else, when the whole axis fits in 32 lanes (a conv's 20- or 24-wide
-//    rows), by the whole axis (LLVM splits it into one wide and one narrow vector).
+//    by 1 (vector loads and stores, no gathers). It is upcast by two SIMD vectors' worth of floats when it
+//    divides, else by one vector, else, when the whole axis fits in 32 lanes (a conv's 20- or 24-wide rows), by
+//    the whole axis (LLVM splits it into one wide and one narrow vector).
+//    When that leaves partial vectors (or finds no axis) and each output sums >= kStridedLaneMinReduce products, an
+//    axis along which the loads move by 0 or 1 but the output by more, and that fills whole vectors, is taken
+//    instead: the stores are then scalar (extracted lanes), a few percent of the FMAs. A conv with output-channel
+//    lanes: conv2 of the Fashion-MNIST CNN (20-wide rows, 62% lane use) 84 -> 52 ms forward, conv4 (6-wide rows)
+//    40 -> 7 ms on an idle Zen 4.
 //  - The row axis m: the other output axis along which the most vector-loaded buffers (moving by 1 along n) stay
 //    put (move by 0): each vector load is then reused by tm rows (B's rows in a matmul, the input rows in a conv,
 //    which do not depend on the output channel). Upcast by tm rows, keeping tm x tn accumulators within 16 SIMD
-//    registers' worth (AVX-512: 8 x 32 floats; AVX2: 4 x 16).
+//    registers' worth (AVX-512: 8 x 32 floats; AVX2: 4 x 16). 20 or 24 accumulators measured no faster for conv2;
+//    5 rows (10 accumulators) beat 2 for conv3's 10-wide input gradient (9.6 vs 11.3 ms) and tie 4 for conv2.
 //  - The last reduce axis is unrolled by 2 when even (4 measured no faster and doubles the LLVM compile time of a
 //    512-lane body).
 //  - Threads split the outermost output axis; finally the n loop is placed outside the m loop when n was not
 //    upcast whole, so one B panel (K x tn floats) is reused from cache by every row block (measured ~1.3-1.5x
 //    faster at 2048^3 than m outside n; a 16 x 16 tile measured slower).
 // Returns false (nothing applied) when the kernel does not fit; errors only for opts that fail to apply (a bug).
+// Products per output element from which a strided-store lane axis is worth it: the tile's scalar stores (an
+// extract and a store per lane, after the reduce loop) are then at most one per four 16-lane FMAs.
+constexpr int64_t kStridedLaneMinReduce = 64;
+
 template <typename Apply>
 absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vector<int64_t>& out,
                                 const std::vector<int64_t>& red, int64_t work, Apply& apply) {
   if (!ctx.has_reduce || out.size() < 2 || red.empty() || work < (int64_t{1} << 18)) return false;
   const int vf = std::max(4, ctx.target.vector_bytes / 4);  // floats per SIMD register
   const std::vector<UOpPtr> axes = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
-  // The lane axis: innermost first.
-  int nn = -1;
-  std::vector<IndexStride> n_strides;
-  for (int a = static_cast<int>(axes.size()) - 1; a >= 0 && nn < 0; --a) {
-    std::vector<IndexStride> st = StridesAlong(cur, axes[a].get());
-    bool ok = true, store_contig = false, any_vec = false;
-    for (const IndexStride& s : st) {
-      if (!s.stride || (*s.stride != 0 && *s.stride != 1)) ok = false;
-      else if (s.is_store) store_contig |= *s.stride == 1;
-      else any_vec |= *s.stride == 1;
+  int64_t red_per_out = 1;
+  for (int64_t r : red) red_per_out *= r;
+  // The lane axis: innermost first, among the axes whose store is contiguous; when that leaves partial vectors
+  // (or none) and the reduce is long, an axis whose store is strided and that fills whole vectors.
+  auto lane_tile = [&](int64_t n) -> int64_t {
+    for (int64_t c : {int64_t{2} * vf, int64_t{vf}})
+      if (n % c == 0) return c;
+    // The whole axis, when it splits into two upcasts of at most 16 lanes each.
+    if (n >= 6 && n <= 32) {
+      for (int64_t c = 16; c > 1; --c)
+        if (n % c == 0 && n / c <= 16) return n;
     }
-    if (ok && store_contig && any_vec) {
-      nn = a;
-      n_strides = std::move(st);
+    return 0;
+  };
+  auto find_lane = [&](bool strided_store, int& nn, std::vector<IndexStride>& n_strides) {
+    for (int a = static_cast<int>(axes.size()) - 1; a >= 0 && nn < 0; --a) {
+      std::vector<IndexStride> st = StridesAlong(cur, axes[a].get());
+      bool ok = true, store_ok = false, any_vec = false;
+      for (const IndexStride& s : st) {
+        if (s.is_store && strided_store) {
+          if (!s.stride || *s.stride == 0) ok = false;
+          else store_ok |= *s.stride != 1;
+        } else if (s.is_store) {
+          if (!s.stride || (*s.stride != 0 && *s.stride != 1)) ok = false;
+          else store_ok |= *s.stride == 1;
+        } else if (!s.stride || (*s.stride != 0 && *s.stride != 1)) {
+          ok = false;
+        } else {
+          any_vec |= *s.stride == 1;
+        }
+      }
+      if (ok && store_ok && any_vec && (!strided_store || out[a] % vf == 0)) {
+        nn = a;
+        n_strides = std::move(st);
+      }
+    }
+  };
+  int nn = -1;
+  bool strided_lanes = false;
+  std::vector<IndexStride> n_strides;
+  find_lane(false, nn, n_strides);
+  if ((nn < 0 || lane_tile(out[nn]) % vf != 0) && red_per_out >= kStridedLaneMinReduce) {
+    int sn = -1;
+    std::vector<IndexStride> s_strides;
+    find_lane(true, sn, s_strides);
+    if (sn >= 0) {
+      strided_lanes = true;
+      nn = sn;
+      n_strides = std::move(s_strides);
     }
   }
   if (nn < 0) return false;
   const int64_t n = out[nn];
-  int64_t tn = 0;
-  for (int64_t c : {int64_t{2} * vf, int64_t{vf}}) {
-    if (n % c == 0) {
-      tn = c;
-      break;
-    }
-  }
-  // The whole axis, when it splits into two upcasts of at most 16 lanes each.
-  if (tn == 0 && n >= 6 && n <= 32) {
-    for (int64_t c = 16; c > 1 && tn == 0; --c)
-      if (n % c == 0 && n / c <= 16) tn = n;
-  }
+  int64_t tn = lane_tile(n);
   if (tn == 0) return false;
-  // The row axis: most vector-loaded buffers broadcast along it; ties go to the inner axis.
-  int nm = -1, best = 0;
-  for (int a = 0; a < static_cast<int>(axes.size()); ++a) {
-    if (a == nn) continue;
-    std::vector<IndexStride> st = StridesAlong(cur, axes[a].get());
-    int score = 0;
-    bool store_moves = false;
-    for (size_t i = 0; i < st.size(); ++i) {
-      if (st[i].is_store) store_moves |= st[i].stride.value_or(1) != 0;
-      else if (n_strides[i].stride == 1 && st[i].stride == 0) ++score;
+  // The row axis: most vector-loaded buffers broadcast along it; ties go to the inner axis. With a strided-store lane
+  // axis, not an axis along which the store is contiguous when another fits: LLVM's SLP vectorizer starts from runs
+  // of consecutive stores and vectorized the tile along such rows (a conv's x axis: 4-lane vectors of input values
+  // times broadcast weights; conv2 forward 160-167 ms, vs 55 ms with its y axis as the rows).
+  int nm = -1;
+  auto find_row = [&](bool skip_contig_store) {
+    int best = 0;
+    for (int a = 0; a < static_cast<int>(axes.size()); ++a) {
+      if (a == nn) continue;
+      std::vector<IndexStride> st = StridesAlong(cur, axes[a].get());
+      int score = 0;
+      bool store_moves = false, store_contig = false;
+      for (size_t i = 0; i < st.size(); ++i) {
+        if (st[i].is_store) {
+          store_moves |= st[i].stride.value_or(1) != 0;
+          store_contig |= st[i].stride == 1;
+        } else if (n_strides[i].stride == 1 && st[i].stride == 0) {
+          ++score;
+        }
+      }
+      if (skip_contig_store && store_contig) continue;
+      if (store_moves && score > 0 && score >= best) {
+        best = score;
+        nm = a;
+      }
     }
-    if (store_moves && score > 0 && score >= best) {
-      best = score;
-      nm = a;
-    }
-  }
+  };
+  if (strided_lanes) find_row(true);
+  if (nm < 0) find_row(false);
   if (nm < 0) return false;
   const int64_t m = out[nm];
   // Accumulator budget: 16 of AVX-512's 32 registers, 8 of AVX2's 16; a row of tn lanes takes ceil(tn / vf).
@@ -394,10 +442,11 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
   // The whole row axis when it fits (a conv weight gradient's 3- or 5-wide kernel rows), else the largest candidate
   // that divides it.
   int64_t tm = m >= 2 && m <= max_rows ? m : 0;
-  for (int64_t c : {16, 12, 8, 6, 4, 3, 2}) {
+  for (int64_t c : {16, 12, 10, 8, 6, 5, 4, 3, 2}) {
     if (tm == 0 && c <= max_rows && m % c == 0) tm = c;
   }
   if (tm == 0) return false;
+  ctx.no_gather = strided_lanes;  // its rows' broadcast scalars lie a row apart (see Program::no_gather)
   // A row axis narrower than the budget leaves accumulators free: widen the lane tile by whole vectors (up to 64
   // lanes) while tm x tn still fits, so each broadcast row value feeds more FMAs (conv3's weight gradient: 3 kernel
   // columns x 64 output channels rather than 3 x 32).
@@ -422,6 +471,7 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
   }
   if (threads > 1) KILN_RETURN_IF_ERROR(apply({OptOp::kThread, 0, threads}));
   // Upcast n (in chunks of at most 16 lanes, the innermost chunk first, so lanes stay in memory order), then m.
+  const int64_t first_new_id = ctx.next_axis_id;
   for (int64_t left = tn; left > 1;) {
     const int an = index_of(id_n);
     if (an < 0) return absl::InternalError("matmul tile: lane axis vanished");
@@ -436,6 +486,10 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
     left /= chunk;
     if (chunk == 1) break;
   }
+  // n's lanes expand fastest: its chunks (outer chunk first) after every other upcast. The lane axis may be outside
+  // the row axis in the loop nest (a conv's output channels, outside its y axis).
+  ctx.lanes_last = {id_n};
+  for (int64_t id = ctx.next_axis_id; id-- > first_new_id;) ctx.lanes_last.push_back(id);
   if (const int am = index_of(id_m); am >= 0) {
     KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, am, tm}));
   }

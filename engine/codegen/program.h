@@ -48,6 +48,9 @@ struct Program {
   std::vector<std::string> applied_opts;  // for DEBUG=3, e.g. "UPCAST(0,4)"
   int64_t flops = 0;                // estimates for DEBUG=2 GFLOPS and GB/s
   int64_t mem_bytes = 0;
+  // The kernel's register tile broadcasts one scalar per tile row from addresses a row apart (MatmulTile's
+  // strided-store lane axis): a backend should keep those scalar loads, not pack them into gathers.
+  bool no_gather = false;
 };
 
 }  // namespace kiln::codegen

@@ -24,6 +24,8 @@
 //   - Integer CDIV/CMOD/FLOORDIV/FLOORMOD never trap: division by zero yields 0 and INT_MIN / -1 wraps (its
 //     remainder is 0); the guard is skipped when the divisor is a CONST other than 0 and -1.
 //     Shift amounts are masked to the bit width (no poison).
+//   - A Program with no_gather gives the kernel function the string attribute "kiln-no-gather" (attributes #0),
+//     which LLVM ignores; backends/cpu then compiles the module with gathers and scatters off.
 //   - Stores to buffers carry !nontemporal (streaming stores) in elementwise ("E_") kernels whose outputs total
 //     >= 16 MiB; nothing else changes. The CPU backend's -O2 pipeline runs the SLP and loop vectorizers, which turn
 //     the straight-line UPCAST/UNROLL copies into vector code.

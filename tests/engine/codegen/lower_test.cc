@@ -3,6 +3,7 @@
 
 #include "engine/base/env.h"
 #include "engine/codegen/codegen.h"
+#include "engine/codegen/graph_util.h"
 #include "gtest/gtest.h"
 
 namespace kiln {
@@ -150,6 +151,7 @@ TEST(LowerTest, MatmulRegisterTile) {
   // The n loop (256 / 32 = 8) runs outside the m loop (256 / 2 threads / 8 rows = 16).
   EXPECT_EQ(p->name, "r_2_8_16_128_8_2_16_2");
   EXPECT_EQ(p->threads, 2);
+  EXPECT_FALSE(p->no_gather);
   // AVX2-sized registers: 4 x 16 tile.
   Target avx2 = avx512;
   avx2.vector_bytes = 32;
@@ -200,7 +202,7 @@ TEST(LowerTest, ConvWeightGradientTile) {
                                       {OptOp::kUpcast, 4, 4},
                                       {OptOp::kUpcast, 3, 3},
                                       {OptOp::kUnroll, 2, 2}}));
-  // conv2 (32 -> 32, 5x5): 5 rows of 32 lanes (10 accumulators); 5 is not among the divisor candidates.
+  // conv2 (32 -> 32, 5x5): the whole 5-wide kx row axis, 5 rows of 32 lanes (10 accumulators).
   auto conv2 = codegen::HeuristicOpts(ConvWeightGradKernel(128, 4, 32, 32, 24, 5), avx512);
   ASSERT_TRUE(conv2.ok()) << conv2.status();
   EXPECT_EQ(*conv2, (std::vector<Opt>{{OptOp::kThread, 0, 2},
@@ -208,6 +210,60 @@ TEST(LowerTest, ConvWeightGradientTile) {
                                       {OptOp::kUpcast, 4, 2},
                                       {OptOp::kUpcast, 3, 5},
                                       {OptOp::kUnroll, 2, 2}}));
+}
+
+// A conv forward in the form Conv2d builds with output-channels-last weights (engine/tensor/nn_ops.cc LaneWeights):
+// out[b, co, oy, ox] = sum_{ci, ky, kx} x[b, ci, oy + ky, ox + kx] * w[ci, ky, kx, co]. co moves w by 1 and x by 0,
+// but the output (NCHW) by OH * OW.
+UOpPtr ConvChannelsLastKernel(int64_t b, int64_t ci, int64_t co, int64_t hw, int64_t k) {
+  const int64_t o = hw - k + 1;
+  UOpPtr out = Param(0, dtypes::kFloat32), x = Param(1, dtypes::kFloat32), w = Param(2, dtypes::kFloat32);
+  UOpPtr rb = UOp::Range(b, 0), rco = UOp::Range(co, 1), roy = UOp::Range(o, 2), rox = UOp::Range(o, 3),
+         rci = UOp::Range(ci, 4, AxisType::kReduce), rky = UOp::Range(k, 5, AxisType::kReduce),
+         rkx = UOp::Range(k, 6, AxisType::kReduce);
+  UOpPtr xv = Ld(Idx(x, (rb * ci + rci) * (hw * hw) + (roy + rky) * hw + rox + rkx));
+  UOpPtr wv = Ld(Idx(w, ((rci * k + rky) * k + rkx) * co + rco));
+  UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {xv * wv, rci, rky, rkx}, Op::ADD);
+  return UOp::Sink({End(St(Idx(out, ((rb * co + rco) * o + roy) * o + rox), red), {rb, rco, roy, rox})});
+}
+
+TEST(LowerTest, ConvOutputChannelLanes) {
+  Target avx512;
+  avx512.renderer = "llvm";
+  avx512.has_threads = true;
+  avx512.max_threads = 2;
+  avx512.vector_bytes = 64;
+  // conv2 (32 -> 32, 5x5, 24x24 input): the 20-wide ox axis stores contiguously but would fill 20 of 32 lanes, so the
+  // lanes are the 32 output channels (stored 400 apart), and the rows the oy axis (5 of 20: 10 accumulators), not ox,
+  // along which the stores are consecutive.
+  auto conv2 = codegen::HeuristicOpts(ConvChannelsLastKernel(512, 32, 32, 24, 5), avx512);
+  ASSERT_TRUE(conv2.ok()) << conv2.status();
+  EXPECT_EQ(*conv2, (std::vector<Opt>{{OptOp::kThread, 0, 2},
+                                      {OptOp::kUpcast, 1, 16},
+                                      {OptOp::kUpcast, 1, 2},
+                                      {OptOp::kUpcast, 1, 5}}));
+  auto p = codegen::LowerKernel(ConvChannelsLastKernel(512, 32, 32, 24, 5), avx512, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->name, "r_2_256_4_20_32_5_5_2_16_5");
+  EXPECT_TRUE(p->no_gather);  // the 5 rows' input values are 24 floats apart
+  // The channel lanes are the fastest-varying copies: the tile's first two output stores are one channel apart.
+  std::vector<UOpPtr> stores;
+  for (const UOpPtr& u : p->uops)
+    if (u->op() == Op::STORE && u->src(0)->op() == Op::INDEX && u->src(0)->src(0)->op() == Op::PARAM &&
+        u->src(0)->src(0)->ArgInt() == 0)
+      stores.push_back(u);
+  ASSERT_EQ(stores.size(), 32u * 5u);
+  const UOpPtr& i0 = stores[0]->src(0)->src(1);
+  const UOpPtr& i1 = stores[1]->src(0)->src(1);
+  ASSERT_EQ(i1->op(), Op::ADD);
+  int64_t step = 0;
+  EXPECT_TRUE((i1->src(0) == i0 && codegen::ConstInt(i1->src(1), &step)) ||
+              (i1->src(1) == i0 && codegen::ConstInt(i1->src(0), &step)));
+  EXPECT_EQ(step, 20 * 20);
+  // A short reduce (16 products per output) keeps the contiguous x lanes, even though they are partial vectors.
+  auto shallow = codegen::HeuristicOpts(ConvChannelsLastKernel(512, 16, 32, 22, 1), avx512);
+  ASSERT_TRUE(shallow.ok()) << shallow.status();
+  EXPECT_EQ(std::count(shallow->begin(), shallow->end(), Opt{OptOp::kUpcast, 1, 16}), 0);
 }
 
 TEST(LowerTest, WideIndexUsesInt64) {
