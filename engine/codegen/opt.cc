@@ -327,8 +327,8 @@ std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis) {
 //    When that leaves partial vectors (or finds no axis) and each output sums >= kStridedLaneMinReduce products, an
 //    axis along which the loads move by 0 or 1 but the output by more, and that fills whole vectors, is taken
 //    instead: the stores are then scalar (extracted lanes), a few percent of the FMAs. A conv with output-channel
-//    lanes: conv2 of the Fashion-MNIST CNN (20-wide rows, 62% lane use) 84 -> 52 ms forward, conv4 (6-wide rows)
-//    40 -> 7 ms on an idle Zen 4.
+//    lanes: conv2 of the Fashion-MNIST CNN (20-wide rows, 62% lane use) 63 -> 52 ms forward, conv4 (6-wide rows)
+//    21 -> 7 ms (tests/bench/conv_perf on the 2-core Zen 4, lightly loaded).
 //  - The row axis m: the other output axis along which the most vector-loaded buffers (moving by 1 along n) stay
 //    put (move by 0): each vector load is then reused by tm rows (B's rows in a matmul, the input rows in a conv,
 //    which do not depend on the output channel). Upcast by tm rows, keeping tm x tn accumulators within 16 SIMD
