@@ -147,7 +147,7 @@ TEST(LowerTest, ChannelSumMergesPlaneIntoSixteenLanes) {
   // Not affine in h, w (h / 2): kept apart where w alone gets lanes ...
   auto pooled = codegen::LowerKernel(ChannelSumKernel(128, 8, 20, 20, true), avx512, {});
   ASSERT_TRUE(pooled.ok()) << pooled.status();
-  EXPECT_EQ(pooled->name, "r_2_4_128_20_5_4");
+  EXPECT_EQ(pooled->name, "r_2_4_128_20_20");  // w whole: 20 lanes
   // ... merged where 6-wide w alone would be scalar code.
   auto small = codegen::LowerKernel(ChannelSumKernel(512, 16, 6, 6, true), avx512, {});
   ASSERT_TRUE(small.ok()) << small.status();
