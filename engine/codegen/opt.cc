@@ -481,10 +481,11 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
   int64_t v = 0;
   // Whole SIMD registers of lanes; 16 or 8 when they divide (narrower vectors still beat scalar code). Lane counts
   // that are not a power of two (a conv's 20-wide rows) measured worse: the vectorizer shuffles them.
-  // A plain reduction (no output axis along which a vector load stays put, so no reuse upcasts follow) takes a
-  // 20- or 28-wide axis whole instead of 4 lanes: the BatchNorm sums through a 20x20 max-pool gradient
-  // (y[h / 2, w / 2] keeps h and w apart, see MergeAxes) measured 31.1 -> 26.6 ms of CPU time over five kernels
-  // with 20 lanes. A 24-wide axis whole measured no faster than 8 lanes.
+  // A plain reduction (no output axis along which a vector load stays put, so no reuse upcasts follow) whose axis
+  // only 4 divides among the powers of two takes 28, 20 or 12 lanes instead of 4: the BatchNorm sums through a
+  // 20x20 max-pool gradient (y[h / 2, w / 2] keeps h and w apart, see MergeAxes) measured 31.7 -> 28.4 ms of CPU
+  // time over five kernels with 20 lanes, the 6x6 ones (h, w merged to 36) 9.2 -> 7.2 ms over seven with 12. A
+  // 24-wide axis whole measured no faster than 8 lanes.
   bool reuse = false;
   for (const UOpPtr& o : AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal})) {
     std::vector<IndexStride> st = StridesAlong(cur, o.get());
@@ -493,7 +494,9 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
   }
   if (n % vf == 0) v = vf;
   else if (n % 16 == 0) v = 16;
-  else if (!reuse && n > 16 && n < 32 && n % 8 == 4) v = n;
+  else if (!reuse && n % 8 == 4 && n > 8) {
+    for (int64_t c = 28; c >= 12 && v == 0; c -= 8) if (n % c == 0) v = c;
+  }
   else if (n % 8 == 0) v = 8;
   else if (n % 4 == 0) v = 4;
   if (v == 0) return false;

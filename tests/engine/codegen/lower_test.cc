@@ -151,7 +151,7 @@ TEST(LowerTest, ChannelSumMergesPlaneIntoSixteenLanes) {
   // ... merged where 6-wide w alone would be scalar code.
   auto small = codegen::LowerKernel(ChannelSumKernel(512, 16, 6, 6, true), avx512, {});
   ASSERT_TRUE(small.ok()) << small.status();
-  EXPECT_EQ(small->name, "r_2_8_512_9_4");
+  EXPECT_EQ(small->name, "r_2_8_512_3_12");  // 36 = 3 x 12 lanes
   // n and h are not contiguous together (c lies between them): never merged.
   auto opts = codegen::HeuristicOpts(ChannelSumKernel(128, 8, 20, 20, false), avx512);
   ASSERT_TRUE(opts.ok()) << opts.status();
