@@ -288,22 +288,23 @@ absl::StatusOr<UOpPtr> ApplyOpt(const UOpPtr& sink, const Opt& opt, LowerContext
 
 namespace {
 
-// Per global-buffer INDEX: how far its element offset moves when output axis `axis` steps from 0 to 1 (every other
-// range at 0); nullopt when the offset does not fold to constants. `is_store` marks the indices STOREs write through.
+// Per global-buffer INDEX: how far its element offset moves when output axis `axis` steps from 0 to `step` (every
+// other range at 0); nullopt when the offset does not fold to constants. `is_store` marks the indices STOREs write
+// through.
 struct IndexStride {
   const UOp* index;
   bool is_store;
   std::optional<int64_t> stride;
 };
 
-std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis) {
+std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis, int64_t step = 1) {
   absl::flat_hash_map<const UOp*, UOpPtr> at0, at1;
   absl::flat_hash_set<const UOp*> stored;
   for (const UOp* u : Toposort(sink)) {
     if (u->op() == Op::STORE && u->num_src() > 0) stored.insert(u->src(0).get());
     if (u->op() != Op::RANGE) continue;
     at0.emplace(u, UOp::Const(u->dtype(), int64_t{0}));
-    at1.emplace(u, UOp::Const(u->dtype(), int64_t{u == axis ? 1 : 0}));
+    at1.emplace(u, UOp::Const(u->dtype(), u == axis ? step : int64_t{0}));
   }
   std::vector<IndexStride> out;
   for (const UOp* u : Toposort(sink)) {
@@ -534,8 +535,22 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
   int64_t v = 0;
   // Whole SIMD registers of lanes; 16 or 8 when they divide (narrower vectors still beat scalar code). Lane counts
   // that are not a power of two (a conv's 20-wide rows) measured worse: the vectorizer shuffles them.
+  // A plain reduction (no output axis along which a vector load stays put, so no reuse upcasts follow) whose axis
+  // only 4 divides among the powers of two takes 28, 20 or 12 lanes instead of 4: the BatchNorm sums through a
+  // 20x20 max-pool gradient (y[h / 2, w / 2] keeps h and w apart, see MergeAxes) measured 31.7 -> 28.4 ms of CPU
+  // time over five kernels with 20 lanes, the 6x6 ones (h, w merged to 36) 9.2 -> 7.2 ms over seven with 12. A
+  // 24-wide axis whole measured no faster than 8 lanes.
+  bool reuse = false;
+  for (const UOpPtr& o : AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal})) {
+    std::vector<IndexStride> st = StridesAlong(cur, o.get());
+    for (size_t i = 0; i < st.size() && i < rs.size(); ++i)
+      reuse |= !st[i].is_store && rs[i].stride == 1 && st[i].stride == 0 && RangeSize(o.get()) > 1;
+  }
   if (n % vf == 0) v = vf;
   else if (n % 16 == 0) v = 16;
+  else if (!reuse && n % 8 == 4 && n > 8) {
+    for (int64_t c = 28; c >= 12 && v == 0; c -= 8) if (n % c == 0) v = c;
+  }
   else if (n % 8 == 0) v = 8;
   else if (n % 4 == 0) v = 4;
   if (v == 0) return false;
@@ -592,15 +607,19 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
   return true;
 }
 
-// Merges adjacent output axes (outer a, inner b, next to each other in the loop nest) that every buffer walks as
-// one: stride(a) == size(b) * stride(b) in every INDEX (tinygrad's shape merging, done here on ranges). A conv's
-// input-gradient intermediate [.., ky, kx] then has one 25-wide axis contiguous in the weights and the output, which
-// MatmulTile can vectorize, where 5-wide kx alone was too narrow. a becomes r / size(b), b becomes r % size(b); the
-// symbolic pass folds the recombined index back to r * stride(b).
-absl::StatusOr<UOpPtr> MergeAxes(const UOpPtr& sink, LowerContext& ctx) {
+// Merges adjacent axes of one kind (outer a, inner b, next to each other in the loop nest) that every buffer walks
+// as one: stride(a) == size(b) * stride(b) in every INDEX (tinygrad's shape merging, done here on ranges). Output
+// axes (`reduce` false): a conv's input-gradient intermediate [.., ky, kx] then has one 25-wide axis contiguous in the
+// weights and the output, which MatmulTile can vectorize, where 5-wide kx alone was too narrow. Reduce axes (`reduce`
+// true; both must belong to the same REDUCEs): a BatchNorm statistic or backward sum over (n, h, w) of an NCHW
+// tensor reduces h and w as one 400- or 36-wide contiguous axis, which AccTile splits into 16 lanes where w = 20 alone
+// gave 4. a becomes r / size(b), b becomes r % size(b); the symbolic pass folds the recombined index back to
+// r * stride(b).
+absl::StatusOr<UOpPtr> MergeAxes(const UOpPtr& sink, LowerContext& ctx, bool reduce) {
   UOpPtr cur = sink;
   for (int guard = 0; guard < 16; ++guard) {
-    std::vector<UOpPtr> axes = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
+    std::vector<UOpPtr> axes = reduce ? AxesOfType(cur, ctx, {AxisType::kReduce})
+                                      : AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
     bool merged = false;
     for (size_t i = 0; i + 1 < axes.size() && !merged; ++i) {
       const UOpPtr& ra = axes[i];
@@ -608,10 +627,35 @@ absl::StatusOr<UOpPtr> MergeAxes(const UOpPtr& sink, LowerContext& ctx) {
       const int64_t na = RangeSize(ra.get()), nb = RangeSize(rb.get());
       if (na <= 1 || nb <= 1) continue;
       if (ctx.OrderOf(rb.get()) != ctx.OrderOf(ra.get()) + 1) continue;
+      // A reduce axis that already gives AccTile 8 lanes stays: merged to 16 lanes, the conv1 (24x24) and conv3
+      // (8x8) BN sums measured 4.7 -> 5.1 and 1.4 -> 1.5 ms of CPU time.
+      if (reduce && nb % 8 == 0) continue;
       std::vector<IndexStride> sa = StridesAlong(cur, ra.get()), sb = StridesAlong(cur, rb.get());
-      bool ok = !sa.empty() && sa.size() == sb.size();
-      for (size_t k = 0; ok && k < sa.size(); ++k)
+      std::vector<IndexStride> la = StridesAlong(cur, ra.get(), na - 1), lb = StridesAlong(cur, rb.get(), nb - 1);
+      bool ok = !sa.empty() && sa.size() == sb.size() && la.size() == sa.size() && lb.size() == sa.size();
+      bool affine = true;
+      for (size_t k = 0; ok && k < sa.size(); ++k) {
         ok = sa[k].stride && sb[k].stride && *sa[k].stride == nb * *sb[k].stride;
+        affine &= la[k].stride && *la[k].stride == (na - 1) * *sa[k].stride && lb[k].stride &&
+                  *lb[k].stride == (nb - 1) * *sb[k].stride;
+      }
+      // An index that is not affine in the axes (a 2x2 pool gradient's y[h / 2, w / 2], which moves by 0 at 1 but
+      // not at the last value) becomes per-lane div/mod gathers once merged: worth it only where b alone is too
+      // narrow to get lanes at all (6-wide w: scalar code). Measured on the CNN training step (2 threads): the five
+      // 6x6 pool-gradient BN reductions 28.7 -> 10.9 ms of CPU time merged, while the five 20x20 ones went from
+      // 18.4 to 47.4 ms wall merged, and the 20x20 pool-gradient elementwise kernel 9.6 -> 4.3 ms CPU left apart.
+      ok &= affine || nb % 4 != 0;
+      if (ok && reduce) {
+        for (const UOp* u : Toposort(cur)) {
+          if (u->op() != Op::REDUCE) continue;
+          bool has_a = false, has_b = false;
+          for (size_t k = 1; k < u->num_src(); ++k) {
+            has_a |= u->src(k).get() == ra.get();
+            has_b |= u->src(k).get() == rb.get();
+          }
+          ok &= has_a == has_b;
+        }
+      }
       if (!ok) continue;
       const AxisArg arg = std::get<AxisArg>(ra->arg());
       const int64_t id_b = std::get<AxisArg>(rb->arg()).id;
@@ -670,7 +714,7 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
     return s;
   };
   if (ctx.target.has_threads) {
-    KILN_ASSIGN_OR_RETURN(cur, MergeAxes(cur, ctx));
+    KILN_ASSIGN_OR_RETURN(cur, MergeAxes(cur, ctx, /*reduce=*/false));
   }
   std::vector<int64_t> out = sizes({AxisType::kLoop, AxisType::kGlobal});
   std::vector<int64_t> red = sizes({AxisType::kReduce});
@@ -684,6 +728,11 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
   // 0. matmul-like reduce kernels get a register-blocked micro-kernel (see MatmulTile).
   KILN_ASSIGN_OR_RETURN(bool tiled, MatmulTile(cur, ctx, out, red, work, apply));
   if (tiled) return cur;
+  // Reduce axes merge only past MatmulTile, whose conv tiles pick their unrolled axis among the unmerged ones.
+  if (ctx.target.has_threads) {
+    KILN_ASSIGN_OR_RETURN(cur, MergeAxes(cur, ctx, /*reduce=*/true));
+    red = sizes({AxisType::kReduce});
+  }
   KILN_ASSIGN_OR_RETURN(bool acc, AccTile(cur, ctx, work, apply));
   if (acc) return cur;
 

@@ -123,6 +123,42 @@ TEST(LowerTest, HeuristicChoices) {
   EXPECT_EQ(small->front(), (Opt{OptOp::kUnroll, 0, 0}));
 }
 
+// out[c] = sum over (n, h, w) of a[n, c, h, w] (a BatchNorm statistic of an NCHW tensor); `pooled` multiplies by
+// p[n, c, h / 2, w / 2] (a 2x2 max-pool gradient broadcast back), whose index is not affine in h and w.
+UOpPtr ChannelSumKernel(int64_t n, int64_t c, int64_t h, int64_t w, bool pooled) {
+  UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32), p = Param(2, dtypes::kFloat32);
+  UOpPtr rc = UOp::Range(c, 0), rn = UOp::Range(n, 1, AxisType::kReduce), rh = UOp::Range(h, 2, AxisType::kReduce),
+         rw = UOp::Range(w, 3, AxisType::kReduce);
+  UOpPtr v = Ld(Idx(a, ((rn * c + rc) * h + rh) * w + rw));
+  if (pooled) v = v * Ld(Idx(p, ((rn * c + rc) * (h / 2) + rh / 2) * (w / 2) + rw / 2));
+  UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {v, rn, rh, rw}, Op::ADD);
+  return UOp::Sink({End(St(Idx(out, rc), red), {rc})});
+}
+
+TEST(LowerTest, ChannelSumMergesPlaneIntoSixteenLanes) {
+  Target avx512;
+  avx512.renderer = "llvm";
+  avx512.has_threads = true;
+  avx512.max_threads = 2;
+  avx512.vector_bytes = 64;
+  // h and w are walked as one 400-wide axis: 16 accumulator lanes, where 20-wide w alone gave 4.
+  auto p = codegen::LowerKernel(ChannelSumKernel(128, 8, 20, 20, false), avx512, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->name, "r_2_4_128_25_16");
+  // Not affine in h, w (h / 2): kept apart where w alone gets lanes ...
+  auto pooled = codegen::LowerKernel(ChannelSumKernel(128, 8, 20, 20, true), avx512, {});
+  ASSERT_TRUE(pooled.ok()) << pooled.status();
+  EXPECT_EQ(pooled->name, "r_2_4_128_20_20");  // w whole: 20 lanes
+  // ... merged where 6-wide w alone would be scalar code.
+  auto small = codegen::LowerKernel(ChannelSumKernel(512, 16, 6, 6, true), avx512, {});
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->name, "r_2_8_512_3_12");  // 36 = 3 x 12 lanes
+  // n and h are not contiguous together (c lies between them): never merged.
+  auto opts = codegen::HeuristicOpts(ChannelSumKernel(128, 8, 20, 20, false), avx512);
+  ASSERT_TRUE(opts.ok()) << opts.status();
+  EXPECT_EQ(opts->back(), (Opt{OptOp::kAcc, 1, 16}));
+}
+
 // out[i*n+j] = sum_k a[i*kk+k] * b[k*n+j] (b_transposed: b[j*kk+k]).
 UOpPtr MatmulKernel(int64_t m, int64_t n, int64_t kk, bool b_transposed = false) {
   UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32),

@@ -1,0 +1,85 @@
+// Per-channel reductions over (batch, h, w) of NCHW tensors, the BatchNorm statistics and backward sums of the
+// Fashion-MNIST CNN, at shapes large enough for the CPU heuristic's accumulator tiling (h and w merged into one
+// axis; merged through a 2x2 pool-gradient broadcast only where w alone is too narrow). Realized on CPU and INTERP
+// and compared with a plain C++ loop reference.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backends/register_all.h"
+#include "engine/runtime/registry.h"
+#include "engine/tensor/tensor.h"
+#include "gtest/gtest.h"
+
+namespace kiln {
+namespace {
+
+std::vector<float> Data(int64_t n, float scale, float phase) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = std::sin(0.37f * static_cast<float>(i) + phase) * scale;
+  return v;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
+}
+
+class ChannelReduceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    backends::RegisterAllBackends();
+    if (!runtime::GetDevice(GetParam()).ok()) GTEST_SKIP() << GetParam() << " backend not available";
+  }
+};
+
+// sum and sum of squares over (n, h, w): h and w contiguous together (400 floats).
+TEST_P(ChannelReduceTest, SumAndSquaresOverBatchAndPlane) {
+  const int64_t N = 128, C = 8, H = 20, W = 20;
+  std::vector<float> x = Data(N * C * H * W, 1.5f, 0.1f);
+  std::vector<double> sum(C, 0.0), sq(C, 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < H * W; ++i) {
+        const double v = x[(n * C + c) * H * W + i];
+        sum[c] += v;
+        sq[c] += v * v;
+      }
+  Tensor t = Tensor::FromVector(x, {N, C, H, W}, GetParam());
+  auto got = t.Sum({0, 2, 3}).ToVector<float>();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectNear(*got, sum);
+  auto got_sq = (t * t).Sum({0, 2, 3}).ToVector<float>();
+  ASSERT_TRUE(got_sq.ok()) << got_sq.status();
+  ExpectNear(*got_sq, sq);
+}
+
+// sum over (n, h, w) of x * p[h / 2, w / 2] (a pooled tensor broadcast back over its 2x2 windows): the index of p
+// is not affine in h and w.
+void PooledCase(const std::string& dev, int64_t N, int64_t C, int64_t H, int64_t W) {
+  std::vector<float> x = Data(N * C * H * W, 1.0f, 0.2f);
+  std::vector<float> p = Data(N * C * (H / 2) * (W / 2), 2.0f, 0.7f);
+  std::vector<double> want(C, 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t w = 0; w < W; ++w)
+          want[c] += static_cast<double>(x[((n * C + c) * H + h) * W + w]) *
+                     p[((n * C + c) * (H / 2) + h / 2) * (W / 2) + w / 2];
+  Tensor tx = Tensor::FromVector(x, {N, C, H, W}, dev);
+  Tensor tp = Tensor::FromVector(p, {N, C, H / 2, 1, W / 2, 1}, dev)
+                  .Expand({N, C, H / 2, 2, W / 2, 2})
+                  .Reshape({N, C, H, W});
+  auto got = (tx * tp).Sum({0, 2, 3}).ToVector<float>();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ExpectNear(*got, want);
+}
+
+TEST_P(ChannelReduceTest, PooledBroadcastWide) { PooledCase(GetParam(), 128, 8, 20, 20); }
+TEST_P(ChannelReduceTest, PooledBroadcastNarrow) { PooledCase(GetParam(), 512, 16, 6, 6); }
+
+INSTANTIATE_TEST_SUITE_P(Backends, ChannelReduceTest, ::testing::Values("CPU", "INTERP"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace kiln
