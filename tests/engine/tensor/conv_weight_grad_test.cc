@@ -1,6 +1,6 @@
 // Conv2d weight gradients at the Fashion-MNIST CNN's layer shapes, with padding, an odd batch and a fused (unrealized)
 // pooled input, compared with a plain C++ loop: the Conv2d gradient override's channels-last matmul over batch chunks
-// (Ci * KH * KW >= 64) and the rules' path (conv1, 1 x 5 x 5).
+// (Ci * KH * KW >= 64) and the rules' path (conv1, 1 x 5 x 5; with a large output gradient, on its contiguous copy).
 #include <cmath>
 #include <ostream>
 #include <string>
@@ -89,7 +89,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ConvWeightGradTest,
                          ::testing::Values(Shape4{"conv3", 64, 32, 64, 10, 3, 0}, Shape4{"conv4", 64, 64, 64, 8, 3, 0},
                                            Shape4{"conv2", 16, 32, 32, 24, 5, 0}, Shape4{"conv1", 32, 1, 32, 28, 5, 0},
                                            Shape4{"padded", 8, 8, 16, 9, 3, 1}, Shape4{"odd_batch", 3, 8, 5, 6, 3, 0},
-                                           Shape4{"conv3_pooled", 64, 32, 64, 10, 3, 0, true}),
+                                           Shape4{"conv3_pooled", 64, 32, 64, 10, 3, 0, true},
+                                           // >= 2^20 output-gradient elements: the rules' path on a contiguous copy
+                                           Shape4{"conv1_large", 64, 1, 32, 28, 5, 0}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
