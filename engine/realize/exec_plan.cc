@@ -246,8 +246,9 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
           absl::Span<const int64_t>(vars + c.var_begin, c.var_count), c.dims, timed);
       if (!r.ok()) return r.status();
       if (timed)
-        std::fprintf(stderr, "*** JIT %-6s %4zu %-32s arg %2u tm %10.2fus\n", c.device ? c.device->name().c_str() : "?",
-                     ci, c.name.c_str(), c.arg_count, *r * 1e6);
+        std::fprintf(stderr, "*** JIT %-6s %4zu %-32s arg %2u tm %10.2fus\n",
+                     c.device ? c.device->name().c_str() : "?", ci, c.name.c_str(), c.arg_count,
+                     *r * 1e6);
       continue;
     }
     if (c.copy_bytes == 0) continue;
