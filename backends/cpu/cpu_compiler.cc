@@ -81,14 +81,16 @@ absl::StatusOr<std::string> CpuCompiler::Compile(const std::string& source, cons
   if (llvm::StringRef(triple_).starts_with("x86_64")) {
     for (const llvm::Function& f : *mod) {
       if (f.hasFnAttribute("kiln-no-gather")) {
-        absl::StrAppend(&features, features.empty() ? "" : ",", "+prefer-no-gather,+prefer-no-scatter");
+        absl::StrAppend(&features, features.empty() ? "" : ",",
+                        "+prefer-no-gather,+prefer-no-scatter");
         break;
       }
     }
   }
   llvm::TargetOptions opts;  // no fast-math: only `contract` flags in the IR allow fusion
-  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      triple_, cpu_, features, opts, llvm::Reloc::PIC_, llvm::CodeModel::Small, llvm::CodeGenOptLevel::Default));
+  std::unique_ptr<llvm::TargetMachine> tm(
+      target->createTargetMachine(triple_, cpu_, features, opts, llvm::Reloc::PIC_,
+                                  llvm::CodeModel::Small, llvm::CodeGenOptLevel::Default));
   if (tm == nullptr) return absl::InternalError("CPU compile: cannot create an LLVM target machine");
   mod->setTargetTriple(triple_);
   mod->setDataLayout(tm->createDataLayout());

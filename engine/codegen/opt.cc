@@ -371,11 +371,15 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
       bool ok = true, store_ok = false, any_vec = false;
       for (const IndexStride& s : st) {
         if (s.is_store && strided_store) {
-          if (!s.stride || *s.stride == 0) ok = false;
-          else store_ok |= *s.stride != 1;
+          if (!s.stride || *s.stride == 0)
+            ok = false;
+          else
+            store_ok |= *s.stride != 1;
         } else if (s.is_store) {
-          if (!s.stride || (*s.stride != 0 && *s.stride != 1)) ok = false;
-          else store_ok |= *s.stride == 1;
+          if (!s.stride || (*s.stride != 0 && *s.stride != 1))
+            ok = false;
+          else
+            store_ok |= *s.stride == 1;
         } else if (!s.stride || (*s.stride != 0 && *s.stride != 1)) {
           ok = false;
         } else {
@@ -447,7 +451,8 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
     if (tm == 0 && c <= max_rows && m % c == 0) tm = c;
   }
   if (tm == 0) return false;
-  ctx.no_gather = strided_lanes;  // its rows' broadcast scalars lie a row apart (see Program::no_gather)
+  ctx.no_gather =
+      strided_lanes;  // its rows' broadcast scalars lie a row apart (see Program::no_gather)
   // A row axis narrower than the budget leaves accumulators free: widen the lane tile by whole vectors (up to 64
   // lanes) while tm x tn still fits, so each broadcast row value feeds more FMAs (conv3's weight gradient: 3 kernel
   // columns x 64 output channels rather than 3 x 32).
@@ -549,9 +554,10 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
   if (n % vf == 0) v = vf;
   else if (n % 16 == 0) v = 16;
   else if (!reuse && n % 8 == 4 && n > 8) {
-    for (int64_t c = 28; c >= 12 && v == 0; c -= 8) if (n % c == 0) v = c;
-  }
-  else if (n % 8 == 0) v = 8;
+    for (int64_t c = 28; c >= 12 && v == 0; c -= 8)
+      if (n % c == 0) v = c;
+  } else if (n % 8 == 0)
+    v = 8;
   else if (n % 4 == 0) v = 4;
   if (v == 0) return false;
   // Threads first (they may consume the outermost output axis), then the split, then the reuse upcasts.
@@ -631,8 +637,10 @@ absl::StatusOr<UOpPtr> MergeAxes(const UOpPtr& sink, LowerContext& ctx, bool red
       // (8x8) BN sums measured 4.7 -> 5.1 and 1.4 -> 1.5 ms of CPU time.
       if (reduce && nb % 8 == 0) continue;
       std::vector<IndexStride> sa = StridesAlong(cur, ra.get()), sb = StridesAlong(cur, rb.get());
-      std::vector<IndexStride> la = StridesAlong(cur, ra.get(), na - 1), lb = StridesAlong(cur, rb.get(), nb - 1);
-      bool ok = !sa.empty() && sa.size() == sb.size() && la.size() == sa.size() && lb.size() == sa.size();
+      std::vector<IndexStride> la = StridesAlong(cur, ra.get(), na - 1),
+                               lb = StridesAlong(cur, rb.get(), nb - 1);
+      bool ok =
+          !sa.empty() && sa.size() == sb.size() && la.size() == sa.size() && lb.size() == sa.size();
       bool affine = true;
       for (size_t k = 0; ok && k < sa.size(); ++k) {
         ok = sa[k].stride && sb[k].stride && *sa[k].stride == nb * *sb[k].stride;

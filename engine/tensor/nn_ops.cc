@@ -241,8 +241,8 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
       // than the producer fused into its loads. The CNN's conv1: the ReLU backward (conv output, bias, incoming
       // gradient, compare, select) was re-read and recomputed for each of the 5 kernel rows the kernel loops over
       // outside its batch reduce; fused it ran 30 ms per step, contiguous 16 ms plus a 4 ms copy (min of 3 steps
-      // each, JIT replay, under load). The input gradient's padded copy then reads it too. Small convs keep their kernel
-      // count.
+      // each, JIT replay, under load). The input gradient's padded copy then reads it too. Small convs keep their
+      // kernel count.
       if (materialize_g) g = grad.Contiguous();
       KILN_ASSIGN_OR_RETURN(std::vector<UOpPtr> dw, ComputeGradientByRules(node, g.uop(), {wn}, device));
       out.push_back({wn, dw[0]});

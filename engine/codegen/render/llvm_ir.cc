@@ -415,8 +415,8 @@ absl::StatusOr<std::string> Emitter::Run() {
                   "  call void @", n, "(", absl::StrJoin(args, ", "), ")\n  ret void\n}\n\n");
   absl::StrAppend(&out, "@", n, ".info = constant [2 x i32] [i32 ", nbufs, ", i32 ", p_.vars.size(), "]\n\n");
   for (const std::string& d : decls_) absl::StrAppend(&out, d, "\n");
-  absl::StrAppend(&out, "\nattributes #0 = { alwaysinline nounwind", p_.no_gather ? " \"kiln-no-gather\"" : "",
-                  " }\nattributes #1 = { nounwind }\n");
+  absl::StrAppend(&out, "\nattributes #0 = { alwaysinline nounwind",
+                  p_.no_gather ? " \"kiln-no-gather\"" : "", " }\nattributes #1 = { nounwind }\n");
   if (streaming_stores_) absl::StrAppend(&out, "\n!0 = !{i32 1}\n");
   return out;
 }

@@ -126,9 +126,10 @@ TEST(LowerTest, HeuristicChoices) {
 // out[c] = sum over (n, h, w) of a[n, c, h, w] (a BatchNorm statistic of an NCHW tensor); `pooled` multiplies by
 // p[n, c, h / 2, w / 2] (a 2x2 max-pool gradient broadcast back), whose index is not affine in h and w.
 UOpPtr ChannelSumKernel(int64_t n, int64_t c, int64_t h, int64_t w, bool pooled) {
-  UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32), p = Param(2, dtypes::kFloat32);
-  UOpPtr rc = UOp::Range(c, 0), rn = UOp::Range(n, 1, AxisType::kReduce), rh = UOp::Range(h, 2, AxisType::kReduce),
-         rw = UOp::Range(w, 3, AxisType::kReduce);
+  UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32),
+         p = Param(2, dtypes::kFloat32);
+  UOpPtr rc = UOp::Range(c, 0), rn = UOp::Range(n, 1, AxisType::kReduce),
+         rh = UOp::Range(h, 2, AxisType::kReduce), rw = UOp::Range(w, 3, AxisType::kReduce);
   UOpPtr v = Ld(Idx(a, ((rn * c + rc) * h + rh) * w + rw));
   if (pooled) v = v * Ld(Idx(p, ((rn * c + rc) * (h / 2) + rh / 2) * (w / 2) + rw / 2));
   UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {v, rn, rh, rw}, Op::ADD);
@@ -253,14 +254,16 @@ TEST(LowerTest, ConvWeightGradientTile) {
 // but the output (NCHW) by OH * OW.
 UOpPtr ConvChannelsLastKernel(int64_t b, int64_t ci, int64_t co, int64_t hw, int64_t k) {
   const int64_t o = hw - k + 1;
-  UOpPtr out = Param(0, dtypes::kFloat32), x = Param(1, dtypes::kFloat32), w = Param(2, dtypes::kFloat32);
-  UOpPtr rb = UOp::Range(b, 0), rco = UOp::Range(co, 1), roy = UOp::Range(o, 2), rox = UOp::Range(o, 3),
-         rci = UOp::Range(ci, 4, AxisType::kReduce), rky = UOp::Range(k, 5, AxisType::kReduce),
-         rkx = UOp::Range(k, 6, AxisType::kReduce);
+  UOpPtr out = Param(0, dtypes::kFloat32), x = Param(1, dtypes::kFloat32),
+         w = Param(2, dtypes::kFloat32);
+  UOpPtr rb = UOp::Range(b, 0), rco = UOp::Range(co, 1), roy = UOp::Range(o, 2),
+         rox = UOp::Range(o, 3), rci = UOp::Range(ci, 4, AxisType::kReduce),
+         rky = UOp::Range(k, 5, AxisType::kReduce), rkx = UOp::Range(k, 6, AxisType::kReduce);
   UOpPtr xv = Ld(Idx(x, (rb * ci + rci) * (hw * hw) + (roy + rky) * hw + rox + rkx));
   UOpPtr wv = Ld(Idx(w, ((rci * k + rky) * k + rkx) * co + rco));
   UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {xv * wv, rci, rky, rkx}, Op::ADD);
-  return UOp::Sink({End(St(Idx(out, ((rb * co + rco) * o + roy) * o + rox), red), {rb, rco, roy, rox})});
+  return UOp::Sink(
+      {End(St(Idx(out, ((rb * co + rco) * o + roy) * o + rox), red), {rb, rco, roy, rox})});
 }
 
 TEST(LowerTest, ConvOutputChannelLanes) {
@@ -285,8 +288,8 @@ TEST(LowerTest, ConvOutputChannelLanes) {
   // The channel lanes are the fastest-varying copies: the tile's first two output stores are one channel apart.
   std::vector<UOpPtr> stores;
   for (const UOpPtr& u : p->uops)
-    if (u->op() == Op::STORE && u->src(0)->op() == Op::INDEX && u->src(0)->src(0)->op() == Op::PARAM &&
-        u->src(0)->src(0)->ArgInt() == 0)
+    if (u->op() == Op::STORE && u->src(0)->op() == Op::INDEX &&
+        u->src(0)->src(0)->op() == Op::PARAM && u->src(0)->src(0)->ArgInt() == 0)
       stores.push_back(u);
   ASSERT_EQ(stores.size(), 32u * 5u);
   const UOpPtr& i0 = stores[0]->src(0)->src(1);

@@ -22,14 +22,16 @@ std::vector<float> Data(int64_t n, float scale, float phase) {
 
 void ExpectNear(const std::vector<float>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-4 * (1 + std::abs(want[i]))) << i;
 }
 
 class ChannelReduceTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     backends::RegisterAllBackends();
-    if (!runtime::GetDevice(GetParam()).ok()) GTEST_SKIP() << GetParam() << " backend not available";
+    if (!runtime::GetDevice(GetParam()).ok())
+      GTEST_SKIP() << GetParam() << " backend not available";
   }
 };
 

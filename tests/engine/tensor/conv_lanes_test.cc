@@ -25,16 +25,19 @@ std::vector<float> Data(int64_t n, float scale, float phase) {
   return v;
 }
 
-void ExpectClose(const std::vector<float>& got, const std::vector<double>& want, const std::string& what) {
+void ExpectClose(const std::vector<float>& got, const std::vector<double>& want,
+                 const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   double scale = 0;
   for (double v : want) scale = std::max(scale, std::abs(v));
-  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4 * scale) << what << " at " << i;
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-4 * scale) << what << " at " << i;
 }
 
 struct ConvShape {
   const char* name;
-  int64_t b, ci, co, hw, k, pad;  // b * co * oh * ow * ci * k * k >= 2^24: Conv2d copies the weights co-last
+  int64_t b, ci, co, hw, k,
+      pad;  // b * co * oh * ow * ci * k * k >= 2^24: Conv2d copies the weights co-last
 };
 void PrintTo(const ConvShape& s, std::ostream* os) { *os << s.name; }
 
@@ -42,18 +45,26 @@ class ConvLanesTest : public ::testing::TestWithParam<std::tuple<std::string, Co
  protected:
   void SetUp() override {
     backends::RegisterAllBackends();
-    if (!runtime::GetDevice(std::get<0>(GetParam())).ok()) GTEST_SKIP() << std::get<0>(GetParam()) << " not available";
+    if (!runtime::GetDevice(std::get<0>(GetParam())).ok())
+      GTEST_SKIP() << std::get<0>(GetParam()) << " not available";
   }
 };
 
 TEST_P(ConvLanesTest, ForwardAndInputGradientMatchLoops) {
   const auto& [dev, s] = GetParam();
   const int64_t oh = s.hw + 2 * s.pad - s.k + 1;
-  std::vector<float> x = Data(s.b * s.ci * s.hw * s.hw, 1.0f, 0.1f), w = Data(s.co * s.ci * s.k * s.k, 0.5f, 0.2f),
+  std::vector<float> x = Data(s.b * s.ci * s.hw * s.hw, 1.0f, 0.1f),
+                     w = Data(s.co * s.ci * s.k * s.k, 0.5f, 0.2f),
                      dy = Data(s.b * s.co * oh * oh, 1.0f, 0.3f);
-  auto xi = [&](int64_t n, int64_t c, int64_t y, int64_t xx) { return ((n * s.ci + c) * s.hw + y) * s.hw + xx; };
-  auto wi = [&](int64_t o, int64_t c, int64_t ky, int64_t kx) { return ((o * s.ci + c) * s.k + ky) * s.k + kx; };
-  auto yi = [&](int64_t n, int64_t o, int64_t y, int64_t xx) { return ((n * s.co + o) * oh + y) * oh + xx; };
+  auto xi = [&](int64_t n, int64_t c, int64_t y, int64_t xx) {
+    return ((n * s.ci + c) * s.hw + y) * s.hw + xx;
+  };
+  auto wi = [&](int64_t o, int64_t c, int64_t ky, int64_t kx) {
+    return ((o * s.ci + c) * s.k + ky) * s.k + kx;
+  };
+  auto yi = [&](int64_t n, int64_t o, int64_t y, int64_t xx) {
+    return ((n * s.co + o) * oh + y) * oh + xx;
+  };
   std::vector<double> want_y(dy.size(), 0.0), want_dx(x.size(), 0.0);
   for (int64_t n = 0; n < s.b; ++n)
     for (int64_t o = 0; o < s.co; ++o)
@@ -64,8 +75,10 @@ TEST_P(ConvLanesTest, ForwardAndInputGradientMatchLoops) {
               for (int64_t kx = 0; kx < s.k; ++kx) {
                 const int64_t iy = y + ky - s.pad, ix = xx + kx - s.pad;
                 if (iy < 0 || ix < 0 || iy >= s.hw || ix >= s.hw) continue;
-                want_y[yi(n, o, y, xx)] += static_cast<double>(x[xi(n, c, iy, ix)]) * w[wi(o, c, ky, kx)];
-                want_dx[xi(n, c, iy, ix)] += static_cast<double>(dy[yi(n, o, y, xx)]) * w[wi(o, c, ky, kx)];
+                want_y[yi(n, o, y, xx)] +=
+                    static_cast<double>(x[xi(n, c, iy, ix)]) * w[wi(o, c, ky, kx)];
+                want_dx[xi(n, c, iy, ix)] +=
+                    static_cast<double>(dy[yi(n, o, y, xx)]) * w[wi(o, c, ky, kx)];
               }
   Tensor xt = Tensor::FromVector(x, {s.b, s.ci, s.hw, s.hw}, dev);
   Tensor wt = Tensor::FromVector(w, {s.co, s.ci, s.k, s.k}, dev);
@@ -86,7 +99,8 @@ TEST_P(ConvLanesTest, ForwardAndInputGradientMatchLoops) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ConvLanesTest,
     ::testing::Combine(::testing::Values("CPU", "INTERP"),
-                       ::testing::Values(ConvShape{"conv2", 2, 32, 32, 24, 5, 0}, ConvShape{"conv4", 16, 64, 64, 8, 3, 0},
+                       ::testing::Values(ConvShape{"conv2", 2, 32, 32, 24, 5, 0},
+                                         ConvShape{"conv4", 16, 64, 64, 8, 3, 0},
                                          ConvShape{"padded", 20, 16, 48, 12, 3, 1})),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param).name; });
 
@@ -106,8 +120,10 @@ TEST_P(StridedLanesTest, TransposedProductMatchesLoop) {
   std::vector<double> want(J * I, 0.0);
   for (int64_t j = 0; j < J; ++j)
     for (int64_t i = 0; i < I; ++i)
-      for (int64_t k = 0; k < K; ++k) want[j * I + i] += static_cast<double>(w[k * J + j]) * x[i * K + k];
-  Tensor wt = Tensor::FromVector(w, {K, J}, GetParam()), xt = Tensor::FromVector(x, {I, K}, GetParam());
+      for (int64_t k = 0; k < K; ++k)
+        want[j * I + i] += static_cast<double>(w[k * J + j]) * x[i * K + k];
+  Tensor wt = Tensor::FromVector(w, {K, J}, GetParam()),
+         xt = Tensor::FromVector(x, {I, K}, GetParam());
   auto got = wt.Transpose().Matmul(xt.Transpose()).ToVector<float>();
   ASSERT_TRUE(got.ok()) << got.status();
   ExpectClose(*got, want, "transposed product");

@@ -85,14 +85,15 @@ TEST_P(ConvWeightGradTest, MatchesLoopReference) {
   for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR((*got)[i], want[i], 1e-4 * scale) << s.name << " at " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, ConvWeightGradTest,
-                         ::testing::Values(Shape4{"conv3", 64, 32, 64, 10, 3, 0}, Shape4{"conv4", 64, 64, 64, 8, 3, 0},
-                                           Shape4{"conv2", 16, 32, 32, 24, 5, 0}, Shape4{"conv1", 32, 1, 32, 28, 5, 0},
-                                           Shape4{"padded", 8, 8, 16, 9, 3, 1}, Shape4{"odd_batch", 3, 8, 5, 6, 3, 0},
-                                           Shape4{"conv3_pooled", 64, 32, 64, 10, 3, 0, true},
-                                           // >= 2^20 output-gradient elements: the rules' path on a contiguous copy
-                                           Shape4{"conv1_large", 64, 1, 32, 28, 5, 0}),
-                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ConvWeightGradTest,
+    ::testing::Values(Shape4{"conv3", 64, 32, 64, 10, 3, 0}, Shape4{"conv4", 64, 64, 64, 8, 3, 0},
+                      Shape4{"conv2", 16, 32, 32, 24, 5, 0}, Shape4{"conv1", 32, 1, 32, 28, 5, 0},
+                      Shape4{"padded", 8, 8, 16, 9, 3, 1}, Shape4{"odd_batch", 3, 8, 5, 6, 3, 0},
+                      Shape4{"conv3_pooled", 64, 32, 64, 10, 3, 0, true},
+                      // >= 2^20 output-gradient elements: the rules' path on a contiguous copy
+                      Shape4{"conv1_large", 64, 1, 32, 28, 5, 0}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace kiln
