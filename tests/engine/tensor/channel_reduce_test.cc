@@ -10,15 +10,10 @@
 #include "engine/runtime/registry.h"
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/engine/tensor/test_util.h"
 
 namespace kiln {
 namespace {
-
-std::vector<float> Data(int64_t n, float scale, float phase) {
-  std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = std::sin(0.37f * static_cast<float>(i) + phase) * scale;
-  return v;
-}
 
 void ExpectNear(const std::vector<float>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());
@@ -38,7 +33,7 @@ class ChannelReduceTest : public ::testing::TestWithParam<std::string> {
 // sum and sum of squares over (n, h, w): h and w contiguous together (400 floats).
 TEST_P(ChannelReduceTest, SumAndSquaresOverBatchAndPlane) {
   const int64_t N = 128, C = 8, H = 20, W = 20;
-  std::vector<float> x = Data(N * C * H * W, 1.5f, 0.1f);
+  std::vector<float> x = testing::SineData(N * C * H * W, 1.5f, 0.1f);
   std::vector<double> sum(C, 0.0), sq(C, 0.0);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c)
@@ -59,8 +54,8 @@ TEST_P(ChannelReduceTest, SumAndSquaresOverBatchAndPlane) {
 // sum over (n, h, w) of x * p[h / 2, w / 2] (a pooled tensor broadcast back over its 2x2 windows): the index of p
 // is not affine in h and w.
 void PooledCase(const std::string& dev, int64_t N, int64_t C, int64_t H, int64_t W) {
-  std::vector<float> x = Data(N * C * H * W, 1.0f, 0.2f);
-  std::vector<float> p = Data(N * C * (H / 2) * (W / 2), 2.0f, 0.7f);
+  std::vector<float> x = testing::SineData(N * C * H * W, 1.0f, 0.2f);
+  std::vector<float> p = testing::SineData(N * C * (H / 2) * (W / 2), 2.0f, 0.7f);
   std::vector<double> want(C, 0.0);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c)

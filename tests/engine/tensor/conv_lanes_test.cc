@@ -15,15 +15,10 @@
 #include "engine/tensor/gradient.h"
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/engine/tensor/test_util.h"
 
 namespace kiln {
 namespace {
-
-std::vector<float> Data(int64_t n, float scale, float phase) {
-  std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = std::sin(0.37f * static_cast<float>(i) + phase) * scale;
-  return v;
-}
 
 void ExpectClose(const std::vector<float>& got, const std::vector<double>& want,
                  const std::string& what) {
@@ -53,9 +48,9 @@ class ConvLanesTest : public ::testing::TestWithParam<std::tuple<std::string, Co
 TEST_P(ConvLanesTest, ForwardAndInputGradientMatchLoops) {
   const auto& [dev, s] = GetParam();
   const int64_t oh = s.hw + 2 * s.pad - s.k + 1;
-  std::vector<float> x = Data(s.b * s.ci * s.hw * s.hw, 1.0f, 0.1f),
-                     w = Data(s.co * s.ci * s.k * s.k, 0.5f, 0.2f),
-                     dy = Data(s.b * s.co * oh * oh, 1.0f, 0.3f);
+  std::vector<float> x = testing::SineData(s.b * s.ci * s.hw * s.hw, 1.0f, 0.1f),
+                     w = testing::SineData(s.co * s.ci * s.k * s.k, 0.5f, 0.2f),
+                     dy = testing::SineData(s.b * s.co * oh * oh, 1.0f, 0.3f);
   auto xi = [&](int64_t n, int64_t c, int64_t y, int64_t xx) {
     return ((n * s.ci + c) * s.hw + y) * s.hw + xx;
   };
@@ -116,7 +111,7 @@ class StridedLanesTest : public ::testing::TestWithParam<std::string> {
 // which w is contiguous, x broadcast and the output strided by I.
 TEST_P(StridedLanesTest, TransposedProductMatchesLoop) {
   const int64_t I = 20, J = 48, K = 384;
-  std::vector<float> w = Data(K * J, 0.5f, 0.2f), x = Data(I * K, 1.0f, 0.1f);
+  std::vector<float> w = testing::SineData(K * J, 0.5f, 0.2f), x = testing::SineData(I * K, 1.0f, 0.1f);
   std::vector<double> want(J * I, 0.0);
   for (int64_t j = 0; j < J; ++j)
     for (int64_t i = 0; i < I; ++i)

@@ -12,6 +12,7 @@
 #include "engine/tensor/gradient.h"
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/engine/tensor/test_util.h"
 
 namespace kiln {
 namespace {
@@ -23,12 +24,6 @@ struct Shape4 {
 };
 void PrintTo(const Shape4& s, std::ostream* os) { *os << s.name; }
 
-std::vector<float> Data(int64_t n, float scale, float phase) {
-  std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = std::sin(0.37f * static_cast<float>(i) + phase) * scale;
-  return v;
-}
-
 class ConvWeightGradTest : public ::testing::TestWithParam<Shape4> {
  protected:
   void SetUp() override { backends::RegisterAllBackends(); }
@@ -37,8 +32,8 @@ class ConvWeightGradTest : public ::testing::TestWithParam<Shape4> {
 TEST_P(ConvWeightGradTest, MatchesLoopReference) {
   const Shape4 s = GetParam();
   const int64_t oh = s.hw + 2 * s.pad - s.k + 1;
-  std::vector<float> big = Data(s.b * s.ci * 4 * s.hw * s.hw, 1.0f, 0.1f);
-  std::vector<float> x = s.pooled ? std::vector<float>(s.b * s.ci * s.hw * s.hw) : Data(s.b * s.ci * s.hw * s.hw, 1.0f, 0.1f);
+  std::vector<float> big = testing::SineData(s.b * s.ci * 4 * s.hw * s.hw, 1.0f, 0.1f);
+  std::vector<float> x = s.pooled ? std::vector<float>(s.b * s.ci * s.hw * s.hw) : testing::SineData(s.b * s.ci * s.hw * s.hw, 1.0f, 0.1f);
   if (s.pooled) {
     for (int64_t p = 0; p < s.b * s.ci; ++p)
       for (int64_t y = 0; y < s.hw; ++y)
@@ -50,8 +45,8 @@ TEST_P(ConvWeightGradTest, MatchesLoopReference) {
           x[(p * s.hw + y) * s.hw + xx] = m;
         }
   }
-  std::vector<float> w = Data(s.co * s.ci * s.k * s.k, 0.5f, 0.2f),
-                     dy = Data(s.b * s.co * oh * oh, 1.0f, 0.3f);
+  std::vector<float> w = testing::SineData(s.co * s.ci * s.k * s.k, 0.5f, 0.2f),
+                     dy = testing::SineData(s.b * s.co * oh * oh, 1.0f, 0.3f);
   std::vector<double> want(s.co * s.ci * s.k * s.k, 0.0);
   for (int64_t n = 0; n < s.b; ++n)
     for (int64_t o = 0; o < s.co; ++o)

@@ -1,6 +1,7 @@
-// Helpers for the graph-level Tensor tests (no realization).
+// Helpers for the Tensor tests: graph-level checks (no realization) and deterministic input data.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -20,6 +21,13 @@ inline int CountOp(const Tensor& t, Op op) {
   return n;
 }
 inline bool HasOp(const Tensor& t, Op op) { return CountOp(t, op) > 0; }
+
+// n floats sin(0.37 i + phase) * scale: deterministic, sign-mixed inputs without a random generator.
+inline std::vector<float> SineData(int64_t n, float scale, float phase) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = std::sin(0.37f * static_cast<float>(i) + phase) * scale;
+  return v;
+}
 
 // docs/kernel-ir.md §1: every elementwise node's sources have the node's shape.
 inline bool ElementwiseSourcesMatch(const Tensor& t) {
