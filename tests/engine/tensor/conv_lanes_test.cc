@@ -111,7 +111,8 @@ class StridedLanesTest : public ::testing::TestWithParam<std::string> {
 // which w is contiguous, x broadcast and the output strided by I.
 TEST_P(StridedLanesTest, TransposedProductMatchesLoop) {
   const int64_t I = 20, J = 48, K = 384;
-  std::vector<float> w = testing::SineData(K * J, 0.5f, 0.2f), x = testing::SineData(I * K, 1.0f, 0.1f);
+  std::vector<float> w = testing::SineData(K * J, 0.5f, 0.2f),
+                     x = testing::SineData(I * K, 1.0f, 0.1f);
   std::vector<double> want(J * I, 0.0);
   for (int64_t j = 0; j < J; ++j)
     for (int64_t i = 0; i < I; ++i)

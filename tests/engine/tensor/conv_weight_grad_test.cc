@@ -33,7 +33,8 @@ TEST_P(ConvWeightGradTest, MatchesLoopReference) {
   const Shape4 s = GetParam();
   const int64_t oh = s.hw + 2 * s.pad - s.k + 1;
   std::vector<float> big = testing::SineData(s.b * s.ci * 4 * s.hw * s.hw, 1.0f, 0.1f);
-  std::vector<float> x = s.pooled ? std::vector<float>(s.b * s.ci * s.hw * s.hw) : testing::SineData(s.b * s.ci * s.hw * s.hw, 1.0f, 0.1f);
+  std::vector<float> x = s.pooled ? std::vector<float>(s.b * s.ci * s.hw * s.hw)
+                                  : testing::SineData(s.b * s.ci * s.hw * s.hw, 1.0f, 0.1f);
   if (s.pooled) {
     for (int64_t p = 0; p < s.b * s.ci; ++p)
       for (int64_t y = 0; y < s.hw; ++y)
