@@ -136,12 +136,18 @@ UOpPtr ChannelSumKernel(int64_t n, int64_t c, int64_t h, int64_t w, bool pooled)
   return UOp::Sink({End(St(Idx(out, rc), red), {rc})});
 }
 
+// The CPU target of the 2-core AVX-512 machine the heuristic's figures were measured on.
+Target Avx512TwoCores() {
+  Target t;
+  t.renderer = "llvm";
+  t.has_threads = true;
+  t.max_threads = 2;
+  t.vector_bytes = 64;
+  return t;
+}
+
 TEST(LowerTest, ChannelSumMergesPlaneIntoSixteenLanes) {
-  Target avx512;
-  avx512.renderer = "llvm";
-  avx512.has_threads = true;
-  avx512.max_threads = 2;
-  avx512.vector_bytes = 64;
+  const Target avx512 = Avx512TwoCores();
   // h and w are walked as one 400-wide axis: 16 accumulator lanes, where 20-wide w alone gave 4.
   auto p = codegen::LowerKernel(ChannelSumKernel(128, 8, 20, 20, false), avx512, {});
   ASSERT_TRUE(p.ok()) << p.status();
@@ -171,11 +177,7 @@ UOpPtr MatmulKernel(int64_t m, int64_t n, int64_t kk, bool b_transposed = false)
 }
 
 TEST(LowerTest, MatmulRegisterTile) {
-  Target avx512;
-  avx512.renderer = "llvm";
-  avx512.has_threads = true;
-  avx512.max_threads = 2;
-  avx512.vector_bytes = 64;
+  const Target avx512 = Avx512TwoCores();
   auto opts = codegen::HeuristicOpts(MatmulKernel(256, 256, 256), avx512);
   ASSERT_TRUE(opts.ok()) << opts.status();
   EXPECT_EQ(*opts, (std::vector<Opt>{{OptOp::kThread, 0, 2},
@@ -225,11 +227,7 @@ UOpPtr ConvWeightGradKernel(int64_t nb, int64_t bc, int64_t ci, int64_t co, int6
 }
 
 TEST(LowerTest, ConvWeightGradientTile) {
-  Target avx512;
-  avx512.renderer = "llvm";
-  avx512.has_threads = true;
-  avx512.max_threads = 2;
-  avx512.vector_bytes = 64;
+  const Target avx512 = Avx512TwoCores();
   // conv3 (32 -> 64 channels, 3x3, 10x10 input): the whole 3-wide kx row axis, and with registers left over the
   // lane tile widens to all 64 output channels (3 x 4 vectors = 12 accumulators).
   auto conv3 = codegen::HeuristicOpts(ConvWeightGradKernel(32, 16, 32, 64, 10, 3), avx512);
@@ -267,11 +265,7 @@ UOpPtr ConvChannelsLastKernel(int64_t b, int64_t ci, int64_t co, int64_t hw, int
 }
 
 TEST(LowerTest, ConvOutputChannelLanes) {
-  Target avx512;
-  avx512.renderer = "llvm";
-  avx512.has_threads = true;
-  avx512.max_threads = 2;
-  avx512.vector_bytes = 64;
+  const Target avx512 = Avx512TwoCores();
   // conv2 (32 -> 32, 5x5, 24x24 input): the 20-wide ox axis stores contiguously but would fill 20 of 32 lanes, so the
   // lanes are the 32 output channels (stored 400 apart), and the rows the oy axis (5 of 20: 10 accumulators), not ox,
   // along which the stores are consecutive.
