@@ -62,14 +62,16 @@ class Daemon:
         self.channel = grpc.insecure_channel(self.server.url)
         return TrainingStub(self.channel, t)
 
-    def wait_killed(self, timeout=300) -> tuple[int, str]:
-        """Waits for kilnd to die on its own (a failpoint); its exit status and log."""
+    def wait_killed(self, point: str, hit: int, timeout=300) -> str:
+        """Waits for kilnd to die of SIGKILL at the `hit`-th pass of failpoint `point`; its log."""
         rc = self.server.proc.wait(timeout)
         log = self.server.logs()
         self.channel.close()
         self.server.log.close()
         shutil.rmtree(self.server.scratch, ignore_errors=True)
-        return rc, log
+        assert rc == -9, f"kilnd exited with {rc}, not SIGKILL:\n{log[-3000:]}"
+        assert f"failpoint {point}: kill (hit {hit})" in log
+        return log
 
     def stop(self) -> tuple[int, str]:
         self.channel.close()
@@ -138,9 +140,7 @@ def test_kill_inside_the_third_checkpoint_write(pb, tmp_path, reference, point):
     d = Daemon(tmp_path)
     stub = d.start(t, failpoints=f"{point}=kill@3")
     job = stub.StartJob(t.StartJobRequest(spec=mlp_spec(t, **CKPT_SPEC)))
-    rc, log = d.wait_killed()
-    assert rc == -9, f"kilnd exited with {rc}, not SIGKILL:\n{log[-3000:]}"
-    assert f"failpoint {point}: kill (hit 3)" in log
+    d.wait_killed(point, 3)
     folder = d.data / "jobs" / job.id
     names = files_of(folder)
     # Exactly the two complete generations (4, 8) plus what this stage leaves of the third.
@@ -177,9 +177,7 @@ def test_kill_mid_publish_publishes_exactly_once(pb, tmp_path, reference, point)
     d = Daemon(tmp_path)
     stub = d.start(t, failpoints=f"{point}=kill")
     job = stub.StartJob(t.StartJobRequest(spec=mlp_spec(t, **PUB_SPEC)))
-    rc, log = d.wait_killed()
-    assert rc == -9, f"kilnd exited with {rc}, not SIGKILL:\n{log[-3000:]}"
-    assert f"failpoint {point}: kill (hit 1)" in log
+    d.wait_killed(point, 1)
     mdir = d.repo / "fm_pub"
     versions_at_kill = {p.name for p in mdir.iterdir() if p.name.isdigit()} if mdir.exists() else set()
     assert versions_at_kill == (set() if point == "publish.after_intent" else {"1"})
