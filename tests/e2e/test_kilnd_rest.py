@@ -23,11 +23,11 @@ HEADER_LIMIT = 16 << 10
 TIMEOUT_MS = 500
 
 
-def call(port, method, path, body=None, headers=None, conn=None):
+def call(port, method, path, body=None, headers=None, conn=None, timeout=30):
     """One request; returns (status, headers, body bytes)."""
     own = conn is None
     if own:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     if isinstance(body, (dict, list)):
         body = json.dumps(body).encode()
     conn.request(method, path, body=body, headers=headers or {})

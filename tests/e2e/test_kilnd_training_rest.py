@@ -22,7 +22,7 @@ import pytest
 
 from builtin_models import read_idx, read_safetensors
 from kilnd_launcher import Kilnd
-from test_kilnd_rest import raw_exchange
+from test_kilnd_rest import call as http_call, raw_exchange
 from test_kilnd_training import FASHION, mlp_forward
 
 MAX_DATASET = 40_000_000  # --max-dataset-bytes: Fashion-MNIST (30.9 MB, gzip) fits
@@ -58,18 +58,12 @@ def server(tmp_path_factory):
 
 def call(port, method, path, body=None, headers=None):
     """One request on a new connection: (status, headers, parsed JSON or raw bytes)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    if isinstance(body, (dict, list)):
-        body = json.dumps(body).encode()
-    conn.request(method, path, body=body, headers=headers or {})
-    r = conn.getresponse()
-    data = r.read()
-    conn.close()
+    status, hdrs, data = http_call(port, method, path, body, headers, timeout=60)
     try:
         data = json.loads(data)
     except ValueError:
         pass
-    return r.status, dict(r.getheaders()), data
+    return status, hdrs, data
 
 
 def spec_json(**kw):
