@@ -67,6 +67,7 @@ constexpr Pass kLowerPasses[] = {
     {"apply opts", ApplyOpts},
     {"expand upcasts", ExpandUpcasts},
     {"postopt symbolic", SymbolicPass},
+    {"narrow gated reduces", NarrowGatedReduces},
     {"lower group reduces", LowerGroupReduces},
     {"lower reduces", LowerReduces},
     {"fold wmma accumulators", FoldWmmaAccumulators},

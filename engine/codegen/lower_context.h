@@ -53,6 +53,11 @@ std::string KernelName(const UOpPtr& sink, const LowerContext& ctx);
 // ---- expand.cc ----
 absl::StatusOr<UOpPtr> ExpandUpcasts(const UOpPtr& sink, LowerContext& ctx);
 
+// ---- narrow.cc ----
+// Reduce loops whose every ADD term is 0 outside a window of the loop (a padded view's gate, `lo <= r + f < hi`)
+// run over that window only, and the window's conditions leave the gates.
+absl::StatusOr<UOpPtr> NarrowGatedReduces(const UOpPtr& sink, LowerContext& ctx);
+
 // ---- reduce.cc ----
 absl::StatusOr<UOpPtr> LowerReduces(const UOpPtr& sink, LowerContext& ctx);
 absl::StatusOr<UOpPtr> LowerThreads(const UOpPtr& sink, LowerContext& ctx);

@@ -248,8 +248,12 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
       out.push_back({wn, dw[0]});
     }
     Tensor wt(wn, device);
-    std::vector<std::pair<int64_t, int64_t>> gpad = {{0, 0}, {0, 0}, {hw[0] - 1, hw[0] - 1}, {hw[1] - 1, hw[1] - 1}};
-    Tensor dxp = g.Pad(gpad).Contiguous().Conv2d(wt.Flip(Axes({2, 3})).Permute({1, 0, 2, 3}));
+    std::vector<std::pair<int64_t, int64_t>> xpad = {
+        {0, 0}, {0, 0}, {0, 0}, {hw[1] - 1, hw[1] - 1}};
+    std::vector<std::pair<int64_t, int64_t>> ypad = {
+        {0, 0}, {0, 0}, {hw[0] - 1, hw[0] - 1}, {0, 0}};
+    Tensor dxp =
+        g.Pad(ypad).Contiguous().Pad(xpad).Conv2d(wt.Flip(Axes({2, 3})).Permute({1, 0, 2, 3}));
     const Shape& ps = dxp.shape();
     std::vector<std::pair<int64_t, int64_t>> crop = {{0, ps[0]}, {0, ps[1]}, {pads[2].first, ps[2] - pads[2].second},
                                                      {pads[3].first, ps[3] - pads[3].second}};

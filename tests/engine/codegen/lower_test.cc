@@ -299,6 +299,54 @@ TEST(LowerTest, ConvOutputChannelLanes) {
   EXPECT_EQ(std::count(shallow->begin(), shallow->end(), Opt{OptOp::kUpcast, 1, 16}), 0);
 }
 
+// A 1-D convolution over a zero-padded view, as Conv2d's input gradient reads its padded output gradient:
+// out[i] = sum_k (pad <= i + k < pad + m ? x[i + k - pad] : 0) * w[k], for i < n (n = m + 2 * pad - K + 1).
+// `plus_one` adds 1 to each product instead, so the terms outside the window are not zeros.
+UOpPtr PaddedConvKernel(int64_t m, int64_t k, int64_t pad, bool plus_one = false) {
+  const int64_t n = m + 2 * pad - k + 1;
+  UOpPtr out = Param(0, dtypes::kFloat32), x = Param(1, dtypes::kFloat32),
+         w = Param(2, dtypes::kFloat32);
+  UOpPtr ri = UOp::Range(n, 0), rk = UOp::Range(k, 1, AxisType::kReduce);
+  UOpPtr pos = ri + rk;
+  UOpPtr valid =
+      UOp::Make(Op::AND, dtypes::kBool, {Lt(UOp::ConstInt(pad - 1), pos), Lt(pos, pad + m)});
+  UOpPtr xv = Ld(UOp::Make(Op::INDEX, x->dtype(), {x, pos - pad, valid}));
+  UOpPtr term = Where(valid, xv, UOp::Const(dtypes::kFloat32, 0.0)) * Ld(Idx(w, rk));
+  if (plus_one) term = term + UOp::Const(dtypes::kFloat32, 1.0);
+  UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {term, rk}, Op::ADD);
+  return UOp::Sink({End(St(Idx(out, ri), red), {ri})});
+}
+
+TEST(LowerTest, ReduceLoopNarrowsToThePaddedWindow) {
+  // The reduce loop runs over [max(0, 4 - i), min(5, 24 - i)): its end depends on i, and the window's conditions
+  // leave the load (no gate, no select).
+  auto p = NoOpt(PaddedConvKernel(20, 5, 4));
+  ASSERT_TRUE(p.ok()) << p.status();
+  int reduce_loops = 0;
+  for (const UOpPtr& u : p->uops) {
+    if (u->op() == Op::RANGE && std::get<AxisArg>(u->arg()).type == AxisType::kReduce) {
+      ++reduce_loops;
+      EXPECT_NE(u->src(0)->op(), Op::CONST);
+    }
+    EXPECT_NE(u->op(), Op::WHERE);
+    if (u->op() == Op::INDEX || u->op() == Op::LOAD) EXPECT_LT(u->num_src(), 3u);
+  }
+  EXPECT_EQ(reduce_loops, 1);
+  // Terms that are not 0 outside the window keep the whole loop and the gate.
+  auto q = NoOpt(PaddedConvKernel(20, 5, 4, true));
+  ASSERT_TRUE(q.ok()) << q.status();
+  bool gated = false;
+  for (const UOpPtr& u : q->uops) {
+    if (u->op() == Op::RANGE && std::get<AxisArg>(u->arg()).type == AxisType::kReduce) {
+      int64_t end = 0;
+      EXPECT_TRUE(codegen::ConstInt(u->src(0), &end));
+      EXPECT_EQ(end, 5);
+    }
+    gated |= (u->op() == Op::INDEX || u->op() == Op::LOAD) && u->num_src() == 3;
+  }
+  EXPECT_TRUE(gated);
+}
+
 TEST(LowerTest, WideIndexUsesInt64) {
   UOpPtr out = Param(0, dtypes::kUInt8);
   UOpPtr r0 = UOp::Range(int64_t{3} << 30, 0);

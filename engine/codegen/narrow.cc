@@ -1,0 +1,291 @@
+// Narrowing of reduce loops to the window where their padded input is valid (docs/kernel-ir.md §3).
+//
+// A convolution over a padded view reads its input through a gate, `WHERE(lo <= oy + ky < hi, load, 0)`, and the
+// product with the weight is 0 wherever the gate fails: a conv input gradient (the output gradient padded by
+// kernel - 1) spends 30-45% of its multiply-adds on those zeros. When every REDUCE(ADD) over a reduce loop `r` has
+// such a factor, and the gate's conditions are `r + f < b`-style comparisons with `f` and `b` fixed outside the
+// reduce, the loop runs only over [L, U) (the intersection of the conditions with [0, N)) and the conditions, now
+// always true, are dropped from the gates. The skipped terms were exact zeros, so the sums keep their values and
+// their order (up to the sign of a zero sum, and a NaN that an infinite weight times a padded 0 would have made).
+#include <algorithm>
+#include <iterator>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "engine/codegen/graph_util.h"
+#include "engine/codegen/lower_context.h"
+#include "engine/symbolic/symbolic.h"
+
+namespace kiln::codegen {
+namespace {
+
+const AxisArg* AxisOf(const UOp* u) {
+  return u->op() == Op::RANGE ? std::get_if<AxisArg>(&u->arg()) : nullptr;
+}
+
+bool IsZeroConst(const UOp* u) {
+  if (u->op() != Op::CONST) return false;
+  if (const auto* f = std::get_if<ConstFloat>(&u->arg())) return f->value == 0.0;
+  if (const auto* i = std::get_if<int64_t>(&u->arg())) return *i == 0;
+  if (const auto* b = std::get_if<bool>(&u->arg())) return !*b;
+  return false;
+}
+
+// The scalar conjuncts of a bool expression.
+void Conjuncts(const UOp* c, std::vector<const UOp*>& out) {
+  std::vector<const UOp*> stack{c};
+  while (!stack.empty()) {
+    const UOp* u = stack.back();
+    stack.pop_back();
+    if (u->op() == Op::AND) {
+      for (const UOpPtr& s : u->src()) stack.push_back(s.get());
+    } else if (u->dtype().IsBool() && u->dtype().count == 1) {
+      out.push_back(u);
+    }
+  }
+}
+
+// Conditions under which `v` is certainly 0 when one of them is false: the gates of zero-padded loads reached
+// through products, casts and negations, and those common to both terms of a sum (a reduce's unrolled lanes).
+// Sorted by pointer. `depth` bounds the recursion (sums of sums of unrolled lanes are shallow).
+std::vector<const UOp*> ZeroUnless(const UOp* v, int depth = 0) {
+  std::vector<const UOp*> out;
+  if (depth > 16) return out;
+  switch (v->op()) {
+    case Op::MUL:
+      for (const UOpPtr& s : v->src()) {
+        std::vector<const UOp*> c = ZeroUnless(s.get(), depth + 1);
+        out.insert(out.end(), c.begin(), c.end());
+      }
+      break;
+    case Op::ADD: {
+      std::vector<const UOp*> a = ZeroUnless(v->src(0).get(), depth + 1),
+                              b = ZeroUnless(v->src(1).get(), depth + 1);
+      std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+      return out;
+    }
+    case Op::CAST:
+    case Op::NEG:
+      return ZeroUnless(v->src(0).get(), depth + 1);
+    case Op::WHERE:
+      if (IsZeroConst(v->src(2).get())) {
+        Conjuncts(v->src(0).get(), out);
+        std::vector<const UOp*> c = ZeroUnless(v->src(1).get(), depth + 1);
+        out.insert(out.end(), c.begin(), c.end());
+      }
+      break;
+    case Op::LOAD: {
+      if (v->num_src() >= 2 && !IsZeroConst(v->src(1).get())) break;
+      const UOp* gate = v->num_src() >= 3 ? v->src(2).get()
+                        : v->src(0)->op() == Op::INDEX && v->src(0)->num_src() == 3
+                            ? v->src(0)->src(2).get()
+                            : nullptr;
+      if (gate != nullptr) Conjuncts(gate, out);
+      break;
+    }
+    default:
+      break;
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// `e` as coef * r + rest, where rest depends on no reduce range; false when `e` is not of that form.
+class Affine {
+ public:
+  Affine(const UOp* r, const RangeSets& rs) : r_(r), rs_(rs) {}
+
+  bool Of(const UOp* e, int64_t* coef, UOpPtr* rest) {
+    const auto& ranges = rs_.Of(e);
+    if (std::find(ranges.begin(), ranges.end(), r_) == ranges.end()) {
+      for (const UOp* x : ranges) {
+        const AxisArg* a = AxisOf(x);
+        if (a == nullptr || a->type == AxisType::kReduce || a->type == AxisType::kGroupReduce)
+          return false;
+      }
+      *coef = 0;
+      *rest = UOpPtr::FromRaw(e);
+      return true;
+    }
+    if (e == r_) {
+      *coef = 1;
+      *rest = UOp::Const(e->dtype(), int64_t{0});
+      return true;
+    }
+    int64_t c0 = 0, c1 = 0, k = 0;
+    UOpPtr r0, r1;
+    switch (e->op()) {
+      case Op::ADD:
+      case Op::SUB:
+        if (!Of(e->src(0).get(), &c0, &r0) || !Of(e->src(1).get(), &c1, &r1)) return false;
+        *coef = e->op() == Op::ADD ? c0 + c1 : c0 - c1;
+        *rest = e->op() == Op::ADD ? r0 + r1 : r0 - r1;
+        return true;
+      case Op::NEG:
+        if (!Of(e->src(0).get(), &c0, &r0)) return false;
+        *coef = -c0;
+        *rest = -r0;
+        return true;
+      case Op::MUL:
+        for (int i = 0; i < 2; ++i) {
+          if (ConstInt(e->src(1 - i), &k) && Of(e->src(i).get(), &c0, &r0)) {
+            *coef = c0 * k;
+            *rest = r0 * k;
+            return true;
+          }
+        }
+        return false;
+      default:
+        return false;
+    }
+  }
+
+ private:
+  const UOp* r_;
+  const RangeSets& rs_;
+};
+
+// The window of `r` a condition allows: CMPLT(a, b) with a - b = coef * r + rest, coef = +-1, gives r < -rest
+// (coef 1) or r >= rest + 1 (coef -1). Sets *lower or *upper.
+bool Bound(const UOp* cond, const UOp* r, const RangeSets& rs, UOpPtr* lower, UOpPtr* upper) {
+  if (cond->op() != Op::CMPLT || !cond->src(0)->dtype().IsInt()) return false;
+  Affine aff(r, rs);
+  int64_t ca = 0, cb = 0;
+  UOpPtr ra, rb;
+  if (!aff.Of(cond->src(0).get(), &ca, &ra) || !aff.Of(cond->src(1).get(), &cb, &rb)) return false;
+  const int64_t coef = ca - cb;
+  const UOpPtr rest = ra - rb;
+  if (coef == 1) {
+    *upper = Simplify(-rest);
+    return true;
+  }
+  if (coef == -1) {
+    *lower = Simplify(rest + 1);
+    return true;
+  }
+  return false;
+}
+
+UOpPtr Min(const UOpPtr& a, const UOpPtr& b) { return -Max(-a, -b); }
+
+// After narrowing: a gate that became `true` disappears.
+UOpPtr DropTrueGates(const UOpPtr& sink) {
+  auto is_true = [](const UOpPtr& u) {
+    return u->op() == Op::CONST && u->dtype().IsBool() && !IsZeroConst(u.get());
+  };
+  return RewriteBottomUp(sink, [&](const UOp*, const UOpPtr& u) -> UOpPtr {
+    switch (u->op()) {
+      case Op::AND:
+        if (is_true(u->src(0))) return u->src(1);
+        if (is_true(u->src(1))) return u->src(0);
+        return nullptr;
+      case Op::WHERE:
+        return is_true(u->src(0)) ? u->src(1) : nullptr;
+      case Op::INDEX:
+        if (u->num_src() == 3 && is_true(u->src(2))) return u->WithSrc({u->src(0), u->src(1)});
+        return nullptr;
+      case Op::LOAD:
+        if (u->num_src() == 3 && is_true(u->src(2))) return u->WithSrc({u->src(0)});
+        return nullptr;
+      default:
+        return nullptr;
+    }
+  });
+}
+
+// Narrows one reduce loop of `sink`; returns null when none qualifies.
+UOpPtr NarrowOne(const UOpPtr& sink, absl::flat_hash_set<const UOp*>& done) {
+  const std::vector<const UOp*> topo = Toposort(sink);
+  RangeSets rs(sink);
+  // For each reduce range: the REDUCEs over it.
+  absl::flat_hash_map<const UOp*, std::vector<const UOp*>> reduces;
+  std::vector<const UOp*> order;
+  for (const UOp* u : topo) {
+    if (u->op() != Op::REDUCE) continue;
+    for (size_t i = 1; i < u->num_src(); ++i) {
+      const UOp* r = u->src(i).get();
+      if (reduces[r].empty()) order.push_back(r);
+      reduces[r].push_back(u);
+    }
+  }
+  for (const UOp* r : order) {
+    const AxisArg* a = AxisOf(r);
+    int64_t n = 0;
+    if (a == nullptr || a->type != AxisType::kReduce || done.contains(r) ||
+        !ConstInt(r->src(0), &n))
+      continue;
+    done.insert(r);
+    // Every REDUCE over r must add values that are 0 outside the same window.
+    std::vector<const UOp*> used;
+    UOpPtr lower, upper;
+    bool ok = true, first = true;
+    for (const UOp* red : reduces[r]) {
+      const Op* rop = std::get_if<Op>(&red->arg());
+      if (rop == nullptr || *rop != Op::ADD) {
+        ok = false;
+        break;
+      }
+      UOpPtr lo, hi;
+      std::vector<const UOp*> conds;
+      for (const UOp* c : ZeroUnless(red->src(0).get())) {
+        UOpPtr l, h;
+        if (!Bound(c, r, rs, &l, &h)) continue;
+        if (l) lo = lo ? Max(lo, l) : l;
+        if (h) hi = hi ? Min(hi, h) : h;
+        conds.push_back(c);
+      }
+      if (conds.empty() || (!first && (lo != lower || hi != upper || conds != used))) {
+        ok = false;
+        break;
+      }
+      first = false;
+      lower = lo;
+      upper = hi;
+      used = conds;
+    }
+    if (!ok) continue;
+    const UOpPtr rp = UOpPtr::FromRaw(r);
+    const UOpPtr zero = UOp::Const(rp->dtype(), int64_t{0}), size = rp->src(0);
+    const UOpPtr start = Simplify(lower ? Max(lower, zero) : zero);
+    const UOpPtr stop = Simplify(upper ? Min(upper, size) : size);
+    const UOpPtr nr = UOp::Make(Op::RANGE, rp->dtype(), {Simplify(stop - start)}, r->arg());
+    const UOpPtr shifted = start + nr;
+    absl::flat_hash_map<const UOp*, UOpPtr> map;
+    map.emplace(r, shifted);
+    for (const UOp* c : used) map.emplace(c, UOp::ConstBool(true));
+    done.insert(nr.get());
+    // The REDUCEs close the new loop itself, not its shifted index.
+    UOpPtr out = RewriteBottomUp(Substitute(sink, map), [&](const UOp*, const UOpPtr& u) -> UOpPtr {
+      if (u->op() != Op::REDUCE) return nullptr;
+      UOpVec src(u->src().begin(), u->src().end());
+      bool changed = false;
+      for (size_t i = 1; i < src.size(); ++i) {
+        if (src[i] == shifted) {
+          src[i] = nr;
+          changed = true;
+        }
+      }
+      return changed ? u->WithSrc(src) : nullptr;
+    });
+    return DropTrueGates(out);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<UOpPtr> NarrowGatedReduces(const UOpPtr& sink, LowerContext&) {
+  UOpPtr cur = sink;
+  absl::flat_hash_set<const UOp*> done;
+  std::vector<UOpPtr> keep;  // `done` holds raw pointers of replaced ranges
+  while (UOpPtr next = NarrowOne(cur, done)) {
+    keep.push_back(cur);
+    cur = next;
+  }
+  return cur;
+}
+
+}  // namespace kiln::codegen
