@@ -544,8 +544,11 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
   // only 4 divides among the powers of two takes 28, 20 or 12 lanes instead of 4: the BatchNorm sums through a
   // 20x20 max-pool gradient (y[h / 2, w / 2] keeps h and w apart, see MergeAxes) measured 31.7 -> 28.4 ms of CPU
   // time over five kernels with 20 lanes, the 6x6 ones (h, w merged to 36) 9.2 -> 7.2 ms over seven with 12. A
-  // 24-wide axis whole measured no faster than 8 lanes.
+  // 24-wide axis whole measured no faster than 8 lanes. Not with several REDUCEs sharing the loop (the scheduler's
+  // sibling sums): four sums of 20 lanes each spilled (718 spill/reload instructions; 17.5 ms where 4 lanes take 7.4).
   bool reuse = false;
+  int reduces = 0;
+  for (const UOp* u : Toposort(cur)) reduces += u->op() == Op::REDUCE;
   for (const UOpPtr& o : AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal})) {
     std::vector<IndexStride> st = StridesAlong(cur, o.get());
     for (size_t i = 0; i < st.size() && i < rs.size(); ++i)
@@ -553,7 +556,7 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
   }
   if (n % vf == 0) v = vf;
   else if (n % 16 == 0) v = 16;
-  else if (!reuse && n % 8 == 4 && n > 8) {
+  else if (!reuse && reduces == 1 && n % 8 == 4 && n > 8) {
     for (int64_t c = 28; c >= 12 && v == 0; c -= 8)
       if (n % c == 0) v = c;
   } else if (n % 8 == 0)

@@ -249,13 +249,35 @@ class Builder {
         const Shape& in = u->src(0)->shape();
         IndexVec sidx = idx;
         std::vector<UOpPtr> ranges;
-        for (int64_t a : ra.axes) {
-          if (in[a] == 1) {
-            sidx[a] = IConst(0);
-          } else {
-            sidx[a] = UOp::Range(in[a], next_range_++, AxisType::kReduce);
-            ranges.push_back(sidx[a]);
+        // Top-level reduces of one input shape and axes at one output index share their loops (sibling outputs of
+        // a multi-output kernel: a BatchNorm backward's sums read the same input once).
+        SharedKey shared;
+        const bool top = reduce_stack_.empty();
+        if (top) {
+          shared.dims.assign(in.begin(), in.end());
+          shared.dims.push_back(-1);
+          shared.dims.insert(shared.dims.end(), ra.axes.begin(), ra.axes.end());
+          for (const UOpPtr& i : idx) shared.index.push_back(i.get());
+          shared.index.push_back(valid.get());
+          std::string sig = absl::StrCat(absl::StrJoin(in, "x"), "/", absl::StrJoin(ra.axes, ","));
+          if (std::find(out_.top_reduces.begin(), out_.top_reduces.end(), sig) ==
+              out_.top_reduces.end())
+            out_.top_reduces.push_back(std::move(sig));
+        }
+        if (auto it = top ? shared_ranges_.find(shared) : shared_ranges_.end();
+            it != shared_ranges_.end()) {
+          sidx = it->second.first;
+          ranges = it->second.second;
+        } else {
+          for (int64_t a : ra.axes) {
+            if (in[a] == 1) {
+              sidx[a] = IConst(0);
+            } else {
+              sidx[a] = UOp::Range(in[a], next_range_++, AxisType::kReduce);
+              ranges.push_back(sidx[a]);
+            }
           }
+          if (top) shared_ranges_.emplace(shared, std::make_pair(sidx, ranges));
         }
         reduce_stack_.insert(reduce_stack_.end(), ranges.begin(), ranges.end());
         auto v = Lower(u->src(0).get(), sidx, valid);
@@ -299,8 +321,19 @@ class Builder {
     return renamed->WithArg(name);
   }
 
+  struct SharedKey {
+    std::vector<int64_t> dims;      // input shape, -1, reduced axes
+    std::vector<const UOp*> index;  // output index expressions and validity
+    bool operator==(const SharedKey& o) const { return dims == o.dims && index == o.index; }
+    template <typename H>
+    friend H AbslHashValue(H h, const SharedKey& k) {
+      return H::combine(std::move(h), k.dims, k.index);
+    }
+  };
+
   const GraphInfo& g_;
   KernelBuild out_;
+  absl::flat_hash_map<SharedKey, std::pair<IndexVec, std::vector<UOpPtr>>> shared_ranges_;
   int64_t next_range_ = 0;
   std::vector<UOpPtr> loop_ranges_;
   std::vector<UOpPtr> reduce_stack_;

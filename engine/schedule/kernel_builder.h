@@ -43,6 +43,9 @@ struct KernelBuild {
   bool pruned = false;
   std::vector<const UOp*> realize;  // elementwise nodes the fusion pass must realize (expensive, broadcast in a reduce)
   std::vector<std::pair<std::string, int64_t>> binds;  // bound Variables seen
+  // The reduces at the kernel's top level (not nested in another reduce's loops), as "input shape / axes": a kernel
+  // built with several outputs runs the top-level reduces of one signature over one shared loop nest.
+  std::vector<std::string> top_reduces;
 };
 
 // Lowers `outputs` (realized nodes of one shape; ASSIGNs are lowered into their target's buffer) into one kernel.

@@ -249,6 +249,38 @@ class Scheduler {
     return absl::OkStatus();
   }
 
+  // Sibling reduces: two kernels of one output shape, neither depending on the other, that read a common input and
+  // each reduce it over the same input shape and axes at their top level become one kernel whose sums share one loop
+  // nest (KernelBuild::top_reduces), so the common input is read once. A BatchNorm backward's four per-channel sums
+  // (the gradients of its scale, shift, mean and inverse deviation) each re-read the routed max-pool gradient and
+  // the conv output. Merges one pair per call (the fusion loop rebuilds in between); at most kMaxSiblingOutputs
+  // outputs per kernel.
+  static constexpr size_t kMaxSiblingOutputs = 8;
+  bool MergeSiblingReduces() {
+    for (size_t a = 0; a < builds_.size(); ++a) {
+      if (builds_[a].top_reduces.empty()) continue;
+      for (size_t b = a + 1; b < builds_.size(); ++b) {
+        const KernelBuild &ka = builds_[a], &kb = builds_[b];
+        if (kb.top_reduces.empty() || groups_[a].size() + groups_[b].size() > kMaxSiblingOutputs)
+          continue;
+        if (groups_[a][0]->shape() != groups_[b][0]->shape()) continue;
+        if (DeviceOf(groups_[a][0]) != DeviceOf(groups_[b][0])) continue;
+        bool same_reduce = false, shared_input = false, assign = false;
+        for (const std::string& r : ka.top_reduces)
+          same_reduce |=
+              std::find(kb.top_reduces.begin(), kb.top_reduces.end(), r) != kb.top_reduces.end();
+        for (const UOp* in : ka.inputs)
+          shared_input |= std::find(kb.inputs.begin(), kb.inputs.end(), in) != kb.inputs.end();
+        for (size_t g : {a, b})
+          for (const UOp* o : groups_[g]) assign |= o->op() == Op::ASSIGN;
+        if (!same_reduce || !shared_input || assign || DependsOn(a, b) || DependsOn(b, a)) continue;
+        uf_.Union(groups_[a][0], groups_[b][0]);
+        return true;
+      }
+    }
+    return false;
+  }
+
   // Fusion to a fixed point: realize reductions that must not be fused, merge kernels sharing one.
   absl::Status Fuse() {
     for (int iter = 0;; ++iter) {
@@ -309,6 +341,7 @@ class Scheduler {
           changed = true;
         }
       }
+      if (!changed && MergeSiblingReduces()) continue;
       if (!changed) {
         for (const KernelBuild& kb : builds_)
           if (kb.pruned) return absl::InternalError("schedule: a pruned kernel build survived fusion");

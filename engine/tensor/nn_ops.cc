@@ -202,10 +202,16 @@ Tensor ConvWeightGradient(const Tensor& xp_view, const Tensor& g) {
   return part.Permute({3, 0, 1, 2});
 }
 
+bool LaneWeights(int64_t groups, int64_t cin, int64_t cout, const IntVec& hw, int64_t work);
+
 // Conv2d (groups 1, stride 1, dilation 1) gradients. The input gradient is a transposed convolution: the output
-// gradient padded by k - 1, made contiguous, convolved with the weights flipped in space and with in/out channels
-// swapped, then cropped by the forward padding. (Convolving the unpadded gradient with padding instead, i.e. gated
-// loads in the conv kernel, measured 3-5x slower than the copy plus the kernel with output-channel lanes.) Autograd through the pooling view gives the same values through a
+// gradient padded by k - 1, convolved with the weights flipped in space and with in/out channels swapped, then
+// cropped by the forward padding. The rows are padded in a contiguous copy and the columns through the view: the conv
+// kernel's register tile spans 8 (or 5) input rows and loops over the columns, so codegen's "narrow gated reduces"
+// runs its kx loop over the valid columns only, which skips the padding's zero products along x; padded rows stay in
+// the tile (gated loads there, i.e. a fully padded view, measured 3-5x slower). conv2 of the CNN: 78 -> 63-67 ms.
+// Convs without channel lanes (LaneWeights) pad both in the copy.
+// Autograd through the pooling view gives the same values through a
 // [B, Cin, OH, OW, KH, KW] intermediate summed back by col2im (25x the input's size for a 5x5 kernel, and a
 // gather-heavy kernel). The weight gradient is ConvWeightGradient when each output-gradient element feeds at least
 // 64 multiply-adds (Ci * KH * KW: its channels-last copy is then cheap next to the matmul; conv1 of the CNN, 1 x 5 x 5,
@@ -248,12 +254,19 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
       out.push_back({wn, dw[0]});
     }
     Tensor wt(wn, device);
-    std::vector<std::pair<int64_t, int64_t>> xpad = {
-        {0, 0}, {0, 0}, {0, 0}, {hw[1] - 1, hw[1] - 1}};
-    std::vector<std::pair<int64_t, int64_t>> ypad = {
-        {0, 0}, {0, 0}, {hw[0] - 1, hw[0] - 1}, {0, 0}};
-    Tensor dxp =
-        g.Pad(ypad).Contiguous().Pad(xpad).Conv2d(wt.Flip(Axes({2, 3})).Permute({1, 0, 2, 3}));
+    // The x padding goes in the view only where the conv kernel takes channel lanes (rows along y, a loop along x);
+    // with lanes along x the gate would vary per lane and stay in the loads.
+    const int64_t b = g.size(0), co = g.size(1), ih = g.size(2) + hw[0] - 1,
+                  iw = g.size(3) + hw[1] - 1;
+    const int64_t ci = wn->shape()[1];
+    const bool x_view = LaneWeights(1, co, ci, hw, b * co * ih * iw * hw[0] * hw[1] * ci);
+    const int64_t px = x_view ? 0 : hw[1] - 1;
+    std::vector<std::pair<int64_t, int64_t>> copy_pad = {
+        {0, 0}, {0, 0}, {hw[0] - 1, hw[0] - 1}, {px, px}};
+    std::vector<std::pair<int64_t, int64_t>> view_pad = {
+        {0, 0}, {0, 0}, {0, 0}, {hw[1] - 1 - px, hw[1] - 1 - px}};
+    Tensor dxp = g.Pad(copy_pad).Contiguous().Pad(view_pad).Conv2d(
+        wt.Flip(Axes({2, 3})).Permute({1, 0, 2, 3}));
     const Shape& ps = dxp.shape();
     std::vector<std::pair<int64_t, int64_t>> crop = {{0, ps[0]}, {0, ps[1]}, {pads[2].first, ps[2] - pads[2].second},
                                                      {pads[3].first, ps[3] - pads[3].second}};
