@@ -67,6 +67,19 @@ TEST(KernelCount, SharedReduce) {
   EXPECT_EQ(Kernels(Add(Sum(x, {-1}), MaxR(y, {-1}))), 1);
 }
 
+// Independent reduces of one input shape and axes that read a common input (a BatchNorm backward's per-channel
+// sums) become one kernel; reduces with no input in common, or one that needs the other, do not.
+TEST(KernelCount, SiblingReducesShareOneKernel) {
+  UOpPtr x = Input({8, 16, 32}), g = Input({8, 16, 32}), h = Input({8, 16, 32});
+  EXPECT_EQ(Kernels({Sum(g, {0, 2}), Sum(Mul(g, x), {0, 2})}), 1);
+  EXPECT_EQ(Kernels({Sum(g, {0, 2}), Sum(Mul(g, x), {0, 2}), MaxR(x, {0, 2})}), 1);
+  EXPECT_EQ(Kernels({Sum(g, {0, 2}), Sum(h, {0, 2})}), 2);  // nothing read in common
+  EXPECT_EQ(Kernels({Sum(g, {0, 2}), Sum(g, {0, 1})}), 2);  // other axes
+  UOpPtr mean = Sum(g, {0, 2}, true);
+  EXPECT_EQ(Kernels({Sum(Mul(g, BroadcastTo(mean, {8, 16, 32})), {0, 2})}),
+            2);  // one needs the other
+}
+
 TEST(KernelCount, TwoMatmuls) {
   UOpPtr a = Input({4, 8}), b = Input({8, 3}), c = Input({4, 5}), d = Input({5, 3});
   EXPECT_EQ(Kernels(Add(Matmul(a, b), Matmul(c, d))), 1);

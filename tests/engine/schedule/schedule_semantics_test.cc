@@ -105,6 +105,12 @@ TEST_F(Semantics, SeveralOutputsAndIntermediates) {
   Check({AddC(c, 1), MulC(c, 3), Add(Sum(Reshape(c, {2, 4}), {1}), Sum(Reshape(b, {2, 4}), {1}))});
 }
 
+TEST_F(Semantics, SiblingReducesInOneKernel) {
+  // Three sums over one loop nest in one kernel (the scheduler merges them: they share g and x).
+  UOpPtr x = In({4, 6, 10}), g = In({4, 6, 10});
+  Check({Sum(g, {0, 2}), Sum(Mul(g, x), {0, 2}), MaxR(Add(x, g), {0, 2})}, 1);
+}
+
 TEST_F(Semantics, ReduceAtTwoIndices) {
   UOpPtr a = In({8, 8});
   UOpPtr s = Sum(a, {0});
