@@ -55,7 +55,7 @@ struct Target {
   int max_threads = 1;
   bool has_local = false;           // workgroups (GPUs)
   int max_upcast = 8;               // heuristic upper bound on the product of upcast sizes
-  bool supports_vectors = false;    // unused today: expansion always emits scalar copies
+  bool supports_vectors = false;    // vector LOADs and GEPs render (the "vectorize loads" pass)
   int vector_bytes =
       16;  // SIMD register width (RendererCaps::vector_bytes); sizes matmul register tiles
   int64_t max_local_size = 1;

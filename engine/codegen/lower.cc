@@ -78,6 +78,7 @@ constexpr Pass kLowerPasses[] = {
     {"lower index dtype", LowerIndexDType},
     {"move gates", MoveGates},
     {"guard division", GuardDivision},
+    {"vectorize loads", VectorizeLoads},
 };
 
 absl::Status FillProgramInfo(const LowerContext& ctx, Program& p) {

@@ -89,6 +89,12 @@ absl::StatusOr<UOpPtr> LowerIndexDType(const UOpPtr& sink, LowerContext& ctx);
 absl::StatusOr<UOpPtr> MoveGates(const UOpPtr& sink, LowerContext& ctx);
 absl::StatusOr<UOpPtr> GuardDivision(const UOpPtr& sink, LowerContext& ctx);
 
+// ---- vector_loads.cc ----
+// Targets with supports_vectors: a run of >= 4 plain scalar loads of consecutive elements of a buffer the kernel
+// does not store to, two or more of which one stored value reads (a pool window), becomes vector LOADs (power-of-two
+// widths up to 32), each scalar load a GEP of its lane.
+absl::StatusOr<UOpPtr> VectorizeLoads(const UOpPtr& sink, LowerContext& ctx);
+
 // ---- linearize.cc ----
 // The linear order of every node under `sink` (SINK itself excluded), per docs/kernel-ir.md §3.
 absl::StatusOr<std::vector<UOpPtr>> Linearize(const UOpPtr& sink, const LowerContext& ctx);

@@ -83,6 +83,7 @@ codegen::Target realize_internal::TargetFor(const runtime::Device& dev) {
     t.has_local = (*r)->caps().has_local;
     t.vector_bytes = (*r)->caps().vector_bytes;
     t.wide_index = (*r)->caps().wide_index;
+    t.supports_vectors = (*r)->caps().supports_vectors;
     t.max_local_size = (*r)->caps().local_max;
     for (int i = 0; i < 3; ++i) t.global_max[i] = (*r)->caps().global_max[i];
     if (dev.supports_tensor_cores()) t.tensor_cores = (*r)->caps().tensor_cores;

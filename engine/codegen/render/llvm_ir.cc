@@ -429,6 +429,7 @@ const RendererCaps& LlvmIrRenderer::caps() const {
     c.has_local = false;
     c.has_threads = true;
     c.wide_index = true;  // i32 offsets sign-extended per lane hide consecutive loads from LLVM
+    c.supports_vectors = true;
 #if defined(__x86_64__) || defined(__i386__)
     // The CPU backend JITs for the host CPU (all host features), so the host's widest SIMD is the target's.
     c.vector_bytes = __builtin_cpu_supports("avx512f") ? 64

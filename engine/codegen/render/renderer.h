@@ -30,6 +30,7 @@ struct RendererCaps {
   int vector_bytes =
       16;  // SIMD register width the heuristic tiles for (CPU: 16 SSE/NEON, 32 AVX2, 64 AVX-512)
   bool wide_index = false;  // index math in 64 bits (codegen::Target::wide_index)
+  bool supports_vectors = false;  // vector LOADs and GEPs (codegen::Target::supports_vectors)
   std::vector<TensorCore> tensor_cores;  // WMMA shapes the renderer emits (CUDA: m16n8k16 half/bf16 -> float)
 };
 

@@ -1,6 +1,7 @@
 // Conformance: the same lowered programs on CPU (LLVM) and INTERP must produce identical bytes (the programs fix the
 // order of every float operation, so even sums agree bit for bit). The LLVM renderer runs with fp_contract off here:
 // FMA fusion (on in production) rounds once where the interpreter rounds twice. Built only when the CPU backend is.
+#include <limits>
 #include <memory>
 
 #include "backends/cpu/cpu_device.h"
@@ -92,6 +93,7 @@ TEST_P(InterpVsCpuTest, SameBytes) {
   codegen::Target t;
   t.has_threads = mode == 2;
   t.max_threads = mode == 2 ? 8 : 1;
+  t.supports_vectors = mode != 0;  // as the CPU backend's target: "vectorize loads" on
   Context ctx({{Knob::kNoOpt, mode == 0 ? 1 : 0}});
   for (Case& c : Cases()) {
     absl::StatusOr<codegen::Program> p = codegen::LowerKernel(c.ast, t, {});
@@ -106,6 +108,53 @@ TEST_P(InterpVsCpuTest, SameBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, InterpVsCpuTest, ::testing::Values(0, 1, 2));
+
+// "vectorize loads" (Target::supports_vectors, as the CPU backend's target has): a 2x2 max pool's window rows become
+// vector loads whose lanes the outputs take at stride 2. The vectorized program on the CPU must give the bytes of the
+// scalar program (the pass off) on INTERP, ties, signed zeros and NaN included.
+TEST(InterpVsCpuVectorLoadsTest, MaxPoolMatchesScalarProgram) {
+  absl::StatusOr<std::unique_ptr<backends::CpuDevice>> cpu = backends::CpuDevice::Create();
+  if (!cpu.ok()) GTEST_SKIP() << "no LLVM JIT for this host: " << cpu.status();
+  backends::InterpDevice interp;
+  codegen::LlvmIrRenderer llvm(/*fp_contract=*/false);
+  codegen::InterpTextRenderer text;
+  for (int64_t w : {20, 6}) {
+    const int64_t n = 48, h = 8;
+    const UOpPtr ast = MaxPoolKernel(n, h, w);
+    codegen::Target scalar;
+    scalar.has_threads = true;
+    scalar.max_threads = 2;
+    codegen::Target vec = scalar;
+    vec.supports_vectors = true;
+    absl::StatusOr<codegen::Program> pv = codegen::LowerKernel(ast, vec, {});
+    absl::StatusOr<codegen::Program> ps = codegen::LowerKernel(ast, scalar, {});
+    ASSERT_TRUE(pv.ok()) << pv.status();
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    int vector_loads = 0, geps = 0;
+    for (const UOpPtr& u : pv->uops) {
+      vector_loads += u->op() == Op::LOAD && u->dtype().count > 1;
+      geps += u->op() == Op::GEP;
+    }
+    EXPECT_GT(vector_loads, 0) << pv->name;
+    EXPECT_EQ(geps, 4 * (w / 2)) << pv->name;  // every window element of one output row
+    for (const UOpPtr& u : ps->uops)
+      EXPECT_FALSE(u->op() == Op::LOAD && u->dtype().count > 1) << ps->name;
+    std::vector<float> in = Pattern(n * h * w, 7, 0.5f);  // many ties
+    in[0] = -0.0f;
+    in[1] = 0.0f;
+    in[w] = -0.0f;
+    in[w + 1] = -0.0f;
+    in[3 * w + 2] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<std::vector<uint8_t>> on_cpu = {Bytes(std::vector<float>(n * h * w / 4)),
+                                                Bytes(in)};
+    std::vector<std::vector<uint8_t>> on_interp = on_cpu;
+    absl::Status s1 = RunOn(**cpu, llvm, *pv, on_cpu);
+    ASSERT_TRUE(s1.ok()) << s1;
+    absl::Status s2 = RunOn(interp, text, *ps, on_interp);
+    ASSERT_TRUE(s2.ok()) << s2;
+    EXPECT_EQ(on_cpu[0], on_interp[0]) << pv->name;
+  }
+}
 
 }  // namespace
 }  // namespace kiln

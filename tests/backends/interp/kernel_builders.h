@@ -58,6 +58,17 @@ inline UOpPtr ReduceKernel(Op op, int64_t n, int64_t m) {
   return Kernel({End(St(Idx(out, r0), Red(op, Ld(Idx(a, r0 * m + r1)), {r1})), {r0})});
 }
 
+// 2x2 max pool, stride 2, over n planes of h x w (h, w even): out[p, y, x] = max_{ky,kx} a[p, 2y+ky, 2x+kx].
+inline UOpPtr MaxPoolKernel(int64_t n, int64_t h, int64_t w) {
+  UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32);
+  const int64_t oh = h / 2, ow = w / 2;
+  UOpPtr p = UOp::Range(n, 0), y = UOp::Range(oh, 1), x = UOp::Range(ow, 2);
+  UOpPtr ky = UOp::Range(2, 3, AxisType::kReduce), kx = UOp::Range(2, 4, AxisType::kReduce);
+  UOpPtr in = Ld(Idx(a, p * (h * w) + (y * 2 + ky) * w + x * 2 + kx));
+  return Kernel(
+      {End(St(Idx(out, p * (oh * ow) + y * ow + x), Red(Op::MAX, in, {ky, kx})), {p, y, x})});
+}
+
 // out[i*k+l] = sum_j a[i*kk+j] * b[j*k+l]  (n x kk) @ (kk x k)
 inline UOpPtr MatmulKernel(int64_t n, int64_t k, int64_t kk) {
   UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32), b = Param(2, dtypes::kFloat32);

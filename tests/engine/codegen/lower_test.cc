@@ -357,6 +357,44 @@ TEST(LowerTest, WideIndexUsesInt64) {
   EXPECT_EQ(p->buffers[0].size, int64_t{3} << 30);
 }
 
+// "vectorize loads": only runs of consecutive loads of which one stored value reads several elements, none shared
+// between stored values (side-by-side pool windows), become vector loads; lanes that each load their own element, and
+// overlapping windows, stay scalar loads for LLVM's SLP vectorizer.
+TEST(LowerTest, VectorLoadsOnlyForWindowRuns) {
+  Target t;
+  t.supports_vectors = true;
+  auto count = [](const Program& p) {
+    int n = 0;
+    for (const UOpPtr& u : p.uops) n += u->op() == Op::LOAD && u->dtype().count > 1;
+    return n;
+  };
+  // Upcast lanes of an elementwise kernel and unrolled lanes of a sum that each keep an accumulator: no change.
+  LowerOptions upcast{true, {Opt{OptOp::kUpcast, 1, 8}}};
+  auto p = codegen::LowerKernel(RowBiasKernel(4, 16), t, upcast);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(count(*p), 0);
+  LowerOptions upcast_rows{true, {Opt{OptOp::kUpcast, 0, 4}}};
+  p = codegen::LowerKernel(SumKernel(8, 16), t, upcast_rows);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(count(*p), 0);
+  // Unrolled reduce lanes summed into one output: one vector load of 8, each lane a GEP.
+  LowerOptions unroll{true, {Opt{OptOp::kUnroll, 0, 8}}};
+  p = codegen::LowerKernel(SumKernel(8, 16), t, unroll);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(count(*p), 1);
+  // Overlapping windows (out[i] = a[i] + a[i + 1], 8 lanes): each element feeds two outputs, no change.
+  UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32);
+  UOpPtr r0 = UOp::Range(64, 0);
+  UOpPtr stencil = UOp::Sink({End(St(Idx(out, r0), Ld(Idx(a, r0)) + Ld(Idx(a, r0 + 1))), {r0})});
+  p = codegen::LowerKernel(stencil, t, LowerOptions{true, {Opt{OptOp::kUpcast, 0, 8}}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(count(*p), 0);
+  // Without supports_vectors the same opts keep scalar loads.
+  p = codegen::LowerKernel(SumKernel(8, 16), Target{}, unroll);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(count(*p), 0);
+}
+
 TEST(LowerTest, MalformedAstsAreErrors) {
   EXPECT_EQ(NoOpt(UOp::Const(dtypes::kFloat32, 1.0)).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(NoOpt(UOp::Sink({UOp::Const(dtypes::kFloat32, 1.0)})).status().code(),
