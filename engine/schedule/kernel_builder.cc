@@ -109,15 +109,6 @@ class Builder {
 
   // The value of `u` at `idx`: a load if it is realized elsewhere, else its computation.
   absl::StatusOr<UOpPtr> Lower(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
-    // Inside a reduce only: an elementwise consumer that loaded the stored copy could fuse into its producer's
-    // kernel (the ReLU backward into the conv input gradient's epilogue, whose tile then lost its channel lanes).
-    if (auto it = g_.stored_as.find(u);
-        !reduce_stack_.empty() && it != g_.stored_as.end() && !g_.realized.contains(u) &&
-        g_.realized.contains(it->second) &&
-        std::find(out_.outputs.begin(), out_.outputs.end(), it->second) == out_.outputs.end()) {
-      AddDep(it->second);
-      return Load(it->second, u->dtype(), Flatten(idx, u->shape()), valid);
-    }
     if (g_.realized.contains(u) &&
         std::find(out_.outputs.begin(), out_.outputs.end(), u) == out_.outputs.end()) {
       AddDep(u);

@@ -19,10 +19,6 @@ namespace kiln::schedule {
 struct GraphInfo {
   // Nodes stored to a buffer (kernel outputs, ASSIGNs, copies). Consumers load them.
   absl::flat_hash_set<const UOp*> realized;
-  // A computed node (not a view of a buffer) -> a realized CONTIGUOUS of it: other consumers of the node load that
-  // buffer rather than recompute it (a conv's bias gradient sums the output gradient the conv's gradient override
-  // stored).
-  absl::flat_hash_map<const UOp*, const UOp*> stored_as;
 };
 
 // One use of a REDUCE_AXIS inside a kernel.

@@ -200,15 +200,6 @@ class Scheduler {
       if (u->op() == Op::CONTIGUOUS && !g_.realized.contains(u)) continue;  // contiguous view already
       Realize(u);
     }
-    // A stored CONTIGUOUS of a computed node stands in for the node wherever else it is used.
-    for (const UOp* u : order_) {
-      const UOp* x = u->op() == Op::CONTIGUOUS ? u->src(0).get() : nullptr;
-      if (x == nullptr || g_.realized.contains(x) || x->shape() != u->shape()) continue;
-      const UOp* base = x;
-      while (IsMovement(base->op())) base = base->src(0).get();
-      if (base->op() == Op::BUFFER || g_.realized.contains(base)) continue;
-      g_.stored_as.try_emplace(x, u);
-    }
     return absl::OkStatus();
   }
 
