@@ -295,6 +295,8 @@ struct IndexStride {
   const UOp* index;
   bool is_store;
   std::optional<int64_t> stride;
+  bool in_reduce =
+      false;  // the index moves with a reduce range (a load in the reduce loop, not in the epilogue)
 };
 
 std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis, int64_t step = 1) {
@@ -311,6 +313,10 @@ std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis, int64
     if (u->op() != Op::INDEX || u->num_src() < 2 || u->src(0)->op() != Op::PARAM) continue;
     int64_t a = 0, b = 0;
     IndexStride s{u, stored.contains(u), std::nullopt};
+    for (const UOp* v : Toposort(u->src(1))) {
+      const auto* a = v->op() == Op::RANGE ? std::get_if<AxisArg>(&v->arg()) : nullptr;
+      s.in_reduce |= a != nullptr && a->type == AxisType::kReduce;
+    }
     if (ConstInt(Simplify(Substitute(u->src(1), at0)), &a) && ConstInt(Simplify(Substitute(u->src(1), at1)), &b))
       s.stride = b - a;
     out.push_back(s);
@@ -380,10 +386,12 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
             ok = false;
           else
             store_ok |= *s.stride == 1;
+        } else if (strided_store && !s.in_reduce && s.stride) {
+          // An epilogue load (a fused bias or ReLU mask, once per output) may move like the store.
         } else if (!s.stride || (*s.stride != 0 && *s.stride != 1)) {
           ok = false;
         } else {
-          any_vec |= *s.stride == 1;
+          any_vec |= *s.stride == 1 && s.in_reduce;
         }
       }
       if (ok && store_ok && any_vec && (!strided_store || out[a] % vf == 0)) {

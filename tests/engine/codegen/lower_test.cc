@@ -250,7 +250,8 @@ TEST(LowerTest, ConvWeightGradientTile) {
 // A conv forward in the form Conv2d builds with output-channels-last weights (engine/tensor/nn_ops.cc LaneWeights):
 // out[b, co, oy, ox] = sum_{ci, ky, kx} x[b, ci, oy + ky, ox + kx] * w[ci, ky, kx, co]. co moves w by 1 and x by 0,
 // but the output (NCHW) by OH * OW.
-UOpPtr ConvChannelsLastKernel(int64_t b, int64_t ci, int64_t co, int64_t hw, int64_t k) {
+UOpPtr ConvChannelsLastKernel(int64_t b, int64_t ci, int64_t co, int64_t hw, int64_t k,
+                              bool epilogue = false) {
   const int64_t o = hw - k + 1;
   UOpPtr out = Param(0, dtypes::kFloat32), x = Param(1, dtypes::kFloat32),
          w = Param(2, dtypes::kFloat32);
@@ -260,8 +261,13 @@ UOpPtr ConvChannelsLastKernel(int64_t b, int64_t ci, int64_t co, int64_t hw, int
   UOpPtr xv = Ld(Idx(x, (rb * ci + rci) * (hw * hw) + (roy + rky) * hw + rox + rkx));
   UOpPtr wv = Ld(Idx(w, ((rci * k + rky) * k + rkx) * co + rco));
   UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {xv * wv, rci, rky, rkx}, Op::ADD);
-  return UOp::Sink(
-      {End(St(Idx(out, ((rb * co + rco) * o + roy) * o + rox), red), {rb, rco, roy, rox})});
+  const UOpPtr oi = ((rb * co + rco) * o + roy) * o + rox;
+  if (epilogue) {
+    // A fused epilogue read once per output, outside the reduce loop: a per-output mask (NCHW, so it moves by
+    // OH * OW along the channel lanes like the store) times the sum.
+    red = red * Ld(Idx(Param(3, dtypes::kFloat32), oi));
+  }
+  return UOp::Sink({End(St(Idx(out, oi), red), {rb, rco, roy, rox})});
 }
 
 TEST(LowerTest, ConvOutputChannelLanes) {
@@ -293,6 +299,10 @@ TEST(LowerTest, ConvOutputChannelLanes) {
   EXPECT_TRUE((i1->src(0) == i0 && codegen::ConstInt(i1->src(1), &step)) ||
               (i1->src(1) == i0 && codegen::ConstInt(i1->src(0), &step)));
   EXPECT_EQ(step, 20 * 20);
+  // An epilogue load that moves with the channels, like the store, does not cost the tile its channel lanes.
+  auto fused = codegen::HeuristicOpts(ConvChannelsLastKernel(512, 32, 32, 24, 5, true), avx512);
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  EXPECT_EQ(*fused, *conv2);
   // A short reduce (16 products per output) keeps the contiguous x lanes, even though they are partial vectors.
   auto shallow = codegen::HeuristicOpts(ConvChannelsLastKernel(512, 16, 32, 22, 1), avx512);
   ASSERT_TRUE(shallow.ok()) << shallow.status();
