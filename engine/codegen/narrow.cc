@@ -9,6 +9,7 @@
 // their order (up to the sign of a zero sum, and a NaN that an infinite weight times a padded 0 would have made).
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -198,12 +199,11 @@ UOpPtr DropTrueGates(const UOpPtr& sink) {
 
 // Narrows one reduce loop of `sink`; returns null when none qualifies.
 UOpPtr NarrowOne(const UOpPtr& sink, absl::flat_hash_set<const UOp*>& done) {
-  const std::vector<const UOp*> topo = Toposort(sink);
-  RangeSets rs(sink);
   // For each reduce range: the REDUCEs over it.
   absl::flat_hash_map<const UOp*, std::vector<const UOp*>> reduces;
   std::vector<const UOp*> order;
-  for (const UOp* u : topo) {
+  std::optional<RangeSets> rs;  // built on the first gate condition: most kernels have none
+  for (const UOp* u : Toposort(sink)) {
     if (u->op() != Op::REDUCE) continue;
     for (size_t i = 1; i < u->num_src(); ++i) {
       const UOp* r = u->src(i).get();
@@ -232,7 +232,8 @@ UOpPtr NarrowOne(const UOpPtr& sink, absl::flat_hash_set<const UOp*>& done) {
       std::vector<const UOp*> conds;
       for (const UOp* c : ZeroUnless(red->src(0).get())) {
         UOpPtr l, h;
-        if (!Bound(c, r, rs, &l, &h)) continue;
+        if (!rs) rs.emplace(sink);
+        if (!Bound(c, r, *rs, &l, &h)) continue;
         if (l) lo = lo ? Max(lo, l) : l;
         if (h) hi = hi ? Min(hi, h) : h;
         conds.push_back(c);

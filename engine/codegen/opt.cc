@@ -295,8 +295,8 @@ struct IndexStride {
   const UOp* index;
   bool is_store;
   std::optional<int64_t> stride;
-  bool in_reduce =
-      false;  // the index moves with a reduce range (a load in the reduce loop, not in the epilogue)
+  // The index moves with a reduce range (a load in the reduce loop, not in the epilogue).
+  bool in_reduce = false;
 };
 
 std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis, int64_t step = 1) {

@@ -251,18 +251,14 @@ class Builder {
         std::vector<UOpPtr> ranges;
         // Top-level reduces of one input shape and axes at one output index share their loops (sibling outputs of
         // a multi-output kernel: a BatchNorm backward's sums read the same input once).
-        SharedKey shared;
+        SharedKey shared;  // (signature "input shape / axes", output index and validity)
         const bool top = reduce_stack_.empty();
         if (top) {
-          shared.dims.assign(in.begin(), in.end());
-          shared.dims.push_back(-1);
-          shared.dims.insert(shared.dims.end(), ra.axes.begin(), ra.axes.end());
-          for (const UOpPtr& i : idx) shared.index.push_back(i.get());
-          shared.index.push_back(valid.get());
-          std::string sig = absl::StrCat(absl::StrJoin(in, "x"), "/", absl::StrJoin(ra.axes, ","));
-          if (std::find(out_.top_reduces.begin(), out_.top_reduces.end(), sig) ==
-              out_.top_reduces.end())
-            out_.top_reduces.push_back(std::move(sig));
+          shared.first = absl::StrCat(absl::StrJoin(in, "x"), "/", absl::StrJoin(ra.axes, ","));
+          for (const UOpPtr& i : idx) shared.second.push_back(i.get());
+          shared.second.push_back(valid.get());
+          if (std::find(out_.top_reduces.begin(), out_.top_reduces.end(), shared.first) == out_.top_reduces.end())
+            out_.top_reduces.push_back(shared.first);
         }
         if (auto it = top ? shared_ranges_.find(shared) : shared_ranges_.end();
             it != shared_ranges_.end()) {
@@ -321,15 +317,7 @@ class Builder {
     return renamed->WithArg(name);
   }
 
-  struct SharedKey {
-    std::vector<int64_t> dims;      // input shape, -1, reduced axes
-    std::vector<const UOp*> index;  // output index expressions and validity
-    bool operator==(const SharedKey& o) const { return dims == o.dims && index == o.index; }
-    template <typename H>
-    friend H AbslHashValue(H h, const SharedKey& k) {
-      return H::combine(std::move(h), k.dims, k.index);
-    }
-  };
+  using SharedKey = std::pair<std::string, std::vector<const UOp*>>;
 
   const GraphInfo& g_;
   KernelBuild out_;
