@@ -1,4 +1,4 @@
-// Narrowing of reduce loops to the window where their padded input is valid (docs/kernel-ir.md §3).
+// Narrowing of reduce loops to the window where their padded input is valid (docs/architecture.md §5).
 //
 // A convolution over a padded view reads its input through a gate, `WHERE(lo <= oy + ky < hi, load, 0)`, and the
 // product with the weight is 0 wherever the gate fails: a conv input gradient (the output gradient padded by
