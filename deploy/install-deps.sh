@@ -14,7 +14,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Debian packages, one concern per line.
 packages=(
   # toolchain and build
-  build-essential cmake ninja-build g++ pkg-config git
+  build-essential cmake ninja-build g++ pkg-config git ccache
   # C++ libraries
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libsqlite3-dev
   # compressed datasets (IDX .gz, engine/nn/state)
