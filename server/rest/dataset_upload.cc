@@ -158,11 +158,11 @@ class DatasetUploadSink : public BodySink {
   }
 
   void Refuse(HttpResponse* res) const {
-    if (over_limit_) return SetError(res, 413, error_.message());
+    if (over_limit_) return SetError(res, 413, std::string(error_.message()));
     if (!error_.ok()) {
       // A full disk is 507 Insufficient Storage, not "too many requests".
       const int http = absl::IsResourceExhausted(error_) ? 507 : HttpStatusFor(error_.code());
-      return SetError(res, http, error_.message());
+      return SetError(res, http, std::string(error_.message()));
     }
     SetError(res, 400,
              "request body: incomplete or malformed multipart/form-data (framing, boundary or "

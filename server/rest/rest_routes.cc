@@ -109,7 +109,7 @@ Match MatchPath(std::string_view path) {
 // Inference-Header-Content-Length: -1 when absent.
 absl::StatusOr<int64_t> HeaderLength(const HttpRequest& req) {
   if (!req.HasHeader("Inference-Header-Content-Length")) return -1;
-  const std::string_view text = req.Header("Inference-Header-Content-Length");
+  const std::string text(req.Header("Inference-Header-Content-Length"));
   int64_t n = 0;
   if (text.empty() || text[0] == '+' || !absl::SimpleAtoi(text, &n) || n < 0) {
     return absl::InvalidArgumentError(

@@ -1,5 +1,7 @@
 #include "server/rest/rest_server.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -30,7 +32,20 @@ using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kAcceptRetry = std::chrono::milliseconds(100);  // after EMFILE and the like
-constexpr auto kWarnEvery = std::chrono::seconds(10);          // refused-connection warnings
+constexpr auto kWarnEvery = std::chrono::seconds(10);          // accept/refusal warnings
+constexpr int64_t kReservedFiles = 256;  // descriptors left to the rest of kilnd
+
+// max_connections within the process's open-file limit (less kReservedFiles), so that a flood
+// is answered 503 instead of failing accept() with EMFILE.
+int FitToFileLimit(int max_connections) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return max_connections;
+  const int64_t room = std::max<int64_t>(16, static_cast<int64_t>(rl.rlim_cur) - kReservedFiles);
+  if (max_connections <= room) return max_connections;
+  spdlog::warn("http: --http-max-connections {} exceeds the open-file limit {} less {}; using {}",
+               max_connections, static_cast<int64_t>(rl.rlim_cur), kReservedFiles, room);
+  return static_cast<int>(room);
+}
 
 // /v1/training/... to the training routes, everything else to the KServe routes.
 class RestRouter : public Router {
@@ -78,7 +93,7 @@ struct RestServer::Impl {
         retry(acceptor.get_executor()) {}
 
   void Accept();
-  void WarnRefused(const std::string& why);
+  void Warn(const std::string& why);
 
   const RestServerOptions options;
   KserveRoutes kserve;
@@ -97,12 +112,13 @@ struct RestServer::Impl {
   Clock::time_point last_warning{};  // on the acceptor's strand
 };
 
-void RestServer::Impl::WarnRefused(const std::string& why) {
+// At most one warning per kWarnEvery (a flood must not flood the log too).
+void RestServer::Impl::Warn(const std::string& why) {
   ++refused;
   const Clock::time_point now = Clock::now();
   if (now - last_warning < kWarnEvery) return;
   last_warning = now;
-  spdlog::warn("http: refusing connections: {} ({} refused so far)", why, refused.load());
+  spdlog::warn("http: {} ({} connections refused or failed so far)", why, refused.load());
 }
 
 void RestServer::Impl::Accept() {
@@ -110,7 +126,7 @@ void RestServer::Impl::Accept() {
                                                       tcp::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
     if (ec) {
-      spdlog::warn("http: accept: {}", ec.message());
+      Warn(absl::StrCat("accept: ", ec.message()));
       retry.expires_after(kAcceptRetry);
       retry.async_wait([this](boost::system::error_code e) {
         if (!e) Accept();
@@ -124,7 +140,7 @@ void RestServer::Impl::Accept() {
     if (refusal.empty()) {
       ServeConnection(std::move(socket), &context, std::move(client), "");
     } else {
-      WarnRefused(refusal);
+      Warn(absl::StrCat("refusing connections: ", refusal));
       if (context.BeginRefusal()) {
         ServeConnection(std::move(socket), &context, std::move(client), std::move(refusal));
       }  // else dropped: the socket closes here
@@ -142,7 +158,9 @@ int RestServer::port() const { return impl_->port; }
 absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const RestServerOptions& options,
                                                               InferenceServer* core,
                                                               JobManager* jobs) {
-  auto impl = std::make_unique<Impl>(options, core, jobs);
+  RestServerOptions fitted = options;
+  fitted.max_connections = FitToFileLimit(options.max_connections);
+  auto impl = std::make_unique<Impl>(fitted, core, jobs);
   auto fail = [&](const boost::system::error_code& ec) {
     return absl::UnavailableError(absl::StrCat("HTTP: cannot bind ", options.address, ":",
                                                options.port, ": ", ec.message()));

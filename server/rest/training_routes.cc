@@ -241,7 +241,8 @@ RoutePlan TrainingRoutes::Plan(const HttpRequest& req) const {
       plan.answer = Answer(400, "Content-Type: multipart/form-data without a boundary (1-70 "
                                 "characters)");
     } else if (!req.has_body()) {
-      plan.answer = Answer(411, "request body: send it with Content-Length or chunked");
+      plan.answer = Answer(411, "request body: missing (send the multipart body with Content-Length "
+                                "or chunked)");
     } else {
       plan.max_body_bytes = MaxContentLength(req.path);
       plan.max_chunks = limits_.max_chunks + jobs_->max_dataset_bytes() / 1024;
@@ -304,8 +305,8 @@ void TrainingRoutes::Handle(const HttpRequest& req, const std::string& body,
 
 void TrainingRoutes::Events(const std::string& id, const HttpRequest& req,
                             HttpResponse* res) const {
-  auto stream = std::make_shared<EventStream>(
-      absl::StrContains(req.Header("Accept"), "text/event-stream"), jobs_);
+  const bool sse = req.Header("Accept").find("text/event-stream") != std::string_view::npos;
+  auto stream = std::make_shared<EventStream>(sse, jobs_);
   absl::StatusOr<uint64_t> token =
       jobs_->Subscribe(id, [stream](const JobEvent& e) { stream->Push(e); });
   if (!token.ok()) return SetStatus(res, token.status());
@@ -319,9 +320,7 @@ void TrainingRoutes::Events(const std::string& id, const HttpRequest& req,
   *first.mutable_job() = *std::move(job);
   stream->First(first, *token);
   res->status = 200;
-  res->content_type = absl::StrContains(req.Header("Accept"), "text/event-stream")
-                          ? "text/event-stream"
-                          : "application/x-ndjson";
+  res->content_type = sse ? "text/event-stream" : "application/x-ndjson";
   res->headers.emplace_back("Cache-Control", "no-cache");
   res->headers.emplace_back("X-Accel-Buffering", "no");
   res->stream = std::move(stream);

@@ -16,13 +16,14 @@
 //                                          INTERRUPTED. While idle, a keep-alive every 15 s (an
 //                                          empty NDJSON line, an SSE comment). When kilnd stops,
 //                                          the stream ends with {"error": "..."} (SSE:
-//                                          "event: error") within 250 ms.
+//                                          "event: error") at once.
 //   POST /v1/training/datasets[?name=N]    UploadDataset: multipart/form-data with file parts
 //                                          train_images, train_labels[, test_images,
 //                                          test_labels] (IDX, raw or gzip) and an optional text
 //                                          part "name" before them; Content-Length or chunked.
-//                                          Written to disk as it arrives (at most 1 MiB held per
-//                                          request) -> UploadDatasetResponse.
+//                                          Written to disk as it arrives (about 2 MiB held per
+//                                          request: one body piece, one part buffer)
+//                                          -> UploadDatasetResponse.
 // Errors: {"error": "..."} with the status of http_status.h, messages naming the field and the
 // limit; 503 when kilnd runs without --data-dir. Upload limits are the gRPC ones: --max-dataset-
 // bytes in all (413 naming it, before reading when Content-Length says so), and the IDX checks;

@@ -127,6 +127,7 @@ class HealthyClient:
         self.port, self.host, self.timeout = port, host, timeout
         self.latencies: list[float] = []
         self.failures: list[str] = []
+        self.failed_calls = 0
         self._conn = None
 
     def _call(self, method, path, body=None, headers=None):
@@ -147,6 +148,7 @@ class HealthyClient:
 
     def one(self):
         body, want0, want1 = add_sub_request()
+        failures = len(self.failures)
         start = time.monotonic()
         try:
             status, data = self._call("POST", "/v2/models/add_sub/infer", body)
@@ -167,6 +169,7 @@ class HealthyClient:
                 self._conn.close()
                 self._conn = None
         self.latencies.append(time.monotonic() - start)
+        self.failed_calls += len(self.failures) > failures
 
     def run(self, seconds: float, pause: float = 0.0):
         end = time.monotonic() + seconds
