@@ -1,5 +1,8 @@
 #include "server/rest/http_connection.h"
 
+#include <sys/socket.h>
+#include <sys/uio.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -22,67 +25,10 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 using Clock = std::chrono::steady_clock;
 
-// ** registry **
-
-std::string HttpContext::Admit(const std::string& client) {
-  std::lock_guard<std::mutex> l(mu_);
-  if (stopping()) return "the server is shutting down";
-  if (open_ >= limits_.max_connections) {
-    return absl::StrCat("too many connections (the limit is ", limits_.max_connections,
-                        ", --http-max-connections)");
-  }
-  const int per_client = limits_.max_connections_per_client;
-  auto it = per_client_.find(client);
-  if (per_client > 0 && it != per_client_.end() && it->second >= per_client) {
-    return absl::StrCat("too many connections from ", client, " (the limit is ", per_client,
-                        ", --http-max-connections-per-client)");
-  }
-  ++per_client_[client];
-  ++open_;
-  return "";
-}
-
-void HttpContext::Register(ConnectionBase* c, std::weak_ptr<ConnectionBase> self) {
-  std::lock_guard<std::mutex> l(mu_);
-  live_.emplace(c, std::move(self));
-}
-
-void HttpContext::Remove(ConnectionBase* c, const std::string& client) {
-  std::lock_guard<std::mutex> l(mu_);
-  live_.erase(c);
-  auto it = per_client_.find(client);
-  if (it != per_client_.end() && --it->second <= 0) per_client_.erase(it);
-  --open_;
-}
-
-bool HttpContext::BeginRefusal() {
-  if (refusing_.fetch_add(1) >= kMaxRefusing) {
-    refusing_.fetch_sub(1);
-    return false;
-  }
-  return true;
-}
-
-void HttpContext::StopAll() {
-  stopping_.store(true, std::memory_order_release);
-  std::vector<std::shared_ptr<ConnectionBase>> open;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    for (auto& [raw, weak] : live_) {
-      if (auto c = weak.lock()) open.push_back(std::move(c));
-    }
-  }
-  for (auto& c : open) c->Stop();
-}
-
-int HttpContext::open() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return open_;
-}
-
 namespace {
 
 constexpr size_t kReadBytes = 16 << 10;
+constexpr size_t kDirectReadBytes = 256 << 10;  // reads straight into a large body
 constexpr size_t kMaxPipelined = 64 << 10;  // bytes kept from a client while streaming to it
 constexpr size_t kKeepCapacity = 1 << 20;   // buffers larger than this are freed after use
 constexpr size_t kMaxReserve = 4 << 20;     // body bytes reserved from Content-Length up front
@@ -106,11 +52,24 @@ void Release(std::string& s) {
   }
 }
 
-// The stream-specific steps. A TLS stream adds its handshake before the first read and sends
-// close_notify in ShutdownSend.
+// The stream-specific steps (ShutdownSend, SendNow below). A TLS stream adds its handshake
+// before the first read, sends close_notify in ShutdownSend, and sends nothing in SendNow (its
+// records are written by the strand).
 void ShutdownSend(beast::tcp_stream& s) {
   beast::error_code ec;
   s.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
+}
+
+// Sends what the socket takes at once, without blocking (a worker thread's speculative write of
+// a response while no other operation is pending on the socket); the bytes sent.
+size_t SendNow(beast::tcp_stream& s, const std::string& head, const std::string& body) {
+  iovec iov[2] = {{const_cast<char*>(head.data()), head.size()},
+                  {const_cast<char*>(body.data()), body.size()}};
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = 2;
+  const ssize_t n = ::sendmsg(s.socket().native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  return n < 0 ? 0 : static_cast<size_t>(n);
 }
 
 template <class Stream>
@@ -264,68 +223,97 @@ class HttpConnection : public ConnectionBase,
       return RunSink();
     }
     if (decoder_.done()) return plan_.sink != nullptr ? FinishSink() : RunHandler();
+    if (plan_.sink == nullptr && decoder_.remaining() >= kDirectReadBytes) return ReadIntoBody();
     ReadSome(ReadDeadline(body_deadline_), &HttpConnection::BodyStep);
+  }
+
+  // A large Content-Length body is read straight into body_, kDirectReadBytes at a time (the
+  // string grows only by what arrives).
+  void ReadIntoBody() {
+    const size_t old = body_.size();
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(decoder_.remaining(), kDirectReadBytes));
+    body_.resize(old + want);
+    beast::get_lowest_layer(stream_).expires_at(ReadDeadline(body_deadline_));
+    stream_.async_read_some(
+        net::buffer(body_.data() + old, want),
+        [self = this->shared_from_this(), old](beast::error_code ec, size_t n) {
+          if (self->phase_ == Phase::kClosing) return;
+          if (ec) return self->OnReadError(ec);
+          self->body_.resize(old + n);
+          self->decoder_.Consumed(n);
+          self->BodyStep();
+        });
   }
 
   // ** handlers (on the worker pool) **
 
-  // Runs fn(res) on a worker, then `then(res)` on the strand. An exception becomes a 500.
-  template <typename Fn, typename Then>
-  void OnWorker(Fn fn, Then then) {
+  // Runs fn(res) on a worker; an exception becomes a 500. Returns fn's result.
+  template <typename Fn>
+  bool Guarded(Fn& fn, HttpResponse* res) {
+    try {
+      return fn(res);
+    } catch (const std::exception& e) {
+      spdlog::error("http: {} {}: exception in a handler: {}", req_.method,
+                    req_.path.substr(0, 256), e.what());
+    } catch (...) {
+      spdlog::error("http: {} {}: unknown exception in a handler", req_.method,
+                    req_.path.substr(0, 256));
+    }
+    *res = Answer(500, "internal error while handling the request");
+    return false;
+  }
+
+  // Runs fn(res) on a worker and answers with res. The worker prepares the response and sends
+  // what the socket takes at once (SendNow), so the answer leaves without waiting for an I/O
+  // thread; the rest is written from the strand. While a worker holds the connection the strand
+  // runs nothing of it but OnStop, which only reads phase_ (atomic) there.
+  template <typename Fn>
+  void AnswerOnWorker(Fn fn) {
     phase_ = Phase::kHandling;
-    net::post(ctx_->workers(), [self = this->shared_from_this(), fn = std::move(fn),
-                                then = std::move(then)]() mutable {
+    net::post(ctx_->workers(), [self = this->shared_from_this(), fn = std::move(fn)]() mutable {
       HttpResponse res;
-      bool ok = false;
-      try {
-        ok = fn(&res);
-      } catch (const std::exception& e) {
-        spdlog::error("http: {} {}: exception in a handler: {}", self->req_.method,
-                      self->req_.path.substr(0, 256), e.what());
-        res = Answer(500, "internal error while handling the request");
-      } catch (...) {
-        spdlog::error("http: {} {}: unknown exception in a handler", self->req_.method,
-                      self->req_.path.substr(0, 256));
-        res = Answer(500, "internal error while handling the request");
-      }
-      net::post(self->stream_.get_executor(),
-                [self, ok, res = std::move(res), then = std::move(then)]() mutable {
-                  ((*self).*then)(ok, std::move(res));
-                });
+      self->Guarded(fn, &res);
+      self->Prepare(std::move(res));
+      const size_t sent = SendNow(self->stream_, self->out_head_, self->out_body_);
+      net::post(self->stream_.get_executor(), [self, sent] {
+        self->out_pos_ = sent;
+        self->WriteMore(&HttpConnection::AfterWrite);
+      });
     });
   }
 
   void RunHandler() {
-    OnWorker(
-        [this](HttpResponse* res) {
-          plan_.handle(req_, body_, res);
-          return true;
-        },
-        &HttpConnection::AfterHandler);
+    auto fn = [this](HttpResponse* res) {
+      plan_.handle(req_, body_, res);
+      return true;
+    };
+    if (!plan_.nonblocking) return AnswerOnWorker(std::move(fn));
+    HttpResponse res;
+    Guarded(fn, &res);
+    Respond(std::move(res));
   }
-  void AfterHandler(bool, HttpResponse res) { Respond(std::move(res)); }
 
   void RunSink() {
+    phase_ = Phase::kHandling;
     auto piece = std::make_shared<std::string>(std::move(piece_));
     piece_.clear();
-    OnWorker([this, piece](HttpResponse* res) { return plan_.sink->Write(*piece, res); },
-             &HttpConnection::AfterSinkWrite);
-  }
-  void AfterSinkWrite(bool ok, HttpResponse res) {
-    if (!ok) {
-      if (!decoder_.done()) res.close = true;
-      return Respond(std::move(res));
-    }
-    BodyStep();
+    net::post(ctx_->workers(), [self = this->shared_from_this(), piece] {
+      HttpResponse res;
+      auto fn = [&](HttpResponse* r) { return self->plan_.sink->Write(*piece, r); };
+      const bool ok = self->Guarded(fn, &res);
+      net::post(self->stream_.get_executor(), [self, ok, res = std::move(res)]() mutable {
+        if (ok) return self->BodyStep();
+        if (!self->decoder_.done()) res.close = true;
+        self->Respond(std::move(res));
+      });
+    });
   }
 
   void FinishSink() {
-    OnWorker(
-        [this](HttpResponse* res) {
-          plan_.sink->Finish(res);
-          return true;
-        },
-        &HttpConnection::AfterHandler);
+    AnswerOnWorker([this](HttpResponse* res) {
+      plan_.sink->Finish(res);
+      return true;
+    });
   }
 
   // The sink (an upload: it may remove a staging folder) is destroyed on a worker.
@@ -343,6 +331,12 @@ class HttpConnection : public ConnectionBase,
   }
 
   void Respond(HttpResponse res) {
+    Prepare(std::move(res));
+    WriteOut(&HttpConnection::AfterWrite);
+  }
+
+  // The response's bytes into out_head_/out_body_, and the request's state released.
+  void Prepare(HttpResponse res) {
     phase_ = Phase::kWriting;
     if (res.close || refused_ || ctx_->stopping()) keep_alive_ = false;
     // An event stream is the connection's last response; HTTP/1.0 gets it unframed.
@@ -358,7 +352,6 @@ class HttpConnection : public ConnectionBase,
     Release(body_);
     DropSink();
     plan_ = RoutePlan();
-    WriteOut(&HttpConnection::AfterWrite);
   }
 
   void WriteOut(Step next) {
@@ -519,9 +512,9 @@ class HttpConnection : public ConnectionBase,
   const bool refused_;
   std::unique_ptr<char[]> rbuf_;
 
-  Phase phase_ = Phase::kHead;
+  std::atomic<Phase> phase_{Phase::kHead};
   bool closed_ = false;
-  bool stopped_ = false;
+  std::atomic<bool> stopped_{false};
   bool read_pending_ = false;  // a DrainRead is outstanding
   std::string in_;             // bytes read and not consumed from in_begin_ on
   size_t in_begin_ = 0;

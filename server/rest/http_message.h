@@ -90,6 +90,7 @@ struct RoutePlan {
   int64_t max_body_bytes = 0;          // 413 above it (before reading, when Content-Length says)
   int64_t max_chunks = 0;              // pieces of a chunked body; 413 above it
   BufferedHandler handle;              // the whole body, or
+  bool nonblocking = false;            // `handle` never blocks: run it on the I/O thread
   std::unique_ptr<BodySink> sink;      // the body in pieces of at most kBodyPieceBytes
 };
 

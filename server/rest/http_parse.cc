@@ -249,6 +249,12 @@ BodyDecoder BodyDecoder::Chunked(const Limits& limits) {
   return d;
 }
 
+void BodyDecoder::Consumed(uint64_t n) {
+  remaining_ -= std::min(n, remaining_);
+  body_bytes_ += static_cast<int64_t>(n);
+  if (remaining_ == 0) state_ = State::kDone;
+}
+
 size_t BodyDecoder::Fail(int status, std::string message, size_t consumed) {
   state_ = State::kFailed;
   error_ = {status, std::move(message)};

@@ -99,6 +99,10 @@ class BodyDecoder {
   // Consumes a prefix of `in`, appending body bytes to *out; returns the bytes consumed. After
   // done() or failed(), consumes nothing. Bytes after the body are left for the next request.
   size_t Feed(std::string_view in, std::string* out);
+  // A Content-Length body's bytes still to come (0 for chunked), and the way to account for
+  // n <= remaining() of them read straight into the body instead of through Feed.
+  uint64_t remaining() const { return state_ == State::kFixed ? remaining_ : 0; }
+  void Consumed(uint64_t n);
   bool done() const { return state_ == State::kDone; }
   bool failed() const { return state_ == State::kFailed; }
   const HttpError& error() const { return error_; }

@@ -283,6 +283,8 @@ RoutePlan KserveRoutes::Plan(const HttpRequest& req) const {
     plan.answer = MultipartNotHere();
     return plan;
   }
+  // Liveness and readiness are atomic reads in the core: answered on the I/O thread.
+  plan.nonblocking = m.route == Route::kLive || m.route == Route::kReady;
   plan.handle = [core = core_, m = std::move(m)](const HttpRequest& r, std::string& body,
                                                  HttpResponse* res) {
     Handle(core, m, r, body, res);
