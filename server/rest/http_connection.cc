@@ -29,9 +29,9 @@ namespace {
 
 constexpr size_t kReadBytes = 16 << 10;
 constexpr size_t kDirectReadBytes = 256 << 10;  // reads straight into a large body
-constexpr size_t kMaxPipelined = 64 << 10;  // bytes kept from a client while streaming to it
-constexpr size_t kKeepCapacity = 1 << 20;   // buffers larger than this are freed after use
-constexpr size_t kMaxReserve = 4 << 20;     // body bytes reserved from Content-Length up front
+constexpr size_t kMaxPipelined = 64 << 10;      // bytes kept from a client while streaming to it
+constexpr size_t kKeepCapacity = 1 << 20;       // buffers larger than this are freed after use
+constexpr size_t kMaxReserve = 4 << 20;         // body bytes reserved from Content-Length up front
 
 std::string ChunkFrame(std::string_view data, bool last) {
   std::string out;
@@ -192,9 +192,9 @@ class HttpConnection : public ConnectionBase,
     }
     if (req_.content_length.has_value() &&
         *req_.content_length > static_cast<uint64_t>(plan_.max_body_bytes)) {
-      return RespondError({413, absl::StrCat("request body: Content-Length ", *req_.content_length,
-                                             " exceeds the limit of ", plan_.max_body_bytes,
-                                             " bytes")});
+      return RespondError(
+          {413, absl::StrCat("request body: Content-Length ", *req_.content_length,
+                             " exceeds the limit of ", plan_.max_body_bytes, " bytes")});
     }
     if (req_.chunked) {
       decoder_ = BodyDecoder::Chunked({plan_.max_body_bytes, plan_.max_chunks, limits_.head});
@@ -231,18 +231,18 @@ class HttpConnection : public ConnectionBase,
   // string grows only by what arrives).
   void ReadIntoBody() {
     const size_t old = body_.size();
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(decoder_.remaining(), kDirectReadBytes));
+    const size_t want =
+        static_cast<size_t>(std::min<uint64_t>(decoder_.remaining(), kDirectReadBytes));
     body_.resize(old + want);
     beast::get_lowest_layer(stream_).expires_at(ReadDeadline(body_deadline_));
-    stream_.async_read_some(
-        net::buffer(body_.data() + old, want),
-        [self = this->shared_from_this(), old](beast::error_code ec, size_t n) {
-          if (self->phase_ == Phase::kClosing) return;
-          if (ec) return self->OnReadError(ec);
-          self->body_.resize(old + n);
-          self->decoder_.Consumed(n);
-          self->BodyStep();
-        });
+    stream_.async_read_some(net::buffer(body_.data() + old, want),
+                            [self = this->shared_from_this(), old](beast::error_code ec, size_t n) {
+                              if (self->phase_ == Phase::kClosing) return;
+                              if (ec) return self->OnReadError(ec);
+                              self->body_.resize(old + n);
+                              self->decoder_.Consumed(n);
+                              self->BodyStep();
+                            });
   }
 
   // ** handlers (on the worker pool) **
@@ -446,20 +446,19 @@ class HttpConnection : public ConnectionBase,
   void DrainRead() {
     if (read_pending_) return;
     read_pending_ = true;
-    stream_.async_read_some(
-        net::buffer(rbuf_.get(), kReadBytes),
-        [self = this->shared_from_this()](beast::error_code ec, size_t n) {
-          self->read_pending_ = false;
-          if (self->closed_) return;
-          if (ec) return self->Close();
-          if (self->phase_ == Phase::kStreaming) {
-            // Bytes sent during a stream (a pipelined request) are not served: the connection
-            // closes after the stream. Stop reading once enough arrived.
-            if (self->in_.size() >= kMaxPipelined) return;
-            self->in_.append(self->rbuf_.get(), n);
-          }
-          self->DrainRead();
-        });
+    stream_.async_read_some(net::buffer(rbuf_.get(), kReadBytes),
+                            [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+                              self->read_pending_ = false;
+                              if (self->closed_) return;
+                              if (ec) return self->Close();
+                              if (self->phase_ == Phase::kStreaming) {
+                                // Bytes sent during a stream (a pipelined request) are not served: the connection
+                                // closes after the stream. Stop reading once enough arrived.
+                                if (self->in_.size() >= kMaxPipelined) return;
+                                self->in_.append(self->rbuf_.get(), n);
+                              }
+                              self->DrainRead();
+                            });
   }
 
   // ** closing **
@@ -548,9 +547,8 @@ void ServeConnection(net::ip::tcp::socket socket, HttpContext* context, std::str
       beast::tcp_stream(std::move(socket)), context, std::move(client), !refusal.empty());
   if (refusal.empty()) context->Register(conn.get(), conn);
   auto executor = conn->Executor();
-  net::post(executor, [conn, refusal = std::move(refusal)]() mutable {
-    conn->Start(std::move(refusal));
-  });
+  net::post(executor,
+            [conn, refusal = std::move(refusal)]() mutable { conn->Start(std::move(refusal)); });
 }
 
 }  // namespace kiln::server

@@ -90,14 +90,14 @@ class HttpContext {
   std::atomic<bool> stopping_{false};
   std::atomic<int> refusing_{0};
   mutable std::mutex mu_;
-  int open_ = 0;                                          // guarded by mu_
-  std::unordered_map<std::string, int> per_client_;       // guarded by mu_
+  int open_ = 0;                                                             // guarded by mu_
+  std::unordered_map<std::string, int> per_client_;                          // guarded by mu_
   std::unordered_map<ConnectionBase*, std::weak_ptr<ConnectionBase>> live_;  // guarded by mu_
 };
 
 // Serves an accepted plain-TCP socket (its executor must be a strand). `client` is the peer's
 // address. `refusal`: when not empty, answers 503 with it and closes (over a connection cap).
-void ServeConnection(boost::asio::ip::tcp::socket socket, HttpContext* context,
-                     std::string client, std::string refusal);
+void ServeConnection(boost::asio::ip::tcp::socket socket, HttpContext* context, std::string client,
+                     std::string refusal);
 
 }  // namespace kiln::server

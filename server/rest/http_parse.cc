@@ -37,8 +37,8 @@ std::string_view TrimOws(std::string_view s) {
 }
 
 std::string HeaderLimitMessage(const HeadLimits& limits, std::string_view what) {
-  return absl::StrCat(std::string(what), ": exceed the limit of ", limits.max_header_count, " lines, ",
-                      limits.max_header_bytes, " bytes");
+  return absl::StrCat(std::string(what), ": exceed the limit of ", limits.max_header_count,
+                      " lines, ", limits.max_header_bytes, " bytes");
 }
 
 // host[:port] with the characters of RFC 3986's reg-name, IPv4 and IP-literal.
@@ -327,16 +327,16 @@ size_t BodyDecoder::Feed(std::string_view in, std::string* out) {
           break;
         }
         if (++chunks_ > limits_.max_chunks) {
-          return Fail(413,
-                      absl::StrCat("request body: more than ", limits_.max_chunks,
-                                   " chunks (the limit)"),
-                      i);
+          return Fail(
+              413,
+              absl::StrCat("request body: more than ", limits_.max_chunks, " chunks (the limit)"),
+              i);
         }
         if (size_ > static_cast<uint64_t>(limits_.max_body_bytes - body_bytes_)) {
-          return Fail(413,
-                      absl::StrCat("request body: exceeds the limit of ",
-                                   limits_.max_body_bytes, " bytes"),
-                      i);
+          return Fail(
+              413,
+              absl::StrCat("request body: exceeds the limit of ", limits_.max_body_bytes, " bytes"),
+              i);
         }
         body_bytes_ += static_cast<int64_t>(size_);
         remaining_ = size_;

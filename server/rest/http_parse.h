@@ -68,7 +68,7 @@ class HeadScanner {
   size_t begin_ = 0;       // start of the request line
   size_t line_start_ = 0;  // start of the current line
   bool in_request_line_ = true;
-  int lines_ = 0;           // field lines so far
+  int lines_ = 0;            // field lines so far
   int64_t field_bytes_ = 0;  // bytes of complete field lines, CRLFs included
   HttpError error_;
 };
@@ -110,15 +110,15 @@ class BodyDecoder {
 
  private:
   enum class State {
-    kFixed,      // Content-Length body; remaining_ bytes to go
-    kSize,       // chunk-size digits
-    kSizeWs,     // BWS after the size: only ";" may follow
-    kExt,        // chunk extensions up to CR
-    kSizeLf,     // LF of the chunk line
-    kData,       // remaining_ bytes of chunk data
-    kDataCr,     // CR after chunk data
-    kDataLf,     // LF after chunk data
-    kTrailer,    // start of a trailer line (or the final CRLF)
+    kFixed,    // Content-Length body; remaining_ bytes to go
+    kSize,     // chunk-size digits
+    kSizeWs,   // BWS after the size: only ";" may follow
+    kExt,      // chunk extensions up to CR
+    kSizeLf,   // LF of the chunk line
+    kData,     // remaining_ bytes of chunk data
+    kDataCr,   // CR after chunk data
+    kDataLf,   // LF after chunk data
+    kTrailer,  // start of a trailer line (or the final CRLF)
     kTrailerLine,
     kTrailerLf,  // LF of a trailer line
     kEndLf,      // LF of the final CRLF
@@ -130,7 +130,7 @@ class BodyDecoder {
   State state_ = State::kFixed;
   Limits limits_;
   uint64_t remaining_ = 0;
-  uint64_t size_ = 0;     // chunk size being read
+  uint64_t size_ = 0;  // chunk size being read
   int size_digits_ = 0;
   size_t line_bytes_ = 0;  // bytes of the current chunk or trailer line
   int64_t chunks_ = 0;

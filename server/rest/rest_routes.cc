@@ -270,7 +270,8 @@ RoutePlan KserveRoutes::Plan(const HttpRequest& req) const {
   plan.max_chunks = limits_.max_chunks;
   Match m = MatchPath(req.path);
   if (m.route == Route::kNone) {
-    plan.answer = Answer(404, absl::StrCat("no route for ", req.method, " ", req.path.substr(0, 256)));
+    plan.answer =
+        Answer(404, absl::StrCat("no route for ", req.method, " ", req.path.substr(0, 256)));
     return plan;
   }
   const bool post = IsPost(m.route);

@@ -122,31 +122,31 @@ void RestServer::Impl::Warn(const std::string& why) {
 }
 
 void RestServer::Impl::Accept() {
-  acceptor.async_accept(net::make_strand(ioc), [this](boost::system::error_code ec,
-                                                      tcp::socket socket) {
-    if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
-    if (ec) {
-      Warn(absl::StrCat("accept: ", ec.message()));
-      retry.expires_after(kAcceptRetry);
-      retry.async_wait([this](boost::system::error_code e) {
-        if (!e) Accept();
+  acceptor.async_accept(
+      net::make_strand(ioc), [this](boost::system::error_code ec, tcp::socket socket) {
+        if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+        if (ec) {
+          Warn(absl::StrCat("accept: ", ec.message()));
+          retry.expires_after(kAcceptRetry);
+          retry.async_wait([this](boost::system::error_code e) {
+            if (!e) Accept();
+          });
+          return;
+        }
+        boost::system::error_code peer_ec;
+        const tcp::endpoint peer = socket.remote_endpoint(peer_ec);
+        std::string client = peer_ec ? std::string("unknown") : peer.address().to_string();
+        std::string refusal = context.Admit(client);
+        if (refusal.empty()) {
+          ServeConnection(std::move(socket), &context, std::move(client), "");
+        } else {
+          Warn(absl::StrCat("refusing connections: ", refusal));
+          if (context.BeginRefusal()) {
+            ServeConnection(std::move(socket), &context, std::move(client), std::move(refusal));
+          }  // else dropped: the socket closes here
+        }
+        Accept();
       });
-      return;
-    }
-    boost::system::error_code peer_ec;
-    const tcp::endpoint peer = socket.remote_endpoint(peer_ec);
-    std::string client = peer_ec ? std::string("unknown") : peer.address().to_string();
-    std::string refusal = context.Admit(client);
-    if (refusal.empty()) {
-      ServeConnection(std::move(socket), &context, std::move(client), "");
-    } else {
-      Warn(absl::StrCat("refusing connections: ", refusal));
-      if (context.BeginRefusal()) {
-        ServeConnection(std::move(socket), &context, std::move(client), std::move(refusal));
-      }  // else dropped: the socket closes here
-    }
-    Accept();
-  });
 }
 
 RestServer::RestServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -162,13 +162,13 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const RestServerOp
   fitted.max_connections = FitToFileLimit(options.max_connections);
   auto impl = std::make_unique<Impl>(fitted, core, jobs);
   auto fail = [&](const boost::system::error_code& ec) {
-    return absl::UnavailableError(absl::StrCat("HTTP: cannot bind ", options.address, ":",
-                                               options.port, ": ", ec.message()));
+    return absl::UnavailableError(
+        absl::StrCat("HTTP: cannot bind ", options.address, ":", options.port, ": ", ec.message()));
   };
   boost::system::error_code ec;
   tcp::resolver resolver(impl->ioc);
-  const auto endpoints = resolver.resolve(options.address, std::to_string(options.port),
-                                          tcp::resolver::passive, ec);
+  const auto endpoints =
+      resolver.resolve(options.address, std::to_string(options.port), tcp::resolver::passive, ec);
   if (ec || endpoints.empty()) return fail(ec);
   const tcp::endpoint endpoint = endpoints.begin()->endpoint();
   tcp::acceptor& acceptor = impl->acceptor;

@@ -47,21 +47,21 @@ namespace kiln::server {
 
 struct RestServerOptions {
   std::string address = "0.0.0.0";
-  int port = 8000;                      // 0 = pick a free port
-  int64_t max_body_bytes = 64LL << 20;  // whole request body
-  int64_t max_header_bytes = 16 << 10;  // all header lines together
-  int max_header_count = 64;            // header lines
-  int64_t max_chunks = 32768;           // pieces of one chunked body
-  int io_threads = 2;                   // event-loop threads (all connections' I/O)
-  int thread_count = 64;                // handler threads (requests handled at once)
-  int max_connections = 4096;           // open connections in all
+  int port = 8000;                       // 0 = pick a free port
+  int64_t max_body_bytes = 64LL << 20;   // whole request body
+  int64_t max_header_bytes = 16 << 10;   // all header lines together
+  int max_header_count = 64;             // header lines
+  int64_t max_chunks = 32768;            // pieces of one chunked body
+  int io_threads = 2;                    // event-loop threads (all connections' I/O)
+  int thread_count = 64;                 // handler threads (requests handled at once)
+  int max_connections = 4096;            // open connections in all
   int max_connections_per_client = 512;  // open connections per client address; 0 = no cap
-  int header_timeout_ms = 10000;        // whole request head, from its first byte
-  int body_timeout_ms = 120000;         // whole request body, from the end of the head
-  int read_timeout_ms = 5000;           // no byte received mid-request
-  int write_timeout_ms = 5000;          // no byte sent mid-response
-  int keep_alive_timeout_s = 5;         // idle between requests
-  int keep_alive_max_requests = 10000;  // requests per connection
+  int header_timeout_ms = 10000;         // whole request head, from its first byte
+  int body_timeout_ms = 120000;          // whole request body, from the end of the head
+  int read_timeout_ms = 5000;            // no byte received mid-request
+  int write_timeout_ms = 5000;           // no byte sent mid-response
+  int keep_alive_timeout_s = 5;          // idle between requests
+  int keep_alive_max_requests = 10000;   // requests per connection
 };
 
 class RestServer {

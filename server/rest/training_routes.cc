@@ -136,11 +136,11 @@ class EventStream : public ResponseStream {
   const bool sse_;
   JobManager* const jobs_;
   std::mutex mu_;
-  std::string pending_;        // framed bytes not yet taken, guarded by mu_
-  size_t pending_events_ = 0;  // guarded by mu_
-  bool final_queued_ = false;  // the last event is in `pending_` (or taken), guarded by mu_
-  bool closed_ = false;        // guarded by mu_
-  uint64_t token_ = 0;         // guarded by mu_
+  std::string pending_;         // framed bytes not yet taken, guarded by mu_
+  size_t pending_events_ = 0;   // guarded by mu_
+  bool final_queued_ = false;   // the last event is in `pending_` (or taken), guarded by mu_
+  bool closed_ = false;         // guarded by mu_
+  uint64_t token_ = 0;          // guarded by mu_
   std::function<void()> wake_;  // guarded by mu_
 };
 
@@ -213,7 +213,8 @@ RoutePlan TrainingRoutes::Plan(const HttpRequest& req) const {
   plan.max_chunks = limits_.max_chunks;
   const JobPath p = ParseJobPath(req.path);
   if (p.kind == JobPath::kNone) {
-    plan.answer = Answer(404, absl::StrCat("no route for ", req.method, " ", req.path.substr(0, 256)));
+    plan.answer =
+        Answer(404, absl::StrCat("no route for ", req.method, " ", req.path.substr(0, 256)));
     return plan;
   }
   const bool get = req.method == "GET" || req.method == "HEAD";
@@ -238,11 +239,13 @@ RoutePlan TrainingRoutes::Plan(const HttpRequest& req) const {
                            "Content-Type: must be multipart/form-data with the parts "
                            "train_images, train_labels[, test_images, test_labels]");
     } else if (!MultipartReader::BoundaryOf(req.Header("Content-Type"), &boundary)) {
-      plan.answer = Answer(400, "Content-Type: multipart/form-data without a boundary (1-70 "
-                                "characters)");
+      plan.answer = Answer(400,
+                           "Content-Type: multipart/form-data without a boundary (1-70 "
+                           "characters)");
     } else if (!req.has_body()) {
-      plan.answer = Answer(411, "request body: missing (send the multipart body with Content-Length "
-                                "or chunked)");
+      plan.answer = Answer(411,
+                           "request body: missing (send the multipart body with Content-Length "
+                           "or chunked)");
     } else {
       plan.max_body_bytes = MaxContentLength(req.path);
       plan.max_chunks = limits_.max_chunks + jobs_->max_dataset_bytes() / 1024;

@@ -1,13 +1,14 @@
 // The REST gateway's HTTP/1.1 framing without sockets (http_parse.h, http_message.h,
 // multipart.h): where a head ends and what is refused (RFC 9112), request-target decoding, the
 // strict chunked decoder, and the streaming multipart reader fed in every split.
+#include "server/rest/http_parse.h"
+
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/rest/http_message.h"
-#include "server/rest/http_parse.h"
 #include "server/rest/multipart.h"
 
 namespace kiln::server {
@@ -86,7 +87,8 @@ TEST(HeadScannerTest, LimitsAreCheckedAsBytesArrive) {
   EXPECT_THAT(s.error.message, HasSubstr("8192"));
   // All field lines over max_header_bytes: 431 naming the limits.
   std::string many = "GET / HTTP/1.1\r\n";
-  for (int i = 0; i < 40; ++i) many += "X-Pad-" + std::to_string(i) + ": " + std::string(1000, 'p') + "\r\n";
+  for (int i = 0; i < 40; ++i)
+    many += "X-Pad-" + std::to_string(i) + ": " + std::string(1000, 'p') + "\r\n";
   s = ScanAll(many);
   EXPECT_EQ(s.error.status, 431);
   EXPECT_THAT(s.error.message, HasSubstr("request headers"));
@@ -169,7 +171,8 @@ TEST(ParseRequestHeadTest, ReadsTheRequest) {
   EXPECT_TRUE(p.expect_continue);
   EXPECT_TRUE(p.keep_alive);
 
-  p = Parse("POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\nConnection: close\r\n\r\n");
+  p = Parse(
+      "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: Chunked\r\nConnection: close\r\n\r\n");
   EXPECT_TRUE(p.request.chunked);
   EXPECT_FALSE(p.keep_alive);
   // HTTP/1.0: Host optional, keep-alive only when asked for.
@@ -259,7 +262,8 @@ TEST(BodyDecoderTest, ChunkedLimits) {
   Decoded d = Decode(BodyDecoder::Chunked(Limits(10)), "5\r\nhello\r\n6\r\n");
   EXPECT_EQ(d.error.status, 413);
   EXPECT_THAT(d.error.message, HasSubstr("exceeds the limit of 10 bytes"));
-  EXPECT_TRUE(Decode(BodyDecoder::Chunked(Limits(10)), "5\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n").done);
+  EXPECT_TRUE(
+      Decode(BodyDecoder::Chunked(Limits(10)), "5\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n").done);
   // Chunks.
   std::string three = "1\r\na\r\n1\r\nb\r\n1\r\nc\r\n0\r\n\r\n";
   d = Decode(BodyDecoder::Chunked(Limits(1 << 20, 2)), three);
@@ -324,11 +328,11 @@ TEST(MultipartReaderTest, Malformed) {
   // close delimiter.
   EXPECT_FALSE(ReadMultipart("preamble\r\n--XyZ\r\n", 4, &parts));
   EXPECT_FALSE(ReadMultipart("--XyZ\r\nContent-Type: x\r\n\r\ndata\r\n--XyZ--", 4, &parts));
-  EXPECT_FALSE(ReadMultipart("--XyZ\r\nContent-Disposition: form-data; name=\"x\"; X: " +
-                                 std::string(10000, 'h'),
-                             512, &parts));
   EXPECT_FALSE(ReadMultipart(
-      "--XyZ\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\ndata", 3, &parts));
+      "--XyZ\r\nContent-Disposition: form-data; name=\"x\"; X: " + std::string(10000, 'h'), 512,
+      &parts));
+  EXPECT_FALSE(
+      ReadMultipart("--XyZ\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\ndata", 3, &parts));
   EXPECT_FALSE(ReadMultipart("--XyZ!!", 2, &parts));
   std::string boundary;
   EXPECT_TRUE(MultipartReader::BoundaryOf("multipart/form-data; boundary=\"a b\"", &boundary));
@@ -336,8 +340,7 @@ TEST(MultipartReaderTest, Malformed) {
   EXPECT_TRUE(MultipartReader::BoundaryOf("multipart/form-data;boundary=k", &boundary));
   EXPECT_EQ(boundary, "k");
   EXPECT_FALSE(MultipartReader::BoundaryOf("multipart/form-data", &boundary));
-  EXPECT_FALSE(MultipartReader::BoundaryOf("multipart/form-data; boundary=" +
-                                               std::string(71, 'b'),
+  EXPECT_FALSE(MultipartReader::BoundaryOf("multipart/form-data; boundary=" + std::string(71, 'b'),
                                            &boundary));
 }
 
