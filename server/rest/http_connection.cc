@@ -201,7 +201,8 @@ class HttpConnection : public ConnectionBase,
     } else {
       decoder_ = BodyDecoder::Fixed(req_.content_length.value_or(0));
       if (plan_.sink == nullptr) {
-        body_.reserve(static_cast<size_t>(std::min<uint64_t>(*req_.content_length, kMaxReserve)));
+        body_.reserve(static_cast<size_t>(
+            std::min<uint64_t>(req_.content_length.value_or(0), kMaxReserve)));
       }
     }
     body_deadline_ = Clock::now() + Ms(limits_.body_timeout_ms);

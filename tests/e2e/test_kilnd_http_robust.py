@@ -339,5 +339,8 @@ def test_slow_clients_and_open_streams_do_not_starve_rest(models, tmp_path):
         for job in ("queued", "running"):
             j = locals().get(job)
             if isinstance(j, dict) and "id" in j:
-                post_json(s.http_port, f"/v1/training/jobs/{j['id']}:cancel", {})
+                try:
+                    post_json(s.http_port, f"/v1/training/jobs/{j['id']}:cancel", {})
+                except OSError:
+                    pass  # a starved server (the test failing) must still be stopped below
         assert s.stop() == 0
