@@ -54,7 +54,7 @@ void Release(std::string& s) {
 
 // The stream-specific steps (ShutdownSend, SendNow below). A TLS stream adds its handshake
 // before the first read, sends close_notify in ShutdownSend, and sends nothing in SendNow (its
-// records are written by the strand).
+// records are written from the loop).
 void ShutdownSend(beast::tcp_stream& s) {
   beast::error_code ec;
   s.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
@@ -201,8 +201,8 @@ class HttpConnection : public ConnectionBase,
     } else {
       decoder_ = BodyDecoder::Fixed(req_.content_length.value_or(0));
       if (plan_.sink == nullptr) {
-        body_.reserve(static_cast<size_t>(
-            std::min<uint64_t>(req_.content_length.value_or(0), kMaxReserve)));
+        body_.reserve(
+            static_cast<size_t>(std::min<uint64_t>(req_.content_length.value_or(0), kMaxReserve)));
       }
     }
     body_deadline_ = Clock::now() + Ms(limits_.body_timeout_ms);
@@ -266,7 +266,7 @@ class HttpConnection : public ConnectionBase,
 
   // Runs fn(res) on a worker and answers with res. The worker prepares the response and sends
   // what the socket takes at once (SendNow), so the answer leaves without waiting for an I/O
-  // thread; the rest is written from the strand. While a worker holds the connection the strand
+  // thread; the rest is written from the loop. While a worker holds the connection the loop
   // runs nothing of it but OnStop, which only reads phase_ (atomic) there.
   template <typename Fn>
   void AnswerOnWorker(Fn fn) {

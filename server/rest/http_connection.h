@@ -1,8 +1,9 @@
 // One HTTP/1.1 connection of the REST gateway, served by Boost.Asio/Beast on an event loop: no
-// thread belongs to a connection. Its socket lives on an Asio strand of the I/O threads; reading
-// and writing never block; handlers (which may block in server/core) run on the worker pool and
-// post their response back to the strand; event streams are written as the producer wakes the
-// strand. A slow or idle client costs a socket and a few KiB, never a thread.
+// thread belongs to a connection. Its socket lives on one I/O thread's loop (a single-threaded
+// io_context, so the connection's handlers never run concurrently); reading and writing never
+// block; handlers (which may block in server/core) run on the worker pool and hand the response
+// back to the loop; event streams are written as the producer wakes the loop. A slow or idle
+// client costs a socket and a few KiB, never a thread.
 //
 // Per request: the head (HeadScanner + ParseRequestHead, http_parse.h), the route's plan
 // (Router::Plan), "100 Continue" when asked, the body (BodyDecoder) into one string or in pieces
@@ -95,8 +96,9 @@ class HttpContext {
   std::unordered_map<ConnectionBase*, std::weak_ptr<ConnectionBase>> live_;  // guarded by mu_
 };
 
-// Serves an accepted plain-TCP socket (its executor must be a strand). `client` is the peer's
-// address. `refusal`: when not empty, answers 503 with it and closes (over a connection cap).
+// Serves an accepted plain-TCP socket (its executor must be a single-threaded io_context or a
+// strand). `client` is the peer's address. `refusal`: when not empty, answers 503 with it and
+// closes (over a connection cap).
 void ServeConnection(boost::asio::ip::tcp::socket socket, HttpContext* context, std::string client,
                      std::string refusal);
 

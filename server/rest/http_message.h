@@ -47,7 +47,7 @@ struct HttpRequest {
 };
 
 // A body produced over time (a chunked response). Take and KeepAlive are called from the
-// connection's strand; the producer calls the wake function (set once by the connection) from any
+// connection's loop; the producer calls the wake function (set once by the connection) from any
 // thread whenever new bytes are ready. Close is called once, when the connection is done with the
 // stream (ended, client gone, server stopping); the producer stops producing then.
 class ResponseStream {

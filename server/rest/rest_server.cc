@@ -17,7 +17,6 @@
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/post.hpp"
 #include "boost/asio/steady_timer.hpp"
-#include "boost/asio/strand.hpp"
 #include "boost/asio/thread_pool.hpp"
 #include "server/rest/http_connection.h"
 #include "server/rest/rest_routes.h"
@@ -88,8 +87,8 @@ struct RestServer::Impl {
         router(&kserve, &training),
         context(LimitsOf(o), &router, &workers),
         workers(static_cast<size_t>(std::max(1, o.thread_count))),
-        ioc(std::max(1, o.io_threads)),
-        acceptor(net::make_strand(ioc)),
+        loops(static_cast<size_t>(std::max(1, o.io_threads))),
+        acceptor(loops[0].context),
         retry(acceptor.get_executor()) {}
 
   void Accept();
@@ -101,15 +100,21 @@ struct RestServer::Impl {
   RestRouter router;
   HttpContext context;
   net::thread_pool workers;
-  net::io_context ioc;
+  // One single-threaded io_context per I/O thread (no strand or scheduler lock is shared
+  // between I/O threads); connections are dealt to them in turn. The acceptor is on the first.
+  struct Loop {
+    net::io_context context{1};
+    std::optional<net::executor_work_guard<net::io_context::executor_type>> guard;
+    std::thread thread;
+  };
+  std::vector<Loop> loops;
+  size_t next_loop = 0;  // on the acceptor's loop
   tcp::acceptor acceptor;
   net::steady_timer retry;
-  std::optional<net::executor_work_guard<net::io_context::executor_type>> guard;
-  std::vector<std::thread> threads;
   int port = 0;
   bool stopped = false;
   std::atomic<int64_t> refused{0};
-  Clock::time_point last_warning{};  // on the acceptor's strand
+  Clock::time_point last_warning{};  // on the acceptor's loop
 };
 
 // At most one warning per kWarnEvery (a flood must not flood the log too).
@@ -123,7 +128,8 @@ void RestServer::Impl::Warn(const std::string& why) {
 
 void RestServer::Impl::Accept() {
   acceptor.async_accept(
-      net::make_strand(ioc), [this](boost::system::error_code ec, tcp::socket socket) {
+      loops[next_loop++ % loops.size()].context,
+      [this](boost::system::error_code ec, tcp::socket socket) {
         if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
         if (ec) {
           Warn(absl::StrCat("accept: ", ec.message()));
@@ -166,7 +172,7 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const RestServerOp
         absl::StrCat("HTTP: cannot bind ", options.address, ":", options.port, ": ", ec.message()));
   };
   boost::system::error_code ec;
-  tcp::resolver resolver(impl->ioc);
+  tcp::resolver resolver(impl->loops[0].context);
   const auto endpoints =
       resolver.resolve(options.address, std::to_string(options.port), tcp::resolver::passive, ec);
   if (ec || endpoints.empty()) return fail(ec);
@@ -180,14 +186,14 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const RestServerOp
   impl->port = acceptor.local_endpoint(ec).port();
   if (ec) return fail(ec);
 
-  impl->guard.emplace(net::make_work_guard(impl->ioc));
   Impl* raw = impl.get();
   net::post(acceptor.get_executor(), [raw] { raw->Accept(); });
-  for (int i = 0; i < std::max(1, options.io_threads); ++i) {
-    impl->threads.emplace_back([raw] {
+  for (Impl::Loop& loop : impl->loops) {
+    loop.guard.emplace(net::make_work_guard(loop.context));
+    loop.thread = std::thread([&context = loop.context] {
       for (;;) {
         try {
-          raw->ioc.run();
+          context.run();
           return;
         } catch (const std::exception& e) {
           spdlog::error("http: exception on an I/O thread (continuing): {}", e.what());
@@ -217,9 +223,11 @@ void RestServer::Stop() {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   s.workers.join();
-  s.guard.reset();
-  s.ioc.stop();
-  for (std::thread& t : s.threads) t.join();
+  for (Impl::Loop& loop : s.loops) {
+    loop.guard.reset();
+    loop.context.stop();
+  }
+  for (Impl::Loop& loop : s.loops) loop.thread.join();
 }
 
 }  // namespace kiln::server

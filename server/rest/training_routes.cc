@@ -63,7 +63,7 @@ bool EndsWatch(const JobEvent& e) {
 }
 
 // One watcher's events, framed, between the job's worker thread (Push) and the connection that
-// writes them (Take, on its strand). Holds no thread: Push wakes the connection.
+// writes them (Take, on its loop). Holds no thread: Push wakes the connection.
 class EventStream : public ResponseStream {
  public:
   EventStream(bool sse, JobManager* jobs) : sse_(sse), jobs_(jobs) {}
