@@ -3,13 +3,14 @@
 // training_routes.h) — calling server/core directly (routes in rest_routes.h).
 //
 // HTTP library: Boost.Beast + Boost.Asio (Debian libboost-dev 1.74, header-only). Event-driven:
-// `io_threads` threads run every connection's I/O (http_connection.h), so an idle, slow or
-// streaming client holds a socket, never a thread; handlers run on a pool of `thread_count`
-// worker threads (they may block in server/core while a model runs), and post their response
-// back to the connection. Chosen over libevent's evhtp (Triton's choice, Debian libevhtp-dev
-// 1.2.18): Boost is maintained upstream and packaged in step, its parser and timers are a
-// library's rather than ours, and asio::ssl gives TLS through OpenSSL for the same connection
-// code (issue #23).
+// `io_threads` event loops (one single-threaded io_context each; connections dealt to them in
+// turn) run every connection's I/O (http_connection.h), so an idle, slow or streaming client
+// holds a socket, never a thread; handlers run on a pool of `thread_count` worker threads (they
+// may block in server/core while a model runs) and hand their response back to the connection;
+// liveness/readiness are answered on the loop. Chosen over libevent's evhtp (Triton's choice,
+// Debian libevhtp-dev 1.2.18, upstream's last release): Boost is maintained and packaged
+// in step, its parser and timers are a library's rather than ours, and asio::ssl gives TLS
+// through OpenSSL for the same connection code (issue #23).
 //
 // Parsing is strict RFC 9112 (http_parse.h): conflicting or duplicate Content-Length,
 // Content-Length with Transfer-Encoding, a Transfer-Encoding other than chunked, HTTP/1.1
