@@ -53,7 +53,10 @@ class DatasetUploadSink : public BodySink {
       return Refuse(res);
     }
     absl::StatusOr<kiln::v1::UploadDatasetResponse> done = upload_->Finish();
-    if (!done.ok()) return SetStatus(res, done.status());
+    if (!done.ok()) {
+      upload_.reset();  // its staging folder goes before the client hears of the failure
+      return SetStatus(res, done.status());
+    }
     google::protobuf::util::JsonPrintOptions opt;
     opt.always_print_primitive_fields = true;
     std::string json;
@@ -66,6 +69,7 @@ class DatasetUploadSink : public BodySink {
   // thread); the ?name= parameter is its first chunk.
   bool Begin(HttpResponse* res) {
     if (upload_ != nullptr) return true;
+    if (refused_) return false;  // no calls follow a refusal; never start a second upload
     absl::StatusOr<std::unique_ptr<JobManager::Upload>> started = jobs_->BeginUpload();
     if (!started.ok()) {
       SetStatus(res, started.status());
@@ -157,7 +161,11 @@ class DatasetUploadSink : public BodySink {
     return chunk_.data().size() < kUploadBuffer || Flush();
   }
 
-  void Refuse(HttpResponse* res) const {
+  // The error response; the upload's staging folder is removed first, so it is gone by the time
+  // the client reads the answer.
+  void Refuse(HttpResponse* res) {
+    upload_.reset();
+    refused_ = true;
     if (over_limit_) return SetError(res, 413, std::string(error_.message()));
     if (!error_.ok()) {
       // A full disk is 507 Insufficient Storage, not "too many requests".
@@ -175,6 +183,7 @@ class DatasetUploadSink : public BodySink {
   std::string query_name_;
   kiln::v1::DatasetChunk chunk_;  // the current part's data not yet written
   bool named_ = false, in_name_part_ = false, any_file_ = false, over_limit_ = false;
+  bool refused_ = false;
   std::string name_text_;
   bool seen_[5] = {false, false, false, false, false};
   absl::Status error_;
