@@ -21,8 +21,8 @@ packages=(
   zlib1g-dev
   # gRPC and protobuf
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  # REST gateway (server/rest): HTTP server and JSON
-  libcpp-httplib-dev rapidjson-dev
+  # REST gateway (server/rest): HTTP server (Boost.Beast + Asio, header-only) and JSON
+  libboost-dev rapidjson-dev
   # metrics
   prometheus-cpp-dev
   # CPU backend (LLVM ORC)

@@ -65,9 +65,23 @@ ABSL_FLAG(int64_t, http_max_body_bytes, 64LL << 20, "largest HTTP request body a
 ABSL_FLAG(int64_t, http_max_header_bytes, 16 << 10, "largest total size of HTTP request headers");
 ABSL_FLAG(int64_t, http_max_chunks, 32768, "most pieces (chunks) of one chunked HTTP request body");
 ABSL_FLAG(int32_t, http_thread_count, 64,
-          "HTTP connections served at once (a thread each, idle keep-alive included)");
+          "HTTP handler threads: requests handled at once (connections are served by the "
+          "--http-io-threads event loop and do not hold one)");
+ABSL_FLAG(int32_t, http_io_threads, 2, "HTTP event-loop threads (all connections' I/O)");
 ABSL_FLAG(int32_t, http_timeout_ms, 5000,
-          "HTTP read/write timeout: a connection idle this long mid-request is closed");
+          "HTTP read/write timeout: a connection that sends or takes no byte this long "
+          "mid-request or mid-response is closed");
+ABSL_FLAG(int32_t, http_header_timeout_ms, 10000,
+          "HTTP: a request head must arrive whole within this, from its first byte");
+ABSL_FLAG(int32_t, http_body_timeout_ms, 120000,
+          "HTTP: a request body must arrive whole within this, from the end of its head");
+ABSL_FLAG(int32_t, http_keep_alive_timeout_s, 5,
+          "HTTP: an idle keep-alive connection is closed after this many seconds");
+ABSL_FLAG(int32_t, http_max_connections, 4096,
+          "HTTP connections open at once; more are answered 503 and closed");
+ABSL_FLAG(int32_t, http_max_connections_per_client, 512,
+          "HTTP connections open at once from one client address (0 = no cap; raise it behind a "
+          "proxy or load balancer, whose connections all come from its address)");
 ABSL_FLAG(std::string, http_port_file, "",
           "if set, write the bound HTTP port to this file once serving (for tests and scripts)");
 ABSL_FLAG(std::string, data_dir, "",
@@ -128,7 +142,13 @@ std::unique_ptr<kiln::server::RestServer> StartRest(kiln::server::InferenceServe
   options.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
   options.max_chunks = absl::GetFlag(FLAGS_http_max_chunks);
   options.thread_count = absl::GetFlag(FLAGS_http_thread_count);
+  options.io_threads = absl::GetFlag(FLAGS_http_io_threads);
   options.read_timeout_ms = options.write_timeout_ms = absl::GetFlag(FLAGS_http_timeout_ms);
+  options.header_timeout_ms = absl::GetFlag(FLAGS_http_header_timeout_ms);
+  options.body_timeout_ms = absl::GetFlag(FLAGS_http_body_timeout_ms);
+  options.keep_alive_timeout_s = absl::GetFlag(FLAGS_http_keep_alive_timeout_s);
+  options.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  options.max_connections_per_client = absl::GetFlag(FLAGS_http_max_connections_per_client);
   auto rest = kiln::server::RestServer::Start(options, core, jobs);
   if (!rest.ok()) {
     spdlog::warn("kilnd: {}; serving without REST", std::string(rest.status().message()));

@@ -1,56 +1,68 @@
 // RestServer: kilnd's HTTP/1.1 front end — KServe v2 REST (kserve-v2-protocol.md §9), kiln's
 // graph API as protobuf JSON (POST /v1/graphs:execute) and the training API (/v1/training/...,
-// training_routes.h) — calling server/core directly.
+// training_routes.h) — calling server/core directly (routes in rest_routes.h).
 //
-// HTTP library: cpp-httplib (Debian libcpp-httplib-dev 0.11): small, maintained, packaged as a
-// shared library, thread-pool server with keep-alive, read/write timeouts and a streaming body
-// reader, which is what lets the gateway enforce its own limits while the body arrives.
+// HTTP library: Boost.Beast + Boost.Asio (Debian libboost-dev 1.74, header-only). Event-driven:
+// `io_threads` event loops (one single-threaded io_context each; connections dealt to them in
+// turn) run every connection's I/O (http_connection.h), so an idle, slow or streaming client
+// holds a socket, never a thread; handlers run on a pool of `thread_count` worker threads (they
+// may block in server/core while a model runs) and hand their response back to the connection;
+// liveness/readiness are answered on the loop. Chosen over libevent's evhtp (Triton's choice,
+// Debian libevhtp-dev 1.2.18, upstream's last release): Boost is maintained and packaged
+// in step, its parser and timers are a library's rather than ours, and asio::ssl gives TLS
+// through OpenSSL for the same connection code (issue #23).
+//
+// Parsing is strict RFC 9112 (http_parse.h): conflicting or duplicate Content-Length,
+// Content-Length with Transfer-Encoding, a Transfer-Encoding other than chunked, HTTP/1.1
+// without Host, bare LF or CR, obs-fold and bad chunk framing are 400 and close the connection.
 //
 // Limits (each answered with a 4xx and {"error": "..."} naming the limit; the connection is
 // closed when a body was left unread):
-//   request line > 8 KiB        414 (library)      one header line > 8 KiB   400 (library)
+//   request line > 8 KiB        414                one header line > 8 KiB   400
 //   all headers > max_header_bytes or > max_header_count lines             431
 //   Content-Length > max_body_bytes                  413 before reading the body
 //   chunked body > max_body_bytes, or > max_chunks pieces                  413 while reading
 //   POST without Content-Length or chunked: an empty body (RFC 9112 §6.3)
 //   JSON deeper than kMaxJsonDepth                   400 (iterative parser, json_parse.h)
-//   no bytes for read_timeout_ms / write_timeout_ms: the connection is closed
-// Threads: cpp-httplib serves each connection on one pool thread for its whole life (idle
-// keep-alive included, up to keep_alive_timeout_s), so thread_count bounds open connections
-// served at once; more wait in the accept queue. Handlers run on those threads; the core is
-// thread-safe. Stop() stops accepting, lets requests in flight finish, and joins the threads.
+//   more than max_connections open, or max_connections_per_client from one address: 503 with
+//   Retry-After, then close
+// Deadlines (http_connection.h): header_timeout_ms for the whole head, body_timeout_ms for the
+// whole body, read/write_timeout_ms without progress, keep_alive_timeout_s idle between
+// requests; a missed deadline closes the connection without a response. Every complete request
+// is answered, also when the client half-closes right after sending it.
+//
+// Stop() stops accepting, ends event streams with their error event, closes idle and reading
+// connections, lets handlers in flight finish and write their response (Connection: close),
+// then joins the threads.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "server/core/inference_server.h"
 #include "server/core/job_manager.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace kiln::server {
-
-class TrainingRoutes;
 
 struct RestServerOptions {
   std::string address = "0.0.0.0";
-  int port = 8000;                      // 0 = pick a free port
-  int64_t max_body_bytes = 64LL << 20;  // whole request body
-  int64_t max_header_bytes = 16 << 10;  // all header lines together
-  int max_header_count = 64;            // header lines
-  int64_t max_chunks = 32768;           // pieces of one chunked body
-  int thread_count = 64;                // connections served at once
-  int read_timeout_ms = 5000;
-  int write_timeout_ms = 5000;
-  int keep_alive_timeout_s = 5;
-  int keep_alive_max_requests = 10000;  // requests per connection
+  int port = 8000;                       // 0 = pick a free port
+  int64_t max_body_bytes = 64LL << 20;   // whole request body
+  int64_t max_header_bytes = 16 << 10;   // all header lines together
+  int max_header_count = 64;             // header lines
+  int64_t max_chunks = 32768;            // pieces of one chunked body
+  int io_threads = 2;                    // event-loop threads (all connections' I/O)
+  int thread_count = 64;                 // handler threads (requests handled at once)
+  int max_connections = 4096;            // open connections in all
+  int max_connections_per_client = 512;  // open connections per client address; 0 = no cap
+  int header_timeout_ms = 10000;         // whole request head, from its first byte
+  int body_timeout_ms = 120000;          // whole request body, from the end of the head
+  int read_timeout_ms = 5000;            // no byte received mid-request
+  int write_timeout_ms = 5000;           // no byte sent mid-response
+  int keep_alive_timeout_s = 5;          // idle between requests
+  int keep_alive_max_requests = 10000;   // requests per connection
 };
 
 class RestServer {
@@ -64,21 +76,14 @@ class RestServer {
   RestServer(const RestServer&) = delete;
   RestServer& operator=(const RestServer&) = delete;
 
-  int port() const { return port_; }
-  // Ends open event streams (within 250 ms), then stops as described above. Idempotent.
+  int port() const;
+  // Stops as described above. Idempotent.
   void Stop();
 
  private:
-  RestServer(const RestServerOptions& options, InferenceServer* core, JobManager* jobs);
-  void Install();
-
-  const RestServerOptions options_;
-  InferenceServer* const core_;
-  std::atomic<bool> stopping_{false};
-  std::unique_ptr<TrainingRoutes> training_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;
-  int port_ = 0;
+  struct Impl;
+  explicit RestServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace kiln::server

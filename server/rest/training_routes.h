@@ -16,54 +16,58 @@
 //                                          INTERRUPTED. While idle, a keep-alive every 15 s (an
 //                                          empty NDJSON line, an SSE comment). When kilnd stops,
 //                                          the stream ends with {"error": "..."} (SSE:
-//                                          "event: error") within 250 ms.
+//                                          "event: error") at once.
 //   POST /v1/training/datasets[?name=N]    UploadDataset: multipart/form-data with file parts
 //                                          train_images, train_labels[, test_images,
 //                                          test_labels] (IDX, raw or gzip) and an optional text
 //                                          part "name" before them; Content-Length or chunked.
-//                                          Written to disk as it arrives (at most 1 MiB held per
-//                                          request) -> UploadDatasetResponse.
+//                                          Written to disk as it arrives (about 2 MiB held per
+//                                          request: one body piece, one part buffer)
+//                                          -> UploadDatasetResponse.
 // Errors: {"error": "..."} with the status of http_status.h, messages naming the field and the
 // limit; 503 when kilnd runs without --data-dir. Upload limits are the gRPC ones: --max-dataset-
 // bytes in all (413 naming it, before reading when Content-Length says so), and the IDX checks;
 // a full disk is 507 naming ENOSPC; a multipart body on any other route is 415;
 // a chunked upload may have at most --http-max-chunks + max-dataset-bytes / 1 KiB pieces.
-// Thread safety: Handle may run on many threads at once.
+// Threads: Plan runs on an I/O thread and only routes; handlers and the upload run on worker
+// threads; an event stream holds no thread between events (http_message.h's ResponseStream).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <string_view>
 
-#include "httplib.h"
 #include "server/core/job_manager.h"
+#include "server/rest/http_message.h"
 #include "server/rest/http_util.h"
 
 namespace kiln::server {
 
 class TrainingRoutes {
  public:
-  // `jobs` may be null (no --data-dir). `stopping` turns true when the gateway stops; event
-  // streams end then. Both must outlive this object.
-  TrainingRoutes(JobManager* jobs, BodyLimits limits, const std::atomic<bool>* stopping)
-      : jobs_(jobs), limits_(limits), stopping_(stopping) {}
+  // `jobs` may be null (no --data-dir); it must outlive this object.
+  TrainingRoutes(JobManager* jobs, BodyLimits limits) : jobs_(jobs), limits_(limits) {}
 
   // True for paths under /v1/training/.
   static bool Matches(std::string_view path);
   // The largest Content-Length accepted for `path`: the dataset limit plus 1 MiB of multipart
   // framing for uploads (whatever max_body_bytes is), else max_body_bytes.
   int64_t MaxContentLength(std::string_view path) const;
-  void Handle(const httplib::Request& req, httplib::Response& res,
-              const httplib::ContentReader* reader) const;
+  // Routes a request under /v1/training/ from its head (Router::Plan's contract).
+  RoutePlan Plan(const HttpRequest& req) const;
 
  private:
-  void Upload(const httplib::Request& req, httplib::Response& res,
-              const httplib::ContentReader* reader) const;
-  void Events(const std::string& id, const httplib::Request& req, httplib::Response& res) const;
+  void Handle(const HttpRequest& req, const std::string& body, HttpResponse* res) const;
+  void Events(const std::string& id, const HttpRequest& req, HttpResponse* res) const;
 
   JobManager* const jobs_;
   const BodyLimits limits_;
-  const std::atomic<bool>* const stopping_;
 };
+
+// The dataset upload's body sink (dataset_upload.cc): multipart parts streamed into a
+// JobManager::Upload. `boundary` comes from the request's Content-Type.
+std::unique_ptr<BodySink> MakeDatasetUploadSink(JobManager* jobs, const HttpRequest& req,
+                                                std::string boundary);
 
 }  // namespace kiln::server

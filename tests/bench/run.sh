@@ -6,7 +6,8 @@
 #      tests/CMakeLists.txt puts them there), with BENCH_ARGS appended (e.g.
 #      BENCH_ARGS='--benchmark_filter=Rewrite --benchmark_min_time=0.1s');
 #   2. every tests/bench/*_compare.py with .venv/bin/python from the repo root (kiln vs tinygrad /
-#      numpy comparisons), tests/bench/serve_bench.py (closed-loop gRPC load on kilnd), and
+#      numpy comparisons), tests/bench/serve_bench.py (closed-loop gRPC load on kilnd),
+#      tests/bench/rest_slow_clients.py (healthy REST latency beside slow clients), and
 #      train_compare.py (Fashion-MNIST training step, kiln JIT / JIT=0 vs tinygrad; 4 steps
 #      each by default, a few minutes on 2 cores) taking its flags from TRAIN_COMPARE_ARGS, e.g.
 #      TRAIN_COMPARE_ARGS='--steps 10 --batch 512 --cold'.
@@ -45,7 +46,7 @@ binaries=()
 for f in "$build_dir"/tests/bench/bench_*; do
   [[ -f "$f" && -x "$f" ]] && binaries+=("$f")
 done
-scripts=(tests/bench/*_compare.py tests/bench/serve_bench.py)
+scripts=(tests/bench/*_compare.py tests/bench/serve_bench.py tests/bench/rest_slow_clients.py)
 
 if [[ ${#binaries[@]} -eq 0 && ${#scripts[@]} -eq 0 ]]; then
   echo "bench: no benchmarks yet (no $build_dir/tests/bench/bench_* and no tests/bench/*_compare.py)"

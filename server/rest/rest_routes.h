@@ -1,0 +1,31 @@
+// The KServe v2 REST routes (kserve-v2-protocol.md §9) and kiln's graph API as protobuf JSON
+// (POST /v1/graphs:execute), calling server/core directly:
+//
+//   GET  /v2, /v2/health/{live,ready}, /v2/models/{m}[/versions/{v}][/ready|/config|/stats],
+//        /v2/models/stats
+//   POST /v2/models/{m}[/versions/{v}]/infer (JSON, or the binary tensor data extension),
+//        /v2/repository/index, /v2/repository/models/{m}/{load,unload}, /v1/graphs:execute
+//
+// HEAD is GET without the body; other methods on a known path are 405 naming what to use.
+// Plan routes from the head alone (no core call); the handler it returns runs on a worker
+// thread. Thread-safe.
+#pragma once
+
+#include "server/core/inference_server.h"
+#include "server/rest/http_message.h"
+#include "server/rest/http_util.h"
+
+namespace kiln::server {
+
+class KserveRoutes {
+ public:
+  // `core` must outlive this object.
+  KserveRoutes(InferenceServer* core, BodyLimits limits) : core_(core), limits_(limits) {}
+  RoutePlan Plan(const HttpRequest& req) const;
+
+ private:
+  InferenceServer* const core_;
+  const BodyLimits limits_;
+};
+
+}  // namespace kiln::server
