@@ -1,5 +1,6 @@
 #include "server/rest/training_routes.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -95,7 +96,8 @@ struct EventStream {
 
 // The job id of "/v1/training/jobs/{id}..." paths: what lies between the prefix and `suffix`.
 struct JobPath {
-  enum Kind { kNone, kCollection, kJob, kCancel, kResume, kEvents, kDatasets } kind = kNone;
+  enum Kind { kNone, kCollection, kJob, kCancel, kResume, kEvents, kCheckpoint, kDatasets } kind =
+      kNone;
   std::string id;
 };
 
@@ -116,9 +118,15 @@ JobPath ParseJobPath(std::string_view path) {
   rest.remove_prefix(1);
   const size_t slash = rest.find('/');
   if (slash != std::string_view::npos) {
-    if (rest.substr(slash) != "/events" || slash == 0) return p;
+    if (slash == 0) return p;
+    if (rest.substr(slash) == "/events") {
+      p.kind = JobPath::kEvents;
+    } else if (rest.substr(slash) == "/checkpoint") {
+      p.kind = JobPath::kCheckpoint;
+    } else {
+      return p;
+    }
     p.id = std::string(rest.substr(0, slash));
-    p.kind = JobPath::kEvents;
     return p;
   }
   for (const auto& [verb, kind] : {std::pair{std::string_view(":cancel"), JobPath::kCancel},
@@ -176,9 +184,9 @@ void TrainingRoutes::Handle(const httplib::Request& req, httplib::Response& res,
   }
   const bool get = req.method == "GET" || req.method == "HEAD";
   const bool post = req.method == "POST";
-  const char* allow = p.kind == JobPath::kCollection                            ? "GET, POST"
-                      : (p.kind == JobPath::kJob || p.kind == JobPath::kEvents) ? "GET"
-                                                                                : "POST";
+  const bool get_only =
+      p.kind == JobPath::kJob || p.kind == JobPath::kEvents || p.kind == JobPath::kCheckpoint;
+  const char* allow = p.kind == JobPath::kCollection ? "GET, POST" : get_only ? "GET" : "POST";
   if (!((get && absl::StrContains(allow, "GET")) || (post && absl::StrContains(allow, "POST")))) {
     return MethodNotAllowed(res, req, allow, has_body);
   }
@@ -229,6 +237,8 @@ void TrainingRoutes::Handle(const httplib::Request& req, httplib::Response& res,
     }
     case JobPath::kEvents:
       return Events(p.id, req, res);
+    case JobPath::kCheckpoint:
+      return Checkpoint(p.id, res);
     default:
       break;
   }
@@ -300,6 +310,27 @@ void TrainingRoutes::Events(const std::string& id, const httplib::Request& req,
         return true;
       },
       [jobs, token = *token](bool) { jobs->Unsubscribe(token); });
+}
+
+void TrainingRoutes::Checkpoint(const std::string& id, httplib::Response& res) const {
+  absl::StatusOr<std::unique_ptr<JobManager::CheckpointFile>> opened = jobs_->OpenCheckpoint(id);
+  if (!opened.ok()) return SetStatus(res, opened.status());
+  std::shared_ptr<const JobManager::CheckpointFile> file = *std::move(opened);
+  res.status = 200;
+  res.set_header("Content-Disposition",
+                 absl::StrCat("attachment; filename=\"", id, "-step", file->step(),
+                              ".safetensors\""));
+  res.set_header("X-Kiln-Checkpoint-Step", std::to_string(file->step()));
+  res.set_header("X-Kiln-Checkpoint-Sha256", file->sha256());
+  res.set_content_provider(
+      file->bytes(), "application/octet-stream",
+      [file](size_t offset, size_t length, httplib::DataSink& sink) {
+        std::string piece;
+        absl::StatusOr<size_t> got =
+            file->Read(offset, std::min<size_t>(length, kUploadBuffer), &piece);
+        if (!got.ok() || *got == 0) return false;  // the connection is closed short
+        return sink.write(piece.data(), piece.size());
+      });
 }
 
 void TrainingRoutes::Upload(const httplib::Request& req, httplib::Response& res,
