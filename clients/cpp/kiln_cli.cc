@@ -471,7 +471,7 @@ int Dispatch(const Args& args) {
 int main(int argc, char** argv) {
   Args args;
   if (std::string e = ParseArgs(argc, argv, &args); !e.empty()) return Usage(e);
-  if (!args.positional.empty() && args.positional[0] == "help") {
+  if (!args.help && !args.positional.empty() && args.positional[0] == "help") {
     args.help = true;
     args.positional.erase(args.positional.begin());
   }
