@@ -10,6 +10,7 @@
 // Exit codes: 0 ok (and --help); 1 the server or the request failed (message on stderr, with the
 // gRPC code); 2 usage error (unknown command or option, unreadable or malformed local file).
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -78,7 +79,7 @@ constexpr CommandHelp kCommands[] = {
 
 constexpr char kGlobalOptions[] =
     "global options:\n"
-    "  --address HOST:PORT  kilnd's gRPC address (default localhost:8001)\n"
+    "  --address HOST:PORT  kilnd's gRPC address (default $KILN_URL, else localhost:8001)\n"
     "  --json               print one JSON document on stdout instead of text\n"
     "  --timeout-ms N       deadline of each call (default 60000; `train watch` has none)\n"
     "  -h, --help           help (of the command given)\n"
@@ -137,6 +138,9 @@ struct Args {
 
 // Returns "" on success, else the usage error.
 std::string ParseArgs(int argc, char** argv, Args* args) {
+  if (const char* url = std::getenv("KILN_URL"); url != nullptr && *url != '\0') {
+    args->address = url;  // as the Python package: $KILN_URL, else localhost:8001
+  }
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const std::string& flag, std::string* out) -> bool {

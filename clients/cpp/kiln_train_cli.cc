@@ -377,7 +377,8 @@ bool IsTrainBoolFlag(const std::string& name) {
 
 std::string TrainHelp(const std::string& command, const std::string& sub) {
   constexpr char kGlobal[] =
-      "global options: --address HOST:PORT (localhost:8001), --json, --timeout-ms N\n";
+      "global options: --address HOST:PORT ($KILN_URL, else localhost:8001), --json, "
+      "--timeout-ms N\n";
   if (sub.empty()) {
     std::string out = absl::StrCat("usage: kiln [global options] ", command,
                                    " SUBCOMMAND ...\ntraining jobs on kilnd (kiln.v1.Training; "

@@ -225,6 +225,18 @@ def test_help_on_every_command_and_subcommand():
         assert r.returncode == 2 and "usage: kiln" in r.stderr, (args, r)
 
 
+def test_cmake_install_puts_kiln_on_the_prefix_path(tmp_path):
+    """`cmake --install` (the CLI's component here, to skip copying kilnd) gives a working kiln."""
+    build = Path(os.environ["KILN_CLI"]).resolve().parents[2]
+    r = subprocess.run(["cmake", "--install", str(build), "--prefix", str(tmp_path),
+                        "--component", "kiln_cli"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    installed = tmp_path / "bin" / "kiln"
+    env = dict(os.environ, PATH=f"{installed.parent}{os.pathsep}{os.environ['PATH']}")
+    r = subprocess.run(["kiln", "--help"], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout.startswith("usage: kiln"), r
+
+
 # ** kiln train: kiln.v1.Training on a kilnd with --data-dir **
 
 FASHION_ROOT = Path("/usr/share/datasets")
