@@ -70,8 +70,8 @@ constexpr CommandHelp kCommands[] = {
      "FILE holds a kiln.v1.ExecuteRequest or a kiln.v1.Graph in protobuf text format, or an\n"
      "ExecuteRequest in JSON when it ends in .json. --input binds the graph's inputs by name.\n"
      "Prints the kernel launches, their time and the outputs (as `infer` does).\n"},
-    {"train", "train SUBCOMMAND ...",
-     "training jobs on kilnd (kiln.v1.Training; kilnd --data-dir)", nullptr},
+    {"train", "train SUBCOMMAND ...", "training jobs on kilnd (kiln.v1.Training; kilnd --data-dir)",
+     nullptr},
     {"jobs", "jobs SUBCOMMAND ...", "the same as `kiln train`", nullptr},
     {"help", "help [COMMAND [SUBCOMMAND]]", "this text, or the help of one command",
      "The same as `kiln --help`, `kiln COMMAND --help`, `kiln train SUBCOMMAND --help`.\n"},
@@ -481,7 +481,9 @@ int main(int argc, char** argv) {
   }
   if (args.help) {
     const std::string text = HelpFor(args.positional);
-    if (text.empty()) return Usage(absl::StrCat("no help for '", absl::StrJoin(args.positional, " "), "'"));
+    if (text.empty()) {
+      return Usage(absl::StrCat("no help for '", absl::StrJoin(args.positional, " "), "'"));
+    }
     std::cout << text;
     return kOk;
   }

@@ -7,7 +7,6 @@
 #include <iostream>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -57,8 +56,7 @@ constexpr SubcommandHelp kTrainSubcommands[] = {
      "                           model an earlier job published (never another model)\n"
      "  --seed N --name NAME --device D --deterministic\n"
      "  --eval-interval N --eval-images N --checkpoint-interval N\n"},
-    {"watch", "watch ID",
-     "live progress until the job ends; exit 0 only when it SUCCEEDED",
+    {"watch", "watch ID", "live progress until the job ends; exit 0 only when it SUCCEEDED",
      "On a terminal one line redrawn in place, otherwise a line per state change, evaluation,\n"
      "checkpoint and about every 5% of the steps. Ends at SUCCEEDED (exit 0), FAILED, CANCELLED\n"
      "or INTERRUPTED (exit 1). --json prints the final Job only.\n"},
@@ -289,6 +287,22 @@ int Show(bool json, const absl::StatusOr<Job>& job, const std::string& verb) {
   return kOk;
 }
 
+// `s` as a JSON string literal.
+std::string JsonQuote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 // SHA-256 of a byte stream, as lowercase hex.
 class Sha256 {
  public:
@@ -325,7 +339,8 @@ int Checkpoint(KilnClient& client, bool json, const std::string& id, const std::
         return absl::InvalidArgumentError(absl::StrCat(tmp, ": cannot create"));
       }
     }
-    if (!c.data().empty() && std::fwrite(c.data().data(), 1, c.data().size(), out) != c.data().size()) {
+    if (!c.data().empty() &&
+        std::fwrite(c.data().data(), 1, c.data().size(), out) != c.data().size()) {
       return absl::InvalidArgumentError(absl::StrCat(tmp, ": write failed"));
     }
     written += static_cast<int64_t>(c.data().size());
@@ -350,8 +365,8 @@ int Checkpoint(KilnClient& client, bool json, const std::string& id, const std::
   }
   if (json) {
     std::cout << absl::StrFormat(
-        "{\"id\": \"%s\", \"file\": \"%s\", \"step\": %d, \"bytes\": %d, \"sha256\": \"%s\"}\n",
-        id, absl::CHexEscape(path), first.step(), first.bytes(), first.sha256());
+        "{\"id\": %s, \"file\": %s, \"step\": %d, \"bytes\": %d, \"sha256\": %s}\n",
+        JsonQuote(id), JsonQuote(path), first.step(), first.bytes(), JsonQuote(first.sha256()));
   } else {
     std::cout << "wrote " << path << ": job " << id << " checkpoint at step " << first.step()
               << ", " << first.bytes() << " bytes, sha256 " << first.sha256() << "\n";
@@ -420,8 +435,9 @@ int TrainCommand(KilnClient& client, bool json, const std::vector<std::string>& 
   if (!flags.empty()) return usage(absl::StrCat("train ", sub, " takes no training options"));
   if (sub == "ls" && n == 2) return List(client, json);
   if (n != 3) {
-    return usage("train needs: start [options] | watch ID | ls | show ID | cancel ID | "
-                 "resume ID | checkpoint ID -o FILE");
+    return usage(
+        "train needs: start [options] | watch ID | ls | show ID | cancel ID | resume ID | "
+        "checkpoint ID -o FILE");
   }
   const std::string& id = positional[2];
   if (sub == "checkpoint") {

@@ -33,9 +33,9 @@ std::string ConfigText(const std::string& name, const std::string& arch,
                       "\"\nplatform: \"kiln_builtin\"\nmax_batch_size: 64\n",
                       "input [{ name: \"INPUT\" data_type: TYPE_FP32 dims: [ ",
                       absl::StrJoin(in, ", "), " ] }]\n",
-                      "output [{ name: \"OUTPUT\" data_type: TYPE_FP32 dims: [ ", classes, " ] }]\n",
-                      "parameters { key: \"architecture\" value { string_value: \"", arch,
-                      "\" } }\nversion_policy: { latest: { num_versions: 1 } }\n");
+                      "output [{ name: \"OUTPUT\" data_type: TYPE_FP32 dims: [ ", classes,
+                      " ] }]\n", "parameters { key: \"architecture\" value { string_value: \"",
+                      arch, "\" } }\nversion_policy: { latest: { num_versions: 1 } }\n");
 }
 
 }  // namespace
@@ -83,12 +83,11 @@ absl::Status JobManager::CheckPublishedConfig(const fs::path& config, const std:
     return io.size() == 1 ? std::vector<int64_t>(io[0].dims().begin(), io[0].dims().end())
                           : std::vector<int64_t>();
   };
-  const bool same =
-      in && cfg.ok() && cfg->platform() == "kiln_builtin" &&
-      cfg->parameters().count("architecture") > 0 &&
-      cfg->parameters().at("architecture").string_value() == trainer.architecture() &&
-      dims(cfg->input()) == trainer.input_shape() &&
-      dims(cfg->output()) == std::vector<int64_t>{trainer.num_classes()};
+  const bool same = in && cfg.ok() && cfg->platform() == "kiln_builtin" &&
+                    cfg->parameters().count("architecture") > 0 &&
+                    cfg->parameters().at("architecture").string_value() == trainer.architecture() &&
+                    dims(cfg->input()) == trainer.input_shape() &&
+                    dims(cfg->output()) == std::vector<int64_t>{trainer.num_classes()};
   if (!same) {
     return absl::FailedPreconditionError(absl::StrCat(
         "publish: output_model '", name, "' holds a model of another architecture or shape than '",
@@ -224,8 +223,7 @@ absl::StatusOr<std::unique_ptr<JobManager::CheckpointFile>> JobManager::OpenChec
     if (fd < 0) continue;
     std::unique_ptr<CheckpointFile> file(new CheckpointFile(fd, it->step, it->bytes, it->sha256));
     struct stat st {};
-    absl::StatusOr<std::string> sha =
-        api::FileSha256Hex(absl::StrCat("/proc/self/fd/", fd));
+    absl::StatusOr<std::string> sha = api::FileSha256Hex(absl::StrCat("/proc/self/fd/", fd));
     if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != it->bytes || !sha.ok() ||
         *sha != it->sha256) {
       continue;  // partial or replaced: the next older generation

@@ -40,14 +40,14 @@ absl::Status JobManager::Upload::Append(const kiln::v1::DatasetChunk& chunk) {
   }
   first_ = false;
   if (static_cast<int64_t>(chunk.data().size()) > kMaxDatasetChunkBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("data: ", chunk.data().size(),
-                                                   " bytes exceed the chunk limit of ",
-                                                   kMaxDatasetChunkBytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data: ", chunk.data().size(), " bytes exceed the chunk limit of ", kMaxDatasetChunkBytes));
   }
   if (chunk.data().empty()) return absl::OkStatus();
   if (chunk.file() < kiln::v1::DatasetChunk::TRAIN_IMAGES ||
       chunk.file() > kiln::v1::DatasetChunk::TEST_LABELS) {
-    return absl::InvalidArgumentError("file: must be TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES or TEST_LABELS");
+    return absl::InvalidArgumentError(
+        "file: must be TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES or TEST_LABELS");
   }
   bytes_ += static_cast<int64_t>(chunk.data().size());
   if (bytes_ > max_bytes_) {
@@ -80,16 +80,16 @@ absl::StatusOr<kiln::v1::UploadDatasetResponse> JobManager::Upload::Finish() {
   kiln::v1::UploadDatasetResponse resp;
   resp.set_dataset_id(id_);
   resp.set_bytes(bytes_);
-  absl::StatusOr<api::ImageDataset> train = api::LoadIdxDataset(
-      (staging_ / kIdxFiles[0]).string(), (staging_ / kIdxFiles[1]).string());
+  absl::StatusOr<api::ImageDataset> train =
+      api::LoadIdxDataset((staging_ / kIdxFiles[0]).string(), (staging_ / kIdxFiles[1]).string());
   if (!train.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("train ", no_path(train.status().message())));
   }
   resp.set_train_items(train->count);
   std::error_code ec;
   if (fs::exists(staging_ / kIdxFiles[2], ec) || fs::exists(staging_ / kIdxFiles[3], ec)) {
-    absl::StatusOr<api::ImageDataset> test = api::LoadIdxDataset(
-        (staging_ / kIdxFiles[2]).string(), (staging_ / kIdxFiles[3]).string());
+    absl::StatusOr<api::ImageDataset> test =
+        api::LoadIdxDataset((staging_ / kIdxFiles[2]).string(), (staging_ / kIdxFiles[3]).string());
     if (!test.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("test ", no_path(test.status().message())));
     }

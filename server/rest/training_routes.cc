@@ -96,8 +96,16 @@ struct EventStream {
 
 // The job id of "/v1/training/jobs/{id}..." paths: what lies between the prefix and `suffix`.
 struct JobPath {
-  enum Kind { kNone, kCollection, kJob, kCancel, kResume, kEvents, kCheckpoint, kDatasets } kind =
-      kNone;
+  enum Kind {
+    kNone,
+    kCollection,
+    kJob,
+    kCancel,
+    kResume,
+    kEvents,
+    kCheckpoint,
+    kDatasets
+  } kind = kNone;
   std::string id;
 };
 
@@ -317,20 +325,19 @@ void TrainingRoutes::Checkpoint(const std::string& id, httplib::Response& res) c
   if (!opened.ok()) return SetStatus(res, opened.status());
   std::shared_ptr<const JobManager::CheckpointFile> file = *std::move(opened);
   res.status = 200;
-  res.set_header("Content-Disposition",
-                 absl::StrCat("attachment; filename=\"", id, "-step", file->step(),
-                              ".safetensors\""));
+  res.set_header("Content-Disposition", absl::StrCat("attachment; filename=\"", id, "-step",
+                                                     file->step(), ".safetensors\""));
   res.set_header("X-Kiln-Checkpoint-Step", std::to_string(file->step()));
   res.set_header("X-Kiln-Checkpoint-Sha256", file->sha256());
-  res.set_content_provider(
-      file->bytes(), "application/octet-stream",
-      [file](size_t offset, size_t length, httplib::DataSink& sink) {
-        std::string piece;
-        absl::StatusOr<size_t> got =
-            file->Read(offset, std::min<size_t>(length, kUploadBuffer), &piece);
-        if (!got.ok() || *got == 0) return false;  // the connection is closed short
-        return sink.write(piece.data(), piece.size());
-      });
+  res.set_content_provider(file->bytes(), "application/octet-stream",
+                           [file](size_t offset, size_t length, httplib::DataSink& sink) {
+                             std::string piece;
+                             absl::StatusOr<size_t> got = file->Read(
+                                 offset, std::min<size_t>(length, kUploadBuffer), &piece);
+                             if (!got.ok() || *got == 0)
+                               return false;  // the connection is closed short
+                             return sink.write(piece.data(), piece.size());
+                           });
 }
 
 void TrainingRoutes::Upload(const httplib::Request& req, httplib::Response& res,
