@@ -65,10 +65,14 @@ class Serve:
         self.ports = {"http": free_port(), "grpc": free_port(), "metrics": free_port()}
         serve_args = (f"--grpc-address=127.0.0.1 --grpc-port={self.ports['grpc']} "
                       f"--http-port={self.ports['http']} --metrics-port={self.ports['metrics']}")
+        # A clean make environment: `make test` runs this test under make, whose MAKEFLAGS
+        # (jobserver, command-line variables) must not leak into the recipe printed here.
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
         printed = subprocess.run(
             ["make", "--no-print-directory", "-n", "-o", "build-release", "serve",
              f"SERVE_DIR={scratch / 'serve'}", f"SERVE_ARGS={serve_args}"],
-            cwd=REPO, capture_output=True, text=True, timeout=60, check=True).stdout
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=True).stdout
         recipe = [line for line in printed.splitlines() if line.strip()]
         argv = shlex.split(recipe[-1])
         assert argv[0] == MAKEFILE_KILND, f"make serve's last line starts kilnd: {recipe}"
