@@ -247,7 +247,7 @@ a = np.arange(16, dtype=np.float32).reshape(1, 16)
 out = kiln.Client(url).infer("add_sub", {{"INPUT0": a, "INPUT1": np.ones_like(a)}})
 np.testing.assert_array_equal(out["OUTPUT0"], a + 1)
 c = grpcclient.InferenceServerClient(url=url)
-inputs = [grpcclient.InferInput("INPUT0", [1, 16], "FP32"), grpcclient.InferInput("INPUT1", [1, 16], "FP32")]
+inputs = [grpcclient.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
 inputs[0].set_data_from_numpy(a)
 inputs[1].set_data_from_numpy(a)
 np.testing.assert_array_equal(c.infer("add_sub", inputs).as_numpy("OUTPUT0"), a * 2)

@@ -469,8 +469,8 @@ class Tensor:
             raise TypeError("cat takes kiln.Tensor arguments")
         dim = _axes(dim, self.ndim)[0]
         for p in parts:
-            if p.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(p.shape, self.shape))
-                                          if i != dim):
+            if p.ndim != self.ndim or any(a != b for i, (a, b)
+                                          in enumerate(zip(p.shape, self.shape)) if i != dim):
                 raise ValueError(f"cat: shapes {[q.shape for q in parts]} differ outside dim {dim}")
         dtype = np.result_type(*[p.dtype for p in parts])
         total = sum(p.shape[dim] for p in parts)
@@ -681,7 +681,8 @@ class Tensor:
         axis = _axes(axis, self.ndim)[0]
         n = self.shape[axis]
         is_max = self.eq(self.max(axis, keepdim=True))
-        rev = Tensor.arange(n, 0, -1, device=self.device).reshape(n, *([1] * (self.ndim - axis - 1)))
+        rev = Tensor.arange(n, 0, -1, device=self.device)
+        rev = rev.reshape(n, *([1] * (self.ndim - axis - 1)))
         idx = (is_max.cast(np.int32) * rev).max(axis, keepdim=keepdim)
         return (n - idx).cast(np.int32)
 
