@@ -26,7 +26,6 @@ namespace {
 
 constexpr int64_t kEvalChunk = 1000;
 
-
 bool IsHexId(const std::string& id, size_t len) {
   if (id.size() != len) return false;
   return std::all_of(id.begin(), id.end(),
