@@ -2,14 +2,16 @@
 #
 #   make test     install deps, build the release preset (-O2 -g, asserts on), run every CTest
 #   make bench    install deps, build release, run tests/bench/run.sh
-#   make serve    install deps, build release, start kilnd on models/ (SERVE_ARGS adds flags)
+#   make serve    install deps, build release, start kilnd with training on: the repository is a
+#                 copy of models/ in SERVE_DIR/models (training publishes there), jobs and
+#                 checkpoints in SERVE_DIR/data, datasets under DATASET_ROOTS (SERVE_ARGS adds flags)
 #   make asan     the test suite under ASan + UBSan (preset asan)
 #   make tsan     the test suite under TSan (preset tsan)
 #   make debug    the test suite in the debug preset
 #   make format   clang-format -i over tracked *.h / *.cc
 #   make tidy     clang-tidy (allowlist in .clang-tidy) over tracked *.cc, using the release build
 #   make deps     deploy/install-deps.sh only
-#   make clean    remove build/ (the .venv stays; `make distclean` removes it too)
+#   make clean    remove build/ (.venv and SERVE_DIR stay; `make distclean` removes them too)
 #
 # JOBS (default 2: CI has 2 cores) sets build and test parallelism; CTEST_ARGS is passed to ctest
 # (e.g. make test CTEST_ARGS='-L unit -R uop').
@@ -20,6 +22,10 @@ SHELL := /bin/bash
 
 JOBS ?= 2
 CTEST_ARGS ?=
+# make serve's state (kept across runs; `make distclean` removes it) and its dataset roots.
+SERVE_DIR ?= .kiln
+DATASET_ROOTS ?= /usr/share/datasets
+SERVE_ARGS ?=
 
 .PHONY: test bench serve asan tsan debug deps build-release format tidy clean distclean
 
@@ -54,9 +60,12 @@ test: build-release
 bench: build-release
 	@bash tests/bench/run.sh
 
+# tests/docs/test_readme_commands.py runs this recipe (`make -n -o build-release serve`) and the
+# README's runnable blocks against it: keep kilnd the recipe's last line.
 serve: build-release
-	@echo "make serve: kilnd, KServe v2 HTTP on :8000 and gRPC on :8001, model repository models/ (Ctrl-C stops it)"
-	./build/release/server/main/kilnd --model-repository models $(SERVE_ARGS)
+	@echo "make serve: kilnd, KServe v2 HTTP on :8000 and gRPC on :8001, training on; repository $(SERVE_DIR)/models (Ctrl-C stops it)"
+	mkdir -p $(SERVE_DIR)/models $(SERVE_DIR)/data && cp -R -u models/. $(SERVE_DIR)/models/
+	./build/release/server/main/kilnd --model-repository=$(SERVE_DIR)/models --data-dir=$(SERVE_DIR)/data --dataset-roots=$(DATASET_ROOTS) $(SERVE_ARGS)
 
 debug: deps
 	$(call build,debug)
@@ -80,4 +89,4 @@ clean:
 	rm -rf build
 
 distclean: clean
-	rm -rf .venv
+	rm -rf .venv $(SERVE_DIR)

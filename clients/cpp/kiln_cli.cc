@@ -1,27 +1,16 @@
 // kiln: command line client for kilnd (gRPC).
 //
 //   kiln [--address HOST:PORT] [--json] [--timeout-ms N] <command> [args]
-//     status                                 live / ready / server metadata
-//     models                                 the repository index
-//     load <model> | unload <model>
-//     infer <model> --input NAME=FILE.npy ... [--output [NAME=]FILE.npy ...]
-//     stats [model]                          Triton-style statistics
-//     graph run <file> [--input NAME=FILE.npy ...] [--output [NAME=]FILE.npy ...]
-//                                            <file>: kiln.v1.ExecuteRequest or kiln.v1.Graph, in
-//                                            protobuf text format, or JSON when it ends in .json
-//     train start --arch mlp|mnist_cnn|model:<name> [--mlp-sizes 784,32,10]
-//                 --dataset-dir DIR | --dataset-id ID --steps N --batch N [--lr X]
-//                 [--optimizer adam|sgd|adamw] --output-model NAME [--seed N] [--name NAME]
-//                 [--eval-interval N] [--eval-images N] [--checkpoint-interval N] [--device D]
-//                 [--momentum X] [--weight-decay X] [--nesterov] [--deterministic]
-//                                            prints the job id (--json: the Job)
-//     train watch <id>                       live progress until the job ends; exit 0 only when
-//                                            it SUCCEEDED (1 on FAILED, CANCELLED, INTERRUPTED)
-//     train ls | show <id> | cancel <id> | resume <id>
+//
+// The commands, their arguments and their help texts are the table kCommands below (and
+// kTrainSubcommands in kiln_train_cli.cc): `kiln --help` lists them, `kiln COMMAND --help` and
+// `kiln train SUBCOMMAND --help` (or `kiln help COMMAND [SUBCOMMAND]`) print one; a new command is
+// one row there plus one line in Dispatch().
 // Output is for people by default; --json prints one JSON document on stdout.
-// Exit codes: 0 ok; 1 the server or the request failed (message on stderr, with the gRPC code);
-// 2 usage error (unknown command or option, unreadable or malformed local file).
+// Exit codes: 0 ok (and --help); 1 the server or the request failed (message on stderr, with the
+// gRPC code); 2 usage error (unknown command or option, unreadable or malformed local file).
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -49,18 +38,84 @@ constexpr int kOk = 0;
 constexpr int kFailed = 1;
 constexpr int kUsage = 2;
 
-constexpr char kUsageText[] =
-    "usage: kiln [--address HOST:PORT] [--json] [--timeout-ms N] <command>\n"
-    "  status | models | load <model> | unload <model> | stats [model]\n"
-    "  infer <model> --input NAME=FILE.npy ... [--output [NAME=]FILE.npy ...]\n"
-    "  graph run <file> [--input NAME=FILE.npy ...] [--output [NAME=]FILE.npy ...]\n"
-    "  train start --arch mlp|mnist_cnn [--mlp-sizes 784,32,10] --dataset-dir DIR --steps N\n"
-    "              --batch N [--lr X] [--optimizer adam|sgd|adamw] --output-model NAME\n"
-    "              [--seed N] [--eval-interval N] [--checkpoint-interval N] [--deterministic]\n"
-    "  train watch <id> | train ls | train show <id> | train cancel <id> | train resume <id>\n";
+// One row per command: `kiln --help` lists name and summary, `kiln NAME --help` prints the
+// synopsis and the details.
+struct CommandHelp {
+  const char* name;
+  const char* synopsis;  // after "kiln [global options] "
+  const char* summary;   // one line
+  const char* details;   // what it does, its options, its output
+};
+
+constexpr CommandHelp kCommands[] = {
+    {"status", "status", "whether kilnd is live and ready, and its metadata",
+     "Calls ServerLive, ServerReady and ServerMetadata. Exits 0 only when kilnd is live and\n"
+     "ready. --json prints {address, live, ready, metadata}.\n"},
+    {"models", "models", "the model repository: every model version, its state and reason",
+     "Calls RepositoryIndex. --json prints the RepositoryIndexResponse.\n"},
+    {"load", "load MODEL", "load or reload MODEL from the repository",
+     "Calls RepositoryModelLoad; exits 1 with kilnd's reason when the model does not load.\n"},
+    {"unload", "unload MODEL", "unload every version of MODEL",
+     "Calls RepositoryModelUnload; requests in flight finish on the version they started on.\n"},
+    {"stats", "stats [MODEL]", "Triton-style statistics (of MODEL, or of every model)",
+     "Calls ModelStatistics: successes, failures, inferences, executions and the mean compute\n"
+     "time per model version. --json prints the ModelStatisticsResponse.\n"},
+    {"infer", "infer MODEL --input NAME=FILE.npy ... [--output [NAME=]FILE.npy ...]",
+     "run MODEL once on .npy inputs",
+     "Sends each --input as a raw tensor (ModelInfer). Without --output, prints each output's\n"
+     "dtype, shape and first values; --output NAME=FILE.npy (or FILE.npy when the model has\n"
+     "one output) saves it. --json prints {model, outputs: [{name, dtype, shape, data}]}.\n"},
+    {"graph", "graph run FILE [--input NAME=FILE.npy ...] [--output [NAME=]FILE.npy ...]",
+     "run a kiln.v1.Graph once on kiln.v1.Engine",
+     "FILE holds a kiln.v1.ExecuteRequest or a kiln.v1.Graph in protobuf text format, or an\n"
+     "ExecuteRequest in JSON when it ends in .json. --input binds the graph's inputs by name.\n"
+     "Prints the kernel launches, their time and the outputs (as `infer` does).\n"},
+    {"train", "train SUBCOMMAND ...", "training jobs on kilnd (kiln.v1.Training; kilnd --data-dir)",
+     nullptr},
+    {"jobs", "jobs SUBCOMMAND ...", "the same as `kiln train`", nullptr},
+    {"help", "help [COMMAND [SUBCOMMAND]]", "this text, or the help of one command",
+     "The same as `kiln --help`, `kiln COMMAND --help`, `kiln train SUBCOMMAND --help`.\n"},
+};
+
+constexpr char kGlobalOptions[] =
+    "global options:\n"
+    "  --address HOST:PORT  kilnd's gRPC address (default $KILN_URL, else localhost:8001)\n"
+    "  --json               print one JSON document on stdout instead of text\n"
+    "  --timeout-ms N       deadline of each call (default 60000; `train watch` has none)\n"
+    "  -h, --help           help (of the command given)\n"
+    "exit codes: 0 ok, 1 the server or the request failed, 2 usage error\n";
+
+const CommandHelp* FindCommand(const std::string& name) {
+  for (const CommandHelp& c : kCommands) {
+    if (name == c.name) return &c;
+  }
+  return nullptr;
+}
+
+std::string Overview() {
+  std::string out = "usage: kiln [--address HOST:PORT] [--json] [--timeout-ms N] COMMAND ...\n\n";
+  out += "commands:\n";
+  for (const CommandHelp& c : kCommands) out += absl::StrFormat("  %-8s %s\n", c.name, c.summary);
+  out += "\n";
+  out += kGlobalOptions;
+  out += "`kiln COMMAND --help` describes one command.\n";
+  return out;
+}
+
+// The help of `positional` ("train", "start"...); "" when it names no command.
+std::string HelpFor(const std::vector<std::string>& positional) {
+  if (positional.empty()) return Overview();
+  const CommandHelp* c = FindCommand(positional[0]);
+  if (c == nullptr) return "";
+  if (c->details == nullptr) {  // train / jobs
+    return kiln::client::TrainHelp(positional[0], positional.size() > 1 ? positional[1] : "");
+  }
+  return absl::StrCat("usage: kiln [global options] ", c->synopsis, "\n", c->summary, ".\n\n",
+                      c->details, "\n", kGlobalOptions);
+}
 
 int Usage(const std::string& message) {
-  std::cerr << "kiln: " << message << "\n" << kUsageText;
+  std::cerr << "kiln: " << message << "\n" << Overview();
   return kUsage;
 }
 
@@ -73,6 +128,7 @@ int Failed(const absl::Status& status) {
 struct Args {
   std::string address = "localhost:8001";
   bool json = false;
+  bool help = false;
   int64_t timeout_ms = 60000;
   std::vector<std::string> positional;
   std::vector<std::string> inputs;   // NAME=FILE
@@ -82,6 +138,9 @@ struct Args {
 
 // Returns "" on success, else the usage error.
 std::string ParseArgs(int argc, char** argv, Args* args) {
+  if (const char* url = std::getenv("KILN_URL"); url != nullptr && *url != '\0') {
+    args->address = url;  // as the Python package: $KILN_URL, else localhost:8001
+  }
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](const std::string& flag, std::string* out) -> bool {
@@ -99,6 +158,8 @@ std::string ParseArgs(int argc, char** argv, Args* args) {
     std::string v;
     if (a == "--json") {
       args->json = true;
+    } else if (a == "--help" || a == "-h") {
+      args->help = true;
     } else if (value("--address", &v)) {
       args->address = v;
     } else if (value("--timeout-ms", &v)) {
@@ -107,7 +168,7 @@ std::string ParseArgs(int argc, char** argv, Args* args) {
       }
     } else if (value("--input", &v)) {
       args->inputs.push_back(v);
-    } else if (value("--output", &v)) {
+    } else if (value("--output", &v) || value("-o", &v)) {
       args->outputs.push_back(v);
     } else if (a.rfind("--", 0) == 0) {
       const std::string name = a.substr(2, a.find('=') == std::string::npos
@@ -372,20 +433,16 @@ int GraphRun(KilnClient& client, const Args& args) {
                      outputs);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Args args;
-  if (std::string e = ParseArgs(argc, argv, &args); !e.empty()) return Usage(e);
-  if (args.positional.empty()) return Usage("missing command");
+// Runs the command in `args`; the exit code.
+int Dispatch(const Args& args) {
   const std::string& command = args.positional[0];
   const size_t n = args.positional.size();
   auto no_io = [&] { return args.inputs.empty() && args.outputs.empty(); };
   KilnClient client(args.address, std::chrono::milliseconds(args.timeout_ms));
-  if (command == "train" && no_io()) {
+  if ((command == "train" || command == "jobs") && args.inputs.empty()) {
     std::string usage_error;
-    const int rc =
-        kiln::client::TrainCommand(client, args.json, args.positional, args.train, &usage_error);
+    const int rc = kiln::client::TrainCommand(client, args.json, args.positional, args.train,
+                                              args.outputs, &usage_error);
     return rc == kUsage ? Usage(usage_error) : rc;
   }
   if (!args.train.empty()) {
@@ -411,4 +468,25 @@ int main(int argc, char** argv) {
   if (command == "graph") return GraphRun(client, args);
   return Usage(
       absl::StrCat("unknown command or wrong arguments: ", absl::StrJoin(args.positional, " ")));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  if (std::string e = ParseArgs(argc, argv, &args); !e.empty()) return Usage(e);
+  if (!args.help && !args.positional.empty() && args.positional[0] == "help") {
+    args.help = true;
+    args.positional.erase(args.positional.begin());
+  }
+  if (args.help) {
+    const std::string text = HelpFor(args.positional);
+    if (text.empty()) {
+      return Usage(absl::StrCat("no help for '", absl::StrJoin(args.positional, " "), "'"));
+    }
+    std::cout << text;
+    return kOk;
+  }
+  if (args.positional.empty()) return Usage("missing command");
+  return Dispatch(args);
 }

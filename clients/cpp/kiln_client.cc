@@ -193,4 +193,23 @@ absl::Status KilnClient::WatchJob(const std::string& id,
   return FromGrpc(reader->Finish());
 }
 
+absl::Status KilnClient::GetCheckpoint(
+    const std::string& id,
+    const std::function<absl::Status(const kiln::v1::CheckpointChunk&)>& on_chunk) {
+  kiln::v1::GetCheckpointRequest request;
+  request.set_id(id);
+  std::unique_ptr<grpc::ClientContext> ctx = Context();
+  std::unique_ptr<grpc::ClientReader<kiln::v1::CheckpointChunk>> reader =
+      training_->GetCheckpoint(ctx.get(), request);
+  kiln::v1::CheckpointChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (absl::Status s = on_chunk(chunk); !s.ok()) {
+      ctx->TryCancel();
+      (void)reader->Finish();
+      return s;
+    }
+  }
+  return FromGrpc(reader->Finish());
+}
+
 }  // namespace kiln::client

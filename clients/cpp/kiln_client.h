@@ -53,6 +53,11 @@ class KilnClient {
   // stream's final status (OK when the server ended it normally or the caller stopped).
   absl::Status WatchJob(const std::string& id,
                         const std::function<bool(const kiln::v1::JobEvent&)>& on_event);
+  // Streams GetCheckpoint: `on_chunk` gets each piece in order (the first carries step, bytes
+  // and sha256) and may return an error to stop. Returns the stream's status, or that error.
+  absl::Status GetCheckpoint(
+      const std::string& id,
+      const std::function<absl::Status(const kiln::v1::CheckpointChunk&)>& on_chunk);
 
  private:
   std::unique_ptr<grpc::ClientContext> Context() const;

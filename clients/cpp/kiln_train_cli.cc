@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/util/json_util.h"
+#include "openssl/evp.h"
 
 namespace kiln::client {
 namespace {
@@ -29,6 +30,51 @@ constexpr const char* kValueFlags[] = {
     "name",          "device",     "eval-interval",       "eval-images",  "momentum",
     "weight-decay",  "checkpoint-interval"};
 constexpr const char* kBoolFlags[] = {"deterministic", "nesterov"};
+
+// One row per `kiln train` subcommand (TrainHelp; dispatch in TrainCommand).
+struct SubcommandHelp {
+  const char* name;
+  const char* synopsis;
+  const char* summary;
+  const char* details;
+};
+
+constexpr SubcommandHelp kTrainSubcommands[] = {
+    {"start",
+     "start --arch mlp|mnist_cnn|model:NAME --dataset-dir DIR|--dataset-id ID --steps N\n"
+     "            --batch N --output-model NAME [options]",
+     "start a training job; prints its id (--json: the Job)",
+     "  --arch A                 mlp, mnist_cnn, or model:NAME (a kiln_builtin repository model's\n"
+     "                           latest weights and architecture are the starting point)\n"
+     "  --mlp-sizes 784,32,10    mlp layer sizes (default 784,128,10)\n"
+     "  --dataset-dir DIR        IDX folder under one of kilnd's --dataset-roots (e.g.\n"
+     "                           fashion-mnist); or --dataset-id ID of an uploaded dataset\n"
+     "  --steps N --batch N      optimizer steps and batch size\n"
+     "  --lr X --optimizer O     learning rate (0.001) and adam (default), sgd or adamw;\n"
+     "                           --momentum X --nesterov --weight-decay X\n"
+     "  --output-model NAME      the repository model the result is published as: a new name or a\n"
+     "                           model an earlier job published (never another model)\n"
+     "  --seed N --name NAME --device D --deterministic\n"
+     "  --eval-interval N --eval-images N --checkpoint-interval N\n"},
+    {"watch", "watch ID", "live progress until the job ends; exit 0 only when it SUCCEEDED",
+     "On a terminal one line redrawn in place, otherwise a line per state change, evaluation,\n"
+     "checkpoint and about every 5% of the steps. Ends at SUCCEEDED (exit 0), FAILED, CANCELLED\n"
+     "or INTERRUPTED (exit 1). --json prints the final Job only.\n"},
+    {"ls", "ls", "every job: id, state, architecture, step, loss, accuracy, model",
+     "--json prints the ListJobsResponse.\n"},
+    {"show", "show ID", "one job's state and progress", "--json prints the Job.\n"},
+    {"cancel", "cancel ID", "stop a job (a running one after checkpointing its progress)",
+     "A QUEUED job stops at once; a RUNNING one at its next step boundary, after a checkpoint,\n"
+     "and the command returns once it has stopped (CANCELLED). `resume` continues it.\n"},
+    {"resume", "resume ID", "queue an INTERRUPTED, FAILED or CANCELLED job again",
+     "The job continues from its newest checkpoint (its loss curve continues as if it had not\n"
+     "stopped).\n"},
+    {"checkpoint", "checkpoint ID -o FILE", "download the job's newest checkpoint",
+     "Writes the newest valid checkpoint (safetensors: weights, optimizer state, step and\n"
+     "data-order RNG state) to FILE (written to FILE.tmp, then renamed) and checks its size\n"
+     "and SHA-256 against kilnd's. Prints the step, size and SHA-256 (--json: as an object).\n"
+     "The same file is GET /v1/training/jobs/ID/checkpoint over REST.\n"},
+};
 
 int Failed(const absl::Status& status) {
   std::cerr << "kiln: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
@@ -241,6 +287,93 @@ int Show(bool json, const absl::StatusOr<Job>& job, const std::string& verb) {
   return kOk;
 }
 
+// `s` as a JSON string literal.
+std::string JsonQuote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// SHA-256 of a byte stream, as lowercase hex.
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+  ~Sha256() { EVP_MD_CTX_free(ctx_); }
+  void Update(const std::string& data) { EVP_DigestUpdate(ctx_, data.data(), data.size()); }
+  std::string Hex() {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(ctx_, digest, &len);
+    std::string out;
+    for (unsigned int i = 0; i < len; ++i) absl::StrAppendFormat(&out, "%02x", digest[i]);
+    return out;
+  }
+
+ private:
+  EVP_MD_CTX* ctx_;
+};
+
+// Downloads the newest checkpoint to `path`: written to path.tmp and renamed once its size and
+// SHA-256 match what kilnd announced.
+int Checkpoint(KilnClient& client, bool json, const std::string& id, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* out = nullptr;
+  kiln::v1::CheckpointChunk first;
+  int64_t written = 0;
+  Sha256 sha;
+  absl::Status s = client.GetCheckpoint(id, [&](const kiln::v1::CheckpointChunk& c) {
+    if (out == nullptr) {
+      first = c;
+      first.clear_data();
+      out = std::fopen(tmp.c_str(), "wb");
+      if (out == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(tmp, ": cannot create"));
+      }
+    }
+    if (!c.data().empty() &&
+        std::fwrite(c.data().data(), 1, c.data().size(), out) != c.data().size()) {
+      return absl::InvalidArgumentError(absl::StrCat(tmp, ": write failed"));
+    }
+    written += static_cast<int64_t>(c.data().size());
+    sha.Update(c.data());
+    return absl::OkStatus();
+  });
+  const bool closed = out == nullptr || std::fclose(out) == 0;
+  if (s.ok() && out == nullptr) s = absl::DataLossError("kilnd sent no checkpoint data");
+  if (s.ok() && !closed) s = absl::InvalidArgumentError(absl::StrCat(tmp, ": write failed"));
+  if (s.ok() && written != first.bytes()) {
+    s = absl::DataLossError(absl::StrCat("received ", written, " bytes of ", first.bytes()));
+  }
+  if (s.ok() && sha.Hex() != first.sha256()) {
+    s = absl::DataLossError("the received checkpoint's SHA-256 differs from kilnd's");
+  }
+  if (s.ok() && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = absl::InvalidArgumentError(absl::StrCat(path, ": cannot write"));
+  }
+  if (!s.ok()) {
+    std::remove(tmp.c_str());
+    return Failed(s);
+  }
+  if (json) {
+    std::cout << absl::StrFormat(
+        "{\"id\": %s, \"file\": %s, \"step\": %d, \"bytes\": %d, \"sha256\": %s}\n",
+        JsonQuote(id), JsonQuote(path), first.step(), first.bytes(), JsonQuote(first.sha256()));
+  } else {
+    std::cout << "wrote " << path << ": job " << id << " checkpoint at step " << first.step()
+              << ", " << first.bytes() << " bytes, sha256 " << first.sha256() << "\n";
+  }
+  return kOk;
+}
+
 }  // namespace
 
 bool IsTrainValueFlag(const std::string& name) {
@@ -257,14 +390,44 @@ bool IsTrainBoolFlag(const std::string& name) {
   return false;
 }
 
+std::string TrainHelp(const std::string& command, const std::string& sub) {
+  constexpr char kGlobal[] =
+      "global options: --address HOST:PORT ($KILN_URL, else localhost:8001), --json, "
+      "--timeout-ms N\n";
+  if (sub.empty()) {
+    std::string out = absl::StrCat("usage: kiln [global options] ", command,
+                                   " SUBCOMMAND ...\ntraining jobs on kilnd (kiln.v1.Training; "
+                                   "kilnd needs --data-dir)",
+                                   command == "jobs" ? "; `kiln jobs` is `kiln train`" : "",
+                                   "\n\nsubcommands:\n");
+    for (const SubcommandHelp& s : kTrainSubcommands) {
+      absl::StrAppendFormat(&out, "  %-11s %s\n", s.name, s.summary);
+    }
+    absl::StrAppend(&out, "\n", kGlobal, "`kiln ", command,
+                    " SUBCOMMAND --help` describes one subcommand.\n");
+    return out;
+  }
+  for (const SubcommandHelp& s : kTrainSubcommands) {
+    if (sub == s.name) {
+      return absl::StrCat("usage: kiln [global options] ", command, " ", s.synopsis, "\n",
+                          s.summary, ".\n\n", s.details, "\n", kGlobal);
+    }
+  }
+  return "";
+}
+
 int TrainCommand(KilnClient& client, bool json, const std::vector<std::string>& positional,
-                 const std::map<std::string, std::string>& flags, std::string* usage_error) {
+                 const std::map<std::string, std::string>& flags,
+                 const std::vector<std::string>& outputs, std::string* usage_error) {
   const std::string sub = positional.size() >= 2 ? positional[1] : "";
   const size_t n = positional.size();
   auto usage = [&](const std::string& e) {
     *usage_error = e;
     return kUsage;
   };
+  if (sub != "checkpoint" && !outputs.empty()) {
+    return usage(absl::StrCat("-o/--output is for `train checkpoint`, not `train ", sub, "`"));
+  }
   if (sub == "start") {
     if (n != 2) return usage("train start takes options only");
     return Start(client, json, flags, usage_error);
@@ -272,10 +435,15 @@ int TrainCommand(KilnClient& client, bool json, const std::vector<std::string>& 
   if (!flags.empty()) return usage(absl::StrCat("train ", sub, " takes no training options"));
   if (sub == "ls" && n == 2) return List(client, json);
   if (n != 3) {
-    return usage("train needs: start [options] | watch <id> | ls | show <id> | cancel <id> | "
-                 "resume <id>");
+    return usage(
+        "train needs: start [options] | watch ID | ls | show ID | cancel ID | resume ID | "
+        "checkpoint ID -o FILE");
   }
   const std::string& id = positional[2];
+  if (sub == "checkpoint") {
+    if (outputs.size() != 1) return usage("train checkpoint needs -o FILE");
+    return Checkpoint(client, json, id, outputs[0]);
+  }
   if (sub == "watch") return Watch(client, json, id);
   if (sub == "show") return Show(json, client.GetJob(id), "");
   if (sub == "cancel") return Show(json, client.CancelJob(id), "cancelled");

@@ -1,10 +1,6 @@
 #include "server/core/job_manager.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <fstream>
 #include <random>
@@ -13,12 +9,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 #include "engine/api/status.h"
 #include "engine/api/trainer.h"
 #include "server/core/checkpoint_store.h"
-#include "server/core/failpoint.h"
 #include "server/core/model_config.h"
 #include "spdlog/spdlog.h"
 
@@ -31,18 +24,7 @@ using kiln::v1::JobState;
 
 namespace {
 
-constexpr const char* kIdxFiles[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                      "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
 constexpr int64_t kEvalChunk = 1000;
-
-std::string RandomHex(int bytes) {
-  static std::mutex mu;
-  static std::mt19937_64 rng(std::random_device{}());
-  std::lock_guard<std::mutex> l(mu);
-  std::string out;
-  for (int i = 0; i < bytes; ++i) absl::StrAppendFormat(&out, "%02x", rng() & 0xff);
-  return out;
-}
 
 bool IsHexId(const std::string& id, size_t len) {
   if (id.size() != len) return false;
@@ -86,17 +68,6 @@ void Gather(const api::ImageDataset& d, const std::vector<int64_t>& idx, float d
   }
 }
 
-std::string ConfigText(const std::string& name, const std::string& arch,
-                       const std::vector<int64_t>& in, int64_t classes) {
-  return absl::StrCat("# Published by a kilnd training job.\nname: \"", name,
-                      "\"\nplatform: \"kiln_builtin\"\nmax_batch_size: 64\n",
-                      "input [{ name: \"INPUT\" data_type: TYPE_FP32 dims: [ ",
-                      absl::StrJoin(in, ", "), " ] }]\n",
-                      "output [{ name: \"OUTPUT\" data_type: TYPE_FP32 dims: [ ", classes, " ] }]\n",
-                      "parameters { key: \"architecture\" value { string_value: \"", arch,
-                      "\" } }\nversion_policy: { latest: { num_versions: 1 } }\n");
-}
-
 }  // namespace
 
 struct JobManager::Running {
@@ -104,6 +75,15 @@ struct JobManager::Running {
   api::ImageDataset train, test;
   bool has_test = false;
 };
+
+std::string JobManager::RandomHex(int bytes) {
+  static std::mutex mu;
+  static std::mt19937_64 rng(std::random_device{}());
+  std::lock_guard<std::mutex> l(mu);
+  std::string out;
+  for (int i = 0; i < bytes; ++i) absl::StrAppendFormat(&out, "%02x", rng() & 0xff);
+  return out;
+}
 
 bool JobManager::IsTerminal(JobState s) {
   return s == kiln::v1::SUCCEEDED || s == kiln::v1::FAILED || s == kiln::v1::CANCELLED;
@@ -139,6 +119,10 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
       KILN_RETURN_IF_ERROR(m->store_->Put(job));
     }
     if (job.state() == kiln::v1::QUEUED) m->queue_.push_back(job.id());
+    // Jobs that published before the lineage table existed: their models are training's.
+    if (job.published_version() > 0) {
+      KILN_RETURN_IF_ERROR(m->store_->PutPublishedModel(job.spec().output_model(), job.id()));
+    }
     m->jobs_[job.id()] = job;
   }
   for (const auto& entry : fs::directory_iterator(m->options_.data_dir / "datasets", ec)) {
@@ -281,6 +265,7 @@ absl::Status JobManager::Validate(const JobSpec& s) const {
   if (!(o.eps() >= 0) || o.eps() > 1) {
     return absl::InvalidArgumentError("optimizer.eps: must be in [0, 1] (0 = 1e-8)");
   }
+  KILN_RETURN_IF_ERROR(CheckOutputModel(s));
   if (!s.device().empty() && s.device() != engine_->device()) {
     return absl::InvalidArgumentError(absl::StrCat("device: '", s.device().substr(0, 32),
                                                    "' is not available (kilnd trains on ",
@@ -339,13 +324,18 @@ absl::StatusOr<Job> JobManager::Cancel(const std::string& id) {
     return absl::FailedPreconditionError(absl::StrCat("id: job ", id, " already ended"));
   }
   {
-    std::lock_guard<std::mutex> l(mu_);
+    std::unique_lock<std::mutex> l(mu_);
     if (running_ == id) {
+      // The worker stops at its next step boundary, checkpoints and marks the job CANCELLED;
+      // wait for that so that a ResumeJob right after this call finds the job stopped.
       cancel_running_ = true;
+      stopped_cv_.wait_for(l, kCancelWait, [&] { return running_ != id; });
       return jobs_[id];
     }
     queue_.erase(std::remove(queue_.begin(), queue_.end(), id), queue_.end());
+    job = jobs_[id];  // under mu_: the state the worker last stored
   }
+  if (IsTerminal(job.state())) return job;
   job.set_state(kiln::v1::CANCELLED);
   job.set_message("cancelled");
   Update(job, JobEvent::STATE);
@@ -353,14 +343,30 @@ absl::StatusOr<Job> JobManager::Cancel(const std::string& id) {
 }
 
 absl::StatusOr<Job> JobManager::Resume(const std::string& id) {
-  KILN_ASSIGN_OR_RETURN(Job job, Get(id));
-  if (job.state() != kiln::v1::INTERRUPTED && job.state() != kiln::v1::FAILED) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("id: job ", id, " is not INTERRUPTED or FAILED"));
+  KILN_RETURN_IF_ERROR(Get(id).status());
+  Job job;
+  {
+    // Checked and marked under one lock: of two concurrent resumes, one queues the job.
+    std::lock_guard<std::mutex> l(mu_);
+    job = jobs_[id];
+    if (job.state() != kiln::v1::INTERRUPTED && job.state() != kiln::v1::FAILED &&
+        job.state() != kiln::v1::CANCELLED) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "id: job ", id, " is ", kiln::v1::JobState_Name(job.state()),
+          "; only INTERRUPTED, FAILED or CANCELLED jobs resume"));
+    }
+    if (running_ == id) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("id: job ", id, " is still stopping; resume it once it has stopped"));
+    }
+    job.set_state(kiln::v1::QUEUED);
+    job.set_message(job.checkpoint_step() > 0
+                        ? absl::StrCat("resumed; continues from the checkpoint at step ",
+                                       job.checkpoint_step())
+                        : "resumed");
+    jobs_[id] = job;  // a second Resume now sees QUEUED
   }
-  job.set_state(kiln::v1::QUEUED);
-  job.set_message("resumed");
-  Update(job, JobEvent::STATE);
+  Update(job, JobEvent::STATE);  // listeners see QUEUED before the worker can pick the job up
   {
     std::lock_guard<std::mutex> l(mu_);
     queue_.push_back(id);
@@ -426,8 +432,11 @@ void JobManager::WorkerLoop() {
       cancel_running_ = false;
     }
     RunJob(id);
-    std::lock_guard<std::mutex> l(mu_);
-    running_.clear();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      running_.clear();
+    }
+    stopped_cv_.notify_all();
   }
 }
 
@@ -595,20 +604,22 @@ absl::Status JobManager::Train(Job& job, Running& run) {
   std::string x, y;
   double ema_seconds = 0;
   while (step < spec.steps()) {
+    JobState stop = kiln::v1::RUNNING;
     {
       std::lock_guard<std::mutex> l(mu_);
       if (cancel_running_) {
-        job.set_state(kiln::v1::CANCELLED);
-        job.set_message("cancelled");
-        return absl::OkStatus();
-      }
-      if (stopping_) {
-        job.set_state(kiln::v1::INTERRUPTED);
-        job.set_message(absl::StrCat("kilnd stopped; resumes from step ", step));
+        stop = kiln::v1::CANCELLED;
+      } else if (stopping_) {
+        stop = kiln::v1::INTERRUPTED;
       }
     }
-    if (job.state() == kiln::v1::INTERRUPTED) {
+    if (stop != kiln::v1::RUNNING) {
+      // Stopped between steps: keep the progress, so that a resume continues from here.
       if (step > job.checkpoint_step()) KILN_RETURN_IF_ERROR(checkpoint());
+      job.set_state(stop);
+      job.set_message(stop == kiln::v1::CANCELLED
+                          ? absl::StrCat("cancelled at step ", step, "; ResumeJob continues from there")
+                          : absl::StrCat("kilnd stopped; resumes from step ", step));
       return absl::OkStatus();
     }
     const auto t0 = std::chrono::steady_clock::now();
@@ -640,173 +651,6 @@ absl::Status JobManager::Train(Job& job, Running& run) {
   if (job.checkpoint_step() < step) KILN_RETURN_IF_ERROR(checkpoint());
   KILN_RETURN_IF_ERROR(evaluate());
   return Publish(job, trainer).status();
-}
-
-absl::StatusOr<int64_t> JobManager::Publish(Job& job, api::Trainer& trainer) {
-  const std::string& name = job.spec().output_model();
-  const fs::path mdir = options_.model_repository / name;
-  std::error_code ec;
-  fs::create_directories(mdir, ec);
-  if (ec) return ErrnoStatus("publish: model folder", ec.value());
-  // The weights are staged and hashed first: they are a deterministic function of the final
-  // checkpoint, so a restarted publish can tell whether the version it meant to write is there.
-  const fs::path staging = mdir / absl::StrCat(".staging-", job.id());
-  fs::remove_all(staging, ec);
-  fs::create_directories(staging, ec);
-  if (ec) return ErrnoStatus("publish: staging folder", ec.value());
-  auto fail = [&](const absl::Status& st) {
-    fs::remove_all(staging, ec);
-    return absl::Status(st.code(), absl::StrCat("publish: ", st.message()));
-  };
-  const fs::path weights = staging / "model.safetensors";
-  absl::Status st = trainer.ExportWeights(weights.string());
-  if (!st.ok()) return fail(st);
-  absl::StatusOr<std::string> sha = api::FileSha256Hex(weights.string());
-  if (!sha.ok()) return fail(sha.status());
-  // A version this job already wrote (kilnd stopped after the folder was renamed into place but
-  // before the job was marked SUCCEEDED): the same bytes under the recorded version number.
-  int64_t version =
-      job.published_version() > 0 ? job.published_version() : job.publishing_version();
-  bool written = false;
-  if (version > 0 && fs::exists(mdir / std::to_string(version), ec)) {
-    absl::StatusOr<std::string> there =
-        api::FileSha256Hex((mdir / std::to_string(version) / "model.safetensors").string());
-    written = there.ok() && *there == *sha;
-    if (!written) version = 0;  // that number now holds another model: pick a new one
-  }
-  if (written) {
-    spdlog::info("training: job {}: {} version {} is already published", job.id(), name, version);
-    fs::remove_all(staging, ec);
-  } else {
-    if (version == 0) {
-      for (const auto& e : fs::directory_iterator(mdir, ec)) {
-        int64_t v = 0;
-        if (absl::SimpleAtoi(e.path().filename().string(), &v)) version = std::max(version, v);
-      }
-      ++version;
-    }
-    // Intent first: a restart from here on writes this version, never another one.
-    job.set_publishing_version(version);
-    if (absl::Status ps = Persist(job); !ps.ok()) return fail(ps);
-    KILN_FAILPOINT("publish.after_intent");
-    if (st = FsyncPath(weights); st.ok()) st = FsyncPath(staging);
-    if (!st.ok()) return fail(st);
-    // config.pbtxt before the version folder: a restart's repository scan never finds a version
-    // without a config.
-    if (!fs::exists(mdir / "config.pbtxt", ec)) {
-      st = WriteFileDurable(
-          mdir / "config.pbtxt",
-          ConfigText(name, trainer.architecture(), trainer.input_shape(), trainer.num_classes()));
-      if (!st.ok()) return fail(st);
-    }
-    const fs::path final_dir = mdir / std::to_string(version);
-    if (::rename(staging.c_str(), final_dir.c_str()) != 0) {
-      return fail(ErrnoStatus("rename", errno));
-    }
-    if (st = FsyncPath(mdir); !st.ok()) return fail(st);
-    KILN_FAILPOINT("publish.after_version_write");
-  }
-  if (options_.load_model) {
-    if (absl::Status ls = options_.load_model(name); !ls.ok()) {
-      return absl::Status(ls.code(), absl::StrCat("publish: load: ", ls.message()));
-    }
-  }
-  job.set_published_version(version);
-  job.set_publishing_version(0);
-  if (absl::Status ps = Persist(job); !ps.ok()) {
-    return absl::Status(ps.code(), absl::StrCat("publish: ", ps.message()));
-  }
-  KILN_FAILPOINT("publish.after_mark");
-  spdlog::info("training: job {} published {} version {}", job.id(), name, version);
-  return version;
-}
-
-// ---- uploads ----
-
-absl::StatusOr<std::unique_ptr<JobManager::Upload>> JobManager::BeginUpload() {
-  const std::string id = RandomHex(8);
-  const fs::path staging = options_.data_dir / "datasets" / (".upload-" + id);
-  std::error_code ec;
-  fs::create_directories(staging, ec);
-  if (ec) return ErrnoStatus("upload", ec.value());
-  return std::unique_ptr<Upload>(
-      new Upload(staging, options_.data_dir / "datasets" / id, id, options_.max_dataset_bytes));
-}
-
-JobManager::Upload::~Upload() {
-  std::error_code ec;
-  if (!finished_) fs::remove_all(staging_, ec);
-}
-
-absl::Status JobManager::Upload::Append(const kiln::v1::DatasetChunk& chunk) {
-  if (first_ && !chunk.name().empty() && !IsValidModelName(chunk.name())) {
-    return absl::InvalidArgumentError(
-        "name: 1..256 characters of [A-Za-z0-9_.-], not starting with '.'");
-  }
-  first_ = false;
-  if (static_cast<int64_t>(chunk.data().size()) > kMaxDatasetChunkBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("data: ", chunk.data().size(),
-                                                   " bytes exceed the chunk limit of ",
-                                                   kMaxDatasetChunkBytes));
-  }
-  if (chunk.data().empty()) return absl::OkStatus();
-  if (chunk.file() < kiln::v1::DatasetChunk::TRAIN_IMAGES ||
-      chunk.file() > kiln::v1::DatasetChunk::TEST_LABELS) {
-    return absl::InvalidArgumentError("file: must be TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES or TEST_LABELS");
-  }
-  bytes_ += static_cast<int64_t>(chunk.data().size());
-  if (bytes_ > max_bytes_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("data: the dataset exceeds the limit of ", max_bytes_, " bytes"));
-  }
-  const char* file = kIdxFiles[chunk.file() - 1];
-  const fs::path path = staging_ / file;
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("data: writing the upload's ", file), errno);
-  const std::string& data = chunk.data();
-  for (size_t done = 0; done < data.size();) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return ErrnoStatus(absl::StrCat("data: writing the upload's ", file), err);
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<kiln::v1::UploadDatasetResponse> JobManager::Upload::Finish() {
-  // IDX errors name the file by its path; the client knows it by its name only.
-  const std::string folder = staging_.string() + "/";
-  auto no_path = [&](absl::string_view m) { return absl::StrReplaceAll(m, {{folder, ""}}); };
-  kiln::v1::UploadDatasetResponse resp;
-  resp.set_dataset_id(id_);
-  resp.set_bytes(bytes_);
-  absl::StatusOr<api::ImageDataset> train = api::LoadIdxDataset(
-      (staging_ / kIdxFiles[0]).string(), (staging_ / kIdxFiles[1]).string());
-  if (!train.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("train ", no_path(train.status().message())));
-  }
-  resp.set_train_items(train->count);
-  std::error_code ec;
-  if (fs::exists(staging_ / kIdxFiles[2], ec) || fs::exists(staging_ / kIdxFiles[3], ec)) {
-    absl::StatusOr<api::ImageDataset> test = api::LoadIdxDataset(
-        (staging_ / kIdxFiles[2]).string(), (staging_ / kIdxFiles[3]).string());
-    if (!test.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("test ", no_path(test.status().message())));
-    }
-    resp.set_test_items(test->count);
-  }
-  for (const char* f : kIdxFiles) {
-    if (fs::exists(staging_ / f, ec)) KILN_RETURN_IF_ERROR(FsyncPath(staging_ / f));
-  }
-  if (::rename(staging_.c_str(), final_.c_str()) != 0) return ErrnoStatus("upload", errno);
-  KILN_RETURN_IF_ERROR(FsyncPath(final_.parent_path()));
-  finished_ = true;
-  return resp;
 }
 
 }  // namespace kiln::server

@@ -6,12 +6,16 @@
 // (CheckpointStore: the last 2 checkpoints, each a safetensors file of weights, optimizer state,
 // step and data-order RNG state, plus a SHA-256 manifest), datasets/<id>/ (uploads).
 //
-// Lifecycle: QUEUED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED. Create() turns jobs found
+// Lifecycle: QUEUED -> RUNNING -> SUCCEEDED | FAILED | CANCELLED; Resume() queues an
+// INTERRUPTED, FAILED or CANCELLED job again (a cancel checkpoints first). Create() turns jobs found
 // RUNNING (kilnd was killed) into INTERRUPTED; with resume_jobs they and QUEUED jobs are queued
 // again at once, else INTERRUPTED waits for Resume(). A resumed job restores its newest valid
 // checkpoint (partial or corrupt generations are skipped, temp files removed) and continues; its
 // loss curve is bitwise equal to an uninterrupted run's (same device). Shutdown() stops the
 // running job at the next step boundary after a checkpoint and leaves it INTERRUPTED.
+// Publishing never touches another model: spec.output_model must be a new name or a model that
+// training created before (recorded in the job store before its folder is made); anything else is
+// refused at Start (ALREADY_EXISTS) and again at publish time.
 // Publishing: a finished job's weights become a new version folder of spec.output_model in the
 // model repository (staged under a dot-folder, fsynced, renamed; config.pbtxt written durably
 // first if the model is new), then `load_model` reloads the model: requests in flight keep the
@@ -27,6 +31,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -52,6 +57,8 @@ inline constexpr int64_t kMaxEvalImages = 100000;
 inline constexpr int64_t kMaxDatasetChunkBytes = 4 << 20;
 inline constexpr int64_t kDefaultMaxDatasetBytes = 256 << 20;
 inline constexpr size_t kMaxDatasetPath = 256;
+// How long CancelJob waits for a running job to reach its next step boundary.
+inline constexpr std::chrono::seconds kCancelWait{120};
 
 // How training progress reaches server/metrics (set once before serving).
 class TrainingObserver {
@@ -81,10 +88,19 @@ class JobManager {
   // NOT_FOUND for an unknown id, INVALID_ARGUMENT for a malformed one.
   absl::StatusOr<kiln::v1::Job> Get(const std::string& id, bool include_losses = false) const;
   std::vector<kiln::v1::Job> List() const;
-  // FAILED_PRECONDITION if the job already ended.
+  // Stops a job: a QUEUED one at once; a RUNNING one at its next step boundary, after a
+  // checkpoint of its progress, and the call returns once it has stopped (CANCELLED; at most
+  // kCancelWait later, else the job as it is then, still RUNNING). FAILED_PRECONDITION if the job
+  // already ended.
   absl::StatusOr<kiln::v1::Job> Cancel(const std::string& id);
-  // FAILED_PRECONDITION unless the job is INTERRUPTED or FAILED.
+  // Queues an INTERRUPTED, FAILED or CANCELLED job again; it continues from its newest valid
+  // checkpoint. FAILED_PRECONDITION otherwise.
   absl::StatusOr<kiln::v1::Job> Resume(const std::string& id);
+
+  // The newest valid checkpoint of a job (safetensors: weights, optimizer state, step, data-order
+  // RNG), opened for reading. NOT_FOUND if the job has none yet.
+  class CheckpointFile;
+  absl::StatusOr<std::unique_ptr<CheckpointFile>> OpenCheckpoint(const std::string& id) const;
 
   // Calls `listener` with every later event of job `id` (from the thread that made the change,
   // never concurrently with Unsubscribe returning). Returns a token for Unsubscribe.
@@ -109,6 +125,13 @@ class JobManager {
   struct Running;
   explicit JobManager(JobManagerOptions options) : options_(std::move(options)) {}
   absl::Status Validate(const kiln::v1::JobSpec& spec) const;
+  // Publishing never touches another model: output_model must be a new name or a model that
+  // training created (the job store's lineage). ALREADY_EXISTS names the model otherwise.
+  absl::Status CheckOutputModel(const kiln::v1::JobSpec& spec) const;
+  // A lineage model's config must describe what `trainer` trains (architecture, input and
+  // output shape); FAILED_PRECONDITION otherwise.
+  static absl::Status CheckPublishedConfig(const std::filesystem::path& config,
+                                           const std::string& name, const api::Trainer& trainer);
   absl::StatusOr<std::filesystem::path> ResolveDataset(const kiln::v1::DatasetRef& ref) const;
   void WorkerLoop();
   void RunJob(const std::string& id);
@@ -123,6 +146,12 @@ class JobManager {
   // Stores `job` under mu_, then tells its listeners.
   void Update(const kiln::v1::Job& job, kiln::v1::JobEvent::Kind kind);
   static int64_t NowMs();
+  // BeginUpload's random id (hex digits).
+  static std::string RandomHex(int bytes);
+
+  // The IDX files of a dataset folder, each raw or ".gz": DatasetChunk::File - 1 indexes them.
+  static constexpr const char* kIdxFiles[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
 
   JobManagerOptions options_;
   std::unique_ptr<api::Engine> engine_;
@@ -130,7 +159,8 @@ class JobManager {
   TrainingObserver* observer_ = nullptr;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;          // queue_ or stopping_ changed
+  std::condition_variable stopped_cv_;  // the running job stopped (running_ changed)
   std::map<std::string, kiln::v1::Job> jobs_;  // guarded by mu_
   std::deque<std::string> queue_;              // QUEUED ids, guarded by mu_
   std::string running_;                        // id of the running job, guarded by mu_
@@ -141,6 +171,26 @@ class JobManager {
   std::mutex listeners_mu_;
   uint64_t next_token_ = 1;
   std::map<uint64_t, std::pair<std::string, Listener>> listeners_;  // guarded by listeners_mu_
+};
+
+class JobManager::CheckpointFile {
+ public:
+  ~CheckpointFile();
+  int64_t step() const { return step_; }
+  uint64_t bytes() const { return bytes_; }
+  const std::string& sha256() const { return sha256_; }  // lowercase hex
+  // Appends up to `n` bytes from `offset` to `*out`; returns how many (0 at the end). Thread
+  // safe (pread). The file stays readable while this object lives, even after the job removes it.
+  absl::StatusOr<size_t> Read(uint64_t offset, size_t n, std::string* out) const;
+
+ private:
+  friend class JobManager;
+  CheckpointFile(int fd, int64_t step, uint64_t bytes, std::string sha256)
+      : fd_(fd), step_(step), bytes_(bytes), sha256_(std::move(sha256)) {}
+  int fd_;
+  int64_t step_;
+  uint64_t bytes_;
+  std::string sha256_;
 };
 
 class JobManager::Upload {

@@ -19,7 +19,9 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::filesystem::
                           "CREATE TABLE IF NOT EXISTS jobs (id TEXT PRIMARY KEY, created INTEGER,"
                           " job BLOB)",
                           "CREATE TABLE IF NOT EXISTS losses (id TEXT, step INTEGER, loss REAL,"
-                          " PRIMARY KEY (id, step))"}) {
+                          " PRIMARY KEY (id, step))",
+                          "CREATE TABLE IF NOT EXISTS published_models (model TEXT PRIMARY KEY,"
+                          " job TEXT)"}) {
     if (absl::Status st = store->Exec(sql); !st.ok()) return st;
   }
   return store;
@@ -101,6 +103,29 @@ std::vector<float> JobStore::Losses(const std::string& id) const {
   }
   sqlite3_finalize(st);
   return out;
+}
+
+absl::Status JobStore::PutPublishedModel(const std::string& model, const std::string& job) {
+  absl::MutexLock l(&mu_);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db_, "INSERT OR IGNORE INTO published_models (model, job) VALUES (?, ?)", -1,
+                     &st, nullptr);
+  sqlite3_bind_text(st, 1, model.data(), static_cast<int>(model.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 2, job.data(), static_cast<int>(job.size()), SQLITE_TRANSIENT);
+  const int rc = sqlite3_step(st);
+  sqlite3_finalize(st);
+  if (rc != SQLITE_DONE) return StepError(rc);
+  return absl::OkStatus();
+}
+
+bool JobStore::IsPublishedModel(const std::string& model) const {
+  absl::MutexLock l(&mu_);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(db_, "SELECT 1 FROM published_models WHERE model = ?", -1, &st, nullptr);
+  sqlite3_bind_text(st, 1, model.data(), static_cast<int>(model.size()), SQLITE_TRANSIENT);
+  const bool found = sqlite3_step(st) == SQLITE_ROW;
+  sqlite3_finalize(st);
+  return found;
 }
 
 }  // namespace kiln::server

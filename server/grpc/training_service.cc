@@ -149,6 +149,63 @@ class UploadReactor final : public grpc::ServerReadReactor<kiln::v1::DatasetChun
   kiln::v1::DatasetChunk chunk_;
 };
 
+// Streams one checkpoint file: metadata with the first piece, then kCheckpointPiece bytes per
+// message; reads the next piece only when the previous write completed.
+class CheckpointReactor final : public grpc::ServerWriteReactor<kiln::v1::CheckpointChunk> {
+ public:
+  CheckpointReactor(JobManager* jobs, const std::string& id) {
+    if (jobs == nullptr) {
+      Finish(ToGrpcStatus(NoJobs()));
+      return;
+    }
+    absl::StatusOr<std::unique_ptr<JobManager::CheckpointFile>> file = jobs->OpenCheckpoint(id);
+    if (!file.ok()) {
+      Finish(ToGrpcStatus(file.status()));
+      return;
+    }
+    file_ = *std::move(file);
+    chunk_.set_step(file_->step());
+    chunk_.set_bytes(static_cast<int64_t>(file_->bytes()));
+    chunk_.set_sha256(file_->sha256());
+    Next();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status::CANCELLED);
+      return;
+    }
+    chunk_.Clear();
+    Next();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Next() {
+    if (started_ && offset_ >= file_->bytes()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    absl::StatusOr<size_t> got = file_->Read(offset_, kCheckpointPiece, chunk_.mutable_data());
+    if (!got.ok()) {
+      Finish(ToGrpcStatus(got.status()));
+      return;
+    }
+    if (*got == 0 && offset_ < file_->bytes()) {
+      Finish(ToGrpcStatus(absl::DataLossError("checkpoint: the file ended early")));
+      return;
+    }
+    offset_ += *got;
+    started_ = true;
+    StartWrite(&chunk_);
+  }
+
+  static constexpr size_t kCheckpointPiece = 1 << 20;
+  std::unique_ptr<JobManager::CheckpointFile> file_;
+  kiln::v1::CheckpointChunk chunk_;
+  uint64_t offset_ = 0;
+  bool started_ = false;  // the first message (with the metadata) was written
+};
+
 }  // namespace
 
 grpc::ServerUnaryReactor* TrainingService::StartJob(grpc::CallbackServerContext* ctx,
@@ -209,6 +266,11 @@ grpc::ServerWriteReactor<kiln::v1::JobEvent>* TrainingService::WatchJob(
 grpc::ServerReadReactor<kiln::v1::DatasetChunk>* TrainingService::UploadDataset(
     grpc::CallbackServerContext*, kiln::v1::UploadDatasetResponse* response) {
   return new UploadReactor(jobs_, response);
+}
+
+grpc::ServerWriteReactor<kiln::v1::CheckpointChunk>* TrainingService::GetCheckpoint(
+    grpc::CallbackServerContext*, const kiln::v1::GetCheckpointRequest* request) {
+  return new CheckpointReactor(jobs_, request->id());
 }
 
 }  // namespace kiln::server

@@ -1,7 +1,8 @@
 // kiln.v1.Training on the gRPC callback API (proto/kiln/v1/training.proto): each call goes to
 // server/core's JobManager; errors map through ToGrpcStatus. WatchJob streams the job now, then
 // every event until the job ends or the client leaves (a slow reader loses intermediate STEP
-// events beyond kMaxPendingEvents, never STATE events). UploadDataset reads chunks in order.
+// events beyond kMaxPendingEvents, never STATE events). UploadDataset reads chunks in order;
+// GetCheckpoint streams the newest checkpoint in 1 MiB pieces, one write in flight at a time.
 // Without a JobManager (kilnd without --data-dir) every call answers UNAVAILABLE.
 #pragma once
 
@@ -33,6 +34,8 @@ class TrainingService final : public kiln::v1::Training::CallbackService {
       grpc::CallbackServerContext* ctx, const kiln::v1::WatchJobRequest* request) override;
   grpc::ServerReadReactor<kiln::v1::DatasetChunk>* UploadDataset(
       grpc::CallbackServerContext* ctx, kiln::v1::UploadDatasetResponse* response) override;
+  grpc::ServerWriteReactor<kiln::v1::CheckpointChunk>* GetCheckpoint(
+      grpc::CallbackServerContext* ctx, const kiln::v1::GetCheckpointRequest* request) override;
 
  private:
   JobManager* const jobs_;

@@ -22,6 +22,8 @@
 #include "absl/flags/marshalling.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/api/engine.h"
 #include "server/core/failpoint.h"
@@ -167,7 +169,16 @@ std::unique_ptr<kiln::server::RestServer> StartRest(kiln::server::InferenceServe
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "kilnd --model-repository DIR [--grpc-port 8001] [--max-request-bytes N] ...");
+      "kilnd --model-repository DIR [--grpc-port 8001] [--max-request-bytes N] ...\n"
+      "Flags take dashes or underscores (--data-dir = --data_dir); --help lists them all.");
+  // --help lists the flags defined under server/main/ (absl's default looks for a file named
+  // after the binary, kilnd.cc, and so matched none).
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "server/main/");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
   std::vector<std::string> storage;
   std::vector<char*> args = NormalizeFlagNames(argc, argv, &storage);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());

@@ -1,5 +1,6 @@
 #include "server/rest/training_routes.h"
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -144,9 +145,45 @@ class EventStream : public ResponseStream {
   std::function<void()> wake_;  // guarded by mu_
 };
 
+// A checkpoint file sent as a chunked body, one piece per Take (the connection asks for the next
+// piece when the previous one is written, so at most one piece is in memory).
+class FileStream : public ResponseStream {
+ public:
+  explicit FileStream(std::shared_ptr<const JobManager::CheckpointFile> file)
+      : file_(std::move(file)) {}
+  void SetWake(std::function<void()>) override {}
+  std::string Take(bool* end) override {
+    std::string piece;
+    absl::StatusOr<size_t> got = file_->Read(offset_, kPieceBytes, &piece);
+    // A read error ends the body short: the client sees fewer bytes than the Sha256 header covers.
+    if (!got.ok()) piece.clear();
+    offset_ += piece.size();
+    *end = piece.empty() || offset_ >= file_->bytes();
+    return piece;
+  }
+  std::string KeepAlive() const override { return ""; }
+  std::chrono::milliseconds KeepAliveInterval() const override { return kKeepAlive; }
+  std::string StopMessage() const override { return ""; }
+  void Close() override {}
+
+ private:
+  static constexpr size_t kPieceBytes = 1 << 20;
+  const std::shared_ptr<const JobManager::CheckpointFile> file_;
+  uint64_t offset_ = 0;
+};
+
 // The job id of "/v1/training/jobs/{id}..." paths: what lies between the prefix and `suffix`.
 struct JobPath {
-  enum Kind { kNone, kCollection, kJob, kCancel, kResume, kEvents, kDatasets } kind = kNone;
+  enum Kind {
+    kNone,
+    kCollection,
+    kJob,
+    kCancel,
+    kResume,
+    kEvents,
+    kCheckpoint,
+    kDatasets
+  } kind = kNone;
   std::string id;
 };
 
@@ -167,9 +204,15 @@ JobPath ParseJobPath(std::string_view path) {
   rest.remove_prefix(1);
   const size_t slash = rest.find('/');
   if (slash != std::string_view::npos) {
-    if (rest.substr(slash) != "/events" || slash == 0) return p;
+    if (slash == 0) return p;
+    if (rest.substr(slash) == "/events") {
+      p.kind = JobPath::kEvents;
+    } else if (rest.substr(slash) == "/checkpoint") {
+      p.kind = JobPath::kCheckpoint;
+    } else {
+      return p;
+    }
     p.id = std::string(rest.substr(0, slash));
-    p.kind = JobPath::kEvents;
     return p;
   }
   for (const auto& [verb, kind] : {std::pair{std::string_view(":cancel"), JobPath::kCancel},
@@ -219,9 +262,9 @@ RoutePlan TrainingRoutes::Plan(const HttpRequest& req) const {
   }
   const bool get = req.method == "GET" || req.method == "HEAD";
   const bool post = req.method == "POST";
-  const char* allow = p.kind == JobPath::kCollection                            ? "GET, POST"
-                      : (p.kind == JobPath::kJob || p.kind == JobPath::kEvents) ? "GET"
-                                                                                : "POST";
+  const bool get_only =
+      p.kind == JobPath::kJob || p.kind == JobPath::kEvents || p.kind == JobPath::kCheckpoint;
+  const char* allow = p.kind == JobPath::kCollection ? "GET, POST" : get_only ? "GET" : "POST";
   if (!((get && absl::StrContains(allow, "GET")) || (post && absl::StrContains(allow, "POST")))) {
     plan.answer = MethodNotAllowed(req, allow);
     return plan;
@@ -300,6 +343,8 @@ void TrainingRoutes::Handle(const HttpRequest& req, const std::string& body,
       if (absl::Status s = CheckEmptyOrJson(body); !s.ok()) return SetStatus(res, s);
       return Reply(res, p.kind == JobPath::kCancel ? jobs_->Cancel(p.id) : jobs_->Resume(p.id));
     }
+    case JobPath::kCheckpoint:
+      return Checkpoint(p.id, res);
     default:
       break;
   }
@@ -327,6 +372,19 @@ void TrainingRoutes::Events(const std::string& id, const HttpRequest& req,
   res->headers.emplace_back("Cache-Control", "no-cache");
   res->headers.emplace_back("X-Accel-Buffering", "no");
   res->stream = std::move(stream);
+}
+
+void TrainingRoutes::Checkpoint(const std::string& id, HttpResponse* res) const {
+  absl::StatusOr<std::unique_ptr<JobManager::CheckpointFile>> opened = jobs_->OpenCheckpoint(id);
+  if (!opened.ok()) return SetStatus(res, opened.status());
+  std::shared_ptr<const JobManager::CheckpointFile> file = *std::move(opened);
+  res->status = 200;
+  res->content_type = "application/octet-stream";
+  res->headers.emplace_back("Content-Disposition", absl::StrCat("attachment; filename=\"", id, "-step",
+                                                                file->step(), ".safetensors\""));
+  res->headers.emplace_back("X-Kiln-Checkpoint-Step", std::to_string(file->step()));
+  res->headers.emplace_back("X-Kiln-Checkpoint-Sha256", file->sha256());
+  res->stream = std::make_shared<FileStream>(std::move(file));
 }
 
 }  // namespace kiln::server

@@ -17,6 +17,10 @@
 //                                          empty NDJSON line, an SSE comment). When kilnd stops,
 //                                          the stream ends with {"error": "..."} (SSE:
 //                                          "event: error") at once.
+//   GET  /v1/training/jobs/{id}/checkpoint the newest valid checkpoint (GetCheckpoint) as
+//                                          application/octet-stream (safetensors), with
+//                                          X-Kiln-Checkpoint-Step and X-Kiln-Checkpoint-Sha256;
+//                                          404 when the job has none yet
 //   POST /v1/training/datasets[?name=N]    UploadDataset: multipart/form-data with file parts
 //                                          train_images, train_labels[, test_images,
 //                                          test_labels] (IDX, raw or gzip) and an optional text
@@ -60,6 +64,7 @@ class TrainingRoutes {
  private:
   void Handle(const HttpRequest& req, const std::string& body, HttpResponse* res) const;
   void Events(const std::string& id, const HttpRequest& req, HttpResponse* res) const;
+  void Checkpoint(const std::string& id, HttpResponse* res) const;
 
   JobManager* const jobs_;
   const BodyLimits limits_;

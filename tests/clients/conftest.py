@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+# The package of this checkout, whatever `pip install -e` put on the venv's path.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python"))
 from kilnd_launcher import Kilnd  # noqa: E402
 
 

@@ -4,8 +4,10 @@ request error, 2 usage)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -177,6 +179,64 @@ def test_usage_errors_exit_2(kilnd, args):
     assert "usage: kiln" in r.stderr or "--timeout-ms" in r.stderr
 
 
+# ** --help on every command and subcommand **
+
+def help_of(*args):
+    binary = os.environ["KILN_CLI"]
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=30)
+
+
+def listed(text: str, heading: str) -> list[str]:
+    """The names in the indented list under `heading` in a help text."""
+    lines = text.split(heading + "\n", 1)[1].splitlines()
+    names = []
+    for line in lines:
+        if not line.startswith("  "):
+            break
+        names.append(line.split()[0])
+    return names
+
+
+def test_help_on_every_command_and_subcommand():
+    top = help_of("--help")
+    assert top.returncode == 0 and top.stdout.startswith("usage: kiln"), top
+    assert help_of("-h").stdout == top.stdout == help_of("help").stdout
+    commands = listed(top.stdout, "commands:")
+    assert {"status", "models", "load", "unload", "stats", "infer", "graph", "train",
+            "jobs"} <= set(commands), commands
+    for command in commands:
+        for args in ([command, "--help"], ["--help", command], ["help", command]):
+            r = help_of(*args)
+            assert r.returncode == 0 and r.stdout.startswith("usage: kiln"), (args, r)
+            assert not r.stderr
+        assert help_of(command, "--help").stdout == help_of("help", command).stdout
+    subcommands = listed(help_of("train", "--help").stdout, "subcommands:")
+    assert {"start", "watch", "ls", "show", "cancel", "resume", "checkpoint"} <= set(subcommands)
+    for group in ("train", "jobs"):
+        for sub in subcommands:
+            r = help_of(group, sub, "--help")
+            assert r.returncode == 0, (group, sub, r)
+            assert r.stdout.startswith(f"usage: kiln [global options] {group} {sub}"), r.stdout
+    # --help wins over everything else on the line, and never talks to a server.
+    r = help_of("--address=127.0.0.1:1", "infer", "add_sub", "--input", "X=nope.npy", "--help")
+    assert r.returncode == 0 and "infer MODEL" in r.stdout
+    for args in (["frobnicate", "--help"], ["train", "frob", "--help"], ["help", "nope"]):
+        r = help_of(*args)
+        assert r.returncode == 2 and "usage: kiln" in r.stderr, (args, r)
+
+
+def test_cmake_install_puts_kiln_on_the_prefix_path(tmp_path):
+    """`cmake --install` (the CLI's component here, to skip copying kilnd) gives a working kiln."""
+    build = Path(os.environ["KILN_CLI"]).resolve().parents[2]
+    r = subprocess.run(["cmake", "--install", str(build), "--prefix", str(tmp_path),
+                        "--component", "kiln_cli"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    installed = tmp_path / "bin" / "kiln"
+    env = dict(os.environ, PATH=f"{installed.parent}{os.pathsep}{os.environ['PATH']}")
+    r = subprocess.run(["kiln", "--help"], env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout.startswith("usage: kiln"), r
+
+
 # ** kiln train: kiln.v1.Training on a kilnd with --data-dir **
 
 FASHION_ROOT = Path("/usr/share/datasets")
@@ -196,6 +256,7 @@ def trainer(tmp_path_factory):
     server = Kilnd(root / "repo", ["--metrics-port=-1", f"--data-dir={root / 'data'}",
                                    f"--dataset-roots={FASHION_ROOT}"])
     server.repo = root / "repo"
+    server.data = root / "data"
     yield server
     assert server.stop() == 0
 
@@ -243,6 +304,49 @@ def test_train_start_watch_ls(trainer):
     assert rows["cli_mlp"][1:3] == ["1", "READY"]
 
 
+def test_train_checkpoint_downloads_the_newest_checkpoint(trainer, tmp_path):
+    r = kiln(trainer, *MLP_START, "--steps", "8", "--output-model", "cli_ckpt")
+    assert r.returncode == 0, r.stderr
+    job_id = r.stdout.strip()
+    assert kiln(trainer, "train", "watch", job_id).returncode == 0
+    out = tmp_path / "ckpt.safetensors"
+    r = kiln(trainer, "train", "checkpoint", job_id, "-o", out)
+    assert r.returncode == 0, r.stderr
+    on_disk = trainer.data / "jobs" / job_id / "ckpt-0000000008.safetensors"
+    assert out.read_bytes() == on_disk.read_bytes()
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    assert r.stdout.strip() == (f"wrote {out}: job {job_id} checkpoint at step 8, "
+                                f"{on_disk.stat().st_size} bytes, sha256 {digest}")
+    # `kiln jobs` is `kiln train`; --output and --json work too.
+    out2 = tmp_path / "again.safetensors"
+    r = kiln(trainer, "--json", "jobs", "checkpoint", job_id, "--output", out2)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc == {"id": job_id, "file": str(out2), "step": 8,
+                   "bytes": on_disk.stat().st_size, "sha256": digest}
+    assert out2.read_bytes() == out.read_bytes()
+    assert not list(tmp_path.glob("*.tmp"))
+    r = kiln(trainer, "train", "checkpoint", "0123456789abcdef", "-o", tmp_path / "x")
+    assert r.returncode == 1 and "NOT_FOUND" in r.stderr, r.stderr
+    assert not (tmp_path / "x").exists() and not (tmp_path / "x.tmp").exists()
+    r = kiln(trainer, "train", "checkpoint", job_id)
+    assert r.returncode == 2 and "-o FILE" in r.stderr, r.stderr
+
+
+def test_train_refuses_to_publish_into_another_model(trainer):
+    """The issue's overwrite: `--output-model add_sub` on a repository holding the kiln_graph
+    model add_sub. Refused before any job exists; add_sub's files stay as they were."""
+    shutil.copytree(Path(os.environ["KILN_MODELS"]) / "add_sub", trainer.repo / "add_sub")
+    before = {p: p.read_bytes() for p in (trainer.repo / "add_sub").rglob("*") if p.is_file()}
+    jobs_before = json.loads(kiln(trainer, "--json", "train", "ls").stdout).get("jobs", [])
+    r = kiln(trainer, *MLP_START, "--output-model", "add_sub")
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "ALREADY_EXISTS" in r.stderr and "'add_sub'" in r.stderr, r.stderr
+    after = {p: p.read_bytes() for p in (trainer.repo / "add_sub").rglob("*") if p.is_file()}
+    assert after == before
+    assert json.loads(kiln(trainer, "--json", "train", "ls").stdout).get("jobs", []) == jobs_before
+
+
 def test_train_start_json_then_cancel_watch_exits_1(trainer):
     r = kiln(trainer, "--json", *[a if a != "20" else "100000" for a in MLP_START],
              "--output-model", "cli_cancelled")
@@ -255,6 +359,12 @@ def test_train_start_json_then_cancel_watch_exits_1(trainer):
     r = kiln(trainer, "train", "watch", job["id"])
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert r.stdout.splitlines()[-1].startswith(f"job {job['id']} CANCELLED")
+    # The README's lifecycle: a cancelled job resumes; cancelling it again stops it again.
+    r = kiln(trainer, "train", "resume", job["id"])
+    assert r.returncode == 0 and r.stdout.startswith(f"resumed {job['id']}"), r
+    assert "QUEUED" in r.stdout
+    r = kiln(trainer, "--json", "train", "cancel", job["id"])
+    assert r.returncode == 0 and json.loads(r.stdout)["state"] == "CANCELLED", r
 
 
 @pytest.mark.parametrize("sub", ["watch", "cancel", "resume", "show"])

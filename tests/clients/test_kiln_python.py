@@ -158,13 +158,19 @@ def test_client_kserve_calls(kilnd):
 
 
 def test_committed_generated_code_matches_proto():
-    pytest.importorskip("grpc_tools")
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, str(REPO / "clients/python/generate_protos.py"), tmp],
                        check=True)
         pkg = REPO / "clients/python/kiln"
-        pairs = [(Path(tmp) / "kiln/v1", pkg / "v1"), (Path(tmp) / "inference", pkg / "inference")]
+        pairs = [(Path(tmp) / "kiln/v1", pkg / "v1"), (Path(tmp) / "kiln/kserve", pkg / "kserve")]
         for generated, committed in pairs:
+            assert sorted(f.name for f in generated.glob("*.py")) == \
+                sorted(f.name for f in committed.glob("*.py")), committed
             for f in generated.glob("*.py"):
                 assert filecmp.cmp(f, committed / f.name, shallow=False), (
                     f"{committed / f.name} is stale: run clients/python/generate_protos.py")
+        # The KServe messages have a package of their own; only the wire names stay KServe's.
+        assert not (pkg / "inference").exists()
+        stub = (pkg / "kserve" / "grpc_service_pb2_grpc.py").read_text()
+        assert "'/inference.GRPCInferenceService/ModelInfer'" in stub
+        assert "kiln.kserve.GRPCInferenceService" not in stub

@@ -2,7 +2,8 @@
 (`kilnd --helpfull`), a Dockerfile reader, and a kilnd started with exactly a given argument
 list (the flags of an image's CMD or a manifest's args, ports made free, paths made local).
 
-KILND (the built kilnd) comes from CTest (tests/deploy/CMakeLists.txt).
+KILND (the built kilnd) and KILN_CLI (the `kiln` command line) come from CTest
+(tests/deploy/CMakeLists.txt).
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ def kilnd_binary() -> Path:
     path = os.environ.get("KILND")
     if not path or not Path(path).is_file():
         raise RuntimeError("KILND must name the kilnd binary (run through ctest -L deploy)")
+    return Path(path)
+
+
+def kiln_cli() -> Path:
+    path = os.environ.get("KILN_CLI")
+    if not path or not Path(path).is_file():
+        raise RuntimeError("KILN_CLI must name the kiln binary (run through ctest -L deploy)")
     return Path(path)
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (DEPLOY, REPO, exec_form, free_port, kilnd_binary, read_dockerfile, run,
-                      tool)
+from conftest import (DEPLOY, REPO, exec_form, free_port, kiln_cli, kilnd_binary,
+                      read_dockerfile, run, tool)
 
 DOCKERFILES = [DEPLOY / "Dockerfile", DEPLOY / "Dockerfile.cuda"]
 RUNTIME_PACKAGES = DEPLOY / "runtime-packages.txt"
@@ -63,9 +63,20 @@ def test_runtime_stage(path):
     health = runtime.one("HEALTHCHECK")
     assert "CMD" in health and "/v2/health/ready" in health
     copies = runtime.all("COPY")
-    assert "models /opt/kiln/models" in copies
+    # The repository is kilnd's to write (training publishes there); it and the data directory
+    # are volumes, and the CLI and the dataset the README trains on are in the image.
+    assert "--chown=10001:10001 models /var/lib/kiln/models" in copies
     assert "deploy/healthcheck.sh /usr/local/bin/kiln-healthcheck" in copies
-    assert any(c.startswith("--from=build ") and c.endswith("/usr/local/bin/kilnd") for c in copies)
+    assert "--from=build /out/kilnd /usr/local/bin/kilnd" in copies
+    assert "--from=build /out/kiln /usr/local/bin/kiln" in copies
+    assert ("--from=build /usr/share/datasets/fashion-mnist /usr/share/datasets/fashion-mnist"
+            in copies)
+    assert set(exec_form(runtime.one("VOLUME"))) == {
+        "/var/lib/kiln/cache", "/var/lib/kiln/data", "/var/lib/kiln/models"}
+    assert "mkdir -p /var/lib/kiln/cache /var/lib/kiln/data" in " ".join(runtime.all("RUN"))
+    build_runs = " && ".join(read_dockerfile(path)[0].all("RUN"))
+    assert "--target kilnd kiln" in build_runs
+    assert "strip --strip-debug -o /out/kiln build/release/clients/cpp/kiln" in build_runs
     assert exec_form(runtime.one("ENTRYPOINT")) == ["/usr/local/bin/kilnd"]
     assert runtime.one("STOPSIGNAL") == "SIGTERM"
 
@@ -133,10 +144,12 @@ def owning_packages(paths: list[str]) -> dict[str, str]:
 
 
 def test_runtime_packages_match_ldd():
+    """kilnd's libraries, and those of the `kiln` CLI the image also carries."""
     listed = listed_packages()
     assert listed == sorted(set(listed)), "keep deploy/runtime-packages.txt sorted, one name each"
     needed = {}
-    for path, package in owning_packages(ldd_paths(kilnd_binary())).items():
+    paths = ldd_paths(kilnd_binary()) + ldd_paths(kiln_cli())
+    for path, package in owning_packages(sorted(set(paths))).items():
         needed.setdefault(package, []).append(path)
     missing = sorted(set(needed) - set(listed))
     extra = sorted(set(listed) - set(needed))
@@ -176,6 +189,11 @@ def test_cuda_bundle_runs_kilnd():
                 assert parts[parts.index("=>") + 1] == f"{dest}/{parts[0]}", line
         help_out = run([str(kilnd_binary()), "--helpfull"], env=env)
         assert "--grpc_port" in help_out.stdout + help_out.stderr
+        # The image's second binary, bundled the same way (Dockerfile.cuda runs both).
+        out = run(["bash", str(DEPLOY / "bundle-libs.sh"), str(kiln_cli()), dest])
+        assert out.returncode == 0, out.stderr
+        cli = run([str(kiln_cli()), "--help"], env=env)
+        assert cli.returncode == 0 and cli.stdout.startswith("usage: kiln"), cli
 
 
 # ---- the HEALTHCHECK script ----

@@ -189,6 +189,25 @@ def test_deployment():
         deployment["spec"]["template"]["metadata"]["labels"].items()
 
 
+def test_deployment_trains_into_a_writable_repository():
+    """Training is on: --data-dir on a volume, and the repository kilnd publishes into is a
+    writable emptyDir that an init container fills from the ConfigMap."""
+    spec = resources()["Deployment"]["spec"]["template"]["spec"]
+    c = kilnd_container(resources()["Deployment"])
+    args = dict(split_flag(a) for a in c["args"])
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert mounts["data"]["mountPath"] == args["data_dir"] and "emptyDir" in volumes["data"]
+    assert mounts["models"]["mountPath"] == args["model_repository"]
+    assert not mounts["models"].get("readOnly") and "emptyDir" in volumes["models"]
+    assert args["dataset_roots"] == "/usr/share/datasets"  # Fashion-MNIST is in the image
+    (init,) = spec["initContainers"]
+    init_mounts = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+    assert "configMap" in volumes["models-configmap"]
+    assert init_mounts == {"models-configmap": "/configmap", "models": "/models"}
+    assert init["command"] == ["/bin/sh", "-c", "cp -RL /configmap/[!.]* /models/"]
+
+
 def test_service_targets_the_deployment():
     res = resources()
     service, deployment = res["Service"], res["Deployment"]

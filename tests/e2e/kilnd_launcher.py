@@ -1,6 +1,5 @@
 """Kilnd: starts a real kilnd on free loopback ports (gRPC, HTTP) and stops it with SIGTERM.
-Shared by tests/e2e and tests/clients; imports no client library (tritonclient.grpc and the kiln
-package both define the `inference.*` protobuf symbols and cannot share a process)."""
+Shared by tests/e2e and tests/clients; imports no client library, so either suite picks its own."""
 
 from __future__ import annotations
 

@@ -66,6 +66,10 @@ class TrainingStub:
         self.WatchJob = channel.unary_stream("/kiln.v1.Training/WatchJob",
                                              request_serializer=t.WatchJobRequest.SerializeToString,
                                              response_deserializer=t.JobEvent.FromString)
+        self.GetCheckpoint = channel.unary_stream(
+            "/kiln.v1.Training/GetCheckpoint",
+            request_serializer=t.GetCheckpointRequest.SerializeToString,
+            response_deserializer=t.CheckpointChunk.FromString)
         self.UploadDataset = channel.stream_unary(
             "/kiln.v1.Training/UploadDataset",
             request_serializer=t.DatasetChunk.SerializeToString,

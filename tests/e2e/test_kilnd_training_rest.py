@@ -288,8 +288,10 @@ def test_cancel_resume_and_shutdown_ends_the_stream(tmp_path):
             if (e["kind"] == "STEP" and int(e["job"]["step"]) >= int(j["step"]) + 2
                     and not cancelled.is_set()):
                 cancelled.set()
+                # The call returns once the job has stopped, its progress checkpointed.
                 st, _, c = call(port, "POST", f"/v1/training/jobs/{job['id']}:cancel", {})
-                assert st == 200, c
+                assert st == 200 and c["state"] == "CANCELLED", c
+                assert int(c["checkpointStep"]) == int(c["step"]) >= int(j["step"]) + 2, c
 
         events = read_ndjson(resp, on_event)
         conn.close()
@@ -297,8 +299,16 @@ def test_cancel_resume_and_shutdown_ends_the_stream(tmp_path):
         assert events[-1]["kind"] == "STATE" and events[-1]["job"]["state"] == "CANCELLED"
         status, _, again = call(port, "POST", f"/v1/training/jobs/{job['id']}:cancel")
         assert status == 400 and "already ended" in again["error"]
+        # A cancelled job resumes from the checkpoint its cancel wrote.
+        stopped = get(port, job["id"])
         status, _, again = call(port, "POST", f"/v1/training/jobs/{job['id']}:resume")
-        assert status == 400 and "not INTERRUPTED or FAILED" in again["error"]
+        assert status == 200 and again["state"] == "QUEUED", again
+        assert f"checkpoint at step {stopped['checkpointStep']}" in again["message"], again
+        status, _, again = call(port, "POST", f"/v1/training/jobs/{job['id']}:resume")
+        assert status == 400 and "only INTERRUPTED, FAILED or CANCELLED" in again["error"], again
+        status, _, c = call(port, "POST", f"/v1/training/jobs/{job['id']}:cancel", {})
+        assert status == 200 and c["state"] == "CANCELLED", c
+        assert int(c["step"]) >= int(stopped["step"]), (c, stopped)
 
         # A watcher does not hold kilnd up: SIGTERM ends the stream with an error line.
         job2 = start(port, steps=5000, checkpointInterval=0, outputModel="long2")

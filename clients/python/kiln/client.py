@@ -2,9 +2,10 @@
 service (kiln.v1.Engine). Tensors are numpy arrays in and out; errors raise KilnError with the
 gRPC status code name and the server's message.
 
-The KServe message modules (kiln.inference) are imported on first use only: they define the
-`inference.*` protobuf symbols that tritonclient.grpc also defines, and one process cannot load
-both sets into protobuf's default pool."""
+The KServe messages come from kiln.kserve: the same messages under kiln's own proto package
+(`kiln.kserve.*`, files kiln/kserve/*.proto), so the package loads beside tritonclient.grpc (whose
+`inference.*` symbols would otherwise clash in protobuf's default pool); on the wire they are
+KServe v2's, sent to /inference.GRPCInferenceService/<Method> (generate_protos.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Mapping, Sequence
 import grpc
 import numpy as np
 
+from kiln.kserve import grpc_service_pb2, grpc_service_pb2_grpc
 from kiln.v1 import engine_pb2, engine_pb2_grpc, graph_pb2
 
 DEFAULT_URL = "localhost:8001"
@@ -61,7 +63,7 @@ class Client:
         options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
         self._channel = grpc.insecure_channel(self.url, options=options)
         self._engine = engine_pb2_grpc.EngineStub(self._channel)
-        self._inference = None
+        self._inference = grpc_service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
 
     def close(self) -> None:
         self._channel.close()
@@ -86,11 +88,7 @@ class Client:
     # ** KServe v2 **
 
     def _kserve(self):
-        if self._inference is None:
-            from kiln.inference import grpc_service_pb2, grpc_service_pb2_grpc
-            self._pb = grpc_service_pb2
-            self._inference = grpc_service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
-        return self._inference, self._pb
+        return self._inference, grpc_service_pb2
 
     def live(self) -> bool:
         stub, pb = self._kserve()

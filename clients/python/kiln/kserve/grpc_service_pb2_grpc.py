@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from kiln.inference import grpc_service_pb2 as inference_dot_grpc__service__pb2
+from kiln.kserve import grpc_service_pb2 as kiln_dot_kserve_dot_grpc__service__pb2
 
 GRPC_GENERATED_VERSION = '1.81.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in inference/grpc_service_pb2_grpc.py depends on'
+        + ' but the generated code in kiln/kserve/grpc_service_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,103 +36,103 @@ class GRPCInferenceServiceStub:
         """
         self.ServerLive = channel.unary_unary(
                 '/inference.GRPCInferenceService/ServerLive',
-                request_serializer=inference_dot_grpc__service__pb2.ServerLiveRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.ServerLiveResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ServerLiveRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ServerLiveResponse.FromString,
                 _registered_method=True)
         self.ServerReady = channel.unary_unary(
                 '/inference.GRPCInferenceService/ServerReady',
-                request_serializer=inference_dot_grpc__service__pb2.ServerReadyRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.ServerReadyResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ServerReadyRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ServerReadyResponse.FromString,
                 _registered_method=True)
         self.ModelReady = channel.unary_unary(
                 '/inference.GRPCInferenceService/ModelReady',
-                request_serializer=inference_dot_grpc__service__pb2.ModelReadyRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.ModelReadyResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelReadyRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelReadyResponse.FromString,
                 _registered_method=True)
         self.ServerMetadata = channel.unary_unary(
                 '/inference.GRPCInferenceService/ServerMetadata',
-                request_serializer=inference_dot_grpc__service__pb2.ServerMetadataRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.ServerMetadataResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ServerMetadataRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ServerMetadataResponse.FromString,
                 _registered_method=True)
         self.ModelMetadata = channel.unary_unary(
                 '/inference.GRPCInferenceService/ModelMetadata',
-                request_serializer=inference_dot_grpc__service__pb2.ModelMetadataRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.ModelMetadataResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelMetadataRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelMetadataResponse.FromString,
                 _registered_method=True)
         self.ModelInfer = channel.unary_unary(
                 '/inference.GRPCInferenceService/ModelInfer',
-                request_serializer=inference_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.ModelInferResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelInferResponse.FromString,
                 _registered_method=True)
         self.ModelStreamInfer = channel.stream_stream(
                 '/inference.GRPCInferenceService/ModelStreamInfer',
-                request_serializer=inference_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.ModelStreamInferResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelStreamInferResponse.FromString,
                 _registered_method=True)
         self.ModelConfig = channel.unary_unary(
                 '/inference.GRPCInferenceService/ModelConfig',
-                request_serializer=inference_dot_grpc__service__pb2.ModelConfigRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.ModelConfigResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelConfigRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelConfigResponse.FromString,
                 _registered_method=True)
         self.ModelStatistics = channel.unary_unary(
                 '/inference.GRPCInferenceService/ModelStatistics',
-                request_serializer=inference_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
                 _registered_method=True)
         self.RepositoryIndex = channel.unary_unary(
                 '/inference.GRPCInferenceService/RepositoryIndex',
-                request_serializer=inference_dot_grpc__service__pb2.RepositoryIndexRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.RepositoryIndexResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.RepositoryIndexRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.RepositoryIndexResponse.FromString,
                 _registered_method=True)
         self.RepositoryModelLoad = channel.unary_unary(
                 '/inference.GRPCInferenceService/RepositoryModelLoad',
-                request_serializer=inference_dot_grpc__service__pb2.RepositoryModelLoadRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.RepositoryModelLoadResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.RepositoryModelLoadRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.RepositoryModelLoadResponse.FromString,
                 _registered_method=True)
         self.RepositoryModelUnload = channel.unary_unary(
                 '/inference.GRPCInferenceService/RepositoryModelUnload',
-                request_serializer=inference_dot_grpc__service__pb2.RepositoryModelUnloadRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.RepositoryModelUnloadResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.RepositoryModelUnloadRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.RepositoryModelUnloadResponse.FromString,
                 _registered_method=True)
         self.SystemSharedMemoryStatus = channel.unary_unary(
                 '/inference.GRPCInferenceService/SystemSharedMemoryStatus',
-                request_serializer=inference_dot_grpc__service__pb2.SystemSharedMemoryStatusRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.SystemSharedMemoryStatusResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryStatusRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryStatusResponse.FromString,
                 _registered_method=True)
         self.SystemSharedMemoryRegister = channel.unary_unary(
                 '/inference.GRPCInferenceService/SystemSharedMemoryRegister',
-                request_serializer=inference_dot_grpc__service__pb2.SystemSharedMemoryRegisterRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.SystemSharedMemoryRegisterResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryRegisterRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryRegisterResponse.FromString,
                 _registered_method=True)
         self.SystemSharedMemoryUnregister = channel.unary_unary(
                 '/inference.GRPCInferenceService/SystemSharedMemoryUnregister',
-                request_serializer=inference_dot_grpc__service__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.SystemSharedMemoryUnregisterResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryUnregisterResponse.FromString,
                 _registered_method=True)
         self.CudaSharedMemoryStatus = channel.unary_unary(
                 '/inference.GRPCInferenceService/CudaSharedMemoryStatus',
-                request_serializer=inference_dot_grpc__service__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.CudaSharedMemoryStatusResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryStatusResponse.FromString,
                 _registered_method=True)
         self.CudaSharedMemoryRegister = channel.unary_unary(
                 '/inference.GRPCInferenceService/CudaSharedMemoryRegister',
-                request_serializer=inference_dot_grpc__service__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.CudaSharedMemoryRegisterResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryRegisterResponse.FromString,
                 _registered_method=True)
         self.CudaSharedMemoryUnregister = channel.unary_unary(
                 '/inference.GRPCInferenceService/CudaSharedMemoryUnregister',
-                request_serializer=inference_dot_grpc__service__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.CudaSharedMemoryUnregisterResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryUnregisterResponse.FromString,
                 _registered_method=True)
         self.TraceSetting = channel.unary_unary(
                 '/inference.GRPCInferenceService/TraceSetting',
-                request_serializer=inference_dot_grpc__service__pb2.TraceSettingRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.TraceSettingResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.TraceSettingRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.TraceSettingResponse.FromString,
                 _registered_method=True)
         self.LogSettings = channel.unary_unary(
                 '/inference.GRPCInferenceService/LogSettings',
-                request_serializer=inference_dot_grpc__service__pb2.LogSettingsRequest.SerializeToString,
-                response_deserializer=inference_dot_grpc__service__pb2.LogSettingsResponse.FromString,
+                request_serializer=kiln_dot_kserve_dot_grpc__service__pb2.LogSettingsRequest.SerializeToString,
+                response_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.LogSettingsResponse.FromString,
                 _registered_method=True)
 
 
@@ -264,103 +264,103 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ServerLive': grpc.unary_unary_rpc_method_handler(
                     servicer.ServerLive,
-                    request_deserializer=inference_dot_grpc__service__pb2.ServerLiveRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.ServerLiveResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ServerLiveRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ServerLiveResponse.SerializeToString,
             ),
             'ServerReady': grpc.unary_unary_rpc_method_handler(
                     servicer.ServerReady,
-                    request_deserializer=inference_dot_grpc__service__pb2.ServerReadyRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.ServerReadyResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ServerReadyRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ServerReadyResponse.SerializeToString,
             ),
             'ModelReady': grpc.unary_unary_rpc_method_handler(
                     servicer.ModelReady,
-                    request_deserializer=inference_dot_grpc__service__pb2.ModelReadyRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.ModelReadyResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelReadyRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelReadyResponse.SerializeToString,
             ),
             'ServerMetadata': grpc.unary_unary_rpc_method_handler(
                     servicer.ServerMetadata,
-                    request_deserializer=inference_dot_grpc__service__pb2.ServerMetadataRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.ServerMetadataResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ServerMetadataRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ServerMetadataResponse.SerializeToString,
             ),
             'ModelMetadata': grpc.unary_unary_rpc_method_handler(
                     servicer.ModelMetadata,
-                    request_deserializer=inference_dot_grpc__service__pb2.ModelMetadataRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.ModelMetadataResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelMetadataRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelMetadataResponse.SerializeToString,
             ),
             'ModelInfer': grpc.unary_unary_rpc_method_handler(
                     servicer.ModelInfer,
-                    request_deserializer=inference_dot_grpc__service__pb2.ModelInferRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.ModelInferResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelInferRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelInferResponse.SerializeToString,
             ),
             'ModelStreamInfer': grpc.stream_stream_rpc_method_handler(
                     servicer.ModelStreamInfer,
-                    request_deserializer=inference_dot_grpc__service__pb2.ModelInferRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.ModelStreamInferResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelInferRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelStreamInferResponse.SerializeToString,
             ),
             'ModelConfig': grpc.unary_unary_rpc_method_handler(
                     servicer.ModelConfig,
-                    request_deserializer=inference_dot_grpc__service__pb2.ModelConfigRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.ModelConfigResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelConfigRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelConfigResponse.SerializeToString,
             ),
             'ModelStatistics': grpc.unary_unary_rpc_method_handler(
                     servicer.ModelStatistics,
-                    request_deserializer=inference_dot_grpc__service__pb2.ModelStatisticsRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.ModelStatisticsResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelStatisticsRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.ModelStatisticsResponse.SerializeToString,
             ),
             'RepositoryIndex': grpc.unary_unary_rpc_method_handler(
                     servicer.RepositoryIndex,
-                    request_deserializer=inference_dot_grpc__service__pb2.RepositoryIndexRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.RepositoryIndexResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.RepositoryIndexRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.RepositoryIndexResponse.SerializeToString,
             ),
             'RepositoryModelLoad': grpc.unary_unary_rpc_method_handler(
                     servicer.RepositoryModelLoad,
-                    request_deserializer=inference_dot_grpc__service__pb2.RepositoryModelLoadRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.RepositoryModelLoadResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.RepositoryModelLoadRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.RepositoryModelLoadResponse.SerializeToString,
             ),
             'RepositoryModelUnload': grpc.unary_unary_rpc_method_handler(
                     servicer.RepositoryModelUnload,
-                    request_deserializer=inference_dot_grpc__service__pb2.RepositoryModelUnloadRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.RepositoryModelUnloadResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.RepositoryModelUnloadRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.RepositoryModelUnloadResponse.SerializeToString,
             ),
             'SystemSharedMemoryStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.SystemSharedMemoryStatus,
-                    request_deserializer=inference_dot_grpc__service__pb2.SystemSharedMemoryStatusRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.SystemSharedMemoryStatusResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryStatusRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryStatusResponse.SerializeToString,
             ),
             'SystemSharedMemoryRegister': grpc.unary_unary_rpc_method_handler(
                     servicer.SystemSharedMemoryRegister,
-                    request_deserializer=inference_dot_grpc__service__pb2.SystemSharedMemoryRegisterRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.SystemSharedMemoryRegisterResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryRegisterRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryRegisterResponse.SerializeToString,
             ),
             'SystemSharedMemoryUnregister': grpc.unary_unary_rpc_method_handler(
                     servicer.SystemSharedMemoryUnregister,
-                    request_deserializer=inference_dot_grpc__service__pb2.SystemSharedMemoryUnregisterRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.SystemSharedMemoryUnregisterResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryUnregisterRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryUnregisterResponse.SerializeToString,
             ),
             'CudaSharedMemoryStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.CudaSharedMemoryStatus,
-                    request_deserializer=inference_dot_grpc__service__pb2.CudaSharedMemoryStatusRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.CudaSharedMemoryStatusResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryStatusRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryStatusResponse.SerializeToString,
             ),
             'CudaSharedMemoryRegister': grpc.unary_unary_rpc_method_handler(
                     servicer.CudaSharedMemoryRegister,
-                    request_deserializer=inference_dot_grpc__service__pb2.CudaSharedMemoryRegisterRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.CudaSharedMemoryRegisterResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryRegisterRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryRegisterResponse.SerializeToString,
             ),
             'CudaSharedMemoryUnregister': grpc.unary_unary_rpc_method_handler(
                     servicer.CudaSharedMemoryUnregister,
-                    request_deserializer=inference_dot_grpc__service__pb2.CudaSharedMemoryUnregisterRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.CudaSharedMemoryUnregisterResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryUnregisterRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryUnregisterResponse.SerializeToString,
             ),
             'TraceSetting': grpc.unary_unary_rpc_method_handler(
                     servicer.TraceSetting,
-                    request_deserializer=inference_dot_grpc__service__pb2.TraceSettingRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.TraceSettingResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.TraceSettingRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.TraceSettingResponse.SerializeToString,
             ),
             'LogSettings': grpc.unary_unary_rpc_method_handler(
                     servicer.LogSettings,
-                    request_deserializer=inference_dot_grpc__service__pb2.LogSettingsRequest.FromString,
-                    response_serializer=inference_dot_grpc__service__pb2.LogSettingsResponse.SerializeToString,
+                    request_deserializer=kiln_dot_kserve_dot_grpc__service__pb2.LogSettingsRequest.FromString,
+                    response_serializer=kiln_dot_kserve_dot_grpc__service__pb2.LogSettingsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -388,8 +388,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ServerLive',
-            inference_dot_grpc__service__pb2.ServerLiveRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.ServerLiveResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ServerLiveRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ServerLiveResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -415,8 +415,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ServerReady',
-            inference_dot_grpc__service__pb2.ServerReadyRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.ServerReadyResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ServerReadyRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ServerReadyResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -442,8 +442,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ModelReady',
-            inference_dot_grpc__service__pb2.ModelReadyRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.ModelReadyResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ModelReadyRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ModelReadyResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -469,8 +469,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ServerMetadata',
-            inference_dot_grpc__service__pb2.ServerMetadataRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.ServerMetadataResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ServerMetadataRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ServerMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -496,8 +496,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ModelMetadata',
-            inference_dot_grpc__service__pb2.ModelMetadataRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.ModelMetadataResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ModelMetadataRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ModelMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -523,8 +523,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ModelInfer',
-            inference_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.ModelInferResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ModelInferResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -550,8 +550,8 @@ class GRPCInferenceService:
             request_iterator,
             target,
             '/inference.GRPCInferenceService/ModelStreamInfer',
-            inference_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.ModelStreamInferResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ModelStreamInferResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -577,8 +577,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ModelConfig',
-            inference_dot_grpc__service__pb2.ModelConfigRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.ModelConfigResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ModelConfigRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ModelConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -604,8 +604,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/ModelStatistics',
-            inference_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -631,8 +631,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/RepositoryIndex',
-            inference_dot_grpc__service__pb2.RepositoryIndexRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.RepositoryIndexResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.RepositoryIndexRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.RepositoryIndexResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -658,8 +658,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/RepositoryModelLoad',
-            inference_dot_grpc__service__pb2.RepositoryModelLoadRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.RepositoryModelLoadResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.RepositoryModelLoadRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.RepositoryModelLoadResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -685,8 +685,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/RepositoryModelUnload',
-            inference_dot_grpc__service__pb2.RepositoryModelUnloadRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.RepositoryModelUnloadResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.RepositoryModelUnloadRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.RepositoryModelUnloadResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -712,8 +712,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/SystemSharedMemoryStatus',
-            inference_dot_grpc__service__pb2.SystemSharedMemoryStatusRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.SystemSharedMemoryStatusResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryStatusRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -739,8 +739,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/SystemSharedMemoryRegister',
-            inference_dot_grpc__service__pb2.SystemSharedMemoryRegisterRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.SystemSharedMemoryRegisterResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryRegisterRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryRegisterResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -766,8 +766,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/SystemSharedMemoryUnregister',
-            inference_dot_grpc__service__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.SystemSharedMemoryUnregisterResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.SystemSharedMemoryUnregisterResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -793,8 +793,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/CudaSharedMemoryStatus',
-            inference_dot_grpc__service__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.CudaSharedMemoryStatusResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -820,8 +820,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/CudaSharedMemoryRegister',
-            inference_dot_grpc__service__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.CudaSharedMemoryRegisterResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryRegisterResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -847,8 +847,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/CudaSharedMemoryUnregister',
-            inference_dot_grpc__service__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.CudaSharedMemoryUnregisterResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.CudaSharedMemoryUnregisterResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -874,8 +874,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/TraceSetting',
-            inference_dot_grpc__service__pb2.TraceSettingRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.TraceSettingResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.TraceSettingRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.TraceSettingResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -901,8 +901,8 @@ class GRPCInferenceService:
             request,
             target,
             '/inference.GRPCInferenceService/LogSettings',
-            inference_dot_grpc__service__pb2.LogSettingsRequest.SerializeToString,
-            inference_dot_grpc__service__pb2.LogSettingsResponse.FromString,
+            kiln_dot_kserve_dot_grpc__service__pb2.LogSettingsRequest.SerializeToString,
+            kiln_dot_kserve_dot_grpc__service__pb2.LogSettingsResponse.FromString,
             options,
             channel_credentials,
             insecure,
