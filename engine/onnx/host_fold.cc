@@ -21,11 +21,6 @@ int64_t Numel(const Shp& s) {
   for (int64_t d : s) n *= d;
   return n;
 }
-std::vector<int64_t> Strides(const Shp& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (int64_t i = static_cast<int64_t>(s.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * s[i + 1];
-  return st;
-}
 
 std::optional<Shp> Broadcast(const Shp& a, const Shp& b) {
   const size_t n = std::max(a.size(), b.size());

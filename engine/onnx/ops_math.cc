@@ -57,10 +57,13 @@ absl::StatusOr<std::vector<Value>> Gemm(OpContext& ctx) {
 // on the single `axis` (default -1).
 template <typename F>
 absl::StatusOr<std::vector<Value>> SoftmaxLike(OpContext& ctx, F f) {
-  ONNX_INPUT(x, 0);
+  ONNX_INPUT(x_in, 0);
+  // The input is stored once: recomputed separately for the max and for exp(x - max), a long expression can round
+  // differently (FMA contraction) and x - max become positive by an ulp of a large x (exp overflow -> NaN).
+  Tensor x = x_in.IsRealized() ? x_in : x_in.Contiguous();
   if (x.ndim() == 0) return One(f(x.Reshape({1}), 0).Reshape({}));
   if (ctx.opset() < 13) {
-    KILN_ASSIGN_OR_RETURN(int64_t axis, Axis(ctx, ctx.Int("axis", 1), x.ndim() + 1));
+    KILN_ASSIGN_OR_RETURN(int64_t axis, SplitAxis(ctx, ctx.Int("axis", 1), x.ndim()));
     int64_t outer = 1, inner = 1;
     for (int64_t i = 0; i < x.ndim(); ++i) (i < axis ? outer : inner) *= x.size(i);
     return One(InF32(x, [&](const Tensor& t) { return f(t.Reshape({outer, inner}), 1).Reshape(Dims(x)); }));

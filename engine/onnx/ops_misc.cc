@@ -316,7 +316,9 @@ absl::StatusOr<AxisPlan> PlanAxis(OpContext& ctx, int64_t in, int64_t out, doubl
     } else if (ctm == "pytorch_half_pixel") {
       x = out > 1 ? (xr + 0.5) / scale - 0.5 : 0.0;
     } else if (ctm == "align_corners") {
-      x = out == 1 ? 0.0 : xr * static_cast<double>(in - 1) / static_cast<double>(out - 1);
+      // the reference divides by the unrounded output length (scale * in)
+      const double out_f = scale * static_cast<double>(in);
+      x = out == 1 ? 0.0 : xr * static_cast<double>(in - 1) / (out_f - 1);
     } else if (ctm == "asymmetric") {
       x = xr / scale;
     } else if (ctm == "tf_crop_and_resize") {

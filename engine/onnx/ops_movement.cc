@@ -71,7 +71,7 @@ absl::StatusOr<std::vector<Value>> Reshape(OpContext& ctx) {
 
 absl::StatusOr<std::vector<Value>> Flatten(OpContext& ctx) {
   ONNX_INPUT(x, 0);
-  KILN_ASSIGN_OR_RETURN(int64_t axis, Axis(ctx, ctx.Int("axis", 1), x.ndim() + 1));
+  KILN_ASSIGN_OR_RETURN(int64_t axis, SplitAxis(ctx, ctx.Int("axis", 1), x.ndim()));
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < x.ndim(); ++i) (i < axis ? outer : inner) *= x.size(i);
   return One(x.Reshape({outer, inner}));

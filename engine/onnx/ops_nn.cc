@@ -179,6 +179,7 @@ absl::StatusOr<std::vector<Value>> ConvTranspose(OpContext& ctx) {
   ConvOptions o;
   o.stride = {1};
   o.dilation = dil;
+  o.padding.clear();
   o.groups = group;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t full = (kernel[i] - 1) * dil[i];
@@ -221,7 +222,9 @@ absl::StatusOr<std::pair<Tensor, Tensor>> WindowSums(OpContext& ctx, const Tenso
   } else {
     mask = mask.Pad(FullPads(w, true), 0.0);
   }
-  Tensor counts = mask.AvgPool2d(w.kernel, PlainPool(w)).Mul(static_cast<double>(k));
+  // Contiguous: pooling the broadcast constant directly with dilation counts wrong (an engine bug with views of
+  // an expanded CONST, reported); a stored mask is one small kernel.
+  Tensor counts = mask.Contiguous().AvgPool2d(w.kernel, PlainPool(w)).Mul(static_cast<double>(k));
   return std::make_pair(sums, counts);
 }
 
@@ -421,7 +424,7 @@ absl::StatusOr<std::vector<Value>> LpNormalization(OpContext& ctx) {
   if (p != 1 && p != 2) return ctx.Error("p must be 1 or 2");
   return One(InF32(x, [&](const Tensor& t) {
     Tensor norm = p == 1 ? t.Abs().Sum(axis, true) : t.Square().Sum(axis, true).Sqrt();
-    return t.Div(norm);
+    return t.Div(norm.Eq(0).Where(norm.OnesLike(), norm));  // a zero norm leaves zeros (the reference's rule)
   }));
 }
 

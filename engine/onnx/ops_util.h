@@ -27,6 +27,13 @@ inline absl::StatusOr<int64_t> Axis(const OpContext& ctx, int64_t axis, int64_t 
   return a;
 }
 
+// An axis in [-rank, rank] (Flatten, the opset < 13 softmax family): negative values count from `rank`.
+inline absl::StatusOr<int64_t> SplitAxis(const OpContext& ctx, int64_t axis, int64_t rank) {
+  const int64_t a = axis < 0 ? axis + rank : axis;
+  if (a < 0 || a > rank) return ctx.Error(absl::StrCat("axis ", axis, " is out of range for rank ", rank));
+  return a;
+}
+
 inline bool IsLowFloat(DType d) { return d == dtypes::kFloat16 || d == dtypes::kBFloat16; }
 
 // Runs `f` in float32 for float16/bfloat16 inputs (as the reference does) and casts back.
