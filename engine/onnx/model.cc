@@ -88,6 +88,29 @@ absl::StatusOr<ValueInfo> DecodeValueInfo(const ::onnx::ValueInfoProto& vi, cons
 absl::StatusOr<std::shared_ptr<const Graph>> DecodeGraph(const ::onnx::GraphProto& gp, const Ctx& ctx,
                                                          const absl::flat_hash_set<std::string>& outer, int depth);
 
+// Names a graph reads from enclosing scopes (inputs of its nodes, nested graphs included, that it does not define).
+void FreeNames(const ::onnx::GraphProto& g, absl::flat_hash_set<std::string>* out, int depth) {
+  if (depth > kMaxGraphDepth) return;
+  absl::flat_hash_set<std::string> defined;
+  for (const auto& i : g.input()) defined.insert(i.name());
+  for (const auto& i : g.initializer()) defined.insert(i.name());
+  for (const auto& n : g.node()) {
+    for (const auto& o : n.output()) defined.insert(o);
+  }
+  absl::flat_hash_set<std::string> reads;
+  for (const auto& n : g.node()) {
+    for (const auto& i : n.input()) reads.insert(i);
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) FreeNames(a.g(), &reads, depth + 1);
+      for (const auto& sub : a.graphs()) FreeNames(sub, &reads, depth + 1);
+    }
+  }
+  for (const auto& o : g.output()) reads.insert(o.name());
+  for (const std::string& r : reads) {
+    if (!r.empty() && !defined.count(r)) out->insert(r);
+  }
+}
+
 absl::StatusOr<Attribute> DecodeAttribute(const ::onnx::AttributeProto& ap, const Node& node, const Ctx& ctx,
                                           const absl::flat_hash_set<std::string>& visible, int depth) {
   Attribute a;
@@ -234,7 +257,18 @@ absl::StatusOr<std::shared_ptr<const Graph>> DecodeGraph(const ::onnx::GraphProt
   std::vector<std::vector<int>> users(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
     std::set<int> deps;
-    for (const std::string& in : nodes[i].inputs) {
+    std::vector<std::string> reads = nodes[i].inputs;
+    {  // names the node's subgraphs read from this graph order the node too
+      absl::flat_hash_set<std::string> free;
+      for (const auto& a : gp.node(static_cast<int>(i)).attribute()) {
+        if (a.has_g()) FreeNames(a.g(), &free, depth + 1);
+        for (const auto& sub : a.graphs()) FreeNames(sub, &free, depth + 1);
+      }
+      for (const std::string& f : free) {
+        if (producer.count(f)) reads.push_back(f);
+      }
+    }
+    for (const std::string& in : reads) {
       if (in.empty()) continue;
       auto it = producer.find(in);
       if (it != producer.end()) {

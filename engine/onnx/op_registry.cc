@@ -14,6 +14,7 @@ OpTable BuildTable() {
   RegisterNnOps(&t);
   RegisterIndexOps(&t);
   RegisterMiscOps(&t);
+  RegisterAttentionOps(&t);
   return t;
 }
 

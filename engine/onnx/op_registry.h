@@ -59,5 +59,6 @@ void RegisterReduceOps(OpTable* table);       // ops_reduce.cc
 void RegisterNnOps(OpTable* table);           // ops_nn.cc
 void RegisterIndexOps(OpTable* table);        // ops_index.cc
 void RegisterMiscOps(OpTable* table);         // ops_misc.cc
+void RegisterAttentionOps(OpTable* table);    // ops_attention.cc
 
 }  // namespace kiln::onnx
