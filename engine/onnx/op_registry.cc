@@ -15,6 +15,7 @@ OpTable BuildTable() {
   RegisterIndexOps(&t);
   RegisterMiscOps(&t);
   RegisterAttentionOps(&t);
+  RegisterExtraOps(&t);
   return t;
 }
 

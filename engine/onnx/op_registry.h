@@ -60,5 +60,6 @@ void RegisterNnOps(OpTable* table);           // ops_nn.cc
 void RegisterIndexOps(OpTable* table);        // ops_index.cc
 void RegisterMiscOps(OpTable* table);         // ops_misc.cc
 void RegisterAttentionOps(OpTable* table);    // ops_attention.cc
+void RegisterExtraOps(OpTable* table);        // ops_extra.cc
 
 }  // namespace kiln::onnx

@@ -1,6 +1,8 @@
 #include "engine/onnx/runner.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status.h"
@@ -24,6 +26,15 @@ class Scope {
 };
 
 namespace {
+
+// KILN_ONNX_TRACE=1 prints each node with its output shapes ("h": known on the host) to stderr.
+bool TraceNodes() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_ONNX_TRACE");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
 
 // A device tensor holding `host`: a CONST for one element (so it folds into kernels), else a buffer.
 Tensor Materialize(const HostArrayPtr& host, bool persistent, const RunOptions& options) {
@@ -151,6 +162,18 @@ absl::Status RunNodes(const Graph& graph, Scope* scope, const RunOptions& option
       outs = *std::move(r);
     }
     KILN_RETURN_IF_ERROR(CheckOutputs(node, outs));
+    if (TraceNodes()) {
+      std::string line = node.Describe();
+      for (size_t i = 0; i < outs.size() && i < node.outputs.size(); ++i) {
+        absl::StrAppend(&line, " ", node.outputs[i].substr(0, 48), "=");
+        if (outs[i].is_tensor()) {
+          absl::StrAppend(&line, ShapeString(outs[i].shape()), outs[i].host ? "h" : "");
+        } else {
+          absl::StrAppend(&line, outs[i].is_sequence() ? "seq" : "none");
+        }
+      }
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
     for (size_t i = 0; i < node.outputs.size() && i < outs.size(); ++i) {
       if (!node.outputs[i].empty()) scope->Bind(node.outputs[i], std::move(outs[i]));
     }
