@@ -16,6 +16,7 @@ OpTable BuildTable() {
   RegisterMiscOps(&t);
   RegisterAttentionOps(&t);
   RegisterExtraOps(&t);
+  RegisterQuantOps(&t);
   return t;
 }
 

@@ -61,5 +61,6 @@ void RegisterIndexOps(OpTable* table);        // ops_index.cc
 void RegisterMiscOps(OpTable* table);         // ops_misc.cc
 void RegisterAttentionOps(OpTable* table);    // ops_attention.cc
 void RegisterExtraOps(OpTable* table);        // ops_extra.cc
+void RegisterQuantOps(OpTable* table);        // ops_quant.cc
 
 }  // namespace kiln::onnx

@@ -48,7 +48,7 @@ OpImpl Unary(UnaryFn fn) {
 }
 
 Tensor DivOp(const Tensor& a, const Tensor& b) {
-  if (a.dtype().IsFloat()) return InF32(a, [&](const Tensor& x) { return x.Div(b.Cast(x.dtype())); });
+  if (a.dtype().IsFloat()) return InF32(a, [&](const Tensor& x) { return x.TrueDiv(b.Cast(x.dtype())); });
   return a.TruncDiv(b);
 }
 

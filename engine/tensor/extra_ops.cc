@@ -34,6 +34,17 @@ Tensor Tensor::TruncDiv(const Operand& y) const {
   return b->first.Node(Op::CDIV, b->first.dtype(), {b->first.uop_, b->second.uop_});
 }
 
+Tensor Tensor::TrueDiv(const Operand& y) const {
+  if (!ok()) return *this;
+  Tensor yt = y.is_tensor() ? y.tensor() : Full({}, y.scalar(), LeastUpperFloat(dtype()), device());
+  if (!yt.ok()) return yt;
+  auto b = Broadcasted(*this, yt, false);
+  if (!b.ok()) return FromStatus(b.status());
+  const DType fd = LeastUpperFloat(b->first.dtype());
+  Tensor x = b->first.Cast(fd), d = b->second.Cast(fd);
+  return x.Node(Op::FDIV, fd, {x.uop_, d.uop_});
+}
+
 Tensor Tensor::Fmod(const Operand& y) const {
   if (!ok()) return *this;
   Tensor yt = y.is_tensor() ? y.tensor() : Full({}, y.scalar(), dtype(), device());

@@ -400,6 +400,8 @@ class Tensor {
   // ---- more math (extra_ops.cc; compositions of the ops above, added for ONNX import) ----
   // Division truncating toward zero (C): ints use CDIV (x / 0 is defined, never a trap); floats trunc(x / y).
   Tensor TruncDiv(const Operand& y) const;
+  // IEEE division x / y (FDIV, correctly rounded; Div is x * (1/y)); ints are converted to the default float first.
+  Tensor TrueDiv(const Operand& y) const;
   // Remainder with the dividend's sign (C fmod): ints CMOD, floats x - y * trunc(x / y).
   Tensor Fmod(const Operand& y) const;
   Tensor Erf() const;  // Abramowitz-Stegun 7.1.26 with a higher-order fit (|error| < 2e-7)
