@@ -21,6 +21,7 @@
 #include "engine/onnx/model.h"
 #include "engine/onnx/runner.h"
 #include "engine/onnx/tensor_proto.h"
+#include "engine/runtime/registry.h"
 
 namespace fs = std::filesystem;
 using kiln::onnx::HostArray;
@@ -172,6 +173,10 @@ int main(int argc, char** argv) {
     }
   }
   kiln::backends::RegisterAllBackends();
+  if (auto dev = kiln::runtime::GetDevice(device); !dev.ok()) {
+    std::cout << "NO DEVICE " << device << ": " << dev.status().message() << std::endl;
+    return 77;  // skipped (run_node_tests.py passes it on)
+  }
   if (!light_model.empty()) cases.push_back(light_model);
   for (const std::string& c : cases) {
     std::cout << "CASE " << c << std::endl;

@@ -129,6 +129,10 @@ def main() -> int:
     args = ap.parse_args()
 
     data = data_dir()
+    probe = subprocess.run([args.runner, "--device", args.device], capture_output=True, text=True)
+    if probe.returncode == 77:
+        print(f"SKIP: {probe.stdout.strip()}")
+        return 77
     gaps = read_list(os.path.join(HERE, f"gaps_{args.device.split(':')[0]}.txt"))
     total_fail = 0
     lines = []
