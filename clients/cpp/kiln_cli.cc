@@ -18,10 +18,16 @@
 //     train watch <id>                       live progress until the job ends; exit 0 only when
 //                                            it SUCCEEDED (1 on FAILED, CANCELLED, INTERRUPTED)
 //     train ls | show <id> | cancel <id> | resume <id>
+//     onnx inspect MODEL.onnx [--json]       local, no server: ops, opsets, inputs/outputs, what kiln lacks
+//     onnx run MODEL.onnx --input NAME=FILE.npy ... [--output [NAME=]FILE.npy ...] [--device D]
+//                                            (both run the kiln-onnx program installed next to `kiln`)
 // Output is for people by default; --json prints one JSON document on stdout.
 // Exit codes: 0 ok; 1 the server or the request failed (message on stderr, with the gRPC code);
 // 2 usage error (unknown command or option, unreadable or malformed local file).
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -57,7 +63,8 @@ constexpr char kUsageText[] =
     "  train start --arch mlp|mnist_cnn [--mlp-sizes 784,32,10] --dataset-dir DIR --steps N\n"
     "              --batch N [--lr X] [--optimizer adam|sgd|adamw] --output-model NAME\n"
     "              [--seed N] [--eval-interval N] [--checkpoint-interval N] [--deterministic]\n"
-    "  train watch <id> | train ls | train show <id> | train cancel <id> | train resume <id>\n";
+    "  train watch <id> | train ls | train show <id> | train cancel <id> | train resume <id>\n"
+    "  onnx inspect MODEL.onnx [--json] | onnx run MODEL.onnx --input NAME=FILE.npy ... [--output ...]\n";
 
 int Usage(const std::string& message) {
   std::cerr << "kiln: " << message << "\n" << kUsageText;
@@ -374,7 +381,36 @@ int GraphRun(KilnClient& client, const Args& args) {
 
 }  // namespace
 
+// `kiln onnx ...` runs the local kiln-onnx program (it links the engine, which clients/ may not): the one next to
+// this executable, else KILN_ONNX_TOOL. Returns only when it cannot be started.
+int ExecOnnxTool(int argc, char** argv, int first) {
+  std::string tool;
+  if (const char* env = std::getenv("KILN_ONNX_TOOL"); env != nullptr && env[0] != '\0') {
+    tool = env;
+  } else {
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+      self[n] = '\0';
+      std::string dir(self);
+      tool = dir.substr(0, dir.find_last_of('/')) + "/kiln-onnx";
+    }
+  }
+  std::vector<char*> args = {tool.data()};
+  for (int i = first; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  execv(tool.c_str(), args.data());
+  std::cerr << "kiln: cannot run " << tool << " (kiln-onnx is built next to kiln; or set KILN_ONNX_TOOL)\n";
+  return kFailed;
+}
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {  // the first positional argument decides: `onnx` is local
+    const std::string a = argv[i];
+    if (a == "onnx") return ExecOnnxTool(argc, argv, i + 1);
+    if (a.rfind("--", 0) != 0) break;
+    if (a == "--address" || a == "--timeout-ms") ++i;
+  }
   Args args;
   if (std::string e = ParseArgs(argc, argv, &args); !e.empty()) return Usage(e);
   if (args.positional.empty()) return Usage("missing command");
