@@ -1,6 +1,7 @@
 // Neural-network ONNX ops: Conv, ConvTranspose, pools, normalizations, LRN, Dropout and the two losses.
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "engine/onnx/ops_util.h"
 
@@ -197,12 +198,50 @@ absl::StatusOr<std::vector<Value>> ConvTranspose(OpContext& ctx) {
 
 absl::StatusOr<std::vector<Value>> MaxPool(OpContext& ctx) {
   ONNX_INPUT(x, 0);
-  if (ctx.WantsOutput(1)) return ctx.Error("the Indices output is not supported");
-  if (ctx.Int("storage_order", 0) != 0) return ctx.Error("storage_order=1 is not supported");
   KILN_ASSIGN_OR_RETURN(Window w, ResolveWindow(ctx, x, ctx.Ints("kernel_shape").value_or(std::vector<int64_t>{})));
   const DType dt = x.dtype();
   const Scalar lowest = dt.IsFloat() ? Scalar(-std::numeric_limits<double>::infinity()) : Scalar(DTypeMin(dt));
-  return One(x.Pad(FullPads(w, true), lowest).MaxPool2d(w.kernel, PlainPool(w)));
+  Tensor padded = x.Pad(FullPads(w, true), lowest);
+  if (!ctx.WantsOutput(1)) return One(padded.MaxPool2d(w.kernel, PlainPool(w)));
+  // Indices: the flat (N, C, *spatial) position of each window's first maximum, by a running max over the k
+  // window offsets (each a strided slice of the padded input and of a padded index tensor).
+  Tensor y = padded.MaxPool2d(w.kernel, PlainPool(w));
+  const int64_t nsp = x.ndim() - 2;
+  std::vector<int64_t> flat_shape = Dims(x);
+  Tensor index = Tensor::Arange(0, x.numel(), 1, dtypes::kInt64, ctx.device()).Reshape(flat_shape);
+  if (ctx.Int("storage_order", 0) != 0) {  // column-major spatial dims
+    if (nsp != 2) return ctx.Error("storage_order=1 needs 2 spatial dims");
+    const int64_t hh = x.size(2), ww = x.size(3);
+    Tensor hw = Tensor::Arange(0, hh, 1, dtypes::kInt64, ctx.device()).Reshape({hh, 1})
+                    .Add(Tensor::Arange(0, ww, 1, dtypes::kInt64, ctx.device()).Reshape({1, ww}).Mul(hh));
+    Tensor nc = Tensor::Arange(0, x.size(0) * x.size(1), 1, dtypes::kInt64, ctx.device())
+                    .Reshape({x.size(0), x.size(1), 1, 1}).Mul(hh * ww);
+    index = nc.Add(hw);
+  }
+  Tensor index_p = index.Pad(FullPads(w, true), -1);
+  std::vector<int64_t> out(y.shape().begin(), y.shape().end());
+  std::optional<Tensor> best, best_idx;
+  std::vector<int64_t> off(nsp, 0);
+  while (true) {
+    std::vector<SliceArg> args = {SliceArg::All(), SliceArg::All()};
+    for (int64_t i = 0; i < nsp; ++i) {
+      const int64_t start = off[i] * w.dilations[i];
+      args.push_back(SliceArg::Range(start, start + w.strides[i] * (out[2 + i] - 1) + 1, w.strides[i]));
+    }
+    Tensor v = padded.Slice(args), id = index_p.Slice(args);
+    if (!best) {
+      best = v;
+      best_idx = id;
+    } else {
+      Tensor better = v.Gt(*best);
+      best_idx = better.Where(id, *best_idx);
+      best = better.Where(v, *best);
+    }
+    int64_t i = nsp - 1;
+    while (i >= 0 && ++off[i] == w.kernel[i]) off[i--] = 0;
+    if (i < 0) break;
+  }
+  return std::vector<Value>{Value::Of(y), Value::Of(*best_idx)};
 }
 
 // Window sums of x (zero padded) and the count of the elements each window averages over.
@@ -409,8 +448,24 @@ absl::StatusOr<std::vector<Value>> Dropout(OpContext& ctx) {
     }
   }
   if (training && ratio != 0.0) {
-    return ctx.Error("random dropout in training mode is not supported (kiln's random stream differs from the "
-                     "reference's)");
+    if (ratio < 0.0 || ratio >= 1.0) return ctx.Error("ratio must be in [0, 1)");
+    Tensor keep;
+    if (ctx.HasAttr("seed")) {
+      // The reference's stream: numpy RandomState(seed).uniform(0, 1) (MT19937, 53-bit doubles from two draws).
+      std::mt19937 gen(static_cast<uint32_t>(ctx.Int("seed", 0)));
+      HostArray m = HostArray::Zeros(dtypes::kBool, x.shape());
+      for (int64_t i = 0; i < m.numel(); ++i) {
+        const double a = static_cast<double>(gen() >> 5), b = static_cast<double>(gen() >> 6);
+        m.SetInt(i, (a * 67108864.0 + b) / 9007199254740992.0 >= ratio);
+      }
+      keep = Tensor::FromHost(m.bytes.data(), dtypes::kBool, m.shape, ctx.device());
+    } else {
+      keep = Tensor::Rand(Dims(x), dtypes::kFloat32, ctx.device()).Ge(ratio);
+    }
+    Tensor y = InF32(x, [&](const Tensor& t) { return keep.Where(t.Mul(1.0 / (1.0 - ratio)), t.ZerosLike()); });
+    std::vector<Value> outs = {Value::Of(y)};
+    if (ctx.num_outputs() > 1) outs.push_back(Value::Of(keep));
+    return outs;
   }
   std::vector<Value> outs = {Value::Of(x)};
   if (ctx.num_outputs() > 1) outs.push_back(Value::Of(x.FullLike(true, dtypes::kBool)));
