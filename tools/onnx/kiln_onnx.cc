@@ -7,7 +7,13 @@
 //   kiln-onnx run MODEL.onnx --input NAME=FILE.npy ... [--output [NAME=]FILE.npy ...] [--device CPU]
 //       runs the model through kiln's engine and prints each output's shape, dtype and first values; --output writes
 //       .npy files. Exit 0 ok, 1 the model failed to load or run (message on stderr), 2 usage.
+//   kiln-onnx bench MODEL.onnx --input NAME=FILE.npy ... [--iters N] [--device D]
+//       latency through engine/api (Engine::RunOnnx under the JIT trace cache, as kilnd runs it): two warm-up runs
+//       (run, capture), then N replays; prints "median_ms=... min_ms=... first_ms=..." (first = the first run).
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <set>
@@ -18,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "backends/register_all.h"
 #include "clients/cpp/npy.h"
+#include "engine/api/onnx_model.h"
 #include "engine/dtype/dtype.h"
 #include "engine/onnx/model.h"
 #include "engine/onnx/op_registry.h"
@@ -239,12 +246,61 @@ int Run(const std::string& path, const std::vector<std::string>& inputs, const s
   return kOk;
 }
 
+int Bench(const std::string& path, const std::vector<std::string>& inputs, const std::string& device, int iters) {
+  kiln::api::EngineOptions eo;
+  eo.device = device;
+  auto engine = kiln::api::Engine::Create(eo);
+  if (!engine.ok()) {
+    std::cerr << "kiln onnx: " << engine.status().message() << "\n";
+    return kFailed;
+  }
+  auto model = (*engine)->LoadOnnx(path);
+  if (!model.ok()) {
+    std::cerr << "kiln onnx: " << path << ": " << model.status().message() << "\n";
+    return kFailed;
+  }
+  std::vector<kiln::client::NpyArray> arrays;
+  for (const std::string& spec : inputs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos) return Usage(absl::StrCat("--input ", spec, ": expected NAME=FILE.npy"));
+    auto npy = kiln::client::ReadNpy(spec.substr(eq + 1));
+    if (!npy.ok()) return Usage(std::string(npy.status().message()));
+    arrays.push_back(*std::move(npy));
+  }
+  std::vector<kiln::api::NamedHostTensorView> views;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    kiln::api::NamedHostTensorView v;
+    v.name = inputs[i].substr(0, inputs[i].find('='));
+    v.view.dtype = arrays[i].dtype;
+    v.view.shape = arrays[i].shape;
+    v.view.data = arrays[i].data;
+    views.push_back(std::move(v));
+  }
+  std::vector<double> ms;
+  double first = 0;
+  for (int i = 0; i < iters + 2; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = (*engine)->RunOnnx(**model, views);
+    const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!r.ok()) {
+      std::cerr << "kiln onnx: " << r.status().message() << "\n";
+      return kFailed;
+    }
+    if (i == 0) first = dt;
+    if (i >= 2) ms.push_back(dt);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::cout << "median_ms=" << ms[ms.size() / 2] << " min_ms=" << ms.front() << " first_ms=" << first << "\n";
+  return kOk;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> pos, inputs, outputs;
   std::string device = "CPU";
   bool json = false;
+  int iters = 20;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](std::vector<std::string>* dst) {
@@ -258,6 +314,8 @@ int main(int argc, char** argv) {
       if (!value(&inputs)) return Usage("--input needs NAME=FILE.npy");
     } else if (a == "--output") {
       if (!value(&outputs)) return Usage("--output needs [NAME=]FILE.npy");
+    } else if (a == "--iters") {
+      if (i + 1 >= argc || (iters = std::atoi(argv[++i])) <= 0) return Usage("--iters needs a positive count");
     } else if (a == "--device") {
       if (i + 1 >= argc) return Usage("--device needs a name");
       device = argv[++i];
@@ -271,6 +329,10 @@ int main(int argc, char** argv) {
   if (pos[0] == "inspect") {
     if (!inputs.empty() || !outputs.empty()) return Usage("inspect takes no --input/--output");
     return Inspect(pos[1], json);
+  }
+  if (pos[0] == "bench") {
+    kiln::backends::RegisterAllBackends();
+    return Bench(pos[1], inputs, device, iters);
   }
   if (pos[0] == "run") {
     kiln::backends::RegisterAllBackends();
