@@ -35,6 +35,9 @@ packages=(
   python3 python3-venv python3-pip curl clang-format clang-tidy
   # deploy tests: promtool + a real Prometheus, docker-compose to validate compose.yaml, shellcheck
   prometheus docker-compose shellcheck
+  # ONNX import tests (tests/onnx): exporting MiniLM, torchvision ResNet-50 and kiln's CNN to ONNX with the
+  # system python3 (CPU builds; onnxruntime from .venv is the oracle)
+  python3-torch python3-torchvision
   # Triton's perf_analyzer (from PyPI's tritonclient 2.41.0 wheel, see setup_perf_analyzer) links libb64
   libb64-0d
 )

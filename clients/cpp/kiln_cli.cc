@@ -9,6 +9,8 @@
 // Output is for people by default; --json prints one JSON document on stdout.
 // Exit codes: 0 ok (and --help); 1 the server or the request failed (message on stderr, with the
 // gRPC code); 2 usage error (unknown command or option, unreadable or malformed local file).
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -73,6 +75,15 @@ constexpr CommandHelp kCommands[] = {
     {"train", "train SUBCOMMAND ...", "training jobs on kilnd (kiln.v1.Training; kilnd --data-dir)",
      nullptr},
     {"jobs", "jobs SUBCOMMAND ...", "the same as `kiln train`", nullptr},
+    {"onnx", "onnx inspect|run|bench MODEL.onnx ...",
+     "ONNX models on this machine, without a server (runs kiln-onnx)",
+     "  onnx inspect MODEL.onnx [--json]    IR version, opsets, inputs/outputs, the ops used and\n"
+     "                                       which kiln lacks (exit 3 when it cannot run the model)\n"
+     "  onnx run MODEL.onnx --input NAME=FILE.npy ... [--output [NAME=]FILE.npy ...] [--device D]\n"
+     "                                       runs it through kiln's engine\n"
+     "  onnx bench MODEL.onnx --input NAME=FILE.npy ... [--iters N] [--device D]\n"
+     "                                       latency under the JIT trace cache, as kilnd runs it\n"
+     "Runs the kiln-onnx program installed next to kiln (or $KILN_ONNX_TOOL).\n"},
     {"help", "help [COMMAND [SUBCOMMAND]]", "this text, or the help of one command",
      "The same as `kiln --help`, `kiln COMMAND --help`, `kiln train SUBCOMMAND --help`.\n"},
 };
@@ -433,6 +444,29 @@ int GraphRun(KilnClient& client, const Args& args) {
                      outputs);
 }
 
+// `kiln onnx ...` runs the local kiln-onnx program (it links the engine, which clients/ may not): the one next to
+// this executable, else KILN_ONNX_TOOL. Returns only when it cannot be started.
+int ExecOnnxTool(int argc, char** argv, int first) {
+  std::string tool;
+  if (const char* env = std::getenv("KILN_ONNX_TOOL"); env != nullptr && env[0] != '\0') {
+    tool = env;
+  } else {
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+      self[n] = '\0';
+      std::string dir(self);
+      tool = dir.substr(0, dir.find_last_of('/')) + "/kiln-onnx";
+    }
+  }
+  std::vector<char*> args = {tool.data()};
+  for (int i = first; i < argc; ++i) args.push_back(argv[i]);
+  args.push_back(nullptr);
+  execv(tool.c_str(), args.data());
+  std::cerr << "kiln: cannot run " << tool << " (kiln-onnx is built next to kiln; or set KILN_ONNX_TOOL)\n";
+  return kFailed;
+}
+
 // Runs the command in `args`; the exit code.
 int Dispatch(const Args& args) {
   const std::string& command = args.positional[0];
@@ -473,6 +507,19 @@ int Dispatch(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `kiln onnx ...` is local (the first positional argument decides), unless help is asked for.
+  bool help = false;
+  int onnx_at = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    help |= a == "--help" || a == "-h";
+    if (onnx_at == 0 && a.rfind("-", 0) != 0) {
+      if (a == "onnx") onnx_at = i;
+      if (a != "onnx") break;
+    }
+    if (a == "--address" || a == "--timeout-ms") ++i;
+  }
+  if (onnx_at != 0 && !help) return ExecOnnxTool(argc, argv, onnx_at + 1);
   Args args;
   if (std::string e = ParseArgs(argc, argv, &args); !e.empty()) return Usage(e);
   if (!args.help && !args.positional.empty() && args.positional[0] == "help") {

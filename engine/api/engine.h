@@ -16,6 +16,7 @@
 //   Engine::LoadBuiltin   a builtin architecture ("mnist_cnn", "mlp") with its weights from a
 //                         safetensors file (names and shapes checked against the architecture).
 //   Engine::CreateTrainer a training run of a builtin architecture under TinyJit (trainer.h).
+//   Engine::LoadOnnx / RunOnnx   ONNX models (onnx_model.h), run under the same trace cache.
 //   Engine::RunBuiltin    runs one batch through the model in eval mode under TinyJit: the engine's
 //                         TraceCache keys a trace by (model, input signature), so the first two
 //                         calls of a signature run and capture, later ones replay the captured
@@ -137,6 +138,8 @@ class BuiltinModel {
 std::vector<std::string> BuiltinArchitectures();
 
 class Engine;
+class OnnxModel;              // onnx_model.h
+struct NamedHostTensorView;   // onnx_model.h
 class Trainer;        // trainer.h
 struct TrainerSpec;   // trainer.h
 
@@ -198,6 +201,10 @@ class Engine {
                                                                   const std::string& weights_path);
   // `input`: float32, shape (N, *model.input_shape()) with N >= 1. Output "output" (N, *output_shape).
   absl::StatusOr<RunResult> RunBuiltin(const BuiltinModel& model, const HostTensorView& input);
+
+  // ONNX models (onnx_model.h): load model.onnx (external data beside it), run by input name.
+  absl::StatusOr<std::shared_ptr<const OnnxModel>> LoadOnnx(const std::string& path);
+  absl::StatusOr<RunResult> RunOnnx(const OnnxModel& model, absl::Span<const NamedHostTensorView> inputs);
 
   // A training run of a builtin architecture (trainer.h). INVALID_ARGUMENT names the bad field
   // (architecture, mlp_sizes, optimizer.*, init_weights).

@@ -397,6 +397,32 @@ class Tensor {
   // self == arange(num_classes) along a new last dim (bool).
   Tensor OneHot(int64_t num_classes) const;
 
+  // ---- more math (extra_ops.cc; compositions of the ops above, added for ONNX import) ----
+  // Division truncating toward zero (C): ints use CDIV (x / 0 is defined, never a trap); floats trunc(x / y).
+  Tensor TruncDiv(const Operand& y) const;
+  // IEEE division x / y (FDIV, correctly rounded; Div is x * (1/y)); ints are converted to the default float first.
+  Tensor TrueDiv(const Operand& y) const;
+  // Remainder with the dividend's sign (C fmod): ints CMOD, floats x - y * trunc(x / y).
+  Tensor Fmod(const Operand& y) const;
+  Tensor Erf() const;  // Abramowitz-Stegun 7.1.26 with a higher-order fit (|error| < 2e-7)
+  Tensor Atan() const;
+  Tensor Asin() const;
+  Tensor Acos() const;
+  Tensor Sinh() const;
+  Tensor Cosh() const;
+  Tensor Asinh() const;
+  Tensor Acosh() const;
+  Tensor Atanh() const;
+  Tensor IsNan() const;
+  Tensor IsInf(bool positive = true, bool negative = true) const;
+  // Inclusive (or exclusive) running sum / product along `axis`, optionally from the end. O(n^2) work along the
+  // axis (a pooled window per element), as tinygrad's small-axis cumsum.
+  Tensor CumSum(int64_t axis, bool exclusive = false, bool reverse = false) const;
+  Tensor CumProd(int64_t axis, bool exclusive = false, bool reverse = false) const;
+  // Lower / upper triangle of the last two dims (elements with col - row <= k / >= k kept, the rest 0).
+  Tensor Tril(int64_t k = 0) const;
+  Tensor Triu(int64_t k = 0) const;
+
   // ---- autograd (engine/tensor/gradient.cc; rules and semantics in engine/tensor/gradient.h) ----
   // Marks this tensor object as a parameter: Backward() fills its Grad(). Float dtypes only (else
   // this becomes an error tensor). Returns *this.

@@ -1,5 +1,8 @@
 #include "server/core/inference_server.h"
 
+#include "engine/api/onnx_model.h"
+#include "server/core/onnx_config.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -397,7 +400,8 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
   task->lane = version.device.empty() ? nullptr : FindLane(version.device);
   const bool runnable = task->lane != nullptr &&
                         ((version.config->platform() == kPlatformGraph && version.graph) ||
-                         (version.config->platform() == kPlatformBuiltin && version.builtin));
+                         (version.config->platform() == kPlatformBuiltin && version.builtin) ||
+                         (IsOnnxConfig(*version.config) && version.onnx));
   if (!runnable) {
     return absl::UnavailableError(absl::StrCat("platform ", version.config->platform(),
                                                " for model ", version.name,
@@ -472,9 +476,9 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
   task.obs.batch_size = times.batch_size;
   task.obs.queue_ns = times.queue_ns;
   absl::StatusOr<InferResponse> response =
-      version.builtin != nullptr
-          ? ExecuteBuiltin(lane, version, task.request, task.valid, &times, &task.obs)
-          : Execute(lane, version, task.request, task.valid, &times, &task.obs);
+      version.builtin != nullptr ? ExecuteBuiltin(lane, version, task.request, task.valid, &times, &task.obs)
+      : version.onnx != nullptr  ? ExecuteOnnx(lane, version, task.request, task.valid, &times, &task.obs)
+                                 : Execute(lane, version, task.request, task.valid, &times, &task.obs);
   task.obs.compute_infer_ns = times.compute_infer_ns;
   if (response.ok()) {
     version.stats->RecordSuccess(NanosSince(task.start), times);
@@ -648,6 +652,72 @@ absl::StatusOr<InferResponse> InferenceServer::Execute(Lane& lane, const ModelVe
     InferOutput out;
     out.name = config_output.name();
     out.datatype = std::string(DataTypeName(config_output.data_type()));
+    out.shape = std::move(found->shape);
+    out.raw = std::move(found->data);
+    response.outputs.push_back(std::move(out));
+  }
+  times->compute_output_ns = NanosSince(output_start);
+  return response;
+}
+
+// ONNX models: inputs by name, outputs by name (the config was completed from the graph, onnx_config.h).
+absl::StatusOr<InferResponse> InferenceServer::ExecuteOnnx(Lane& lane, const ModelVersion& version,
+                                                           const InferRequest& request, const ValidatedRequest& valid,
+                                                           ExecutionTimes* times, InferObservation* obs) {
+  const inference::ModelConfig& config = *version.config;
+  const auto input_start = std::chrono::steady_clock::now();
+  std::vector<api::NamedHostTensorView> views;
+  std::vector<std::string> packed;
+  packed.reserve(request.inputs.size());  // views point into these strings
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    const InferInput& in = request.inputs[i];
+    const auto& config_input = config.input(valid.inputs[i].config_index);
+    const std::string_view dtype = KilnDTypeName(config_input.data_type());
+    if (dtype.empty()) {
+      return absl::UnimplementedError(absl::StrCat("inputs[", i, "].datatype: ",
+                                                   std::string(DataTypeName(config_input.data_type())),
+                                                   " tensors are not supported for ONNX models"));
+    }
+    api::NamedHostTensorView v;
+    v.name = config_input.name();
+    v.view.dtype = std::string(dtype);
+    v.view.shape.assign(in.shape.begin(), in.shape.end());
+    if (request.raw_input_count > 0) {
+      v.view.data = in.raw;
+    } else {
+      absl::StatusOr<std::string> bytes = PackTypedContents(in, config_input.data_type());
+      if (!bytes.ok()) {
+        return absl::Status(bytes.status().code(),
+                            absl::StrCat("inputs[", i, "].contents: ", bytes.status().message()));
+      }
+      packed.push_back(*std::move(bytes));
+      v.view.data = packed.back();
+    }
+    views.push_back(std::move(v));
+  }
+  times->compute_input_ns = NanosSince(input_start);
+  absl::StatusOr<api::RunResult> run =
+      TimedRun(lane, [&] { return lane.engine->RunOnnx(*version.onnx, views); }, times, obs);
+  if (!run.ok()) return run.status();
+  if (observer_ != nullptr && run->jit_event != "replay") {
+    observer_->ObserveModelMemory({version.name, std::to_string(version.version), version.device,
+                                   version.onnx->device_bytes()});
+  }
+  const auto output_start = std::chrono::steady_clock::now();
+  InferResponse response = ResponseFor(version, request);
+  for (int index : valid.outputs) {
+    const auto& config_output = config.output(index);
+    api::HostTensor* found = nullptr;
+    for (api::HostTensor& t : run->outputs) {
+      if (t.name == config_output.name()) found = &t;
+    }
+    if (found == nullptr) {
+      return absl::InternalError(absl::StrCat("output ", config_output.name(), ": not produced by model.onnx"));
+    }
+    InferOutput out;
+    out.name = config_output.name();
+    std::optional<inference::DataType> type = DataTypeFromKiln(found->dtype);
+    out.datatype = std::string(DataTypeName(type.value_or(config_output.data_type())));
     out.shape = std::move(found->shape);
     out.raw = std::move(found->data);
     response.outputs.push_back(std::move(out));

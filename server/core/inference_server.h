@@ -195,6 +195,9 @@ class InferenceServer : private ModelPlacer {
   absl::StatusOr<InferResponse> Execute(Lane& lane, const ModelVersion& version,
                                         const InferRequest& request, const ValidatedRequest& valid,
                                         ExecutionTimes* times, InferObservation* obs);
+  absl::StatusOr<InferResponse> ExecuteOnnx(Lane& lane, const ModelVersion& version, const InferRequest& request,
+                                            const ValidatedRequest& valid, ExecutionTimes* times,
+                                            InferObservation* obs);
   absl::StatusOr<InferResponse> ExecuteBuiltin(Lane& lane, const ModelVersion& version,
                                                const InferRequest& request,
                                                const ValidatedRequest& valid, ExecutionTimes* times,

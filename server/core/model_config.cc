@@ -121,13 +121,15 @@ absl::Status NormalizeModelConfig(std::string_view model_name, inference::ModelC
                                                    "' differs from the model folder '",
                                                    std::string(model_name), "'"));
   }
+  if (config->backend() == "onnxruntime" && config->platform().empty()) config->set_platform("onnxruntime_onnx");
   const std::string& platform = config->platform();
   if (platform.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("config platform: required (one of ", std::string(kPlatformGraph), ", ",
                      std::string(kPlatformBuiltin), ", ", std::string(kPlatformOnnx), ")"));
   }
-  if (platform != kPlatformGraph && platform != kPlatformBuiltin && platform != kPlatformOnnx) {
+  if (platform != kPlatformGraph && platform != kPlatformBuiltin && platform != kPlatformOnnx &&
+      platform != "onnxruntime_onnx") {
     return absl::InvalidArgumentError(absl::StrCat("config platform: unknown platform '", platform,
                                                    "' (kiln serves ", std::string(kPlatformGraph),
                                                    ", ", std::string(kPlatformBuiltin), ", ",

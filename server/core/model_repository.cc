@@ -14,6 +14,7 @@
 #include "server/core/limits.h"
 #include "server/core/model_artifact.h"
 #include "server/core/model_config.h"
+#include "server/core/onnx_config.h"
 #include "spdlog/spdlog.h"
 
 namespace kiln::server {
@@ -200,11 +201,20 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
   if (config_override.has_value()) {
     config = std::move(*config_override);
   } else {
-    absl::StatusOr<std::string> text = ReadConfigFile(model_dir / "config.pbtxt");
-    if (!text.ok()) return text.status();
-    absl::StatusOr<inference::ModelConfig> parsed = ParseModelConfigText(*text);
-    if (!parsed.ok()) return parsed.status();
-    config = std::move(*parsed);
+    std::error_code ec;
+    if (!std::filesystem::exists(model_dir / "config.pbtxt", ec) && HasOnnxVersion(model_dir)) {
+      config.set_platform(std::string(kPlatformOnnxruntime));  // no config: completed from model.onnx below
+      config.set_backend(std::string(kBackendOnnxruntime));
+    } else {
+      absl::StatusOr<std::string> text = ReadConfigFile(model_dir / "config.pbtxt");
+      if (!text.ok()) return text.status();
+      absl::StatusOr<inference::ModelConfig> parsed = ParseModelConfigText(*text);
+      if (!parsed.ok()) return parsed.status();
+      config = std::move(*parsed);
+    }
+  }
+  if (IsOnnxConfig(config)) {
+    if (absl::Status s = CompleteOnnxConfig(model_dir, &config); !s.ok()) return s;
   }
   if (absl::Status s = NormalizeModelConfig(name, &config); !s.ok()) return s;
   ModelPlacer::Placement placement;
@@ -255,6 +265,16 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
         status = b.status();
       }
     }
+    std::shared_ptr<const api::OnnxModel> onnx;
+    if (status.ok() && engine != nullptr && IsOnnxConfig(*shared_config)) {
+      absl::StatusOr<std::shared_ptr<const api::OnnxModel>> o =
+          engine->LoadOnnx((model_dir / std::to_string(v) / DefaultModelFilename(*shared_config)).string());
+      if (o.ok()) {
+        onnx = *std::move(o);
+      } else {
+        status = o.status();
+      }
+    }
     if (status.ok() && engine != nullptr && shared_config->platform() == kPlatformGraph) {
       absl::StatusOr<std::shared_ptr<const api::PreparedGraph>> p =
           PrepareGraphModel(*engine, *shared_config, graph);
@@ -279,6 +299,7 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     model->device = placement.device;
     model->graph = std::move(prepared);
     model->builtin = std::move(builtin);
+    model->onnx = std::move(onnx);
     slot.state = ModelState::kReady;
     slot.model = std::move(model);
   }

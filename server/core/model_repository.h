@@ -51,6 +51,8 @@ struct ModelVersion {
   std::shared_ptr<const api::PreparedGraph> graph;
   // kiln_builtin: the architecture with its weights, loaded by the engine (null without an engine).
   std::shared_ptr<const api::BuiltinModel> builtin;
+  // ONNX (onnx_config.h): the model loaded by the engine (null without an engine).
+  std::shared_ptr<const api::OnnxModel> onnx;
   // Requests of this version waiting for execution (bounded by InferenceServer).
   std::shared_ptr<std::atomic<int64_t>> pending = std::make_shared<std::atomic<int64_t>>(0);
   // Engine time per batch item of the version's latest successful run (0 = none yet); how

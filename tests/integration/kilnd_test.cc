@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kiln/v1/graph.pb.h"
+#include "onnx/onnx-ml.pb.h"
 #include "tests/integration/kilnd_harness.h"
 
 namespace kiln::testing {
@@ -390,7 +391,23 @@ TEST(KilndRepositoryTest, BrokenModelsAndVersionPolicies) {
   WriteFile(repo.path() / "bad_platform" / "config.pbtxt",
             "platform: \"kiln_onnx\"\ninput [{name: \"x\" data_type: TYPE_FP32 dims: [1]}]\n"
             "output [{name: \"y\" data_type: TYPE_FP32 dims: [1]}]\n");
-  WriteFile(repo.path() / "bad_platform" / "1" / "model.onnx", "onnx bytes");
+  {  // a real ONNX model (y = Identity(x)): kilnd loads model.onnx through engine/onnx at load time
+    ::onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(17);
+    auto* g = m.mutable_graph();
+    for (const char* io : {"x", "y"}) {
+      auto* vi = std::string(io) == "x" ? g->add_input() : g->add_output();
+      vi->set_name(io);
+      vi->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+      vi->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+    }
+    auto* n = g->add_node();
+    n->set_op_type("Identity");
+    n->add_input("x");
+    n->add_output("y");
+    WriteFile(repo.path() / "bad_platform" / "1" / "model.onnx", m.SerializeAsString());
+  }
   load.clear_parameters();
   load.set_model_name("bad_platform");
   EXPECT_TRUE(stub->RepositoryModelLoad(Context().get(), load, &load_resp).ok());

@@ -18,6 +18,8 @@ Rules (the table below is the single place to change them):
     through engine/api; grpc/rest may include server/core and server/metrics; main may include
     every server folder.
   * clients/ never include engine/, backends/ or server/.
+  * tools/ (local programs such as kiln-onnx, which `kiln` execs) may include engine/, backends/register_all.h and
+    clients/cpp/npy.h; never server/.
   * <llvm/...> and <llvm-c/...> only in backends/cpu; <CL/...> only in backends/opencl;
     <cuda.h>, <cuda_runtime*.h>, <nvrtc.h> only in backends/cuda.
   * a folder under engine/ that is not in the table is an error (add it here and to DESIGN.md).
@@ -51,8 +53,8 @@ SYSTEM_HEADER_OWNERS = [  # (regex on the <...> include, the only folder allowed
     (re.compile(r"^CL/"), "backends/opencl"),
     (re.compile(r"^(cuda\.h|cuda_runtime.*\.h|nvrtc\.h)$"), "backends/cuda"),
 ]
-TOP_FOLDERS = ("engine", "backends", "server", "clients", "proto")
-SCANNED = ("engine", "backends", "server", "clients")
+TOP_FOLDERS = ("engine", "backends", "server", "clients", "proto", "tools")
+SCANNED = ("engine", "backends", "server", "clients", "tools")
 EXTENSIONS = (".h", ".hh", ".hpp", ".cc", ".cpp", ".inc", ".def")
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
@@ -120,8 +122,17 @@ def check_include(src_parts: list[str], target: str) -> str | None:
         return None  # proto/
 
     if top == "clients":
-        if ttop in ("engine", "backends", "server"):
+        if ttop in ("engine", "backends", "server", "tools"):
             return f"clients/ includes {target}: clients talk to kilnd over the wire only"
+        return None
+
+    if top == "tools":
+        if ttop == "server":
+            return f"tools/ includes {target}: tools never include server/"
+        if ttop == "backends" and target != "backends/register_all.h":
+            return f"tools/ includes {target}: tools reach the backends only through backends/register_all.h"
+        if ttop == "clients" and target != "clients/cpp/npy.h":
+            return f"tools/ includes {target}: of clients/, tools include only clients/cpp/npy.h"
         return None
     return None
 

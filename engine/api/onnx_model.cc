@@ -1,0 +1,281 @@
+// ONNX models on the engine: see onnx_model.h.
+#include "engine/api/onnx_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/api/decode.h"
+#include "engine/api/engine_state.h"
+#include "engine/base/sha256.h"
+#include "engine/base/status.h"
+#include "engine/onnx/model.h"
+#include "engine/onnx/runner.h"
+#include "engine/realize/realize.h"
+#include "engine/runtime/buffer.h"
+
+namespace kiln::api {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+OnnxTensorInfo Info(const onnx::ValueInfo& vi) {
+  OnnxTensorInfo t;
+  t.name = vi.name;
+  t.dtype = vi.onnx_type == 0 ? "" : WireDTypeName(vi.dtype);
+  t.has_shape = vi.has_shape;
+  t.dims = vi.dims;
+  t.dim_params = vi.dim_params;
+  return t;
+}
+
+OnnxSignature SignatureOf(const onnx::Model& m) {
+  OnnxSignature s;
+  for (const auto& vi : m.graph->inputs) s.inputs.push_back(Info(vi));
+  for (const auto& vi : m.graph->outputs) s.outputs.push_back(Info(vi));
+  return s;
+}
+
+// A device tensor for an output value (host values are uploaded so the JIT returns buffers).
+absl::StatusOr<Tensor> OutputTensor(const onnx::Value& v, const std::string& device) {
+  if (!v.is_tensor()) return absl::InvalidArgumentError("an output is not a tensor (sequences are not served)");
+  if (v.has_tensor()) return v.tensor;
+  if (v.host) {
+    Tensor t = Tensor::FromHost(v.host->bytes.data(), v.host->dtype, v.host->shape, device);
+    if (!t.ok()) return t.status();
+    return t;
+  }
+  return absl::InternalError("an output has no value");
+}
+
+}  // namespace
+
+struct OnnxModel::Impl {
+  std::shared_ptr<const onnx::Model> model;
+  OnnxSignature signature;
+  std::string device;
+  std::string trace_key;  // "onnx/<id>"
+  jit::TraceCache* traces = nullptr;
+  onnx::WeightCache weights;
+  jit::JitFunction fn;
+  // Set by RunOnnx (under the engine's run_mu) for the trace function: this call's host inputs.
+  const std::vector<onnx::HostArrayPtr>* current = nullptr;
+  absl::Mutex mu;
+  std::vector<int> value_inputs ABSL_GUARDED_BY(mu);  // learned from traces: inputs whose values shape the graph
+  bool eager ABSL_GUARDED_BY(mu) = false;             // the graph needs device reads: no JIT
+  std::vector<int> last_value_inputs;                 // of the latest trace call
+};
+
+OnnxModel::OnnxModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+OnnxModel::~OnnxModel() {
+  if (impl_->traces != nullptr) impl_->traces->Erase(impl_->trace_key);
+}
+const OnnxSignature& OnnxModel::signature() const { return impl_->signature; }
+const std::string& OnnxModel::device() const { return impl_->device; }
+
+uint64_t OnnxModel::device_bytes() const {
+  std::vector<const runtime::Buffer*> buffers;
+  std::vector<Tensor> ts;
+  impl_->weights.CollectTensors(&ts);
+  runtime::BufferTable& table = runtime::BufferTable::Global();
+  for (const Tensor& t : ts) {
+    const UOp* u = t.uop().get();
+    while (u != nullptr && IsMovement(u->op())) u = u->src(0).get();
+    if (u == nullptr || u->op() != Op::BUFFER) continue;
+    if (std::shared_ptr<runtime::Buffer> b = table.Lookup(u)) buffers.push_back(b.get());
+  }
+  if (impl_->traces != nullptr) impl_->traces->CollectBuffers(impl_->trace_key, &buffers);
+  std::sort(buffers.begin(), buffers.end());
+  buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
+  uint64_t bytes = 0;
+  for (const runtime::Buffer* b : buffers) bytes += b->nbytes();
+  return bytes;
+}
+
+absl::StatusOr<OnnxSignature> InspectOnnx(const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<const onnx::Model> m, onnx::LoadModel(path));
+  return SignatureOf(*m);
+}
+
+absl::StatusOr<std::shared_ptr<const OnnxModel>> Engine::LoadOnnx(const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<const onnx::Model> m, onnx::LoadModel(path));
+  auto impl = std::make_unique<OnnxModel::Impl>();
+  impl->model = m;
+  impl->signature = SignatureOf(*m);
+  impl->device = state_->device;
+  {
+    absl::MutexLock l(&state_->mu);
+    impl->trace_key = absl::StrCat("onnx/", state_->next_builtin_id++);
+  }
+  impl->traces = &state_->traces;
+  OnnxModel::Impl* raw = impl.get();
+  impl->fn = [raw](const jit::JitArgs& args) -> absl::StatusOr<std::vector<Tensor>> {
+    const auto& g = *raw->model->graph;
+    std::map<std::string, onnx::Value> feeds;
+    for (size_t i = 0; i < g.inputs.size() && i < args.positional.size(); ++i) {
+      onnx::Value v = onnx::Value::Of(args.positional[i]);
+      if (raw->current != nullptr) v.host = (*raw->current)[i];
+      feeds[g.inputs[i].name] = std::move(v);
+    }
+    onnx::RunOptions opts;
+    opts.device = raw->device;
+    opts.allow_device_reads = false;
+    opts.weights = &raw->weights;
+    KILN_ASSIGN_OR_RETURN(onnx::RunResult r, onnx::Run(*raw->model, feeds, opts));
+    raw->last_value_inputs = r.value_inputs;
+    std::vector<Tensor> outs;
+    for (const onnx::Value& v : r.outputs) {
+      KILN_ASSIGN_OR_RETURN(Tensor t, OutputTensor(v, raw->device));
+      outs.push_back(std::move(t));
+    }
+    return outs;
+  };
+  return std::make_shared<const OnnxModel>(std::move(impl));
+}
+
+absl::StatusOr<RunResult> Engine::RunOnnx(const OnnxModel& model, absl::Span<const NamedHostTensorView> inputs) {
+  const auto t0 = Clock::now();
+  OnnxModel::Impl& m = model.impl();
+  const auto& g = *m.model->graph;
+  // Inputs in graph order, checked (dtype, byte size); onnx::Run checks ranks and declared dims.
+  std::vector<onnx::HostArrayPtr> hosts(g.inputs.size());
+  for (const NamedHostTensorView& in : inputs) {
+    size_t i = 0;
+    while (i < g.inputs.size() && g.inputs[i].name != in.name) ++i;
+    if (i == g.inputs.size()) return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': not an input of the model"));
+    if (hosts[i]) return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': given twice"));
+    std::optional<DType> dt = ParseWireDType(in.view.dtype);
+    if (!dt) return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': unknown dtype ", in.view.dtype));
+    onnx::HostArray a;
+    a.dtype = *dt;
+    for (int64_t d : in.view.shape) a.shape.push_back(d);
+    absl::StatusOr<int64_t> n = onnx::CheckedNumel(a.shape, onnx::kMaxElements);
+    if (!n.ok()) return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': ", n.status().message()));
+    if (static_cast<int64_t>(in.view.data.size()) != *n * dt->ItemSize()) {
+      return absl::InvalidArgumentError(absl::StrCat("input '", in.name, "': ", in.view.data.size(),
+                                                     " bytes, the shape needs ", *n * dt->ItemSize()));
+    }
+    a.bytes.assign(in.view.data.begin(), in.view.data.end());
+    hosts[i] = std::make_shared<const onnx::HostArray>(std::move(a));
+  }
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    if (!hosts[i]) return absl::InvalidArgumentError(absl::StrCat("input '", g.inputs[i].name, "' is missing"));
+  }
+
+  RunResult result;
+  std::vector<onnx::Value> values;  // eager outputs
+  std::vector<Tensor> tensors;      // traced outputs
+  {
+    absl::MutexLock run_lock(&state_->run_mu);
+    bool eager;
+    std::vector<int> value_inputs;
+    {
+      absl::MutexLock l(&m.mu);
+      eager = m.eager;
+      value_inputs = m.value_inputs;
+    }
+    auto run_eager = [&]() -> absl::Status {
+      std::map<std::string, onnx::Value> feeds;
+      for (size_t i = 0; i < g.inputs.size(); ++i) {
+        onnx::Value v;
+        v.kind = onnx::Value::Kind::kTensor;
+        v.host = hosts[i];
+        feeds[g.inputs[i].name] = std::move(v);
+      }
+      onnx::RunOptions opts;
+      opts.device = m.device;
+      opts.weights = &m.weights;
+      KILN_ASSIGN_OR_RETURN(onnx::RunResult r, onnx::Run(*m.model, feeds, opts));
+      values = std::move(r.outputs);
+      result.jit_event = "";
+      return absl::OkStatus();
+    };
+    if (eager) {
+      KILN_RETURN_IF_ERROR(run_eager());
+    } else {
+      jit::JitArgs args;
+      for (size_t i = 0; i < g.inputs.size(); ++i) {
+        const onnx::HostArray& a = *hosts[i];
+        Tensor t = Tensor::FromHost(a.bytes.data(), a.dtype, a.shape, m.device);
+        if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("input '", g.inputs[i].name, "': ", t.status().message()));
+        args.positional.push_back(std::move(t));
+      }
+      // Inputs whose values shape the graph key the trace by their contents.
+      std::string key = m.trace_key;
+      for (int vi : value_inputs) {
+        const onnx::HostArray& a = *hosts[vi];
+        absl::StrAppend(&key, "|v", vi, "=", DigestHex(Sha256Of(std::string_view(reinterpret_cast<const char*>(a.bytes.data()), a.bytes.size()))));
+      }
+      m.current = &hosts;
+      jit::TraceRunInfo info;
+      absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(key, args, m.fn, &info);
+      m.current = nullptr;
+      if (!out.ok()) {
+        const std::string msg(out.status().message());
+        if (absl::IsInvalidArgument(out.status()) && msg.find("JIT trace cannot capture") == std::string::npos) {
+          return out.status();  // a model or input error
+        }
+        // The graph cannot be traced (data-dependent shapes, nothing to capture): run eagerly from now on.
+        state_->traces.Erase(key);
+        {
+          absl::MutexLock l(&m.mu);
+          m.eager = true;
+        }
+        KILN_RETURN_IF_ERROR(run_eager());
+      } else {
+        if (!m.last_value_inputs.empty() && value_inputs != m.last_value_inputs) {
+          // This trace baked in input values under a key without them: drop it; later runs key by the values.
+          state_->traces.Erase(key);
+          absl::MutexLock l(&m.mu);
+          m.value_inputs = m.last_value_inputs;
+        }
+        tensors = *std::move(out);
+        result.jit_hit = info.hit;
+        result.jit_event = info.call == 0 ? "run" : info.call == 1 ? "capture" : "replay";
+        if (info.call >= 1) {
+          for (const std::string& name : info.plan_kernels) {
+            if (name != "copy") result.kernels.push_back({name, m.device, 0, /*timed=*/false});
+          }
+        }
+      }
+    }
+    if (result.jit_event == "run" || result.jit_event.empty()) {
+      const RealizeStats& st = LastRealizeStats();
+      for (const KernelLaunch& k : st.launches) {
+        result.kernels.push_back({k.name, k.device, static_cast<uint64_t>(k.seconds * 1e9)});
+      }
+      result.kernels_compiled = st.compiled;
+      result.compile_ns = static_cast<uint64_t>(st.compile_seconds * 1e9);
+    }
+    for (size_t i = 0; i < g.outputs.size(); ++i) {
+      HostTensor host;
+      host.name = g.outputs[i].name;
+      if (!values.empty()) {
+        KILN_ASSIGN_OR_RETURN(onnx::HostArrayPtr h, onnx::ValueToHost(values[i]));
+        host.dtype = WireDTypeName(h->dtype);
+        host.shape.assign(h->shape.begin(), h->shape.end());
+        host.data.assign(h->bytes.begin(), h->bytes.end());
+      } else {
+        const Tensor& t = tensors.at(i);
+        host.dtype = WireDTypeName(t.dtype());
+        host.shape.assign(t.shape().begin(), t.shape().end());
+        host.data.resize(static_cast<size_t>(t.numel() * t.dtype().ItemSize()));
+        if (!host.data.empty()) {
+          if (absl::Status st = t.CopyToHost(host.data.data(), host.data.size()); !st.ok()) {
+            return absl::InternalError(absl::StrCat("output '", host.name, "': ", st.message()));
+          }
+        }
+      }
+      result.outputs.push_back(std::move(host));
+    }
+  }
+  result.total_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+  state_->RecordRun(result);
+  return result;
+}
+
+}  // namespace kiln::api

