@@ -464,7 +464,10 @@ def test_bad_input_table(strict):
             message = json.loads(body)["error"]
             for w in words:
                 assert w in message, (name, message[:300])
-        assert elapsed < 0.1, (name, elapsed)
+        # Answered at once, not after a read timeout (5 s) or the whole body: quietly each case
+        # takes well under 100 ms, but two CTests sharing two cores stretch that, so the bound
+        # only separates "answered" from "waited for a timeout".
+        assert elapsed < 1.0, (name, elapsed)
         healthy(strict.http_port)
 
 
