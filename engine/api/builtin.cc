@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/api/engine.h"
 #include "engine/api/engine_state.h"
+#include "engine/api/guard.h"
 #include "engine/base/status.h"
 #include "engine/nn/models.h"
 #include "engine/nn/module.h"
@@ -119,6 +120,7 @@ std::vector<std::string> BuiltinArchitectures() {
 
 absl::StatusOr<std::shared_ptr<const BuiltinModel>> Engine::LoadBuiltin(
     const std::string& architecture, const std::string& weights_path) {
+  return GuardEngineCall("Engine::LoadBuiltin", [&]() -> absl::StatusOr<std::shared_ptr<const BuiltinModel>> {
   const std::vector<std::string> known = BuiltinArchitectures();
   if (std::find(known.begin(), known.end(), architecture) == known.end()) {
     return absl::InvalidArgumentError(absl::StrCat("architecture: unknown '",
@@ -165,10 +167,12 @@ absl::StatusOr<std::shared_ptr<const BuiltinModel>> Engine::LoadBuiltin(
   }
   impl->traces = &state_->traces;
   return std::make_shared<const BuiltinModel>(std::move(impl));
+  });
 }
 
-absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model,
-                                             const HostTensorView& input) {
+absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model, const HostTensorView& input,
+                                             const RunOptions& options) {
+  return GuardEngineCall("Engine::RunBuiltin", [&]() -> absl::StatusOr<RunResult> {
   const auto t0 = Clock::now();
   const BuiltinModel::Impl& m = model.impl();
   if (input.dtype != m.dtype) {
@@ -191,20 +195,28 @@ absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model,
   }
   int64_t out_numel = batch;
   for (int64_t d : m.output_shape) out_numel *= d;
+  KILN_RETURN_IF_ERROR(CheckRunAdmission(options, in_numel * 4, out_numel * 4));
+  int64_t host_bytes = 0;
+  for (int c = 0; c < options.limits.output_copies; ++c) host_bytes += out_numel * 4;
+  const RunControl control = ToRunControl(options, host_bytes);
 
   RunResult result;
   {
     absl::MutexLock run_lock(&state_->run_mu);
+    ScopedRunControl scope(control);
     Tensor x = Tensor::FromHost(input.data.data(), dtypes::kFloat32, input.shape, state_->device);
     if (!x.ok()) return absl::InternalError(absl::StrCat("input: ", x.status().message()));
     jit::JitArgs args;
     args.positional.push_back(std::move(x));
     jit::TraceRunInfo info;
     absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(m.trace_key, args, m.fn, &info);
-    if (!out.ok() || out->size() != 1) {
-      return absl::InternalError(absl::StrCat(
-          "run: ", out.ok() ? "the model returned no single output" : out.status().message()));
+    if (!out.ok()) {
+      const absl::StatusCode code = out.status().code();
+      const bool keep = code == absl::StatusCode::kResourceExhausted || code == absl::StatusCode::kDeadlineExceeded ||
+                        code == absl::StatusCode::kCancelled;
+      return absl::Status(keep ? code : absl::StatusCode::kInternal, absl::StrCat("run: ", out.status().message()));
     }
+    if (out->size() != 1) return absl::InternalError("run: the model returned no single output");
     result.jit_hit = info.hit;
     if (info.call == 0) {
       result.jit_event = "run";
@@ -236,6 +248,7 @@ absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model,
   result.total_ns = NanosSince(t0);
   state_->RecordRun(result);
   return result;
+  });
 }
 
 }  // namespace kiln::api

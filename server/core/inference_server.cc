@@ -6,9 +6,13 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "server/core/datatype.h"
+#include "server/core/failpoint.h"
+#include "server/core/guard.h"
 #include "server/core/model_artifact.h"
 #include "server/core/model_config.h"
 #include "server/core/placement.h"
@@ -74,15 +78,40 @@ absl::StatusOr<std::string> PackTypedContents(const InferInput& in, inference::D
   }
 }
 
+// The options of every device's engine ("" = the engine's default device).
+api::EngineOptions EngineOptionsFor(const ServerOptions& options, const std::string& device) {
+  api::EngineOptions e;
+  e.device = device;
+  e.limits.max_nodes = kMaxGraphNodes;
+  e.limits.max_inputs = kMaxGraphInputs;
+  e.limits.max_outputs = kMaxGraphOutputs;
+  e.prepared_cache_bytes = options.prepared_cache_bytes;
+  e.jit_cache_bytes = options.jit_cache_bytes;
+  return e;
+}
+
 }  // namespace
 
 InferenceServer::InferenceServer(ServerOptions options, std::string default_device,
                                  std::unique_ptr<api::Engine> default_engine)
     : options_(std::move(options)),
       default_device_(std::move(default_device)),
+      memory_budget_(options_.global_memory_bytes > 0
+                         ? std::make_unique<api::MemoryBudget>(options_.global_memory_bytes)
+                         : nullptr),
+      policy_([this] {
+        RunPolicy p = options_.run;
+        p.memory_budget = memory_budget_.get();
+        return p;
+      }()),
       default_engine_(default_engine.get()),
-      graphs_(default_engine.get()),
-      repository_(options_.model_repository, this) {
+      graphs_(default_engine.get(), &policy_,
+              [this](const std::string& device) -> absl::StatusOr<api::Engine*> {
+                absl::StatusOr<Lane*> lane = LaneFor(device);
+                if (!lane.ok()) return lane.status();
+                return (*lane)->engine.get();
+              }),
+      repository_(options_.model_repository, this, options_.repository_follow_links) {
   if (default_engine != nullptr) {
     absl::MutexLock lock(&lanes_mu_);
     StartLane(default_device_, std::move(default_engine));
@@ -114,10 +143,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Create(ServerO
     }
     default_device = *std::move(canonical);
   }
-  api::EngineOptions engine_options;
-  engine_options.device = options.device.empty() ? "" : default_device;
-  engine_options.limits.max_nodes = kMaxGraphNodes;
-  absl::StatusOr<std::unique_ptr<api::Engine>> engine = api::Engine::Create(engine_options);
+  absl::StatusOr<std::unique_ptr<api::Engine>> engine =
+      api::Engine::Create(EngineOptionsFor(options, options.device.empty() ? "" : default_device));
   if (engine.ok()) {
     default_device = (*engine)->device();
   } else {
@@ -153,10 +180,8 @@ absl::StatusOr<InferenceServer::Lane*> InferenceServer::LaneFor(const std::strin
   absl::MutexLock lock(&lanes_mu_);
   if (auto it = lanes_.find(device); it != lanes_.end()) return it->second.get();
   // Engine creation (a device context) is rare; it runs under lanes_mu_ so one device gets one.
-  api::EngineOptions engine_options;
-  engine_options.device = device;
-  engine_options.limits.max_nodes = kMaxGraphNodes;
-  absl::StatusOr<std::unique_ptr<api::Engine>> engine = api::Engine::Create(engine_options);
+  absl::StatusOr<std::unique_ptr<api::Engine>> engine =
+      api::Engine::Create(EngineOptionsFor(options_, device));
   if (!engine.ok()) return engine.status();
   spdlog::info("device {}: engine and executor started", device);
   return StartLane(device, *std::move(engine));
@@ -251,14 +276,17 @@ absl::StatusOr<std::shared_ptr<const ModelVersion>> InferenceServer::Resolve(
 
 absl::StatusOr<bool> InferenceServer::ModelReady(const std::string& name,
                                                  const std::string& version) const {
-  auto model = Resolve(name, version);
-  if (model.ok()) return Ready();
-  if (absl::IsInvalidArgument(model.status())) return model.status();
-  return false;
+  return Guard("ModelReady", [&]() -> absl::StatusOr<bool> {
+    auto model = Resolve(name, version);
+    if (model.ok()) return Ready();
+    if (absl::IsInvalidArgument(model.status())) return model.status();
+    return false;
+  });
 }
 
 absl::StatusOr<ModelMetadata> InferenceServer::GetModelMetadata(const std::string& name,
                                                                 const std::string& version) const {
+  return Guard("ModelMetadata", [&]() -> absl::StatusOr<ModelMetadata> {
   absl::StatusOr<std::shared_ptr<const ModelVersion>> model = Resolve(name, version);
   if (!model.ok()) return model.status();
   const inference::ModelConfig& config = *(*model)->config;
@@ -276,6 +304,7 @@ absl::StatusOr<ModelMetadata> InferenceServer::GetModelMetadata(const std::strin
   for (const auto& in : config.input()) m.inputs.push_back(ToMetadata(in, batching));
   for (const auto& out : config.output()) m.outputs.push_back(ToMetadata(out, batching));
   return m;
+  });
 }
 
 absl::StatusOr<std::shared_ptr<const inference::ModelConfig>> InferenceServer::GetModelConfig(
@@ -290,6 +319,10 @@ std::vector<RepositoryIndexEntry> InferenceServer::RepositoryIndex(bool ready_on
 }
 
 absl::Status InferenceServer::LoadModel(const std::string& name, const LoadOptions& options) {
+  return Guard("RepositoryModelLoad", [&]() -> absl::Status { return LoadModelUnguarded(name, options); });
+}
+
+absl::Status InferenceServer::LoadModelUnguarded(const std::string& name, const LoadOptions& options) {
   if (!Ready()) return absl::UnavailableError("the server is shutting down");
   if (options.has_file_overrides) {
     return absl::InvalidArgumentError(
@@ -307,14 +340,17 @@ absl::Status InferenceServer::LoadModel(const std::string& name, const LoadOptio
 }
 
 absl::Status InferenceServer::UnloadModel(const std::string& name) {
-  if (!Ready()) return absl::UnavailableError("the server is shutting down");
-  absl::Status status = repository_.Unload(name);
-  PublishModels();
-  return status;
+  return Guard("RepositoryModelUnload", [&]() -> absl::Status {
+    if (!Ready()) return absl::UnavailableError("the server is shutting down");
+    absl::Status status = repository_.Unload(name);
+    PublishModels();
+    return status;
+  });
 }
 
 absl::StatusOr<std::vector<ModelStatsEntry>> InferenceServer::Statistics(
     const std::string& name, const std::string& version) const {
+  return Guard("ModelStatistics", [&]() -> absl::StatusOr<std::vector<ModelStatsEntry>> {
   std::vector<std::shared_ptr<const ModelVersion>> models;
   if (name.empty()) {
     models = repository_.AllReady();
@@ -333,6 +369,7 @@ absl::StatusOr<std::vector<ModelStatsEntry>> InferenceServer::Statistics(
     out.push_back({m->name, std::to_string(m->version), m->stats->Snapshot()});
   }
   return out;
+  });
 }
 
 absl::StatusOr<InferResponse> InferenceServer::Infer(const InferRequest& request) {
@@ -351,7 +388,7 @@ void InferenceServer::InferAsync(const InferRequest& request, InferCallback done
   task.start = std::chrono::steady_clock::now();
   task.done = std::move(done);
   task.obs.protocol = request.protocol;
-  absl::Status admitted = Admit(request, &task);
+  absl::Status admitted = Guard("ModelInfer", [&] { return Admit(request, &task); });
   if (!admitted.ok()) {
     Finish(task, admitted);
     return;
@@ -403,6 +440,7 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
                                                " for model ", version.name,
                                                " is not available in this build"));
   }
+  task->request = request;  // before the pending count: nothing below may fail
   const uint32_t configured =
       version.config->dynamic_batching().default_queue_policy().max_queue_size();
   const int64_t limit = configured > 0 ? configured : options_.max_queue_size;
@@ -414,7 +452,6 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
         ": the queue is full (max_queue_size ", limit, " requests waiting); retry later"));
   }
   if (observer_ != nullptr) observer_->ObservePending(task->obs.model, task->obs.version, +1);
-  task->request = request;
   task->valid = *std::move(valid);
   return absl::OkStatus();
 }
@@ -428,7 +465,7 @@ void InferenceServer::Finish(Task& task, absl::StatusOr<InferResponse> response)
     observer_->ObserveInfer(task.obs);
   }
   InferCallback done = std::move(task.done);
-  done(std::move(response));
+  GuardVoid("ModelInfer (answer)", [&] { done(std::move(response)); });
 }
 
 void InferenceServer::ExecutorLoop(Lane* lane) {
@@ -451,7 +488,7 @@ void InferenceServer::ExecutorLoop(Lane* lane) {
 }
 
 void InferenceServer::RunTask(Task& task) {
-  absl::StatusOr<InferResponse> response = ExecuteTask(task);
+  absl::StatusOr<InferResponse> response = Guard("ModelInfer", [&] { return ExecuteTask(task); });
   {
     absl::MutexLock lock(&task.lane->mu);
     // Before answering: the device is free for the next request (the executor takes over anything
@@ -471,10 +508,19 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
   times.queue_ns = NanosSince(task.admitted);
   task.obs.batch_size = times.batch_size;
   task.obs.queue_ns = times.queue_ns;
+  KILN_FAILPOINT("infer.execute");
+  const api::RunOptions run_options = policy_.For(task.request.deadline, task.request.cancellation);
+  if (task.request.cancellation != nullptr && task.request.cancellation->cancelled()) {
+    return absl::CancelledError("the request was cancelled while it waited in the queue");
+  }
+  if (absl::Now() >= run_options.deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the request's deadline passed while it waited in the queue (", times.queue_ns / 1000, " us)"));
+  }
   absl::StatusOr<InferResponse> response =
       version.builtin != nullptr
-          ? ExecuteBuiltin(lane, version, task.request, task.valid, &times, &task.obs)
-          : Execute(lane, version, task.request, task.valid, &times, &task.obs);
+          ? ExecuteBuiltin(lane, version, task.request, task.valid, run_options, &times, &task.obs)
+          : Execute(lane, version, task.request, task.valid, run_options, &times, &task.obs);
   task.obs.compute_infer_ns = times.compute_infer_ns;
   if (response.ok()) {
     version.stats->RecordSuccess(NanosSince(task.start), times);
@@ -493,7 +539,9 @@ void InferenceServer::ObserveRun(Lane& lane, const api::RunResult& run) {
   o.kernels_compiled = run.kernels_compiled;
   o.jit = !run.jit_event.empty();
   o.jit_hit = run.jit_hit;
-  const int64_t evictions = lane.engine->stats().jit_evictions;
+  o.engine = lane.engine->stats();
+  o.device = lane.device;
+  const int64_t evictions = o.engine.jit_evictions;
   o.jit_evictions = std::max<int64_t>(0, evictions - lane.seen_jit_evictions.exchange(evictions));
   o.device_memory = lane.engine->DeviceMemory();
   observer_->ObserveEngineRun(o);
@@ -523,11 +571,19 @@ InferResponse InferenceServer::ResponseFor(const ModelVersion& version, const In
 
 absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(
     Lane& lane, const ModelVersion& version, const InferRequest& request,
-    const ValidatedRequest& valid, ExecutionTimes* times, InferObservation* obs) {
+    const ValidatedRequest& valid, const api::RunOptions& run_options, ExecutionTimes* times,
+    InferObservation* obs) {
   const inference::ModelConfig& config = *version.config;
   const auto input_start = std::chrono::steady_clock::now();
-  // Validation matched the one input against the config (FP32, dims, batch, byte size).
-  const InferInput& in = request.inputs.at(0);
+  // An architecture takes exactly its one input; validation matched it against the config (FP32,
+  // dims, batch, byte size). Load refuses `optional` inputs, and this holds whatever the config.
+  if (request.inputs.size() != 1 || valid.inputs.size() != 1 || config.input_size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inputs: model '", version.name, "' (platform kiln_builtin) takes exactly one input '",
+        config.input_size() > 0 ? config.input(0).name() : std::string(), "', got ",
+        request.inputs.size()));
+  }
+  const InferInput& in = request.inputs[0];
   api::HostTensorView view;
   view.dtype = "float32";
   view.shape.assign(in.shape.begin(), in.shape.end());
@@ -546,7 +602,7 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(
   times->compute_input_ns = NanosSince(input_start);
 
   absl::StatusOr<api::RunResult> run = TimedRun(
-      lane, [&] { return lane.engine->RunBuiltin(*version.builtin, view); }, times, obs);
+      lane, [&] { return lane.engine->RunBuiltin(*version.builtin, view, run_options); }, times, obs);
   if (!run.ok()) return run.status();
   if (observer_ != nullptr && run->jit_event != "replay") {
     // A plain run or a capture may have grown what the version holds (a new trace's buffers);
@@ -555,14 +611,18 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(
                                    version.builtin->device_bytes()});
   }
 
+  if (run->outputs.size() != 1) {
+    return absl::InternalError(absl::StrCat("model '", version.name, "': the architecture returned ",
+                                            run->outputs.size(), " outputs, not 1"));
+  }
   const auto output_start = std::chrono::steady_clock::now();
   InferResponse response = ResponseFor(version, request);
   for (int index : valid.outputs) {
     InferOutput out;
     out.name = config.output(index).name();
     out.datatype = std::string(DataTypeName(config.output(index).data_type()));
-    out.shape = run->outputs.at(0).shape;
-    out.raw = run->outputs.at(0).data;
+    out.shape = run->outputs[0].shape;
+    out.raw = run->outputs[0].data;
     response.outputs.push_back(std::move(out));
   }
   times->compute_output_ns = NanosSince(output_start);
@@ -572,6 +632,7 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(
 absl::StatusOr<InferResponse> InferenceServer::Execute(Lane& lane, const ModelVersion& version,
                                                        const InferRequest& request,
                                                        const ValidatedRequest& valid,
+                                                       const api::RunOptions& run_options,
                                                        ExecutionTimes* times,
                                                        InferObservation* obs) {
   const inference::ModelConfig& config = *version.config;
@@ -583,11 +644,14 @@ absl::StatusOr<InferResponse> InferenceServer::Execute(Lane& lane, const ModelVe
   std::vector<bool> bound(spec.inputs.size(), false);
   std::vector<std::string> packed;
   packed.reserve(request.inputs.size());  // no reallocation: views point into these strings
+  absl::flat_hash_map<std::string_view, size_t> graph_index;  // graph input name -> position
+  graph_index.reserve(spec.inputs.size());
+  for (size_t g = 0; g < spec.inputs.size(); ++g) graph_index.emplace(spec.inputs[g].name, g);
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     const InferInput& in = request.inputs[i];
     const auto& config_input = config.input(valid.inputs[i].config_index);
-    size_t g = 0;
-    while (g < spec.inputs.size() && spec.inputs[g].name != config_input.name()) ++g;
+    auto found = graph_index.find(config_input.name());
+    const size_t g = found == graph_index.end() ? spec.inputs.size() : found->second;
     if (g == spec.inputs.size() || bound[g]) {
       return absl::InternalError(absl::StrCat("inputs[", i, "]: ", config_input.name(),
                                               " is not an input of the model's graph"));
@@ -624,7 +688,7 @@ absl::StatusOr<InferResponse> InferenceServer::Execute(Lane& lane, const ModelVe
   times->compute_input_ns = NanosSince(input_start);
 
   absl::StatusOr<api::RunResult> run = TimedRun(
-      lane, [&] { return lane.engine->Run(graph, views); }, times, obs);
+      lane, [&] { return lane.engine->Run(graph, views, run_options); }, times, obs);
   if (!run.ok()) return run.status();
 
   const auto output_start = std::chrono::steady_clock::now();

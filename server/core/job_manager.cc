@@ -19,7 +19,10 @@
 #include "engine/api/trainer.h"
 #include "server/core/checkpoint_store.h"
 #include "server/core/failpoint.h"
+#include "server/core/guard.h"
+#include "server/core/limits.h"
 #include "server/core/model_config.h"
+#include "server/core/repository_files.h"
 #include "spdlog/spdlog.h"
 
 namespace kiln::server {
@@ -439,7 +442,8 @@ void JobManager::RunJob(const std::string& id) {
   job.set_message("");
   Update(job, JobEvent::STATE);
   Running run;
-  absl::Status st = Train(job, run);
+  // The worker thread must survive anything a job does: an escaped exception fails the job.
+  absl::Status st = Guard("training job", [&] { return Train(job, run); });
   if (job.state() == kiln::v1::RUNNING) {
     if (st.ok()) {
       job.set_state(kiln::v1::SUCCEEDED);
@@ -475,32 +479,33 @@ absl::Status JobManager::Train(Job& job, Running& run) {
   ts.architecture = spec.architecture();
   ts.seed = spec.seed();
   const int64_t pixels = run.train.item_shape[0] * run.train.item_shape[1];
+  RepositoryFiles::OpenFile init_file;  // open until CreateTrainer has read it
   if (ts.architecture.rfind("model:", 0) == 0) {
     const std::string model = ts.architecture.substr(6);
-    const fs::path mdir = options_.model_repository / model;
-    std::ifstream cin(mdir / "config.pbtxt");
-    std::stringstream text;
-    text << cin.rdbuf();
-    absl::StatusOr<inference::ModelConfig> cfg = ParseModelConfigText(text.str());
-    if (!cin || !cfg.ok() || cfg->platform() != "kiln_builtin" ||
-        !cfg->parameters().count("architecture")) {
+    // Read as the model repository reads it: nothing below the root through a link, bounded.
+    const RepositoryFiles files(options_.model_repository, options_.repository_follow_links);
+    absl::StatusOr<std::string> text = files.Read(model + "/config.pbtxt", kMaxConfigBytes, "config.pbtxt");
+    absl::StatusOr<inference::ModelConfig> cfg =
+        text.ok() ? ParseModelConfigText(*text) : absl::StatusOr<inference::ModelConfig>(text.status());
+    if (!cfg.ok() || cfg->platform() != "kiln_builtin" || !cfg->parameters().count("architecture")) {
       return absl::InvalidArgumentError(
           absl::StrCat("architecture: model '", model, "' is not a kiln_builtin repository model"));
     }
     ts.architecture = cfg->parameters().at("architecture").string_value();
     int64_t best = 0;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(mdir, ec)) {
+    for (const std::string& name : files.ListFolders(model)) {
       int64_t v = 0;
-      if (absl::SimpleAtoi(e.path().filename().string(), &v) && v > best &&
-          fs::is_regular_file(e.path() / "model.safetensors", ec)) {
+      if (absl::SimpleAtoi(name, &v) && v > best &&
+          files.Stat(absl::StrCat(model, "/", name, "/model.safetensors")) == RepositoryFiles::Kind::kFile) {
         best = v;
       }
     }
     if (best == 0) {
       return absl::InvalidArgumentError(absl::StrCat("architecture: model '", model, "' has no weights"));
     }
-    ts.init_weights = (mdir / std::to_string(best) / "model.safetensors").string();
+    KILN_ASSIGN_OR_RETURN(init_file, files.Open(absl::StrCat(model, "/", best, "/model.safetensors"),
+                                                absl::StrCat("model file ", best, "/model.safetensors")));
+    ts.init_weights = init_file.path();
   }
   if (ts.architecture == "mlp") {
     ts.mlp_sizes.assign(spec.mlp_sizes().begin(), spec.mlp_sizes().end());

@@ -64,6 +64,7 @@ class TrainingObserver {
 struct JobManagerOptions {
   std::filesystem::path data_dir;
   std::filesystem::path model_repository;
+  bool repository_follow_links = false;  // as ServerOptions::repository_follow_links
   std::vector<std::filesystem::path> dataset_roots{"/usr/share/datasets"};
   bool resume_jobs = true;
   std::string device;  // "" = the engine default

@@ -14,9 +14,11 @@ namespace kiln::server {
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOptions& options,
                                                            InferenceServer* server, JobManager* jobs) {
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Process-wide: the plugin applies to every server built afterwards, so it is only installed
+  // when asked for (and stays for later servers of this process).
+  if (options.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
-  std::unique_ptr<GrpcServer> self(new GrpcServer(server, jobs));
+  std::unique_ptr<GrpcServer> self(new GrpcServer(server, jobs, options.stream_limits));
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.address, ":", options.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &self->port_);
