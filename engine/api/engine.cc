@@ -187,6 +187,7 @@ EngineStats Engine::stats() const {
   out.binaries.hits = c.memory_hits;
   out.binaries.misses = c.disk_hits + c.misses;
   out.binaries.evictions = c.memory_evictions;
+  out.binaries.max_bytes = c.memory_max_bytes;
   return out;
 }
 

@@ -92,10 +92,9 @@ int64_t EstimateKernelFlops(const UOpPtr& ast) {
       for (size_t w = 0; w < words; ++w) s[w] |= ss[w];
     }
     if (u->op() == Op::REDUCE || u->op() == Op::END) {
-      if (u->op() == Op::REDUCE && u->num_src() > 0) {
-        auto it = at.find(u->src(0).get());
-        if (it != at.end()) flops = SatAdd(flops, iterations(row(it->second)));  // one op per input element
-      }
+      // A REDUCE accumulates once per iteration of its input's ranges and of the ranges it reduces (its
+      // scope before they leave it), whether or not its input depends on them (a sum of a constant).
+      if (u->op() == Op::REDUCE) flops = SatAdd(flops, iterations(s));
       for (size_t k = 1; k < u->num_src(); ++k) {  // the ranges it reduces / closes leave the scope
         auto r = range_index.find(u->src(k).get());
         if (r != range_index.end()) s[r->second / 64] &= ~(uint64_t{1} << (r->second % 64));

@@ -225,6 +225,7 @@ CompileCacheStats CompileCache::stats() const {
   CompileCacheStats s = stats_;
   s.memory_entries = static_cast<int64_t>(lru_.size());
   s.memory_bytes = static_cast<int64_t>(mem_bytes_);
+  s.memory_max_bytes = static_cast<int64_t>(options_.memory_bytes);
   return s;
 }
 

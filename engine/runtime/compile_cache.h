@@ -40,6 +40,7 @@ struct CompileCacheStats {
   int64_t memory_entries = 0;  // binaries held in memory now
   int64_t memory_bytes = 0;    // ... and their bytes (keys included)
   int64_t memory_evictions = 0;
+  int64_t memory_max_bytes = 0;  // Options::memory_bytes
 };
 
 class CompileCache {

@@ -171,19 +171,22 @@ def test_input_counts_are_capped_and_names_checked_in_one_pass(server, stub, pb)
 
 
 def test_work_over_the_flop_budget_is_refused_quickly(server, stub, pb):
-    """2^28 elements through 2048 chained multiplies: 2^39 FLOPs, over --max-run-flops (2^38).
-    Without the estimate it ran for minutes; now it is refused before anything compiles."""
+    """a[i] + b[j] over 2^14 x 2^14 elements, then 2048 chained multiplies of each element: 2^39
+    FLOPs, over --max-run-flops (2^38). Without the estimate it ran for minutes; now it is refused
+    before anything compiles. (Each element differs, so no compiler can hoist the chain.)"""
     graph_pb2, engine_pb2 = pb
+    n = 1 << 14
     b = GraphBuilder(graph_pb2, "flops")
-    x = b.input("x", [1])
-    v = b.node("EXPAND", src=(b.node("RESHAPE", src=(x,), ints=[1, 1]),), ints=[1 << 14, 1 << 14])
+    a = b.node("EXPAND", src=(b.input("a", [n, 1]),), ints=[n, n])
+    c = b.node("EXPAND", src=(b.input("b", [1, n]),), ints=[n, n])
+    v = b.node("ADD", src=(a, c))
     for _ in range(2048):
         v = b.node("MUL", src=(v, v))
     b.output("s", b.node("REDUCE_AXIS", src=(v,), reduce=("ADD", [0, 1])))
+    inputs = [engine_pb2.Tensor(name="a", dtype="float32", shape=[n, 1], raw=np.ones(n, np.float32).tobytes()),
+              engine_pb2.Tensor(name="b", dtype="float32", shape=[1, n], raw=np.ones(n, np.float32).tobytes())]
     start = time.monotonic()
-    code, msg = rpc_error(stub.Execute, engine_pb2.ExecuteRequest(
-        graph=b.g, inputs=[engine_pb2.Tensor(name="x", dtype="float32", shape=[1],
-                                             raw=np.float32(1).tobytes())]), timeout=120)
+    code, msg = rpc_error(stub.Execute, engine_pb2.ExecuteRequest(graph=b.g, inputs=inputs), timeout=120)
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, msg
     assert "max_flops" in msg and str(1 << 38) in msg, msg
     assert time.monotonic() - start < 30
