@@ -4,7 +4,7 @@
   c2        108-byte Execute: CONST -> RESHAPE [1] -> EXPAND [2^28], two outputs on that node
   tiny      ~100-byte Execute with one 1 GiB output: kilnd's peak RSS (VmHWM) before and after
   register  ~70-byte RegisterGraph of a [2^28] float32 input: VmHWM before and after
-  names     Execute of a graph with 150,000 inputs: seconds until the answer
+  names     Execute of a graph with 150,000 inputs: seconds until the answer, kilnd's CPU seconds
   stream    ModelStreamInfer that sends add_sub requests for `--stream-seconds` and never reads:
             VmRSS before, at the end, and 2 s after the client cancels
 
@@ -31,6 +31,12 @@ from kiln_v1 import EngineStub, GraphBuilder, generate_messages, proc_status_kib
 from kilnd_launcher import Kilnd  # noqa: E402
 
 MODELS = HERE.parents[1] / "models"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def mib(kib: int) -> str:
@@ -133,10 +139,13 @@ def probe_names(pb, timeout):
     b.node("INPUT", i=0)
     b.output("y", 0)
     request = engine_pb2.ExecuteRequest(graph=b.g)
+    cpu = cpu_seconds(server.proc.pid)
     start = time.monotonic()
     result = outcome(server, lambda: stub.Execute(request, timeout=timeout))
+    wall = time.monotonic() - start
+    used = cpu_seconds(server.proc.pid) - cpu if server.proc.poll() is None else float("nan")
     print(f"names: {len(request.SerializeToString())}-byte Execute with 150,000 inputs -> "
-          f"{result}\n    {time.monotonic() - start:.2f} s")
+          f"{result}\n    {wall:.2f} s wall, {used:.2f} s of kilnd CPU")
     server.stop()
 
 
