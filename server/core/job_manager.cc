@@ -293,6 +293,10 @@ absl::Status JobManager::Validate(const JobSpec& s) const {
 }
 
 absl::StatusOr<Job> JobManager::Start(const JobSpec& spec) {
+  return Guard("StartJob", [&] { return StartUnguarded(spec); });
+}
+
+absl::StatusOr<Job> JobManager::StartUnguarded(const JobSpec& spec) {
   KILN_RETURN_IF_ERROR(Validate(spec));
   Job job;
   job.set_id(RandomHex(8));
@@ -313,6 +317,10 @@ absl::StatusOr<Job> JobManager::Start(const JobSpec& spec) {
 }
 
 absl::StatusOr<Job> JobManager::Get(const std::string& id, bool include_losses) const {
+  return Guard("GetJob", [&] { return GetUnguarded(id, include_losses); });
+}
+
+absl::StatusOr<Job> JobManager::GetUnguarded(const std::string& id, bool include_losses) const {
   if (!IsHexId(id, 16)) return absl::InvalidArgumentError("id: must be 16 lowercase hex digits");
   Job job;
   {
@@ -337,6 +345,10 @@ std::vector<Job> JobManager::List() const {
 }
 
 absl::StatusOr<Job> JobManager::Cancel(const std::string& id) {
+  return Guard("CancelJob", [&] { return CancelUnguarded(id); });
+}
+
+absl::StatusOr<Job> JobManager::CancelUnguarded(const std::string& id) {
   KILN_ASSIGN_OR_RETURN(Job job, Get(id));
   if (IsTerminal(job.state())) {
     return absl::FailedPreconditionError(absl::StrCat("id: job ", id, " already ended"));
@@ -356,6 +368,10 @@ absl::StatusOr<Job> JobManager::Cancel(const std::string& id) {
 }
 
 absl::StatusOr<Job> JobManager::Resume(const std::string& id) {
+  return Guard("ResumeJob", [&] { return ResumeUnguarded(id); });
+}
+
+absl::StatusOr<Job> JobManager::ResumeUnguarded(const std::string& id) {
   KILN_ASSIGN_OR_RETURN(Job job, Get(id));
   if (job.state() != kiln::v1::INTERRUPTED && job.state() != kiln::v1::FAILED) {
     return absl::FailedPreconditionError(
@@ -373,6 +389,10 @@ absl::StatusOr<Job> JobManager::Resume(const std::string& id) {
 }
 
 absl::StatusOr<uint64_t> JobManager::Subscribe(const std::string& id, Listener listener) {
+  return Guard("WatchJob", [&] { return SubscribeUnguarded(id, std::move(listener)); });
+}
+
+absl::StatusOr<uint64_t> JobManager::SubscribeUnguarded(const std::string& id, Listener listener) {
   KILN_RETURN_IF_ERROR(Get(id).status());
   std::lock_guard<std::mutex> l(listeners_mu_);
   const uint64_t token = next_token_++;
@@ -729,6 +749,10 @@ absl::StatusOr<int64_t> JobManager::Publish(Job& job, api::Trainer& trainer) {
 // ---- uploads ----
 
 absl::StatusOr<std::unique_ptr<JobManager::Upload>> JobManager::BeginUpload() {
+  return Guard("UploadDataset", [&] { return BeginUploadUnguarded(); });
+}
+
+absl::StatusOr<std::unique_ptr<JobManager::Upload>> JobManager::BeginUploadUnguarded() {
   const std::string id = RandomHex(8);
   const fs::path staging = options_.data_dir / "datasets" / (".upload-" + id);
   std::error_code ec;
@@ -744,6 +768,10 @@ JobManager::Upload::~Upload() {
 }
 
 absl::Status JobManager::Upload::Append(const kiln::v1::DatasetChunk& chunk) {
+  return Guard("UploadDataset", [&] { return AppendUnguarded(chunk); });
+}
+
+absl::Status JobManager::Upload::AppendUnguarded(const kiln::v1::DatasetChunk& chunk) {
   if (first_ && !chunk.name().empty() && !IsValidModelName(chunk.name())) {
     return absl::InvalidArgumentError(
         "name: 1..256 characters of [A-Za-z0-9_.-], not starting with '.'");
@@ -784,6 +812,10 @@ absl::Status JobManager::Upload::Append(const kiln::v1::DatasetChunk& chunk) {
 }
 
 absl::StatusOr<kiln::v1::UploadDatasetResponse> JobManager::Upload::Finish() {
+  return Guard("UploadDataset", [&] { return FinishUnguarded(); });
+}
+
+absl::StatusOr<kiln::v1::UploadDatasetResponse> JobManager::Upload::FinishUnguarded() {
   // IDX errors name the file by its path; the client knows it by its name only.
   const std::string folder = staging_.string() + "/";
   auto no_path = [&](absl::string_view m) { return absl::StrReplaceAll(m, {{folder, ""}}); };
