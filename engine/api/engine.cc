@@ -65,6 +65,7 @@ PreparedGraph::~PreparedGraph() = default;
 const std::string& PreparedGraph::key() const { return impl_->key; }
 const GraphSpec& PreparedGraph::spec() const { return impl_->spec; }
 int PreparedGraph::num_inputs() const { return static_cast<int>(impl_->spec.inputs.size()); }
+int64_t PreparedGraph::bytes() const { return impl_->bytes; }
 uint64_t PreparedGraph::runs() const {
   absl::MutexLock l(&impl_->mu);
   return impl_->runs;

@@ -207,6 +207,8 @@ class PreparedGraph {
   const std::string& key() const;  // hex GraphKey of the spec
   const GraphSpec& spec() const;
   int num_inputs() const;
+  // Estimated bytes this object holds (the spec and its decoded form): what caches count.
+  int64_t bytes() const;
   // Counters of this graph's runs.
   uint64_t runs() const;
   uint64_t kernels_compiled() const;

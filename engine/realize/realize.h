@@ -67,8 +67,8 @@ class ScopedRunControl {
 const RealizeStats& LastRealizeStats();
 
 // The process-wide cache of loaded kernels (by device, kernel AST key and opt knobs): an LRU bounded by entries and
-// by bytes (LoadedKernel::bytes: source, binary and program). A kernel evicted while a JIT plan uses it stays loaded
-// until the plan drops it. Defaults: 2048 entries, 256 MiB.
+// by bytes (an estimate: source, binary, program and a measured ~44 KiB of loaded code each). A kernel evicted while a
+// JIT plan uses it stays loaded until the plan drops it. Defaults: 2048 entries, 128 MiB.
 struct KernelCacheStats {
   int64_t entries = 0;
   int64_t bytes = 0;

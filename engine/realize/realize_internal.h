@@ -73,8 +73,8 @@ struct LoadedKernel {
   codegen::Program program;
   std::string source;
   std::unique_ptr<runtime::Program> runner;
-  // Memory this kernel holds, estimated: its source, twice its binary (the object and the loaded code) and its
-  // linear program's nodes. What the loaded-kernel cache's byte bound counts.
+  // Memory this kernel holds, estimated: its source, its binary, its linear program's nodes and a measured fixed
+  // cost of the loaded code (realize.cc). What the loaded-kernel cache's byte bound counts.
   size_t bytes = 0;
 };
 absl::StatusOr<std::shared_ptr<LoadedKernel>> GetKernel(runtime::Device& dev, const UOpPtr& ast);

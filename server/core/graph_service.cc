@@ -40,6 +40,19 @@ absl::StatusOr<api::Engine*> GraphService::EngineOf(const GraphCall& call) const
   return engine;
 }
 
+absl::Status GraphService::RoomFor(const api::PreparedGraph& graph) const {
+  if (registered_.size() >= kMaxRegisteredGraphs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("graph: ", kMaxRegisteredGraphs, " graphs are registered (the limit)"));
+  }
+  if (registered_bytes_ + graph.bytes() > kMaxRegisteredGraphBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "graph: the registered graphs hold an estimated ", registered_bytes_, " bytes; this one (",
+        graph.bytes(), " bytes) would pass the limit of ", kMaxRegisteredGraphBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 api::RunOptions GraphService::OptionsFor(const GraphCall& call) const {
   if (policy_ == nullptr) {
     api::RunOptions o;
@@ -118,9 +131,8 @@ absl::StatusOr<RegisteredGraphInfo> GraphService::Register(const api::GraphSpec&
       auto it = registered_.find(info.id);
       if (it != registered_.end()) {
         graph = it->second.graph;
-      } else if (registered_.size() >= kMaxRegisteredGraphs) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "graph: ", kMaxRegisteredGraphs, " graphs are registered (the limit)"));
+      } else if (absl::Status full = RoomFor(*graph); !full.ok()) {
+        return full;
       }
     }
     bool all_static = true;
@@ -138,11 +150,9 @@ absl::StatusOr<RegisteredGraphInfo> GraphService::Register(const api::GraphSpec&
     }
     absl::MutexLock l(&mu_);
     if (!registered_.contains(info.id)) {
-      if (registered_.size() >= kMaxRegisteredGraphs) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "graph: ", kMaxRegisteredGraphs, " graphs are registered (the limit)"));
-      }
+      KILN_RETURN_IF_ERROR(RoomFor(*graph));
       registered_[info.id] = Registered{graph, engine};
+      registered_bytes_ += graph->bytes();
     }
     return info;
   });

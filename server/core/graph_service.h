@@ -17,7 +17,8 @@
 // CANCELLED between kernels.
 // Inputs are matched to the graph's inputs by name (missing, unknown or duplicate names are
 // INVALID_ARGUMENT naming inputs[i].name; matching is linear). NOT_FOUND for an unknown id;
-// RESOURCE_EXHAUSTED when kMaxRegisteredGraphs are registered; UNAVAILABLE without an engine. No
+// RESOURCE_EXHAUSTED when kMaxRegisteredGraphs graphs or kMaxRegisteredGraphBytes are registered;
+// UNAVAILABLE without an engine. No
 // exception escapes a method (guard.h).
 // Thread safety: every method may be called concurrently.
 #pragma once
@@ -42,6 +43,7 @@
 namespace kiln::server {
 
 inline constexpr size_t kMaxRegisteredGraphs = 1024;
+inline constexpr int64_t kMaxRegisteredGraphBytes = int64_t{256} << 20;  // PreparedGraph::bytes over all
 
 // One input tensor of a graph call; `raw` points into the transport's message.
 struct GraphTensorIn {
@@ -101,6 +103,9 @@ class GraphService {
   // The engine for call.device (the default one for "").
   absl::StatusOr<api::Engine*> EngineOf(const GraphCall& call) const;
   api::RunOptions OptionsFor(const GraphCall& call) const;
+  // RESOURCE_EXHAUSTED when registering `graph` would pass kMaxRegisteredGraphs or
+  // kMaxRegisteredGraphBytes.
+  absl::Status RoomFor(const api::PreparedGraph& graph) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<api::RunResult> RunPrepared(api::Engine& engine, const api::PreparedGraph& graph,
                                              absl::Span<const GraphTensorIn> inputs,
                                              const GraphCall& call);
@@ -111,6 +116,7 @@ class GraphService {
   InferObserver* observer_ = nullptr;
   mutable absl::Mutex mu_;
   std::map<std::string, Registered> registered_ ABSL_GUARDED_BY(mu_);
+  int64_t registered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kiln::server

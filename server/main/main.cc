@@ -105,7 +105,7 @@ ABSL_FLAG(int64_t, prepared_cache_bytes, 64LL << 20,
           "per device: bytes of decoded graphs kept for reuse (0 = entries bound only)");
 ABSL_FLAG(int64_t, jit_cache_bytes, 512LL << 20,
           "per device: bytes the builtin models' captured JIT traces may hold (0 = entries only)");
-ABSL_FLAG(int64_t, kernel_cache_bytes, 256LL << 20,
+ABSL_FLAG(int64_t, kernel_cache_bytes, 128LL << 20,
           "process-wide: bytes of loaded (compiled) kernels kept (0 = entries bound only)");
 ABSL_FLAG(int64_t, kernel_cache_entries, 2048, "process-wide: loaded kernels kept");
 ABSL_FLAG(int64_t, binary_cache_bytes, 64LL << 20,

@@ -5,6 +5,7 @@
   tiny      ~100-byte Execute with one 1 GiB output: kilnd's peak RSS (VmHWM) before and after
   register  ~70-byte RegisterGraph of a [2^28] float32 input: VmHWM before and after
   names     Execute of a graph with 150,000 inputs: seconds until the answer, kilnd's CPU seconds
+  prepared  `--graphs` distinct 65,536-node graphs through Execute: VmRSS before and after
   stream    ModelStreamInfer that sends add_sub requests for `--stream-seconds` and never reads:
             VmRSS before, at the end, and 2 s after the client cancels
 
@@ -149,6 +150,28 @@ def probe_names(pb, timeout):
     server.stop()
 
 
+def probe_prepared(pb, graphs):
+    graph_pb2, engine_pb2 = pb
+    server = Kilnd(MODELS, ["--metrics-port=-1"])
+    stub = EngineStub(grpc.insecure_channel(server.url), engine_pb2)
+    x = np.arange(4, dtype=np.float32)
+    before = proc_status_kib(server.proc.pid, "VmRSS")
+    start = time.monotonic()
+    for k in range(graphs):
+        b = GraphBuilder(graph_pb2)
+        v = b.input(f"x{k}", [4])
+        for _ in range((1 << 16) - 1):
+            v = b.node("NEG", src=(v,))
+        b.output("y", v)
+        out = stub.Execute(engine_pb2.ExecuteRequest(graph=b.g, inputs=[
+            engine_pb2.Tensor(name=f"x{k}", dtype="float32", shape=[4], raw=x.tobytes())]), timeout=600)
+        assert np.array_equal(np.frombuffer(out.outputs[0].raw, np.float32), -x)
+    after = proc_status_kib(server.proc.pid, "VmRSS")
+    print(f"prepared: {graphs} distinct 65,536-node graphs in {time.monotonic() - start:.1f} s\n"
+          f"    RSS {mib(before)} -> {mib(after)} ({(after - before) / 1024 / graphs:.1f} MiB per graph)")
+    server.stop()
+
+
 def probe_stream(seconds):
     from tritonclient.grpc import service_pb2, service_pb2_grpc
     server = Kilnd(MODELS, ["--metrics-port=-1"])
@@ -197,9 +220,11 @@ def probe_stream(seconds):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("probes", nargs="*", default=["c1", "c2", "tiny", "register", "names", "stream"])
+    p.add_argument("probes", nargs="*",
+                   default=["c1", "c2", "tiny", "register", "names", "prepared", "stream"])
     p.add_argument("--names-timeout", type=float, default=600)
     p.add_argument("--stream-seconds", type=float, default=30)
+    p.add_argument("--graphs", type=int, default=12)
     args = p.parse_args()
     if not os.environ.get("KILND"):
         sys.exit("KILND must name the kilnd binary")
@@ -209,6 +234,8 @@ def main():
         for name in args.probes:
             if name == "names":
                 probe_names(pb, args.names_timeout)
+            elif name == "prepared":
+                probe_prepared(pb, args.graphs)
             elif name == "stream":
                 probe_stream(args.stream_seconds)
             else:
