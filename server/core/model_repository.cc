@@ -175,8 +175,8 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     const std::string& name, std::optional<inference::ModelConfig> config_override) const {
   if (files_.Stat(name) != RepositoryFiles::Kind::kDir) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the model folder '", name, "' is a symbolic link, which kilnd does not follow in the model "
-        "repository (start kilnd with --repository-follow-links to allow links)"));
+        "the model folder '", name, "' is a symbolic link that leads outside the model repository, "
+        "which kilnd does not follow (start kilnd with --repository-follow-links to allow it)"));
   }
   inference::ModelConfig config;
   if (config_override.has_value()) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,8 +31,8 @@ bool IsLinkAt(int dfd, const std::string& name) {
 
 absl::Status LinkRefused(const std::string& shown) {
   return absl::InvalidArgumentError(absl::StrCat(
-      shown, " is, or is inside, a symbolic link, which kilnd does not follow in the model "
-             "repository (start kilnd with --repository-follow-links to allow links)"));
+      shown, " is, or is inside, a symbolic link that leads outside the model repository, which "
+             "kilnd does not follow (start kilnd with --repository-follow-links to allow it)"));
 }
 
 }  // namespace
@@ -50,6 +51,51 @@ RepositoryFiles::OpenFile::~OpenFile() {
   if (fd_ >= 0) close(fd_);
 }
 
+namespace {
+
+// Opens `parts` below the folder `root` one component at a time with O_NOFOLLOW. Returns the
+// descriptor, or -1 with *link set when a component is a symbolic link, or -1 with *err = errno.
+int Walk(const std::string& root, const std::vector<std::string>& parts, bool dir, bool* link, int* err) {
+  *link = false;
+  int dfd = open(root.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECTORY);
+  if (dfd < 0) {
+    *err = errno;
+    return -1;
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const bool last = i + 1 == parts.size();
+    const int flags = kReadFlags | O_NOFOLLOW | (!last || dir ? O_DIRECTORY : 0);
+    const int next = openat(dfd, parts[i].c_str(), flags);
+    *err = errno;
+    *link = next < 0 && (*err == ELOOP || *err == ENOTDIR || *err == EMLINK) && IsLinkAt(dfd, parts[i]);
+    close(dfd);
+    if (next < 0) return -1;
+    dfd = next;
+  }
+  return dfd;
+}
+
+// realpath(3) as a string; "" if it fails.
+std::string RealPath(const std::string& path) {
+  char* r = realpath(path.c_str(), nullptr);
+  if (r == nullptr) return "";
+  std::string out(r);
+  std::free(r);
+  return out;
+}
+
+}  // namespace
+
+std::string RepositoryFiles::InsideTarget(const std::string& rel) const {
+  const std::string root = RealPath(root_.string());
+  const std::string target = RealPath((root_ / rel).string());
+  if (root.empty() || target.empty() || target.size() <= root.size() + 1 ||
+      target.compare(0, root.size(), root) != 0 || target[root.size()] != '/') {
+    return "";
+  }
+  return target.substr(root.size() + 1);
+}
+
 absl::StatusOr<int> RepositoryFiles::OpenChecked(const std::string& rel, const std::string& shown,
                                                  bool dir) const {
   const std::vector<std::string> parts = Components(rel);
@@ -64,23 +110,21 @@ absl::StatusOr<int> RepositoryFiles::OpenChecked(const std::string& rel, const s
       return absl::NotFoundError(absl::StrCat(shown, " is unreadable"));
     }
   } else {
-    int dfd = open(root_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECTORY);
-    if (dfd < 0) return absl::NotFoundError("the model repository is not a readable folder");
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const bool last = i + 1 == parts.size();
-      const int flags = kReadFlags | O_NOFOLLOW | (!last || dir ? O_DIRECTORY : 0);
-      const int next = openat(dfd, parts[i].c_str(), flags);
-      const int err = errno;
-      const bool link = next < 0 && (err == ELOOP || err == ENOTDIR || err == EMLINK) && IsLinkAt(dfd, parts[i]);
-      close(dfd);
-      if (next < 0) {
-        if (link) return LinkRefused(shown);
-        if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(absl::StrCat(shown, " is missing"));
-        return absl::NotFoundError(absl::StrCat(shown, " is unreadable"));
-      }
-      dfd = next;
+    bool link = false;
+    int err = 0;
+    fd = Walk(root_.string(), parts, dir, &link, &err);
+    if (fd < 0 && link) {
+      // A link that stays inside the root (a Kubernetes ConfigMap volume is made of such links
+      // into its ..data folder) is followed: the resolved path is walked again, link-free.
+      const std::string inside = InsideTarget(rel);
+      if (inside.empty()) return LinkRefused(shown);
+      fd = Walk(RealPath(root_.string()), Components(inside), dir, &link, &err);
+      if (fd < 0 && link) return LinkRefused(shown);  // changed meanwhile
     }
-    fd = dfd;
+    if (fd < 0) {
+      if (err == ENOENT || err == ENOTDIR) return absl::NotFoundError(absl::StrCat(shown, " is missing"));
+      return absl::NotFoundError(absl::StrCat(shown, " is unreadable"));
+    }
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
@@ -115,6 +159,7 @@ RepositoryFiles::Kind RepositoryFiles::Stat(const std::string& rel) const {
   absl::StatusOr<int> dfd = parts.empty() ? absl::StatusOr<int>(open(root_.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECTORY))
                                           : OpenChecked(parent, parent, /*dir=*/true);
   if (!dfd.ok()) return absl::IsInvalidArgument(dfd.status()) ? Kind::kLink : Kind::kMissing;
+  // (A parent that is an inside link was resolved by OpenChecked; `last` is looked at in it.)
   if (*dfd < 0) return Kind::kMissing;
   Kind kind = Kind::kMissing;
   if (fstatat(*dfd, last.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
@@ -124,6 +169,9 @@ RepositoryFiles::Kind RepositoryFiles::Stat(const std::string& rel) const {
                                  : Kind::kOther;
   }
   close(*dfd);
+  if (kind == Kind::kLink && !InsideTarget(rel).empty() && stat((root_ / rel).c_str(), &st) == 0) {
+    kind = S_ISDIR(st.st_mode) ? Kind::kDir : S_ISREG(st.st_mode) ? Kind::kFile : Kind::kOther;
+  }
   return kind;
 }
 

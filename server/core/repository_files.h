@@ -1,11 +1,13 @@
 // RepositoryFiles: reading the model repository without leaving it.
 //
 // Every path below the root is opened one component at a time, each relative to its parent
-// folder's descriptor with O_NOFOLLOW (openat), so a symbolic link anywhere below the root -- a
-// model folder, a version folder, config.pbtxt, a model file -- is never followed; a regular file
-// with more than one hard link is refused too (it may be a name for a file outside the root).
+// folder's descriptor with O_NOFOLLOW (openat). A symbolic link met on the way -- a model folder,
+// a version folder, config.pbtxt, a model file -- is followed only when its realpath stays inside
+// the root's realpath (a Kubernetes ConfigMap volume is links into its own ..data folder); the
+// resolved path is then walked again the same way. A link that leads outside is refused, and so
+// is a regular file with more than one hard link (it may be a name for a file outside the root).
 // The root itself is the operator's choice and may be a link. With `follow_links` (kilnd
-// --repository-follow-links) paths are opened normally, links included.
+// --repository-follow-links) paths are opened normally, any link included.
 // Messages name the path relative to the root ("model file 1/model.graph", "config.pbtxt") and
 // never the link's target, an absolute path, or anything read from a refused file.
 //
@@ -30,8 +32,8 @@ class RepositoryFiles {
   bool follow_links() const { return follow_links_; }
 
   enum class Kind { kMissing, kFile, kDir, kLink, kOther };
-  // What root/rel is, without following a link at any level (kLink: a link, or below one; with
-  // follow_links links are followed). `rel` uses '/' and has no "." or ".." components.
+  // What root/rel is (kLink: a link that leads outside the root, or below one; links that stay
+  // inside count as what they reach; with follow_links every link is followed). `rel` uses '/' and has no "." or ".." components.
   Kind Stat(const std::string& rel) const;
 
   // Names in folder root/rel that are folders, or links (so a refused link is reported, not
@@ -65,6 +67,8 @@ class RepositoryFiles {
   // An O_RDONLY descriptor of root/rel after the checks above; errors as Read's. `dir`: want a
   // folder instead of a regular file.
   absl::StatusOr<int> OpenChecked(const std::string& rel, const std::string& shown, bool dir) const;
+  // root/rel's realpath relative to the root's realpath, or "" when it is not strictly inside.
+  std::string InsideTarget(const std::string& rel) const;
 
   std::filesystem::path root_;
   bool follow_links_;

@@ -119,8 +119,8 @@ ABSL_FLAG(int64_t, stream_max_pending_bytes, 64LL << 20,
 ABSL_FLAG(bool, grpc_reflection, false,
           "serve gRPC server reflection (lists every service to anyone; off by default)");
 ABSL_FLAG(bool, repository_follow_links, false,
-          "follow symbolic links (and read multiply-linked files) below the model repository "
-          "root; off: such files and folders are refused");
+          "follow every symbolic link (and read multiply-linked files) below the model repository "
+          "root; off: links that lead outside the root and such files are refused");
 
 namespace {
 

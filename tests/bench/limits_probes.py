@@ -157,6 +157,7 @@ def probe_prepared(pb, graphs):
     x = np.arange(4, dtype=np.float32)
     before = proc_status_kib(server.proc.pid, "VmRSS")
     start = time.monotonic()
+    series = []
     for k in range(graphs):
         b = GraphBuilder(graph_pb2)
         v = b.input(f"x{k}", [4])
@@ -166,9 +167,11 @@ def probe_prepared(pb, graphs):
         out = stub.Execute(engine_pb2.ExecuteRequest(graph=b.g, inputs=[
             engine_pb2.Tensor(name=f"x{k}", dtype="float32", shape=[4], raw=x.tobytes())]), timeout=600)
         assert np.array_equal(np.frombuffer(out.outputs[0].raw, np.float32), -x)
+        series.append(proc_status_kib(server.proc.pid, "VmRSS") >> 10)
     after = proc_status_kib(server.proc.pid, "VmRSS")
     print(f"prepared: {graphs} distinct 65,536-node graphs in {time.monotonic() - start:.1f} s\n"
-          f"    RSS {mib(before)} -> {mib(after)} ({(after - before) / 1024 / graphs:.1f} MiB per graph)")
+          f"    RSS {mib(before)} -> {mib(after)} ({(after - before) / 1024 / graphs:.1f} MiB per graph);"
+          f" MiB after each: {series}")
     server.stop()
 
 

@@ -9,7 +9,8 @@ its stream cannot grow the daemon, and nothing outside the model repository is r
        empty message (gRPC's answer to an exception escaping a handler).
   stream a ModelStreamInfer client that sends and never reads grew RSS 201 -> 385 MB in 60 s.
   links  a model folder linked outside the repository loaded READY; a config.pbtxt linked to a
-       secret leaked its first token in the load error and the repository index."""
+       secret leaked its first token in the load error and the repository index. (Links that
+       stay inside the repository, as in a Kubernetes ConfigMap volume, still load.)"""
 
 from __future__ import annotations
 
@@ -227,6 +228,13 @@ def linked_repository(models):
         shutil.copytree(models / "add_sub" / "1", repo / name / "1")
     (repo / "secret_model" / "config.pbtxt").symlink_to(outside / "secret.txt")
     os.link(outside / "secret2.txt", repo / "hardlinked" / "config.pbtxt")
+    # A model reached through links that stay inside the repository, as a Kubernetes ConfigMap
+    # volume lays it out (entries link into ..data, which links to a timestamped folder).
+    shutil.copytree(models / "add_sub", repo / "..2026_01_01" / "inside_model")
+    cm_config = repo / "..2026_01_01" / "inside_model" / "config.pbtxt"
+    cm_config.write_text(cm_config.read_text().replace('name: "add_sub"', 'name: "inside_model"'))
+    (repo / "..data").symlink_to("..2026_01_01")
+    (repo / "inside_model").symlink_to("..data/inside_model")
     # A config inside the repository with an unknown field: the error names the place, not the text.
     shutil.copytree(models / "add_sub" / "1", repo / "bad_field" / "1")
     (repo / "bad_field" / "config.pbtxt").write_text("name: \"bad_field\"\nbogus_field_xyz: 1\n")
@@ -246,10 +254,12 @@ def test_links_below_the_root_are_not_followed(linked_repository):
     try:
         rows = index_of(server.url)
         assert rows["add_sub"]["state"] == "READY"
+        assert rows["inside_model"]["state"] == "READY"
         assert rows["linked_model"]["state"] == "UNAVAILABLE"
         assert "symbolic link" in rows["linked_model"]["reason"]
         assert rows["secret_model"]["state"] == "UNAVAILABLE"
-        assert "config.pbtxt is, or is inside, a symbolic link" in rows["secret_model"]["reason"]
+        assert "config.pbtxt is, or is inside, a symbolic link that leads outside" in \
+            rows["secret_model"]["reason"]
         assert "hard links" in rows["hardlinked"]["reason"]
         assert "config.pbtxt: line 2:" in rows["bad_field"]["reason"]
         assert "unknown field name" in rows["bad_field"]["reason"]
