@@ -58,9 +58,10 @@ api::RunOptions GraphService::OptionsFor(const GraphCall& call) const {
     api::RunOptions o;
     o.deadline = call.deadline;
     o.cancellation = call.cancellation;
+    o.limits.max_output_bytes = call.max_response_bytes;
     return o;
   }
-  return policy_->For(call.deadline, call.cancellation);
+  return policy_->For(call.deadline, call.cancellation, call.max_response_bytes);
 }
 
 absl::StatusOr<api::RunResult> GraphService::RunPrepared(api::Engine& engine,

@@ -59,6 +59,7 @@ struct GraphCall {
   std::string device;  // "" = the default device
   absl::Time deadline = absl::InfiniteFuture();
   std::shared_ptr<const api::CancellationToken> cancellation;
+  int64_t max_response_bytes = 0;  // the transport's cap on output bytes (0 = the server's)
 };
 
 struct RegisteredGraphInfo {

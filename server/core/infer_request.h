@@ -54,6 +54,9 @@ struct InferRequest {
   // one stops between kernels.
   absl::Time deadline = absl::InfiniteFuture();
   std::shared_ptr<const api::CancellationToken> cancellation;
+  // The transport's own cap on the outputs' bytes (e.g. REST's JSON grows a tensor several times);
+  // 0 = the server's (--max-response-bytes). The smaller one applies.
+  int64_t max_response_bytes = 0;
 };
 
 // What validation established about one input (in request order).

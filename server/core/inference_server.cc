@@ -471,7 +471,8 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
   task.obs.batch_size = times.batch_size;
   task.obs.queue_ns = times.queue_ns;
   KILN_FAILPOINT("infer.execute");
-  const api::RunOptions run_options = policy_.For(task.request.deadline, task.request.cancellation);
+  const api::RunOptions run_options =
+      policy_.For(task.request.deadline, task.request.cancellation, task.request.max_response_bytes);
   if (task.request.cancellation != nullptr && task.request.cancellation->cancelled()) {
     return absl::CancelledError("the request was cancelled while it waited in the queue");
   }

@@ -31,13 +31,18 @@ struct RunPolicy {
   }
 
   // The options of one run for a request whose client deadline is `deadline` (InfiniteFuture:
-  // none) and whose client may cancel through `cancellation` (may be null).
+  // none), whose client may cancel through `cancellation` (may be null) and whose transport caps
+  // the outputs at `max_response_bytes` (0: no cap of its own).
   api::RunOptions For(absl::Time deadline,
-                      std::shared_ptr<const api::CancellationToken> cancellation) const {
+                      std::shared_ptr<const api::CancellationToken> cancellation,
+                      int64_t max_response_bytes = 0) const {
     api::RunOptions o;
     o.limits = limits;
     if (o.limits.max_output_bytes <= 0 || o.limits.max_output_bytes > kMaxProtoResponseBytes) {
       o.limits.max_output_bytes = kMaxProtoResponseBytes;
+    }
+    if (max_response_bytes > 0) {
+      o.limits.max_output_bytes = std::min(o.limits.max_output_bytes, max_response_bytes);
     }
     o.deadline = deadline;
     if (max_run_seconds > 0) o.deadline = std::min(deadline, absl::Now() + absl::Seconds(max_run_seconds));

@@ -139,3 +139,33 @@ TEST(GraphServiceTest, RegisteredGraphsAreBoundedByBytes) {
 
 }  // namespace
 }  // namespace kiln::server
+
+namespace kiln::server {
+namespace {
+
+// A transport's own response cap (GraphCall::max_response_bytes) is applied before the run; a
+// device the call names is honoured, an unknown one is INVALID_ARGUMENT naming `device`.
+TEST(GraphServiceTest, CallLimitsAndDevice) {
+  auto engine = api::Engine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  RunPolicy policy;
+  GraphService service(engine->get(), &policy);
+  std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::string_view raw(reinterpret_cast<const char*>(x.data()), x.size() * 4);
+  std::vector<GraphTensorIn> in = {{"X", "float32", {2, 4}, raw}};
+  GraphCall call;
+  call.max_response_bytes = 7;  // Y is 2 floats: 8 bytes
+  auto run = service.Execute(Spec(), in, call);
+  ASSERT_TRUE(absl::IsResourceExhausted(run.status())) << run.status();
+  EXPECT_THAT(std::string(run.status().message()), HasSubstr("the outputs take 8 bytes"));
+  call.max_response_bytes = 8;
+  run = service.Execute(Spec(), in, call);
+  ASSERT_TRUE(run.ok()) << run.status();
+  call.device = "NOT A DEVICE";
+  run = service.Execute(Spec(), in, call);
+  ASSERT_TRUE(absl::IsInvalidArgument(run.status())) << run.status();
+  EXPECT_THAT(std::string(run.status().message()), HasSubstr("device: "));
+}
+
+}  // namespace
+}  // namespace kiln::server
