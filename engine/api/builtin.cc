@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/api/engine.h"
 #include "engine/api/engine_state.h"
+#include "engine/api/guard.h"
 #include "engine/base/status.h"
 #include "engine/nn/models.h"
 #include "engine/nn/module.h"
@@ -119,123 +120,137 @@ std::vector<std::string> BuiltinArchitectures() {
 
 absl::StatusOr<std::shared_ptr<const BuiltinModel>> Engine::LoadBuiltin(
     const std::string& architecture, const std::string& weights_path) {
-  const std::vector<std::string> known = BuiltinArchitectures();
-  if (std::find(known.begin(), known.end(), architecture) == known.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("architecture: unknown '",
-                                                   architecture.substr(0, 64), "' (known: ",
-                                                   absl::StrJoin(known, ", "), ")"));
-  }
-  absl::StatusOr<std::map<std::string, Tensor>> weights =
-      nn::SafeLoad(weights_path, state_->device);
-  if (!weights.ok()) {
-    if (absl::IsNotFound(weights.status())) {
-      return absl::NotFoundError("weights: model.safetensors is missing");
+  return GuardEngineCall("Engine::LoadBuiltin", [&]() -> absl::StatusOr<std::shared_ptr<const BuiltinModel>> {
+    const std::vector<std::string> known = BuiltinArchitectures();
+    if (std::find(known.begin(), known.end(), architecture) == known.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("architecture: unknown '",
+                                                     architecture.substr(0, 64), "' (known: ",
+                                                     absl::StrJoin(known, ", "), ")"));
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("weights: ", std::string(weights.status().message())));
-  }
-  auto impl = std::make_unique<BuiltinModel::Impl>();
-  impl->architecture = architecture;
-  impl->device = state_->device;
-  std::shared_ptr<nn::Module> module;
-  if (architecture == "mnist_cnn") {
-    module = std::make_shared<nn::MnistCnn>(state_->device);
-    impl->input_shape = {1, 28, 28};
-    impl->output_shape = {10};
-  } else {
-    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, MlpSizes(*weights));
-    module = std::make_shared<nn::Mlp>(sizes, state_->device);
-    impl->input_shape = {sizes.front()};
-    impl->output_shape = {sizes.back()};
-  }
-  for (const auto& [name, t] : *weights) impl->num_parameters += t.numel();
-  if (absl::Status st = nn::LoadStateDict(*module, *weights, /*strict=*/true); !st.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("weights: ", st.message()));
-  }
-  impl->module = module;
-  impl->fn = [module](const jit::JitArgs& args) -> absl::StatusOr<std::vector<Tensor>> {
-    nn::TrainingScope eval(false);  // BatchNorm uses its running statistics
-    Tensor y = module->Forward(args.positional.at(0));
-    if (!y.ok()) return y.status();
-    return std::vector<Tensor>{std::move(y)};
-  };
-  {
-    absl::MutexLock l(&state_->mu);
-    impl->trace_key = absl::StrCat("builtin/", state_->next_builtin_id++, "/", architecture);
-  }
-  impl->traces = &state_->traces;
-  return std::make_shared<const BuiltinModel>(std::move(impl));
+    absl::StatusOr<std::map<std::string, Tensor>> weights =
+        nn::SafeLoad(weights_path, state_->device);
+    if (!weights.ok()) {
+      if (absl::IsNotFound(weights.status())) {
+        return absl::NotFoundError("weights: model.safetensors is missing");
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights: ", std::string(weights.status().message())));
+    }
+    auto impl = std::make_unique<BuiltinModel::Impl>();
+    impl->architecture = architecture;
+    impl->device = state_->device;
+    std::shared_ptr<nn::Module> module;
+    if (architecture == "mnist_cnn") {
+      module = std::make_shared<nn::MnistCnn>(state_->device);
+      impl->input_shape = {1, 28, 28};
+      impl->output_shape = {10};
+    } else {
+      KILN_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, MlpSizes(*weights));
+      module = std::make_shared<nn::Mlp>(sizes, state_->device);
+      impl->input_shape = {sizes.front()};
+      impl->output_shape = {sizes.back()};
+    }
+    for (const auto& [name, t] : *weights) impl->num_parameters += t.numel();
+    if (absl::Status st = nn::LoadStateDict(*module, *weights, /*strict=*/true); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("weights: ", st.message()));
+    }
+    impl->module = module;
+    impl->fn = [module](const jit::JitArgs& args) -> absl::StatusOr<std::vector<Tensor>> {
+      nn::TrainingScope eval(false);  // BatchNorm uses its running statistics
+      Tensor y = module->Forward(args.positional.at(0));
+      if (!y.ok()) return y.status();
+      return std::vector<Tensor>{std::move(y)};
+    };
+    {
+      absl::MutexLock l(&state_->mu);
+      impl->trace_key = absl::StrCat("builtin/", state_->next_builtin_id++, "/", architecture);
+    }
+    impl->traces = &state_->traces;
+    return std::make_shared<const BuiltinModel>(std::move(impl));
+  });
 }
 
-absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model,
-                                             const HostTensorView& input) {
-  const auto t0 = Clock::now();
-  const BuiltinModel::Impl& m = model.impl();
-  if (input.dtype != m.dtype) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("input: dtype ", input.dtype, ", the model needs ", m.dtype));
-  }
-  if (input.shape.size() != m.input_shape.size() + 1 ||
-      !std::equal(m.input_shape.begin(), m.input_shape.end(), input.shape.begin() + 1) ||
-      input.shape[0] < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("input: shape ", ShapeText(input.shape),
-                                                   ", the model needs (N, ",
-                                                   absl::StrJoin(m.input_shape, ", "), ")"));
-  }
-  const int64_t batch = input.shape[0];
-  int64_t in_numel = batch;
-  for (int64_t d : m.input_shape) in_numel *= d;
-  if (static_cast<int64_t>(input.data.size()) != in_numel * 4) {
-    return absl::InvalidArgumentError(absl::StrCat("input: ", input.data.size(),
-                                                   " bytes, the shape needs ", in_numel * 4));
-  }
-  int64_t out_numel = batch;
-  for (int64_t d : m.output_shape) out_numel *= d;
+absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model, const HostTensorView& input,
+                                             const RunOptions& options) {
+  return GuardEngineCall("Engine::RunBuiltin", [&]() -> absl::StatusOr<RunResult> {
+    const auto t0 = Clock::now();
+    const BuiltinModel::Impl& m = model.impl();
+    if (input.dtype != m.dtype) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input: dtype ", input.dtype, ", the model needs ", m.dtype));
+    }
+    if (input.shape.size() != m.input_shape.size() + 1 ||
+        !std::equal(m.input_shape.begin(), m.input_shape.end(), input.shape.begin() + 1) ||
+        input.shape[0] < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("input: shape ", ShapeText(input.shape),
+                                                     ", the model needs (N, ",
+                                                     absl::StrJoin(m.input_shape, ", "), ")"));
+    }
+    const int64_t batch = input.shape[0];
+    int64_t in_numel = batch;
+    for (int64_t d : m.input_shape) in_numel *= d;
+    if (static_cast<int64_t>(input.data.size()) != in_numel * 4) {
+      return absl::InvalidArgumentError(absl::StrCat("input: ", input.data.size(),
+                                                     " bytes, the shape needs ", in_numel * 4));
+    }
+    int64_t out_numel = batch;
+    for (int64_t d : m.output_shape) out_numel *= d;
+    KILN_RETURN_IF_ERROR(CheckRunAdmission(options, in_numel * 4, out_numel * 4));
+    int64_t host_bytes = 0;
+    for (int c = 0; c < options.limits.output_copies; ++c) host_bytes += out_numel * 4;
+    const RunControl control = ToRunControl(options, host_bytes);
 
-  RunResult result;
-  {
-    absl::MutexLock run_lock(&state_->run_mu);
-    Tensor x = Tensor::FromHost(input.data.data(), dtypes::kFloat32, input.shape, state_->device);
-    if (!x.ok()) return absl::InternalError(absl::StrCat("input: ", x.status().message()));
-    jit::JitArgs args;
-    args.positional.push_back(std::move(x));
-    jit::TraceRunInfo info;
-    absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(m.trace_key, args, m.fn, &info);
-    if (!out.ok() || out->size() != 1) {
-      return absl::InternalError(absl::StrCat(
-          "run: ", out.ok() ? "the model returned no single output" : out.status().message()));
-    }
-    result.jit_hit = info.hit;
-    if (info.call == 0) {
-      result.jit_event = "run";
-      const RealizeStats& st = LastRealizeStats();
-      for (const KernelLaunch& k : st.launches) {
-        result.kernels.push_back({k.name, k.device, static_cast<uint64_t>(k.seconds * 1e9)});
+    RunResult result;
+    {
+      absl::MutexLock run_lock(&state_->run_mu);
+      ScopedRunControl scope(control);
+      Tensor x = Tensor::FromHost(input.data.data(), dtypes::kFloat32, input.shape, state_->device);
+      if (!x.ok()) return absl::InternalError(absl::StrCat("input: ", x.status().message()));
+      jit::JitArgs args;
+      args.positional.push_back(std::move(x));
+      jit::TraceRunInfo info;
+      absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(m.trace_key, args, m.fn, &info);
+      if (!out.ok()) {
+        const absl::StatusCode code = out.status().code();
+        const bool keep = code == absl::StatusCode::kResourceExhausted ||
+                          code == absl::StatusCode::kDeadlineExceeded ||
+                          code == absl::StatusCode::kCancelled;
+        return absl::Status(keep ? code : absl::StatusCode::kInternal,
+                            absl::StrCat("run: ", out.status().message()));
       }
-      result.kernels_compiled = st.compiled;
-      result.compile_ns = static_cast<uint64_t>(st.compile_seconds * 1e9);
-    } else {
-      result.jit_event = info.call == 1 ? "capture" : "replay";
-      for (const std::string& name : info.plan_kernels) {
-        if (name == "copy") continue;
-        result.kernels.push_back({name, state_->device, 0, /*timed=*/false});
+      if (out->size() != 1) return absl::InternalError("run: the model returned no single output");
+      result.jit_hit = info.hit;
+      if (info.call == 0) {
+        result.jit_event = "run";
+        const RealizeStats& st = LastRealizeStats();
+        for (const KernelLaunch& k : st.launches) {
+          result.kernels.push_back({k.name, k.device, static_cast<uint64_t>(k.seconds * 1e9)});
+        }
+        result.kernels_compiled = st.compiled;
+        result.compile_ns = static_cast<uint64_t>(st.compile_seconds * 1e9);
+      } else {
+        result.jit_event = info.call == 1 ? "capture" : "replay";
+        for (const std::string& name : info.plan_kernels) {
+          if (name == "copy") continue;
+          result.kernels.push_back({name, state_->device, 0, /*timed=*/false});
+        }
       }
+      // After reading LastRealizeStats: the copy may realize too.
+      HostTensor host;
+      host.name = "output";
+      host.dtype = m.dtype;
+      host.shape.push_back(batch);
+      host.shape.insert(host.shape.end(), m.output_shape.begin(), m.output_shape.end());
+      host.data.resize(static_cast<size_t>(out_numel) * 4);
+      if (absl::Status st = (*out)[0].CopyToHost(host.data.data(), host.data.size()); !st.ok()) {
+        return absl::InternalError(absl::StrCat("output: ", st.message()));
+      }
+      result.outputs.push_back(std::move(host));
     }
-    // After reading LastRealizeStats: the copy may realize too.
-    HostTensor host;
-    host.name = "output";
-    host.dtype = m.dtype;
-    host.shape.push_back(batch);
-    host.shape.insert(host.shape.end(), m.output_shape.begin(), m.output_shape.end());
-    host.data.resize(static_cast<size_t>(out_numel) * 4);
-    if (absl::Status st = (*out)[0].CopyToHost(host.data.data(), host.data.size()); !st.ok()) {
-      return absl::InternalError(absl::StrCat("output: ", st.message()));
-    }
-    result.outputs.push_back(std::move(host));
-  }
-  result.total_ns = NanosSince(t0);
-  state_->RecordRun(result);
-  return result;
+    result.total_ns = NanosSince(t0);
+    state_->RecordRun(result);
+    return result;
+  });
 }
 
 }  // namespace kiln::api

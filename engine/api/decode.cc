@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/base/status.h"
@@ -188,13 +189,21 @@ absl::StatusOr<DecodedGraph> DecodeGraph(const GraphSpec& spec, const GraphLimit
   }
   if (n_nodes == 0) return Invalid("nodes", "the graph is empty");
   if (spec.outputs.empty()) return Invalid("outputs", "none given");
+  if (static_cast<int64_t>(spec.inputs.size()) > limits.max_inputs) {
+    return Invalid("inputs", absl::StrCat(spec.inputs.size(), " inputs exceed the limit ", limits.max_inputs));
+  }
+  if (static_cast<int64_t>(spec.outputs.size()) > limits.max_outputs) {
+    return Invalid("outputs", absl::StrCat(spec.outputs.size(), " outputs exceed the limit ", limits.max_outputs));
+  }
 
+  absl::flat_hash_set<std::string_view> names;  // uniqueness in one pass (hashing, not pairwise)
+  names.reserve(spec.inputs.size());
   for (size_t i = 0; i < spec.inputs.size(); ++i) {
     const InputSpec& in = spec.inputs[i];
     const std::string field = absl::StrCat("inputs[", i, "]");
     if (in.name.empty()) return Invalid(field + ".name", "empty");
-    for (size_t j = 0; j < i; ++j) {
-      if (spec.inputs[j].name == in.name) return Invalid(field + ".name", absl::StrCat("duplicate '", in.name, "'"));
+    if (!names.insert(in.name).second) {
+      return Invalid(field + ".name", absl::StrCat("duplicate '", in.name.substr(0, 256), "'"));
     }
     std::optional<DType> dt = ParseWireDType(in.dtype);
     if (!dt) return Invalid(field + ".dtype", absl::StrCat("unknown dtype '", in.dtype.substr(0, 64), "'"));
@@ -263,12 +272,14 @@ absl::StatusOr<DecodedGraph> DecodeGraph(const GraphSpec& spec, const GraphLimit
     g.nodes.push_back(std::move(node));
   }
 
+  names.clear();
+  names.reserve(spec.outputs.size());
   for (size_t i = 0; i < spec.outputs.size(); ++i) {
     const OutputSpec& o = spec.outputs[i];
     const std::string field = absl::StrCat("outputs[", i, "]");
     if (o.name.empty()) return Invalid(field + ".name", "empty");
-    for (size_t j = 0; j < i; ++j) {
-      if (spec.outputs[j].name == o.name) return Invalid(field + ".name", absl::StrCat("duplicate '", o.name, "'"));
+    if (!names.insert(o.name).second) {
+      return Invalid(field + ".name", absl::StrCat("duplicate '", o.name.substr(0, 256), "'"));
     }
     if (static_cast<int64_t>(o.node) >= n_nodes) {
       return Invalid(field + ".node", absl::StrCat(o.node, " is not a node index"));
@@ -351,16 +362,80 @@ absl::StatusOr<std::vector<UOpPtr>> BuildOutputs(const DecodedGraph& g, const Gr
   return out;
 }
 
-absl::Status CheckBuild(const DecodedGraph& g, const GraphLimits& limits, const std::string& device) {
+namespace {
+
+// Outputs of a build over placeholder buffers (BUFFER nodes without memory) of the given shapes.
+absl::StatusOr<std::vector<Shape>> PlaceholderBuild(const DecodedGraph& g, const GraphLimits& limits,
+                                                    const std::vector<std::vector<int64_t>>& shapes,
+                                                    const std::string& device) {
   std::vector<UOpPtr> placeholders;
-  for (const DecodedInput& in : g.inputs) {
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const DType dtype = g.inputs[i].dtype;
+    const std::vector<int64_t>& shape = shapes[i];
     int64_t n = 1;
-    for (int64_t d : in.shape) n *= d;  // bounded by DecodeGraph
-    UOpPtr b = NewBuffer(in.dtype, n, device);
-    if (in.shape.size() != 1) b = UOp::Make(Op::RESHAPE, in.dtype, {b}, IntVec(in.shape.begin(), in.shape.end()));
+    for (int64_t d : shape) n *= d;  // bounded by DecodeGraph / CheckInputs
+    UOpPtr b = NewBuffer(dtype, n, device);
+    if (shape.size() != 1) b = UOp::Make(Op::RESHAPE, dtype, {b}, IntVec(shape.begin(), shape.end()));
     placeholders.push_back(std::move(b));
   }
-  return BuildOutputs(g, limits, placeholders).status();
+  KILN_ASSIGN_OR_RETURN(std::vector<UOpPtr> outs, BuildOutputs(g, limits, placeholders));
+  std::vector<Shape> out;
+  out.reserve(outs.size());
+  for (const UOpPtr& o : outs) out.push_back(o->shape());
+  return out;
+}
+
+int64_t StringHeap(const std::string& s) { return s.capacity() > 15 ? static_cast<int64_t>(s.capacity()) + 1 : 0; }
+
+}  // namespace
+
+absl::Status CheckBuild(DecodedGraph& g, const GraphLimits& limits, const std::string& device) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const DecodedInput& in : g.inputs) shapes.push_back(in.shape);
+  KILN_ASSIGN_OR_RETURN(g.static_output_shapes, PlaceholderBuild(g, limits, shapes, device));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Shape>> OutputShapes(const DecodedGraph& g, const GraphLimits& limits,
+                                                absl::Span<const HostTensorView> inputs,
+                                                const std::string& device) {
+  std::vector<std::vector<int64_t>> shapes;
+  for (const HostTensorView& in : inputs) shapes.push_back(in.shape);
+  return PlaceholderBuild(g, limits, shapes, device);
+}
+
+int64_t SpecBytes(const GraphSpec& spec) {
+  int64_t n = static_cast<int64_t>(sizeof(GraphSpec)) + StringHeap(spec.name);
+  for (const InputSpec& in : spec.inputs) {
+    n += static_cast<int64_t>(sizeof(InputSpec)) + StringHeap(in.name) + StringHeap(in.dtype) +
+         static_cast<int64_t>(in.shape.capacity() * sizeof(int64_t));
+  }
+  for (const NodeSpec& node : spec.nodes) {
+    n += static_cast<int64_t>(sizeof(NodeSpec)) + StringHeap(node.op) + StringHeap(node.dtype) +
+         static_cast<int64_t>(node.src.capacity() * sizeof(uint32_t)) + StringHeap(node.arg.string_value) +
+         StringHeap(node.arg.reduce_op) +
+         static_cast<int64_t>((node.arg.ints.capacity() + node.arg.reduce_axes.capacity()) * sizeof(int64_t));
+  }
+  for (const OutputSpec& o : spec.outputs) n += static_cast<int64_t>(sizeof(OutputSpec)) + StringHeap(o.name);
+  return n;
+}
+
+int64_t DecodedBytes(const DecodedGraph& g) {
+  int64_t n = static_cast<int64_t>(sizeof(DecodedGraph));
+  for (const DecodedInput& in : g.inputs) {
+    n += static_cast<int64_t>(sizeof(DecodedInput)) + StringHeap(in.name) +
+         static_cast<int64_t>(in.shape.capacity() * sizeof(int64_t));
+  }
+  for (const DecodedNode& node : g.nodes) {
+    n += static_cast<int64_t>(sizeof(DecodedNode)) + static_cast<int64_t>(node.src.capacity() * sizeof(uint32_t));
+    if (const IntVec* v = std::get_if<IntVec>(&node.arg)) n += static_cast<int64_t>(v->capacity() * sizeof(int64_t));
+    if (const ReduceArg* r = std::get_if<ReduceArg>(&node.arg)) {
+      n += static_cast<int64_t>(r->axes.capacity() * sizeof(int64_t));
+    }
+  }
+  for (const DecodedOutput& o : g.outputs) n += static_cast<int64_t>(sizeof(DecodedOutput)) + StringHeap(o.name);
+  for (const Shape& s : g.static_output_shapes) n += static_cast<int64_t>(s.capacity() * sizeof(int64_t));
+  return n;
 }
 
 }  // namespace kiln::api

@@ -39,6 +39,8 @@ struct DecodedGraph {
   std::vector<DecodedNode> nodes;
   std::vector<DecodedOutput> outputs;
   bool all_static = true;  // no -1 in any input shape
+  // all_static graphs: the outputs' shapes, in order (filled by CheckBuild).
+  std::vector<Shape> static_output_shapes;
 };
 
 // The kiln wire name of a dtype ("float32", "int32", "bool", ...).
@@ -58,7 +60,18 @@ absl::Status CheckInputs(const DecodedGraph& g, const GraphLimits& limits,
 absl::StatusOr<std::vector<UOpPtr>> BuildOutputs(const DecodedGraph& g, const GraphLimits& limits,
                                                  absl::Span<const UOpPtr> inputs);
 
-// BuildOutputs over placeholder buffers (no memory) for a graph with static shapes.
-absl::Status CheckBuild(const DecodedGraph& g, const GraphLimits& limits, const std::string& device);
+// BuildOutputs over placeholder buffers (no memory) for a graph with static shapes; records the
+// output shapes in g->static_output_shapes.
+absl::Status CheckBuild(DecodedGraph& g, const GraphLimits& limits, const std::string& device);
+
+// The output shapes of a run over `inputs` (already checked by CheckInputs), from a build over
+// placeholder buffers of their shapes: nothing is allocated.
+absl::StatusOr<std::vector<Shape>> OutputShapes(const DecodedGraph& g, const GraphLimits& limits,
+                                                absl::Span<const HostTensorView> inputs,
+                                                const std::string& device);
+
+// Estimated heap bytes of a spec and of its decoded form (for the prepared-graph cache's bound).
+int64_t SpecBytes(const GraphSpec& spec);
+int64_t DecodedBytes(const DecodedGraph& g);
 
 }  // namespace kiln::api

@@ -12,7 +12,10 @@
 //   Engine::Run           binds host tensors to the inputs, builds the graph through UOp::Create,
 //                         realizes every output (schedule -> codegen -> compile (cached) -> run) and
 //                         copies the outputs back. Returns per-kernel timings and compile counts.
+//                         Obeys RunOptions (below): limits checked before anything is allocated or
+//                         launched, deadline and cancellation between kernels.
 //   Engine::Warm          one Run on zero-filled inputs (static shapes only): compiles ahead of traffic.
+//                         Obeys the same RunOptions, the zero inputs' bytes included.
 //   Engine::LoadBuiltin   a builtin architecture ("mnist_cnn", "mlp") with its weights from a
 //                         safetensors file (names and shapes checked against the architecture).
 //   Engine::CreateTrainer a training run of a builtin architecture under TinyJit (trainer.h).
@@ -23,7 +26,10 @@
 //                         kernels without scheduling (replayed launches are counted, not timed).
 //
 // Errors: INVALID_ARGUMENT (bad graph or inputs; the message names the field, e.g. "nodes[3].src[0]"),
-// UNAVAILABLE (no device), INTERNAL (an engine failure). A bad request never aborts.
+// RESOURCE_EXHAUSTED (over a RunOptions limit: the message names the estimate and the limit; or out
+// of memory), DEADLINE_EXCEEDED / CANCELLED (the run stopped between kernels), UNAVAILABLE (no
+// device), INTERNAL (an engine failure). A bad request never aborts: no exception leaves an Engine
+// method (one that escapes the engine becomes INTERNAL, std::bad_alloc RESOURCE_EXHAUSTED, logged).
 // Thread safety: every method may be called from any thread; runs execute one at a time per Engine.
 #pragma once
 
@@ -34,15 +40,50 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/api/graph_spec.h"
+#include "engine/base/run_control.h"
 
 namespace kiln::api {
 
 struct EngineOptions {
   std::string device;  // "" = default ("CPU" when compiled in, else "INTERP")
   GraphLimits limits;
-  size_t prepared_cache_entries = 256;  // prepared graphs kept by key (LRU)
+  size_t prepared_cache_entries = 256;          // prepared graphs kept by key (LRU) ...
+  size_t prepared_cache_bytes = size_t{64} << 20;  // ... and their estimated bytes (0 = no byte bound)
+  size_t jit_cache_entries = 64;                // builtin models' JIT traces (LRU) ...
+  size_t jit_cache_bytes = size_t{512} << 20;   // ... and the bytes their plans allocated (0 = none)
+};
+
+// What bounds one run (Run, Warm, RunBuiltin). The engine estimates the run from its schedule
+// (engine/realize/estimate.h: FLOPs, bytes moved, peak memory) and refuses it with
+// RESOURCE_EXHAUSTED, naming the estimate and the limit, before it allocates or launches anything;
+// a limit <= 0 is no limit. The deadline and the cancellation token are checked between kernels:
+// a run past its deadline returns DEADLINE_EXCEEDED, a cancelled one CANCELLED (a kernel in flight
+// finishes; the work limits are what bound a single kernel).
+using CancellationToken = ::kiln::CancellationToken;
+using MemoryBudget = ::kiln::MemoryBudget;
+
+struct RunLimits {
+  int64_t max_flops = kDefaultMaxRunFlops;
+  int64_t max_bytes_moved = kDefaultMaxRunBytesMoved;
+  // Peak bytes of one run: device buffers (inputs, intermediates, outputs) plus `output_copies`
+  // host copies of the outputs.
+  int64_t max_memory_bytes = kDefaultMaxRunMemoryBytes;
+  int64_t max_output_bytes = 0;  // total bytes of the outputs (what a response carries); 0 = none
+  int output_copies = 1;         // host copies of the outputs the caller holds at once (kilnd: 2)
+};
+
+struct RunOptions {
+  absl::Time deadline = absl::InfiniteFuture();
+  std::shared_ptr<const CancellationToken> cancellation;  // null = not cancellable
+  // Carried for the request scheduler of issue #18 (higher first); runs do not read it yet.
+  int priority = 0;
+  RunLimits limits;
+  // Process-wide memory cap (not owned; null = none): the run reserves its estimated new bytes
+  // against live device buffers plus other runs' reservations, or is refused.
+  MemoryBudget* memory_budget = nullptr;
 };
 
 // A host tensor handed to Run; `data` is not owned and must outlive the call.
@@ -88,9 +129,24 @@ struct KernelStats {
   uint64_t compiles = 0;  // times this graph's runs compiled this kernel
 };
 
+// One bounded cache: current size, bounds and counters.
+struct CacheStats {
+  int64_t entries = 0;
+  int64_t bytes = 0;      // estimated bytes held
+  int64_t max_entries = 0;
+  int64_t max_bytes = 0;  // 0 = no byte bound
+  int64_t hits = 0;
+  int64_t misses = 0;
+  int64_t evictions = 0;
+};
+
 struct EngineStats {
   uint64_t prepares = 0;          // Prepare calls that decoded a new graph
   uint64_t prepare_hits = 0;      // Prepare calls answered from the prepared-graph cache
+  CacheStats prepared;            // this engine's prepared graphs
+  CacheStats traces;              // this engine's JIT traces (builtin models)
+  CacheStats kernels;             // loaded kernels (process-wide, shared by every engine)
+  CacheStats binaries;            // compiled binaries held in memory (process-wide compile cache)
   uint64_t runs = 0;
   uint64_t kernels_compiled = 0;  // over all runs
   uint64_t compile_ns = 0;        // over all runs
@@ -134,6 +190,10 @@ class BuiltinModel {
   std::unique_ptr<Impl> impl_;
 };
 
+// Process-wide cache bounds (kilnd flags; call at start-up). Loaded kernels: entries >= 1 and bytes
+// (0 = no byte bound); compiled binaries kept in memory: bytes (the disk cache is unbounded by this).
+void ConfigureProcessCaches(size_t kernel_entries, size_t kernel_bytes, size_t binary_bytes);
+
 // The architectures LoadBuiltin knows.
 std::vector<std::string> BuiltinArchitectures();
 
@@ -150,6 +210,8 @@ class PreparedGraph {
   const std::string& key() const;  // hex GraphKey of the spec
   const GraphSpec& spec() const;
   int num_inputs() const;
+  // Estimated bytes this object holds (the spec and its decoded form): what caches count.
+  int64_t bytes() const;
   // Counters of this graph's runs.
   uint64_t runs() const;
   uint64_t kernels_compiled() const;
@@ -192,19 +254,22 @@ class Engine {
   const GraphLimits& limits() const;
 
   absl::StatusOr<std::shared_ptr<const PreparedGraph>> Prepare(const GraphSpec& spec);
-  absl::StatusOr<RunResult> Run(const PreparedGraph& graph, absl::Span<const HostTensorView> inputs);
-  absl::StatusOr<RunResult> Warm(const PreparedGraph& graph);
+  absl::StatusOr<RunResult> Run(const PreparedGraph& graph, absl::Span<const HostTensorView> inputs,
+                                const RunOptions& options = {});
+  absl::StatusOr<RunResult> Warm(const PreparedGraph& graph, const RunOptions& options = {});
 
   // NOT_FOUND: the weights file is missing; INVALID_ARGUMENT: unknown architecture, or the file
   // is not safetensors or does not match the architecture (names the tensor and the shapes).
   absl::StatusOr<std::shared_ptr<const BuiltinModel>> LoadBuiltin(const std::string& architecture,
                                                                   const std::string& weights_path);
   // `input`: float32, shape (N, *model.input_shape()) with N >= 1. Output "output" (N, *output_shape).
-  absl::StatusOr<RunResult> RunBuiltin(const BuiltinModel& model, const HostTensorView& input);
+  absl::StatusOr<RunResult> RunBuiltin(const BuiltinModel& model, const HostTensorView& input,
+                                       const RunOptions& options = {});
 
   // ONNX models (onnx_model.h): load model.onnx (external data beside it), run by input name.
   absl::StatusOr<std::shared_ptr<const OnnxModel>> LoadOnnx(const std::string& path);
-  absl::StatusOr<RunResult> RunOnnx(const OnnxModel& model, absl::Span<const NamedHostTensorView> inputs);
+  absl::StatusOr<RunResult> RunOnnx(const OnnxModel& model, absl::Span<const NamedHostTensorView> inputs,
+                                    const RunOptions& options = {});
 
   // A training run of a builtin architecture (trainer.h). INVALID_ARGUMENT names the bad field
   // (architecture, mlp_sizes, optimizer.*, init_weights).
@@ -219,6 +284,9 @@ class Engine {
 
  private:
   explicit Engine(std::unique_ptr<State> state);
+  absl::StatusOr<RunResult> RunOnnxUnguarded(const OnnxModel& model,
+                                             absl::Span<const NamedHostTensorView> inputs,
+                                             const RunOptions& options);
   std::unique_ptr<State> state_;
 };
 

@@ -59,6 +59,8 @@ struct GraphSpec {
 // Limits Prepare and Run enforce; violations are INVALID_ARGUMENT naming the field and the limit.
 struct GraphLimits {
   int64_t max_nodes = 1 << 20;
+  int64_t max_inputs = 1 << 12;   // graph inputs (and tensors bound per run)
+  int64_t max_outputs = 1 << 12;
   int max_rank = 64;
   int64_t max_dim = int64_t{1} << 31;
   int64_t max_elements = int64_t{1} << 28;  // per node value (inputs, intermediates, outputs)

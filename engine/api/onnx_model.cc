@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/api/decode.h"
 #include "engine/api/engine_state.h"
+#include "engine/api/guard.h"
 #include "engine/base/sha256.h"
 #include "engine/base/status.h"
 #include "engine/onnx/model.h"
@@ -136,7 +137,16 @@ absl::StatusOr<std::shared_ptr<const OnnxModel>> Engine::LoadOnnx(const std::str
   return std::make_shared<const OnnxModel>(std::move(impl));
 }
 
-absl::StatusOr<RunResult> Engine::RunOnnx(const OnnxModel& model, absl::Span<const NamedHostTensorView> inputs) {
+absl::StatusOr<RunResult> Engine::RunOnnx(const OnnxModel& model, absl::Span<const NamedHostTensorView> inputs,
+                                          const RunOptions& options) {
+  return GuardEngineCall("Engine::RunOnnx", [&]() -> absl::StatusOr<RunResult> {
+    return RunOnnxUnguarded(model, inputs, options);
+  });
+}
+
+absl::StatusOr<RunResult> Engine::RunOnnxUnguarded(const OnnxModel& model,
+                                                   absl::Span<const NamedHostTensorView> inputs,
+                                                   const RunOptions& options) {
   const auto t0 = Clock::now();
   OnnxModel::Impl& m = model.impl();
   const auto& g = *m.model->graph;
@@ -165,11 +175,19 @@ absl::StatusOr<RunResult> Engine::RunOnnx(const OnnxModel& model, absl::Span<con
     if (!hosts[i]) return absl::InvalidArgumentError(absl::StrCat("input '", g.inputs[i].name, "' is missing"));
   }
 
+  // The outputs' sizes are known only from the graph; the schedule's estimate bounds them (and
+  // every intermediate) before anything runs, under the control set here.
+  int64_t input_bytes = 0;
+  for (const onnx::HostArrayPtr& h : hosts) input_bytes += static_cast<int64_t>(h->bytes.size());
+  KILN_RETURN_IF_ERROR(CheckRunAdmission(options, input_bytes, 0));
+  const RunControl control = ToRunControl(options, 0);
+
   RunResult result;
   std::vector<onnx::Value> values;  // eager outputs
   std::vector<Tensor> tensors;      // traced outputs
   {
     absl::MutexLock run_lock(&state_->run_mu);
+    ScopedRunControl scope(control);
     bool eager;
     std::vector<int> value_inputs;
     {

@@ -18,6 +18,7 @@
 #include "engine/nn/optim.h"
 #include "engine/nn/state/idx.h"
 #include "engine/nn/state/safetensors.h"
+#include "engine/realize/realize.h"
 
 namespace kiln::api {
 namespace {
@@ -30,6 +31,16 @@ std::string ShapeText(absl::Span<const int64_t> shape) {
 }
 
 absl::Mutex g_init_mu(absl::kConstInit);  // Tensor::ManualSeed is process-wide
+
+// Training steps are not capped by FLOPs or bytes moved: their sizes are validated by the job
+// spec (batch, layer sizes) and a step of the largest allowed batch is legitimately long. Memory
+// keeps the library default.
+RunControl TrainingRunControl() {
+  RunControl c;
+  c.limits.max_flops = 0;
+  c.limits.max_bytes_moved = 0;
+  return c;
+}
 
 absl::StatusOr<std::unique_ptr<nn::Optimizer>> MakeOptimizer(const OptimizerSpec& o,
                                                              std::vector<Tensor*> params) {
@@ -179,6 +190,8 @@ absl::StatusOr<float> Trainer::Step(const HostTensorView& x, const HostTensorVie
         absl::StrCat("y: dtype ", y.dtype, " shape ", ShapeText(y.shape), ", need int32 (", batch, ")"));
   }
   absl::MutexLock l(impl_->run_mu);
+  const RunControl control = TrainingRunControl();
+  ScopedRunControl scope(control);
   Tensor xt = Tensor::FromHost(x.data.data(), dtypes::kFloat32, x.shape, impl_->device);
   Tensor yt = Tensor::FromHost(y.data.data(), dtypes::kInt32, y.shape, impl_->device);
   absl::StatusOr<std::vector<Tensor>> out = (*impl_->step)({xt, yt});
@@ -191,6 +204,8 @@ absl::StatusOr<float> Trainer::Step(const HostTensorView& x, const HostTensorVie
 absl::StatusOr<std::vector<int32_t>> Trainer::Predict(const HostTensorView& x) {
   KILN_RETURN_IF_ERROR(impl_->CheckBatch(x));
   absl::MutexLock l(impl_->run_mu);
+  const RunControl control = TrainingRunControl();
+  ScopedRunControl scope(control);
   nn::TrainingScope eval(false);
   Tensor xt = Tensor::FromHost(x.data.data(), dtypes::kFloat32, x.shape, impl_->device);
   absl::StatusOr<std::vector<int32_t>> pred = impl_->model->Forward(xt).Argmax(1).ToVector<int32_t>();

@@ -8,7 +8,30 @@
 
 namespace kiln::jit {
 
-TraceCache::TraceCache(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
+TraceCache::TraceCache(size_t capacity, size_t max_bytes)
+    : capacity_(capacity == 0 ? 1 : capacity), max_bytes_(max_bytes) {}
+
+void TraceCache::SetLimits(size_t capacity, size_t max_bytes) {
+  absl::MutexLock l(&mu_);
+  capacity_ = capacity == 0 ? 1 : capacity;
+  max_bytes_ = max_bytes;
+  EvictLocked(nullptr);
+}
+
+void TraceCache::EvictLocked(const Entry* keep) {
+  auto over = [&] {
+    return lru_.size() > capacity_ || (max_bytes_ > 0 && stats_.bytes > static_cast<int64_t>(max_bytes_));
+  };
+  for (auto it = lru_.end(); over() && it != lru_.begin();) {
+    --it;
+    if (it->get() == keep) continue;
+    stats_.bytes -= (*it)->bytes;
+    index_.erase((*it)->key);
+    it = lru_.erase(it);
+    ++stats_.evictions;
+  }
+  stats_.size = static_cast<int64_t>(lru_.size());
+}
 
 absl::StatusOr<std::string> TraceCache::KeyOf(const std::string& model, const JitArgs& args) {
   std::string key = model;
@@ -46,27 +69,35 @@ absl::StatusOr<std::vector<Tensor>> TraceCache::Run(const std::string& model, co
       }
       lru_.push_front(entry);
       index_[key] = lru_.begin();
-      while (lru_.size() > capacity_) {
-        index_.erase(lru_.back()->key);
-        lru_.pop_back();
-        ++stats_.evictions;
-      }
-      stats_.size = static_cast<int64_t>(lru_.size());
+      EvictLocked(entry.get());
     }
   }
-  absl::MutexLock el(&entry->mu);
-  if (info != nullptr) {
-    info->hit = hit;
-    info->call = entry->jit->cnt();
+  int64_t bytes = 0;
+  absl::StatusOr<std::vector<Tensor>> out;
+  {
+    absl::MutexLock el(&entry->mu);
+    if (info != nullptr) {
+      info->hit = hit;
+      info->call = entry->jit->cnt();
+    }
+    out = entry->jit->Call(args);
+    if (info != nullptr && entry->jit->plan() != nullptr) info->plan_kernels = entry->jit->plan()->KernelNames();
+    if (entry->jit->plan() != nullptr) bytes = entry->jit->plan()->allocated_bytes();
   }
-  absl::StatusOr<std::vector<Tensor>> out = entry->jit->Call(args);
-  if (info != nullptr && entry->jit->plan() != nullptr) info->plan_kernels = entry->jit->plan()->KernelNames();
+  absl::MutexLock l(&mu_);
+  if (auto it = index_.find(entry->key); it != index_.end() && it->second->get() == entry.get()) {
+    stats_.bytes += bytes - entry->bytes;  // still cached: account its (new) size
+    entry->bytes = bytes;
+    EvictLocked(entry.get());
+  }
   return out;
 }
 
 TraceCacheStats TraceCache::stats() const {
   absl::MutexLock l(&mu_);
-  return stats_;
+  TraceCacheStats s = stats_;
+  s.max_bytes = static_cast<int64_t>(max_bytes_);
+  return s;
 }
 
 void TraceCache::CollectBuffers(const std::string& model,
@@ -90,6 +121,7 @@ int TraceCache::Erase(const std::string& model) {
   int n = 0;
   for (auto it = lru_.begin(); it != lru_.end();) {
     if ((*it)->model == model) {
+      stats_.bytes -= (*it)->bytes;
       index_.erase((*it)->key);
       it = lru_.erase(it);
       ++n;
@@ -106,6 +138,7 @@ void TraceCache::Clear() {
   lru_.clear();
   index_.clear();
   stats_.size = 0;
+  stats_.bytes = 0;
 }
 
 }  // namespace kiln::jit

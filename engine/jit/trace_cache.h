@@ -8,6 +8,11 @@
 // replays according to its own call count. `fn` is used only when the entry is created: a model's function must not
 // change under the same model string (bump a version in the string instead).
 //
+// Bounded by entries and by bytes: an entry's bytes are the memory its captured plan allocated
+// (ExecPlan::allocated_bytes: intermediates and outputs; weights and inputs are not the trace's), known after the
+// capture call. After each Run the least recently used entries (never the one just run) are evicted while the
+// total exceeds `max_bytes` (0 = no byte bound) or the count exceeds `capacity`; evictions are counted.
+//
 // Thread safety: all methods are thread-safe. Calls of one entry are serialized by the entry's mutex; different
 // entries run concurrently. An evicted entry that is running finishes its call (entries are shared_ptrs).
 #pragma once
@@ -39,18 +44,25 @@ struct TraceCacheStats {
   int64_t misses = 0;
   int64_t evictions = 0;
   int64_t size = 0;
+  int64_t bytes = 0;      // over every entry (as last measured after its Run)
+  int64_t max_bytes = 0;  // the byte bound (0 = none)
 };
 
 class TraceCache {
  public:
-  // capacity >= 1 (0 is treated as 1).
-  explicit TraceCache(size_t capacity);
+  // capacity >= 1 (0 is treated as 1); max_bytes 0 = no byte bound.
+  explicit TraceCache(size_t capacity, size_t max_bytes = 0);
+  // New bounds; evicts down to them at once (entries running finish their call).
+  void SetLimits(size_t capacity, size_t max_bytes);
 
   absl::StatusOr<std::vector<Tensor>> Run(const std::string& model, const JitArgs& args,
                                           const JitFunction& fn, TraceRunInfo* info = nullptr);
 
   TraceCacheStats stats() const;
-  size_t capacity() const { return capacity_; }
+  size_t capacity() const {
+    absl::MutexLock l(&mu_);
+    return capacity_;
+  }
   // Appends the device buffers the traces of `model` keep alive (TinyJit::CollectBuffers; may repeat a buffer).
   // Waits for a running call of each such entry to finish.
   void CollectBuffers(const std::string& model, std::vector<const runtime::Buffer*>* out) const;
@@ -64,13 +76,18 @@ class TraceCache {
   struct Entry {
     std::string key;
     std::string model;
+    int64_t bytes = 0;  // guarded by the cache's mu_
     absl::Mutex mu;
     std::unique_ptr<TinyJit> jit ABSL_GUARDED_BY(mu);
   };
   using Lru = std::list<std::shared_ptr<Entry>>;
 
-  const size_t capacity_;
+  // Evicts LRU entries other than `keep` while over a bound.
+  void EvictLocked(const Entry* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   mutable absl::Mutex mu_;
+  size_t capacity_ ABSL_GUARDED_BY(mu_);
+  size_t max_bytes_ ABSL_GUARDED_BY(mu_);
   Lru lru_ ABSL_GUARDED_BY(mu_);  // most recent first
   absl::flat_hash_map<std::string, Lru::iterator> index_ ABSL_GUARDED_BY(mu_);
   TraceCacheStats stats_ ABSL_GUARDED_BY(mu_);

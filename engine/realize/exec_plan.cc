@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/base/env.h"
 #include "engine/base/status.h"
+#include "engine/realize/realize.h"
 #include "engine/realize/realize_internal.h"
 #include "engine/runtime/registry.h"
 
@@ -105,6 +106,25 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
                                                           absl::Span<const UOpPtr> extra_buffers) {
   std::unique_ptr<ExecPlan> plan(new ExecPlan());
   plan->num_inputs_ = static_cast<int>(inputs.size());
+  {
+    std::vector<ScheduleItem> all;
+    all.reserve(items.size());
+    for (const CapturedItem& ci : items) all.push_back(ci.item);
+    plan->estimate_ = EstimateItems(all, extra_buffers);
+  }
+  const RunControl& control = CurrentRunControl();
+  KILN_RETURN_IF_ERROR(CheckWork(plan->estimate_, control.limits));
+  if (control.memory_budget != nullptr) {  // held only while Build allocates; the buffers then count as live
+    KILN_RETURN_IF_ERROR(control.memory_budget->Reserve(
+        plan->estimate_.new_bytes, static_cast<int64_t>(runtime::BufferTable::Global().total_bytes())));
+  }
+  struct Release {
+    MemoryBudget* budget;
+    int64_t bytes;
+    ~Release() {
+      if (budget != nullptr) budget->Release(bytes);
+    }
+  } release{control.memory_budget, plan->estimate_.new_bytes};
   absl::flat_hash_map<const UOp*, uint32_t> input_slot;
   for (size_t i = 0; i < inputs.size(); ++i)
     input_slot.emplace(inputs[i].get(), static_cast<uint32_t>(i));
@@ -122,7 +142,9 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
     }
     auto it = fixed.find(b.get());
     if (it == fixed.end()) {
+      const bool had_memory = runtime::BufferTable::Global().Lookup(b.get()) != nullptr;
       KILN_ASSIGN_OR_RETURN(auto buf, realize_internal::Materialize(b));
+      if (!had_memory) plan->allocated_bytes_ += static_cast<int64_t>(buf->nbytes());
       it = fixed.emplace(b.get(), std::move(buf)).first;
       plan->held_nodes_.push_back(b);
       plan->held_buffers_.push_back(it->second);
@@ -220,6 +242,8 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
   if (static_cast<int>(inputs.size()) != num_inputs_)
     return absl::InvalidArgumentError(
         absl::StrCat("ExecPlan: expected ", num_inputs_, " input buffers, got ", inputs.size()));
+  const RunControl& control = CurrentRunControl();
+  KILN_RETURN_IF_ERROR(CheckWork(estimate_, control.limits));
   for (const Patch& p : patches_) args_[p.arg] = inputs[p.input];
   if (graph_mode_ != GraphMode::kOff && !graphs_built_) {
     KILN_RETURN_IF_ERROR(BuildGraphs());
@@ -229,6 +253,11 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
   const int64_t* vars = vars_.data();
   const int debug = DebugLevel();
   for (size_t ci = 0; ci < calls_.size(); ++ci) {
+    if (absl::Status st = control.Check(); !st.ok()) {
+      for (runtime::Device* d : devices_) (void)d->Synchronize();  // nothing of this Run stays in flight
+      return absl::Status(st.code(), absl::StrCat(st.message(), " after ", ci, " of ", calls_.size(),
+                                                  " JIT calls; the rest did not run"));
+    }
     if (!graph_at_.empty() && graph_at_[ci] >= 0) {
       Graph& g = graphs_[graph_at_[ci]];
       KILN_RETURN_IF_ERROR(UpdateGraph(g));

@@ -14,6 +14,11 @@
 // The buffers a plan writes are "volatile" while the plan lives: the realize memo never remembers a value that reads
 // one (its contents change on every Run), and memo entries that read one are dropped at Build.
 //
+// Bounded work: Build estimates the captured items (estimate.h) and checks them against CurrentRunControl()'s limits
+// before it allocates anything (RESOURCE_EXHAUSTED), reserving the new bytes in its MemoryBudget while it allocates.
+// Run checks the plan's estimate (FLOPs, bytes moved, peak memory) against the current limits first, then the
+// deadline and cancellation token before every call (DEADLINE_EXCEEDED / CANCELLED; a device graph batch is one call).
+//
 // Thread safety: a CaptureScope is per thread. An ExecPlan is not thread-safe (Run mutates its argument array); use
 // one plan from one thread at a time.
 #pragma once
@@ -26,6 +31,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "engine/realize/estimate.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/device.h"
 #include "engine/schedule/schedule.h"
@@ -100,6 +106,11 @@ class ExecPlan {
   const std::vector<std::shared_ptr<runtime::Buffer>>& held_buffers() const {
     return held_buffers_;
   }
+  // Bytes of the buffers Build allocated for the plan (intermediates and outputs; not the inputs, nor buffers that
+  // had memory before, such as weights): what the plan itself costs while it lives.
+  int64_t allocated_bytes() const { return allocated_bytes_; }
+  // The estimate of one Run (checked against the current limits at every Run).
+  const WorkEstimate& estimate() const { return estimate_; }
 
  private:
   struct Call {
@@ -144,6 +155,8 @@ class ExecPlan {
   std::vector<Graph> graphs_;
   std::vector<int> graph_at_;  // per call: the graph starting at it, or -1
   int64_t graph_updates_ = 0;
+  int64_t allocated_bytes_ = 0;
+  WorkEstimate estimate_;
 };
 
 // Allocates memory for a BUFFER node (or a view of one) if it has none. For the JIT's outputs after capture.

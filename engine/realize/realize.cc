@@ -34,10 +34,51 @@ using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 thread_local RealizeStats g_stats;
+thread_local const RunControl* t_control = nullptr;
+
+const RunControl& DefaultRunControl() {
+  static const RunControl* c = new RunControl();
+  return *c;
+}
+
+// A reservation of a run's new bytes in its control's MemoryBudget, released on destruction.
+class Reservation {
+ public:
+  Reservation() = default;
+  absl::Status Reserve(MemoryBudget* budget, int64_t bytes) {
+    if (budget == nullptr || bytes <= 0) return absl::OkStatus();
+    KILN_RETURN_IF_ERROR(budget->Reserve(bytes, static_cast<int64_t>(runtime::BufferTable::Global().total_bytes())));
+    budget_ = budget;
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  ~Reservation() {
+    if (budget_ != nullptr) budget_->Release(bytes_);
+  }
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+
+ private:
+  MemoryBudget* budget_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// The control's verdict before item `done` of `total`, with where the run stopped.
+absl::Status Stopped(const RunControl& control, size_t done, size_t total) {
+  absl::Status st = control.Check();
+  if (st.ok()) return st;
+  return absl::Status(st.code(), absl::StrCat(st.message(), " after ", done, " of ", total,
+                                              " kernels and copies; the rest did not run"));
+}
 
 // ---- loaded kernels, by (device, kernel AST key, opt knobs); bounded LRU ----
 
 using realize_internal::LoadedKernel;
+
+// What a loaded kernel costs beyond its source, binary and program, measured on the CPU backend (LLVM 19 ORC): 300
+// reduce_sum input shapes grew kilnd's RSS by 64-69 KiB per shape with every kernel cached, 10 KiB per shape with the
+// caches bounded to a few entries; of the ~57 KiB difference the source, binary and program account for ~13 KiB.
+constexpr size_t kLoadedKernelOverheadBytes = size_t{44} << 10;
 
 class KernelCache {
  public:
@@ -48,29 +89,61 @@ class KernelCache {
   std::shared_ptr<LoadedKernel> Get(const std::string& key) {
     absl::MutexLock l(&mu_);
     auto it = index_.find(key);
-    if (it == index_.end()) return nullptr;
+    if (it == index_.end()) {
+      ++stats_.misses;
+      return nullptr;
+    }
+    ++stats_.hits;
     lru_.splice(lru_.begin(), lru_, it->second);
     return it->second->second;
+  }
+  // Like Get without counting (for checks that are not lookups on the kernel's behalf).
+  bool Contains(const std::string& key) {
+    absl::MutexLock l(&mu_);
+    return index_.contains(key);
   }
   void Put(const std::string& key, std::shared_ptr<LoadedKernel> k) {
     absl::MutexLock l(&mu_);
     if (index_.contains(key)) return;
+    stats_.bytes += static_cast<int64_t>(k->bytes);
     lru_.emplace_front(key, std::move(k));
     index_[key] = lru_.begin();
-    while (lru_.size() > kCapacity) {
-      index_.erase(lru_.back().first);
-      lru_.pop_back();
-    }
+    EvictLocked();
+  }
+  void SetLimits(size_t entries, size_t bytes) {
+    absl::MutexLock l(&mu_);
+    max_entries_ = std::max<size_t>(1, entries);
+    max_bytes_ = bytes;
+    EvictLocked();
+  }
+  KernelCacheStats Stats() {
+    absl::MutexLock l(&mu_);
+    KernelCacheStats s = stats_;
+    s.entries = static_cast<int64_t>(lru_.size());
+    s.max_entries = static_cast<int64_t>(max_entries_);
+    s.max_bytes = static_cast<int64_t>(max_bytes_);
+    return s;
   }
 
  private:
-  static constexpr size_t kCapacity = 2048;
+  // The newest entry always stays, so a kernel larger than the byte bound is still usable.
+  void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (lru_.size() > 1 && (lru_.size() > max_entries_ ||
+                               (max_bytes_ > 0 && static_cast<size_t>(stats_.bytes) > max_bytes_))) {
+      stats_.bytes -= static_cast<int64_t>(lru_.back().second->bytes);
+      index_.erase(lru_.back().first);
+      lru_.pop_back();
+      ++stats_.evictions;
+    }
+  }
   absl::Mutex mu_;
+  size_t max_entries_ ABSL_GUARDED_BY(mu_) = 2048;
+  size_t max_bytes_ ABSL_GUARDED_BY(mu_) = size_t{128} << 20;
+  KernelCacheStats stats_ ABSL_GUARDED_BY(mu_);
   std::list<std::pair<std::string, std::shared_ptr<LoadedKernel>>> lru_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::list<std::pair<std::string, std::shared_ptr<LoadedKernel>>>::iterator> index_
       ABSL_GUARDED_BY(mu_);
 };
-
 
 }  // namespace
 
@@ -107,6 +180,7 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(runtim
   KILN_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, runtime::CompileKernel(dev, k->program));
   k->source = std::move(ck.source);
   k->runner = std::move(ck.program);
+  k->bytes = k->source.size() + ck.binary_bytes + 160 * k->program.uops.size() + kLoadedKernelOverheadBytes;
   if (DebugLevel() >= 3 && !k->program.applied_opts.empty())
     std::fprintf(stderr, "%s: %s\n", k->program.name.c_str(), absl::StrJoin(k->program.applied_opts, ", ").c_str());
   if (DebugLevel() >= 4) std::fprintf(stderr, "%s\n", k->source.c_str());
@@ -206,9 +280,16 @@ using realize_internal::Materialize;
 // launches, so a cold first step (tens of kernels, LLVM -O2 each) takes its compile time divided by the cores. The
 // workers run under the caller's knobs (Context is per thread) and their counts are added to the caller's stats.
 // Failures are not reported here: RunKernel's GetKernel repeats the compile and returns the error in order.
-absl::flat_hash_set<std::string> PrecompileKernels(const Schedule& s) {
+// Returns the kernels compiled here by key, held for the Realize: a byte-bounded cache may evict them before their
+// launch, and they must not be compiled twice.
+struct PrecompiledKernel {
+  std::shared_ptr<LoadedKernel> kernel;
+  bool launched = false;  // its first launch (the one counted as compiled) happened
+};
+using Precompiled = absl::flat_hash_map<std::string, PrecompiledKernel>;
+Precompiled PrecompileKernels(const Schedule& s) {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  absl::flat_hash_set<std::string> done;  // keys compiled (or loaded from the disk cache) here
+  Precompiled done;  // keys compiled (or loaded from the disk cache) here
   if (hw < 2) return done;
   std::vector<std::pair<runtime::Device*, UOpPtr>> todo;
   absl::flat_hash_set<std::string> seen;
@@ -217,7 +298,7 @@ absl::flat_hash_set<std::string> PrecompileKernels(const Schedule& s) {
     absl::StatusOr<runtime::Device*> dev = runtime::GetDevice(it.device);
     if (!dev.ok()) continue;
     const std::string key = realize_internal::KernelKey(**dev, it.ast);
-    if (KernelCache::Global().Get(key) != nullptr || !seen.insert(key).second) continue;
+    if (KernelCache::Global().Contains(key) || !seen.insert(key).second) continue;
     todo.push_back({*dev, it.ast});
   }
   if (todo.size() < 2) return done;
@@ -227,8 +308,12 @@ absl::flat_hash_set<std::string> PrecompileKernels(const Schedule& s) {
   absl::Mutex mu;
   int compiled = 0;
   double seconds = 0;
+  std::vector<std::shared_ptr<LoadedKernel>> kernels(todo.size());
   auto compile_all = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < todo.size();) (void)GetKernel(*todo[i].first, todo[i].second);
+    for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
+      absl::StatusOr<std::shared_ptr<LoadedKernel>> k = GetKernel(*todo[i].first, todo[i].second);
+      if (k.ok()) kernels[i] = *std::move(k);
+    }
   };
   auto worker = [&] {  // counts into this thread's g_stats; handed to the caller's below
     Context ctx({{Knob::kDebug, knobs[0]}, {Knob::kNoOpt, knobs[1]}, {Knob::kBeam, knobs[2]},
@@ -247,9 +332,10 @@ absl::flat_hash_set<std::string> PrecompileKernels(const Schedule& s) {
   for (std::thread& t : threads) t.join();
   g_stats.compiled += compiled;
   g_stats.compile_seconds += seconds;
-  for (const auto& [dev, ast] : todo) {
-    std::string key = realize_internal::KernelKey(*dev, ast);
-    if (KernelCache::Global().Get(key) != nullptr) done.insert(std::move(key));
+  for (size_t i = 0; i < todo.size(); ++i) {
+    if (kernels[i] != nullptr) {
+      done.emplace(realize_internal::KernelKey(*todo[i].first, todo[i].second), PrecompiledKernel{kernels[i]});
+    }
   }
   return done;
 }
@@ -266,16 +352,22 @@ absl::Status RunCopy(const ScheduleItem& item) {
   return dst->device()->allocator().CopyIn(dst->memory(), host.data(), n);
 }
 
-absl::Status RunKernel(const ScheduleItem& item, const Schedule& s, int index,
-                       absl::flat_hash_set<std::string>& precompiled,
+absl::Status RunKernel(const ScheduleItem& item, const Schedule& s, int index, Precompiled& precompiled,
                        absl::flat_hash_set<runtime::Device*>* used) {
   KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(item.device));
   used->insert(dev);
   const int compiled_before = g_stats.compiled;
-  KILN_ASSIGN_OR_RETURN(std::shared_ptr<LoadedKernel> k, GetKernel(*dev, item.ast));
   // A precompiled kernel counts as compiled at its first launch only, as it would have without precompiling.
-  const bool compiled =
-      g_stats.compiled != compiled_before || precompiled.erase(realize_internal::KernelKey(*dev, item.ast)) > 0;
+  bool compiled = false;
+  std::shared_ptr<LoadedKernel> k;
+  if (auto it = precompiled.find(realize_internal::KernelKey(*dev, item.ast)); it != precompiled.end()) {
+    k = it->second.kernel;
+    compiled = !it->second.launched;
+    it->second.launched = true;
+  } else {
+    KILN_ASSIGN_OR_RETURN(k, GetKernel(*dev, item.ast));
+    compiled = g_stats.compiled != compiled_before;
+  }
   std::vector<std::shared_ptr<runtime::Buffer>> hold;
   std::vector<runtime::DeviceMemory> mems;
   for (const UOpPtr& b : item.buffers) {
@@ -351,6 +443,11 @@ absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
   const double sched_s = Since(t0);
   int kernels = 0;
   for (const ScheduleItem& it : s.items) kernels += it.kind == ScheduleItem::Kind::kKernel;
+  // Admission: nothing is compiled, allocated or launched for a schedule over its limits.
+  const RunControl& control = CurrentRunControl();
+  g_stats.estimate = EstimateSchedule(s);
+  KILN_RETURN_IF_ERROR(CheckWork(g_stats.estimate, control.limits));
+  KILN_RETURN_IF_ERROR(Stopped(control, 0, s.items.size()));
   for (const UOpPtr& b : s.assigned) Memo::Global().Invalidate(b.get());
   if (capture != nullptr) {
     realize_internal::AppendCaptured(capture, s);
@@ -360,13 +457,17 @@ absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
     return out;
   }
 
-  absl::flat_hash_set<std::string> precompiled = PrecompileKernels(s);
+  Reservation reservation;
+  KILN_RETURN_IF_ERROR(reservation.Reserve(control.memory_budget, g_stats.estimate.new_bytes));
+  Precompiled precompiled = PrecompileKernels(s);
   absl::flat_hash_set<runtime::Device*> used;
   for (size_t i = 0; i < s.items.size(); ++i) {
+    KILN_RETURN_IF_ERROR(Stopped(control, i, s.items.size()));
     const ScheduleItem& item = s.items[i];
     absl::Status st = item.kind == ScheduleItem::Kind::kCopy ? RunCopy(item)
                                                               : RunKernel(item, s, static_cast<int>(i), precompiled, &used);
     if (!st.ok()) return st;
+    if (control.progress) control.progress(static_cast<int>(i) + 1, static_cast<int>(s.items.size()));
   }
   for (runtime::Device* d : used) KILN_RETURN_IF_ERROR(d->Synchronize());
   // Output buffers that no kernel wrote (zero-size values) still get memory.
@@ -395,6 +496,21 @@ absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
 }
 
 const RealizeStats& LastRealizeStats() { return g_stats; }
+
+KernelCacheStats GetKernelCacheStats() { return KernelCache::Global().Stats(); }
+void SetKernelCacheLimits(size_t max_entries, size_t max_bytes) {
+  KernelCache::Global().SetLimits(max_entries, max_bytes);
+}
+
+const RunControl& CurrentRunControl() { return t_control != nullptr ? *t_control : DefaultRunControl(); }
+
+ScopedRunControl::ScopedRunControl(const RunControl& control) : prev_(t_control) { t_control = &control; }
+ScopedRunControl::~ScopedRunControl() { t_control = prev_; }
+
+absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots, const RunControl& control) {
+  ScopedRunControl scope(control);
+  return Realize(roots);
+}
 
 absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shape, const std::string& device) {
   int64_t n = 1;

@@ -73,6 +73,9 @@ struct LoadedKernel {
   codegen::Program program;
   std::string source;
   std::unique_ptr<runtime::Program> runner;
+  // Memory this kernel holds, estimated: its source, its binary, its linear program's nodes and a measured fixed
+  // cost of the loaded code (realize.cc). What the loaded-kernel cache's byte bound counts.
+  size_t bytes = 0;
 };
 absl::StatusOr<std::shared_ptr<LoadedKernel>> GetKernel(runtime::Device& dev, const UOpPtr& ast);
 // The process-wide loaded-kernel cache key of `ast` on `dev` under the current opt knobs.

@@ -183,9 +183,13 @@ void CompileCache::MemPut(const std::string& key, const std::string& binary) {
   }
   lru_.emplace_front(key, binary);
   index_[key] = lru_.begin();
-  while (lru_.size() > options_.memory_entries) {
+  mem_bytes_ += key.size() + binary.size();
+  while (lru_.size() > options_.memory_entries ||
+         (options_.memory_bytes > 0 && mem_bytes_ > options_.memory_bytes && lru_.size() > 1)) {
+    mem_bytes_ -= lru_.back().first.size() + lru_.back().second.size();
     index_.erase(lru_.back().first);
     lru_.pop_back();
+    ++stats_.memory_evictions;
   }
 }
 
@@ -218,13 +222,18 @@ absl::StatusOr<std::string> CompileCache::GetOrCompile(Compiler& compiler, const
 
 CompileCacheStats CompileCache::stats() const {
   absl::MutexLock lock(&mem_mu_);
-  return stats_;
+  CompileCacheStats s = stats_;
+  s.memory_entries = static_cast<int64_t>(lru_.size());
+  s.memory_bytes = static_cast<int64_t>(mem_bytes_);
+  s.memory_max_bytes = static_cast<int64_t>(options_.memory_bytes);
+  return s;
 }
 
 void CompileCache::ClearMemory() {
   absl::MutexLock lock(&mem_mu_);
   lru_.clear();
   index_.clear();
+  mem_bytes_ = 0;
 }
 
 absl::StatusOr<CompiledKernel> CompileKernel(Device& device, const codegen::Program& program, CompileCache* cache) {
@@ -236,6 +245,7 @@ absl::StatusOr<CompiledKernel> CompileKernel(Device& device, const codegen::Prog
   KILN_ASSIGN_OR_RETURN(std::string binary,
                         cache->GetOrCompile(device.compiler(), renderer->name(), k.source, program.name));
   KILN_ASSIGN_OR_RETURN(k.program, device.Load(binary, program.name));
+  k.binary_bytes = binary.size();
   k.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return k;
 }

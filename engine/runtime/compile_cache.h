@@ -37,6 +37,10 @@ struct CompileCacheStats {
   int64_t disk_writes = 0;
   int64_t disk_errors = 0;     // open/read/write failures (each also disables or skips the disk)
   double compile_seconds = 0;  // total time spent in Compiler::Compile on misses
+  int64_t memory_entries = 0;  // binaries held in memory now
+  int64_t memory_bytes = 0;    // ... and their bytes (keys included)
+  int64_t memory_evictions = 0;
+  int64_t memory_max_bytes = 0;  // Options::memory_bytes
 };
 
 class CompileCache {
@@ -44,6 +48,7 @@ class CompileCache {
   struct Options {
     std::string db_path;             // empty: DefaultPath()
     size_t memory_entries = 4096;    // LRU capacity (entries); 0 disables the memory level
+    size_t memory_bytes = 64u << 20; // LRU capacity (bytes of binaries and keys); 0 = no byte bound
     bool disk = true;                // false: memory only, regardless of CACHELEVEL
   };
   CompileCache() : CompileCache(Options{}) {}
@@ -90,6 +95,7 @@ class CompileCache {
   absl::flat_hash_map<std::string, std::list<std::pair<std::string, std::string>>::iterator> index_
       ABSL_GUARDED_BY(mem_mu_);
   CompileCacheStats stats_ ABSL_GUARDED_BY(mem_mu_);
+  size_t mem_bytes_ ABSL_GUARDED_BY(mem_mu_) = 0;
 
   absl::Mutex disk_mu_;
   sqlite3* db_ ABSL_GUARDED_BY(disk_mu_) = nullptr;
@@ -101,6 +107,7 @@ class CompileCache {
 struct CompiledKernel {
   std::string source;
   std::unique_ptr<Program> program;
+  size_t binary_bytes = 0;     // size of the compiled binary that was loaded
   double compile_seconds = 0;  // render + compile + load wall time
 };
 

@@ -5,9 +5,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <map>
+#include <stdexcept>
 #include <string>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "spdlog/spdlog.h"
@@ -18,10 +20,11 @@ namespace {
 constexpr std::string_view kPoints[] = {
     "checkpoint.after_temp_write", "checkpoint.after_temp_fsync", "checkpoint.after_rename",
     "checkpoint.after_manifest",   "publish.after_intent",        "publish.after_version_write",
-    "publish.after_mark",
+    "publish.after_mark",          "infer.execute",               "graph.execute",
 };
 
 struct Point {
+  bool kill = true;              // else: throw
   int64_t fire_at = 1;           // the hit that fires
   std::atomic<int64_t> hits{0};  // hits so far
 };
@@ -45,15 +48,16 @@ Table* Parse() {
       if (!absl::SimpleAtoi(action.substr(a + 1), &at) || at < 1) at = -1;
       action = action.substr(0, a);
     }
-    if (!IsKnown(name) || action != "kill" || at < 1) {
+    if (!IsKnown(name) || (action != "kill" && action != "throw") || at < 1) {
       spdlog::error(
-          "KILN_FAILPOINTS: ignoring '{}' (want <point>=kill[@n], n >= 1, point one of {})", text,
+          "KILN_FAILPOINTS: ignoring '{}' (want <point>=kill|throw[@n], n >= 1, point one of {})", text,
           absl::StrJoin(kPoints, ", ",
                         [](std::string* out, std::string_view p) { out->append(p); }));
       continue;
     }
     table->points[name].fire_at = at;
-    spdlog::warn("KILN_FAILPOINTS: {} armed: kill at hit {}", name, at);
+    table->points[name].kill = action == "kill";
+    spdlog::warn("KILN_FAILPOINTS: {} armed: {} at hit {}", name, action, at);
   }
   if (table->points.empty()) {
     delete table;
@@ -88,6 +92,10 @@ void Hit(std::string_view name) {
   if (it == table->points.end()) return;
   const int64_t hit = it->second.hits.fetch_add(1) + 1;
   if (hit != it->second.fire_at) return;
+  if (!it->second.kill) {
+    spdlog::warn("failpoint {}: throw (hit {})", std::string(name), hit);
+    throw std::runtime_error(absl::StrCat("failpoint ", std::string(name), " fired"));
+  }
   spdlog::warn("failpoint {}: kill (hit {})", std::string(name), hit);
   spdlog::default_logger()->flush();
   ::raise(SIGKILL);

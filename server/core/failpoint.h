@@ -6,6 +6,8 @@
 //
 //   KILN_FAILPOINTS=<name>=<action>[@<n>][,<name>=<action>[@<n>]...]
 //     action  kill   raise(SIGKILL) at that point (no destructors, no flush: a crash)
+//             throw  throw std::runtime_error there (proves that no exception ends the process:
+//                    the request gets INTERNAL with a request id, guard.h)
 //     @n      fire on the n-th time the point is reached in this process (1-based; default 1);
 //             earlier hits pass
 //   e.g. KILN_FAILPOINTS=checkpoint.after_temp_fsync=kill@3
@@ -27,6 +29,9 @@
 //                                   (and config.pbtxt written); not loaded, the job not marked
 //   publish.after_mark              the job store records published_version; the job not yet
 //                                   SUCCEEDED
+//   infer.execute                   a model request is about to execute (on the device's executor
+//                                   thread, or inline on the transport's)
+//   graph.execute                   a kiln.v1.Engine graph is about to run
 // Thread safety: Hit() may be called from any thread.
 #pragma once
 

@@ -62,6 +62,14 @@ absl::Status CheckGraphSize(const kiln::v1::Graph& graph) {
                                                    " nodes exceed the limit ", kMaxGraphNodes,
                                                    " (kMaxGraphNodes)"));
   }
+  if (graph.inputs_size() > kMaxGraphInputs) {
+    return absl::InvalidArgumentError(absl::StrCat("graph.inputs: ", graph.inputs_size(),
+                                                   " inputs exceed the limit ", kMaxGraphInputs));
+  }
+  if (graph.outputs_size() > kMaxGraphOutputs) {
+    return absl::InvalidArgumentError(absl::StrCat("graph.outputs: ", graph.outputs_size(),
+                                                   " outputs exceed the limit ", kMaxGraphOutputs));
+  }
   return absl::OkStatus();
 }
 

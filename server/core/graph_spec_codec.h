@@ -10,9 +10,9 @@ namespace kiln::server {
 
 api::GraphSpec GraphSpecFromProto(const kiln::v1::Graph& graph);
 
-// The cheap checks to run on a wire graph before copying it: INVALID_ARGUMENT "nodes: N nodes
-// exceed the limit kMaxGraphNodes" (model_artifact.h), so a huge graph is refused before any
-// per-node work.
+// The cheap checks to run on a wire graph before copying it: INVALID_ARGUMENT "graph.nodes: N
+// nodes exceed the limit kMaxGraphNodes" (likewise inputs and outputs, model_artifact.h), so a
+// huge graph is refused before any per-node or per-name work.
 absl::Status CheckGraphSize(const kiln::v1::Graph& graph);
 
 }  // namespace kiln::server

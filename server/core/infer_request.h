@@ -9,7 +9,9 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "engine/api/engine.h"
 #include "server/core/datatype.h"
 
 namespace kiln::server {
@@ -46,6 +48,15 @@ struct InferRequest {
   std::vector<InferInput> inputs;
   std::vector<std::string> requested_outputs;  // empty = all outputs
   int64_t raw_input_count = 0;                 // entries of raw_input_contents (0 = typed form)
+  // The client's deadline (InfiniteFuture: none; kilnd caps it by --max-run-seconds) and a token
+  // the transport cancels when the client goes away (null: none). A request past its deadline or
+  // cancelled while queued is answered DEADLINE_EXCEEDED / CANCELLED without running; a running
+  // one stops between kernels.
+  absl::Time deadline = absl::InfiniteFuture();
+  std::shared_ptr<const api::CancellationToken> cancellation;
+  // The transport's own cap on the outputs' bytes (e.g. REST's JSON grows a tensor several times);
+  // 0 = the server's (--max-response-bytes). The smaller one applies.
+  int64_t max_response_bytes = 0;
 };
 
 // What validation established about one input (in request order).

@@ -9,9 +9,13 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "server/core/datatype.h"
+#include "server/core/failpoint.h"
+#include "server/core/guard.h"
 #include "server/core/model_artifact.h"
 #include "server/core/model_config.h"
 #include "server/core/placement.h"
@@ -29,12 +33,6 @@ namespace {
 // Advertise nothing that is not served: perf_analyzer keys off "statistics".
 constexpr const char* kExtensions[] = {"model_repository", "model_configuration", "statistics"};
 
-uint64_t NanosSince(std::chrono::steady_clock::time_point start) {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count());
-}
-
 template <typename Tensor>
 TensorMetadata ToMetadata(const Tensor& t, bool batching) {
   TensorMetadata m;
@@ -45,36 +43,16 @@ TensorMetadata ToMetadata(const Tensor& t, bool batching) {
   return m;
 }
 
-template <typename To, typename From>
-std::string PackAs(absl::Span<const From> values) {
-  std::string out(values.size() * sizeof(To), '\0');
-  for (size_t i = 0; i < values.size(); ++i) {
-    const To v = static_cast<To>(values[i]);
-    std::memcpy(out.data() + i * sizeof(To), &v, sizeof(To));
-  }
-  return out;
-}
-
-// The raw little-endian bytes of an input given in typed `contents` (element counts were checked
-// by validation).
-absl::StatusOr<std::string> PackTypedContents(const InferInput& in, inference::DataType type) {
-  const TypedContents& c = in.typed;
-  switch (type) {
-    case inference::TYPE_BOOL: return PackAs<uint8_t>(c.bools);
-    case inference::TYPE_UINT8: return PackAs<uint8_t>(c.uints);
-    case inference::TYPE_UINT16: return PackAs<uint16_t>(c.uints);
-    case inference::TYPE_UINT32: return PackAs<uint32_t>(c.uints);
-    case inference::TYPE_UINT64: return PackAs<uint64_t>(c.uint64s);
-    case inference::TYPE_INT8: return PackAs<int8_t>(c.ints);
-    case inference::TYPE_INT16: return PackAs<int16_t>(c.ints);
-    case inference::TYPE_INT32: return PackAs<int32_t>(c.ints);
-    case inference::TYPE_INT64: return PackAs<int64_t>(c.int64s);
-    case inference::TYPE_FP32: return PackAs<float>(c.fp32s);
-    case inference::TYPE_FP64: return PackAs<double>(c.fp64s);
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(std::string(DataTypeName(type)),
-                                                     " has no typed contents (send raw_input_contents)"));
-  }
+// The options of every device's engine ("" = the engine's default device).
+api::EngineOptions EngineOptionsFor(const ServerOptions& options, const std::string& device) {
+  api::EngineOptions e;
+  e.device = device;
+  e.limits.max_nodes = kMaxGraphNodes;
+  e.limits.max_inputs = kMaxGraphInputs;
+  e.limits.max_outputs = kMaxGraphOutputs;
+  e.prepared_cache_bytes = options.prepared_cache_bytes;
+  e.jit_cache_bytes = options.jit_cache_bytes;
+  return e;
 }
 
 }  // namespace
@@ -83,9 +61,22 @@ InferenceServer::InferenceServer(ServerOptions options, std::string default_devi
                                  std::unique_ptr<api::Engine> default_engine)
     : options_(std::move(options)),
       default_device_(std::move(default_device)),
+      memory_budget_(options_.global_memory_bytes > 0
+                         ? std::make_unique<api::MemoryBudget>(options_.global_memory_bytes)
+                         : nullptr),
+      policy_([this] {
+        RunPolicy p = options_.run;
+        p.memory_budget = memory_budget_.get();
+        return p;
+      }()),
       default_engine_(default_engine.get()),
-      graphs_(default_engine.get()),
-      repository_(options_.model_repository, this) {
+      graphs_(default_engine.get(), &policy_,
+              [this](const std::string& device) -> absl::StatusOr<api::Engine*> {
+                absl::StatusOr<Lane*> lane = LaneFor(device);
+                if (!lane.ok()) return lane.status();
+                return (*lane)->engine.get();
+              }),
+      repository_(options_.model_repository, this, options_.repository_follow_links) {
   if (default_engine != nullptr) {
     absl::MutexLock lock(&lanes_mu_);
     StartLane(default_device_, std::move(default_engine));
@@ -117,10 +108,8 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Create(ServerO
     }
     default_device = *std::move(canonical);
   }
-  api::EngineOptions engine_options;
-  engine_options.device = options.device.empty() ? "" : default_device;
-  engine_options.limits.max_nodes = kMaxGraphNodes;
-  absl::StatusOr<std::unique_ptr<api::Engine>> engine = api::Engine::Create(engine_options);
+  absl::StatusOr<std::unique_ptr<api::Engine>> engine =
+      api::Engine::Create(EngineOptionsFor(options, options.device.empty() ? "" : default_device));
   if (engine.ok()) {
     default_device = (*engine)->device();
   } else {
@@ -156,10 +145,8 @@ absl::StatusOr<InferenceServer::Lane*> InferenceServer::LaneFor(const std::strin
   absl::MutexLock lock(&lanes_mu_);
   if (auto it = lanes_.find(device); it != lanes_.end()) return it->second.get();
   // Engine creation (a device context) is rare; it runs under lanes_mu_ so one device gets one.
-  api::EngineOptions engine_options;
-  engine_options.device = device;
-  engine_options.limits.max_nodes = kMaxGraphNodes;
-  absl::StatusOr<std::unique_ptr<api::Engine>> engine = api::Engine::Create(engine_options);
+  absl::StatusOr<std::unique_ptr<api::Engine>> engine =
+      api::Engine::Create(EngineOptionsFor(options_, device));
   if (!engine.ok()) return engine.status();
   spdlog::info("device {}: engine and executor started", device);
   return StartLane(device, *std::move(engine));
@@ -254,14 +241,17 @@ absl::StatusOr<std::shared_ptr<const ModelVersion>> InferenceServer::Resolve(
 
 absl::StatusOr<bool> InferenceServer::ModelReady(const std::string& name,
                                                  const std::string& version) const {
-  auto model = Resolve(name, version);
-  if (model.ok()) return Ready();
-  if (absl::IsInvalidArgument(model.status())) return model.status();
-  return false;
+  return Guard("ModelReady", [&]() -> absl::StatusOr<bool> {
+    auto model = Resolve(name, version);
+    if (model.ok()) return Ready();
+    if (absl::IsInvalidArgument(model.status())) return model.status();
+    return false;
+  });
 }
 
 absl::StatusOr<ModelMetadata> InferenceServer::GetModelMetadata(const std::string& name,
                                                                 const std::string& version) const {
+  return Guard("ModelMetadata", [&]() -> absl::StatusOr<ModelMetadata> {
   absl::StatusOr<std::shared_ptr<const ModelVersion>> model = Resolve(name, version);
   if (!model.ok()) return model.status();
   const inference::ModelConfig& config = *(*model)->config;
@@ -279,6 +269,7 @@ absl::StatusOr<ModelMetadata> InferenceServer::GetModelMetadata(const std::strin
   for (const auto& in : config.input()) m.inputs.push_back(ToMetadata(in, batching));
   for (const auto& out : config.output()) m.outputs.push_back(ToMetadata(out, batching));
   return m;
+  });
 }
 
 absl::StatusOr<std::shared_ptr<const inference::ModelConfig>> InferenceServer::GetModelConfig(
@@ -293,6 +284,10 @@ std::vector<RepositoryIndexEntry> InferenceServer::RepositoryIndex(bool ready_on
 }
 
 absl::Status InferenceServer::LoadModel(const std::string& name, const LoadOptions& options) {
+  return Guard("RepositoryModelLoad", [&]() -> absl::Status { return LoadModelUnguarded(name, options); });
+}
+
+absl::Status InferenceServer::LoadModelUnguarded(const std::string& name, const LoadOptions& options) {
   if (!Ready()) return absl::UnavailableError("the server is shutting down");
   if (options.has_file_overrides) {
     return absl::InvalidArgumentError(
@@ -310,14 +305,17 @@ absl::Status InferenceServer::LoadModel(const std::string& name, const LoadOptio
 }
 
 absl::Status InferenceServer::UnloadModel(const std::string& name) {
-  if (!Ready()) return absl::UnavailableError("the server is shutting down");
-  absl::Status status = repository_.Unload(name);
-  PublishModels();
-  return status;
+  return Guard("RepositoryModelUnload", [&]() -> absl::Status {
+    if (!Ready()) return absl::UnavailableError("the server is shutting down");
+    absl::Status status = repository_.Unload(name);
+    PublishModels();
+    return status;
+  });
 }
 
 absl::StatusOr<std::vector<ModelStatsEntry>> InferenceServer::Statistics(
     const std::string& name, const std::string& version) const {
+  return Guard("ModelStatistics", [&]() -> absl::StatusOr<std::vector<ModelStatsEntry>> {
   std::vector<std::shared_ptr<const ModelVersion>> models;
   if (name.empty()) {
     models = repository_.AllReady();
@@ -336,6 +334,7 @@ absl::StatusOr<std::vector<ModelStatsEntry>> InferenceServer::Statistics(
     out.push_back({m->name, std::to_string(m->version), m->stats->Snapshot()});
   }
   return out;
+  });
 }
 
 absl::StatusOr<InferResponse> InferenceServer::Infer(const InferRequest& request) {
@@ -354,7 +353,7 @@ void InferenceServer::InferAsync(const InferRequest& request, InferCallback done
   task.start = std::chrono::steady_clock::now();
   task.done = std::move(done);
   task.obs.protocol = request.protocol;
-  absl::Status admitted = Admit(request, &task);
+  absl::Status admitted = Guard("ModelInfer", [&] { return Admit(request, &task); });
   if (!admitted.ok()) {
     Finish(task, admitted);
     return;
@@ -407,6 +406,7 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
                                                " for model ", version.name,
                                                " is not available in this build"));
   }
+  task->request = request;  // before the pending count: nothing below may fail
   const uint32_t configured =
       version.config->dynamic_batching().default_queue_policy().max_queue_size();
   const int64_t limit = configured > 0 ? configured : options_.max_queue_size;
@@ -418,7 +418,6 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
         ": the queue is full (max_queue_size ", limit, " requests waiting); retry later"));
   }
   if (observer_ != nullptr) observer_->ObservePending(task->obs.model, task->obs.version, +1);
-  task->request = request;
   task->valid = *std::move(valid);
   return absl::OkStatus();
 }
@@ -432,7 +431,7 @@ void InferenceServer::Finish(Task& task, absl::StatusOr<InferResponse> response)
     observer_->ObserveInfer(task.obs);
   }
   InferCallback done = std::move(task.done);
-  done(std::move(response));
+  GuardVoid("ModelInfer (answer)", [&] { done(std::move(response)); });
 }
 
 void InferenceServer::ExecutorLoop(Lane* lane) {
@@ -455,7 +454,7 @@ void InferenceServer::ExecutorLoop(Lane* lane) {
 }
 
 void InferenceServer::RunTask(Task& task) {
-  absl::StatusOr<InferResponse> response = ExecuteTask(task);
+  absl::StatusOr<InferResponse> response = Guard("ModelInfer", [&] { return ExecuteTask(task); });
   {
     absl::MutexLock lock(&task.lane->mu);
     // Before answering: the device is free for the next request (the executor takes over anything
@@ -475,10 +474,22 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
   times.queue_ns = NanosSince(task.admitted);
   task.obs.batch_size = times.batch_size;
   task.obs.queue_ns = times.queue_ns;
+  KILN_FAILPOINT("infer.execute");
+  const api::RunOptions run_options =
+      policy_.For(task.request.deadline, task.request.cancellation, task.request.max_response_bytes);
+  if (task.request.cancellation != nullptr && task.request.cancellation->cancelled()) {
+    return absl::CancelledError("the request was cancelled while it waited in the queue");
+  }
+  if (absl::Now() >= run_options.deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the request's deadline passed while it waited in the queue (", times.queue_ns / 1000, " us)"));
+  }
   absl::StatusOr<InferResponse> response =
-      version.builtin != nullptr ? ExecuteBuiltin(lane, version, task.request, task.valid, &times, &task.obs)
-      : version.onnx != nullptr  ? ExecuteOnnx(lane, version, task.request, task.valid, &times, &task.obs)
-                                 : Execute(lane, version, task.request, task.valid, &times, &task.obs);
+      version.builtin != nullptr
+          ? ExecuteBuiltin(lane, version, task.request, task.valid, run_options, &times, &task.obs)
+      : version.onnx != nullptr
+          ? ExecuteOnnx(lane, version, task.request, task.valid, run_options, &times, &task.obs)
+          : Execute(lane, version, task.request, task.valid, run_options, &times, &task.obs);
   task.obs.compute_infer_ns = times.compute_infer_ns;
   if (response.ok()) {
     version.stats->RecordSuccess(NanosSince(task.start), times);
@@ -486,243 +497,6 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
         std::max<uint64_t>(1, times.compute_infer_ns / std::max<uint64_t>(1, times.batch_size)),
         std::memory_order_relaxed);
   }
-  return response;
-}
-
-void InferenceServer::ObserveRun(Lane& lane, const api::RunResult& run) {
-  if (observer_ == nullptr) return;
-  observer_->ObserveKernels(run.kernels);
-  EngineRunObservation o;
-  o.compile_ns = run.compile_ns;
-  o.kernels_compiled = run.kernels_compiled;
-  o.jit = !run.jit_event.empty();
-  o.jit_hit = run.jit_hit;
-  const int64_t evictions = lane.engine->stats().jit_evictions;
-  o.jit_evictions = std::max<int64_t>(0, evictions - lane.seen_jit_evictions.exchange(evictions));
-  o.device_memory = lane.engine->DeviceMemory();
-  observer_->ObserveEngineRun(o);
-}
-
-absl::StatusOr<api::RunResult> InferenceServer::TimedRun(
-    Lane& lane, const std::function<absl::StatusOr<api::RunResult>()>& run_engine,
-    ExecutionTimes* times, InferObservation* obs) {
-  const auto infer_start = std::chrono::steady_clock::now();
-  absl::StatusOr<api::RunResult> run = run_engine();
-  if (!run.ok()) {
-    obs->engine_failure = !absl::IsInvalidArgument(run.status());
-    return run.status();
-  }
-  times->compute_infer_ns = NanosSince(infer_start);
-  ObserveRun(lane, *run);
-  return run;
-}
-
-InferResponse InferenceServer::ResponseFor(const ModelVersion& version, const InferRequest& request) {
-  InferResponse response;
-  response.model_name = version.name;
-  response.model_version = std::to_string(version.version);
-  response.id = request.id;
-  return response;
-}
-
-absl::StatusOr<InferResponse> InferenceServer::ExecuteBuiltin(
-    Lane& lane, const ModelVersion& version, const InferRequest& request,
-    const ValidatedRequest& valid, ExecutionTimes* times, InferObservation* obs) {
-  const inference::ModelConfig& config = *version.config;
-  const auto input_start = std::chrono::steady_clock::now();
-  // Validation matched the one input against the config (FP32, dims, batch, byte size).
-  const InferInput& in = request.inputs.at(0);
-  api::HostTensorView view;
-  view.dtype = "float32";
-  view.shape.assign(in.shape.begin(), in.shape.end());
-  std::string packed;
-  if (request.raw_input_count > 0) {
-    view.data = in.raw;
-  } else {
-    absl::StatusOr<std::string> bytes = PackTypedContents(in, config.input(0).data_type());
-    if (!bytes.ok()) {
-      return absl::Status(bytes.status().code(),
-                          absl::StrCat("inputs[0].contents: ", bytes.status().message()));
-    }
-    packed = *std::move(bytes);
-    view.data = packed;
-  }
-  times->compute_input_ns = NanosSince(input_start);
-
-  absl::StatusOr<api::RunResult> run = TimedRun(
-      lane, [&] { return lane.engine->RunBuiltin(*version.builtin, view); }, times, obs);
-  if (!run.ok()) return run.status();
-  if (observer_ != nullptr && run->jit_event != "replay") {
-    // A plain run or a capture may have grown what the version holds (a new trace's buffers);
-    // replays allocate nothing, so the hot path skips the walk.
-    observer_->ObserveModelMemory({version.name, std::to_string(version.version), version.device,
-                                   version.builtin->device_bytes()});
-  }
-
-  const auto output_start = std::chrono::steady_clock::now();
-  InferResponse response = ResponseFor(version, request);
-  for (int index : valid.outputs) {
-    InferOutput out;
-    out.name = config.output(index).name();
-    out.datatype = std::string(DataTypeName(config.output(index).data_type()));
-    out.shape = run->outputs.at(0).shape;
-    out.raw = run->outputs.at(0).data;
-    response.outputs.push_back(std::move(out));
-  }
-  times->compute_output_ns = NanosSince(output_start);
-  return response;
-}
-
-absl::StatusOr<InferResponse> InferenceServer::Execute(Lane& lane, const ModelVersion& version,
-                                                       const InferRequest& request,
-                                                       const ValidatedRequest& valid,
-                                                       ExecutionTimes* times,
-                                                       InferObservation* obs) {
-  const inference::ModelConfig& config = *version.config;
-  const api::PreparedGraph& graph = *version.graph;
-  const api::GraphSpec& spec = graph.spec();
-
-  const auto input_start = std::chrono::steady_clock::now();
-  std::vector<api::HostTensorView> views(spec.inputs.size());
-  std::vector<bool> bound(spec.inputs.size(), false);
-  std::vector<std::string> packed;
-  packed.reserve(request.inputs.size());  // no reallocation: views point into these strings
-  for (size_t i = 0; i < request.inputs.size(); ++i) {
-    const InferInput& in = request.inputs[i];
-    const auto& config_input = config.input(valid.inputs[i].config_index);
-    size_t g = 0;
-    while (g < spec.inputs.size() && spec.inputs[g].name != config_input.name()) ++g;
-    if (g == spec.inputs.size() || bound[g]) {
-      return absl::InternalError(absl::StrCat("inputs[", i, "]: ", config_input.name(),
-                                              " is not an input of the model's graph"));
-    }
-    const std::string_view dtype = KilnDTypeName(config_input.data_type());
-    if (dtype.empty()) {
-      return absl::UnimplementedError(
-          absl::StrCat("inputs[", i, "].datatype: ", std::string(DataTypeName(config_input.data_type())),
-                       " tensors are not supported by platform kiln_graph"));
-    }
-    api::HostTensorView& view = views[g];
-    view.dtype = std::string(dtype);
-    view.shape.assign(in.shape.begin(), in.shape.end());
-    if (request.raw_input_count > 0) {
-      view.data = in.raw;
-    } else {
-      absl::StatusOr<std::string> bytes =
-          PackTypedContents(in, config_input.data_type());
-      if (!bytes.ok()) {
-        return absl::Status(bytes.status().code(),
-                            absl::StrCat("inputs[", i, "].contents: ", bytes.status().message()));
-      }
-      packed.push_back(*std::move(bytes));
-      view.data = packed.back();
-    }
-    bound[g] = true;
-  }
-  for (size_t g = 0; g < bound.size(); ++g) {
-    if (!bound[g]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("inputs: missing ", spec.inputs[g].name, " (an input of the graph)"));
-    }
-  }
-  times->compute_input_ns = NanosSince(input_start);
-
-  absl::StatusOr<api::RunResult> run = TimedRun(
-      lane, [&] { return lane.engine->Run(graph, views); }, times, obs);
-  if (!run.ok()) return run.status();
-
-  const auto output_start = std::chrono::steady_clock::now();
-  InferResponse response = ResponseFor(version, request);
-  for (int index : valid.outputs) {
-    const auto& config_output = config.output(index);
-    api::HostTensor* found = nullptr;
-    for (api::HostTensor& t : run->outputs) {
-      if (t.name == config_output.name()) found = &t;
-    }
-    if (found == nullptr) {
-      return absl::InternalError(
-          absl::StrCat("output ", config_output.name(), ": not produced by the model's graph"));
-    }
-    std::optional<inference::DataType> type = DataTypeFromKiln(found->dtype);
-    if (!type.has_value() || *type != config_output.data_type()) {
-      return absl::InternalError(absl::StrCat("output ", config_output.name(), ": the graph yields ",
-                                              found->dtype, " but the config says ",
-                                              std::string(DataTypeName(config_output.data_type()))));
-    }
-    InferOutput out;
-    out.name = config_output.name();
-    out.datatype = std::string(DataTypeName(config_output.data_type()));
-    out.shape = std::move(found->shape);
-    out.raw = std::move(found->data);
-    response.outputs.push_back(std::move(out));
-  }
-  times->compute_output_ns = NanosSince(output_start);
-  return response;
-}
-
-// ONNX models: inputs by name, outputs by name (the config was completed from the graph, onnx_config.h).
-absl::StatusOr<InferResponse> InferenceServer::ExecuteOnnx(Lane& lane, const ModelVersion& version,
-                                                           const InferRequest& request, const ValidatedRequest& valid,
-                                                           ExecutionTimes* times, InferObservation* obs) {
-  const inference::ModelConfig& config = *version.config;
-  const auto input_start = std::chrono::steady_clock::now();
-  std::vector<api::NamedHostTensorView> views;
-  std::vector<std::string> packed;
-  packed.reserve(request.inputs.size());  // views point into these strings
-  for (size_t i = 0; i < request.inputs.size(); ++i) {
-    const InferInput& in = request.inputs[i];
-    const auto& config_input = config.input(valid.inputs[i].config_index);
-    const std::string_view dtype = KilnDTypeName(config_input.data_type());
-    if (dtype.empty()) {
-      return absl::UnimplementedError(absl::StrCat("inputs[", i, "].datatype: ",
-                                                   std::string(DataTypeName(config_input.data_type())),
-                                                   " tensors are not supported for ONNX models"));
-    }
-    api::NamedHostTensorView v;
-    v.name = config_input.name();
-    v.view.dtype = std::string(dtype);
-    v.view.shape.assign(in.shape.begin(), in.shape.end());
-    if (request.raw_input_count > 0) {
-      v.view.data = in.raw;
-    } else {
-      absl::StatusOr<std::string> bytes = PackTypedContents(in, config_input.data_type());
-      if (!bytes.ok()) {
-        return absl::Status(bytes.status().code(),
-                            absl::StrCat("inputs[", i, "].contents: ", bytes.status().message()));
-      }
-      packed.push_back(*std::move(bytes));
-      v.view.data = packed.back();
-    }
-    views.push_back(std::move(v));
-  }
-  times->compute_input_ns = NanosSince(input_start);
-  absl::StatusOr<api::RunResult> run =
-      TimedRun(lane, [&] { return lane.engine->RunOnnx(*version.onnx, views); }, times, obs);
-  if (!run.ok()) return run.status();
-  if (observer_ != nullptr && run->jit_event != "replay") {
-    observer_->ObserveModelMemory({version.name, std::to_string(version.version), version.device,
-                                   version.onnx->device_bytes()});
-  }
-  const auto output_start = std::chrono::steady_clock::now();
-  InferResponse response = ResponseFor(version, request);
-  for (int index : valid.outputs) {
-    const auto& config_output = config.output(index);
-    api::HostTensor* found = nullptr;
-    for (api::HostTensor& t : run->outputs) {
-      if (t.name == config_output.name()) found = &t;
-    }
-    if (found == nullptr) {
-      return absl::InternalError(absl::StrCat("output ", config_output.name(), ": not produced by model.onnx"));
-    }
-    InferOutput out;
-    out.name = config_output.name();
-    std::optional<inference::DataType> type = DataTypeFromKiln(found->dtype);
-    out.datatype = std::string(DataTypeName(type.value_or(config_output.data_type())));
-    out.shape = std::move(found->shape);
-    out.raw = std::move(found->data);
-    response.outputs.push_back(std::move(out));
-  }
-  times->compute_output_ns = NanosSince(output_start);
   return response;
 }
 

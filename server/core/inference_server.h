@@ -19,6 +19,13 @@
 // admission to execution start (about 0 inline). The cap keeps long computations off transport
 // threads (gRPC callback threads serve every other call too).
 //
+// Limits: every engine run obeys ServerOptions::run (run_policy.h: work, memory and response caps
+// checked before anything is allocated, the request's deadline capped by max_run_seconds, its
+// cancellation) and the process-wide memory budget ServerOptions::global_memory_bytes.
+// No request can end the process: the entry points and the executor threads run their work under
+// guard.h, so an escaped exception answers INTERNAL (or RESOURCE_EXHAUSTED for std::bad_alloc)
+// with a request id and is logged.
+//
 // Thread safety: every method may be called concurrently from any thread.
 // Shutdown: BeginShutdown() makes Ready() false and refuses new inference and repository calls
 // with UNAVAILABLE at once; requests already admitted still execute and answer normally.
@@ -47,6 +54,7 @@
 #include "server/core/limits.h"
 #include "server/core/model_repository.h"
 #include "server/core/observer.h"
+#include "server/core/run_policy.h"
 #include "server/core/statistics.h"
 
 namespace kiln::server {
@@ -58,6 +66,11 @@ struct ServerOptions {
   int64_t max_queue_size = kDefaultMaxQueueSize;  // per model version, unless its config sets one
   bool inline_execution = true;  // run a request on the caller's thread when its device is idle
   int64_t inline_max_compute_us = 2000;  // ... and its expected engine time is at most this
+  RunPolicy run;                          // per-run limits and deadline cap (memory_budget is set by Create)
+  int64_t global_memory_bytes = 0;        // process-wide memory budget (<= 0: none)
+  size_t prepared_cache_bytes = size_t{64} << 20;  // per device engine: prepared graphs ...
+  size_t jit_cache_bytes = size_t{512} << 20;      // ... and JIT traces (bytes their plans allocated)
+  bool repository_follow_links = false;  // follow symbolic links below the model repository root
 };
 
 struct ServerMetadata {
@@ -194,14 +207,18 @@ class InferenceServer : private ModelPlacer {
   absl::StatusOr<InferResponse> ExecuteTask(Task& task);
   absl::StatusOr<InferResponse> Execute(Lane& lane, const ModelVersion& version,
                                         const InferRequest& request, const ValidatedRequest& valid,
-                                        ExecutionTimes* times, InferObservation* obs);
-  absl::StatusOr<InferResponse> ExecuteOnnx(Lane& lane, const ModelVersion& version, const InferRequest& request,
-                                            const ValidatedRequest& valid, ExecutionTimes* times,
+                                        const api::RunOptions& run_options, ExecutionTimes* times,
+                                        InferObservation* obs);
+  absl::StatusOr<InferResponse> ExecuteOnnx(Lane& lane, const ModelVersion& version,
+                                            const InferRequest& request, const ValidatedRequest& valid,
+                                            const api::RunOptions& run_options, ExecutionTimes* times,
                                             InferObservation* obs);
   absl::StatusOr<InferResponse> ExecuteBuiltin(Lane& lane, const ModelVersion& version,
                                                const InferRequest& request,
-                                               const ValidatedRequest& valid, ExecutionTimes* times,
-                                               InferObservation* obs);
+                                               const ValidatedRequest& valid,
+                                               const api::RunOptions& run_options,
+                                               ExecutionTimes* times, InferObservation* obs);
+  absl::Status LoadModelUnguarded(const std::string& name, const LoadOptions& options);
   void ObserveRun(Lane& lane, const api::RunResult& run);
   // Tells the observer the loaded versions' and the devices' memory (after start, load, unload).
   void PublishModels();
@@ -217,6 +234,8 @@ class InferenceServer : private ModelPlacer {
 
   const ServerOptions options_;
   const std::string default_device_;
+  std::unique_ptr<api::MemoryBudget> memory_budget_;  // null when global_memory_bytes <= 0
+  RunPolicy policy_;  // options_.run with memory_budget_
   // Before repository_: versions hold the engines' models. Lanes are never removed.
   mutable absl::Mutex lanes_mu_;
   std::map<std::string, std::unique_ptr<Lane>> lanes_ ABSL_GUARDED_BY(lanes_mu_);

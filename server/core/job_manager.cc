@@ -12,7 +12,10 @@
 #include "engine/api/status.h"
 #include "engine/api/trainer.h"
 #include "server/core/checkpoint_store.h"
+#include "server/core/guard.h"
+#include "server/core/limits.h"
 #include "server/core/model_config.h"
+#include "server/core/repository_files.h"
 #include "spdlog/spdlog.h"
 
 namespace kiln::server {
@@ -275,6 +278,10 @@ absl::Status JobManager::Validate(const JobSpec& s) const {
 }
 
 absl::StatusOr<Job> JobManager::Start(const JobSpec& spec) {
+  return Guard("StartJob", [&] { return StartUnguarded(spec); });
+}
+
+absl::StatusOr<Job> JobManager::StartUnguarded(const JobSpec& spec) {
   KILN_RETURN_IF_ERROR(Validate(spec));
   Job job;
   job.set_id(RandomHex(8));
@@ -295,6 +302,10 @@ absl::StatusOr<Job> JobManager::Start(const JobSpec& spec) {
 }
 
 absl::StatusOr<Job> JobManager::Get(const std::string& id, bool include_losses) const {
+  return Guard("GetJob", [&] { return GetUnguarded(id, include_losses); });
+}
+
+absl::StatusOr<Job> JobManager::GetUnguarded(const std::string& id, bool include_losses) const {
   if (!IsHexId(id, 16)) return absl::InvalidArgumentError("id: must be 16 lowercase hex digits");
   Job job;
   {
@@ -319,6 +330,10 @@ std::vector<Job> JobManager::List() const {
 }
 
 absl::StatusOr<Job> JobManager::Cancel(const std::string& id) {
+  return Guard("CancelJob", [&] { return CancelUnguarded(id); });
+}
+
+absl::StatusOr<Job> JobManager::CancelUnguarded(const std::string& id) {
   KILN_ASSIGN_OR_RETURN(Job job, Get(id));
   if (IsTerminal(job.state())) {
     return absl::FailedPreconditionError(absl::StrCat("id: job ", id, " already ended"));
@@ -343,6 +358,10 @@ absl::StatusOr<Job> JobManager::Cancel(const std::string& id) {
 }
 
 absl::StatusOr<Job> JobManager::Resume(const std::string& id) {
+  return Guard("ResumeJob", [&] { return ResumeUnguarded(id); });
+}
+
+absl::StatusOr<Job> JobManager::ResumeUnguarded(const std::string& id) {
   KILN_RETURN_IF_ERROR(Get(id).status());
   Job job;
   {
@@ -376,6 +395,10 @@ absl::StatusOr<Job> JobManager::Resume(const std::string& id) {
 }
 
 absl::StatusOr<uint64_t> JobManager::Subscribe(const std::string& id, Listener listener) {
+  return Guard("WatchJob", [&] { return SubscribeUnguarded(id, std::move(listener)); });
+}
+
+absl::StatusOr<uint64_t> JobManager::SubscribeUnguarded(const std::string& id, Listener listener) {
   KILN_RETURN_IF_ERROR(Get(id).status());
   std::lock_guard<std::mutex> l(listeners_mu_);
   const uint64_t token = next_token_++;
@@ -448,7 +471,8 @@ void JobManager::RunJob(const std::string& id) {
   job.set_message("");
   Update(job, JobEvent::STATE);
   Running run;
-  absl::Status st = Train(job, run);
+  // The worker thread must survive anything a job does: an escaped exception fails the job.
+  absl::Status st = Guard("training job", [&] { return Train(job, run); });
   if (job.state() == kiln::v1::RUNNING) {
     if (st.ok()) {
       job.set_state(kiln::v1::SUCCEEDED);
@@ -484,32 +508,33 @@ absl::Status JobManager::Train(Job& job, Running& run) {
   ts.architecture = spec.architecture();
   ts.seed = spec.seed();
   const int64_t pixels = run.train.item_shape[0] * run.train.item_shape[1];
+  RepositoryFiles::OpenFile init_file;  // open until CreateTrainer has read it
   if (ts.architecture.rfind("model:", 0) == 0) {
     const std::string model = ts.architecture.substr(6);
-    const fs::path mdir = options_.model_repository / model;
-    std::ifstream cin(mdir / "config.pbtxt");
-    std::stringstream text;
-    text << cin.rdbuf();
-    absl::StatusOr<inference::ModelConfig> cfg = ParseModelConfigText(text.str());
-    if (!cin || !cfg.ok() || cfg->platform() != "kiln_builtin" ||
-        !cfg->parameters().count("architecture")) {
+    // Read as the model repository reads it: nothing below the root through a link, bounded.
+    const RepositoryFiles files(options_.model_repository, options_.repository_follow_links);
+    absl::StatusOr<std::string> text = files.Read(model + "/config.pbtxt", kMaxConfigBytes, "config.pbtxt");
+    absl::StatusOr<inference::ModelConfig> cfg =
+        text.ok() ? ParseModelConfigText(*text) : absl::StatusOr<inference::ModelConfig>(text.status());
+    if (!cfg.ok() || cfg->platform() != "kiln_builtin" || !cfg->parameters().count("architecture")) {
       return absl::InvalidArgumentError(
           absl::StrCat("architecture: model '", model, "' is not a kiln_builtin repository model"));
     }
     ts.architecture = cfg->parameters().at("architecture").string_value();
     int64_t best = 0;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(mdir, ec)) {
+    for (const std::string& name : files.ListFolders(model)) {
       int64_t v = 0;
-      if (absl::SimpleAtoi(e.path().filename().string(), &v) && v > best &&
-          fs::is_regular_file(e.path() / "model.safetensors", ec)) {
+      if (absl::SimpleAtoi(name, &v) && v > best &&
+          files.Stat(absl::StrCat(model, "/", name, "/model.safetensors")) == RepositoryFiles::Kind::kFile) {
         best = v;
       }
     }
     if (best == 0) {
       return absl::InvalidArgumentError(absl::StrCat("architecture: model '", model, "' has no weights"));
     }
-    ts.init_weights = (mdir / std::to_string(best) / "model.safetensors").string();
+    KILN_ASSIGN_OR_RETURN(init_file, files.Open(absl::StrCat(model, "/", best, "/model.safetensors"),
+                                                absl::StrCat("model file ", best, "/model.safetensors")));
+    ts.init_weights = init_file.path();
   }
   if (ts.architecture == "mlp") {
     ts.mlp_sizes.assign(spec.mlp_sizes().begin(), spec.mlp_sizes().end());

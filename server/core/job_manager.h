@@ -71,6 +71,7 @@ class TrainingObserver {
 struct JobManagerOptions {
   std::filesystem::path data_dir;
   std::filesystem::path model_repository;
+  bool repository_follow_links = false;  // as ServerOptions::repository_follow_links
   std::vector<std::filesystem::path> dataset_roots{"/usr/share/datasets"};
   bool resume_jobs = true;
   std::string device;  // "" = the engine default
@@ -122,6 +123,15 @@ class JobManager {
   static bool IsTerminal(kiln::v1::JobState state);
 
  private:
+  // The bodies of the public calls above; each public call runs its body under Guard (guard.h),
+  // so an exception answers INTERNAL with a request id instead of ending the process.
+  absl::StatusOr<kiln::v1::Job> StartUnguarded(const kiln::v1::JobSpec& spec);
+  absl::StatusOr<kiln::v1::Job> GetUnguarded(const std::string& id, bool include_losses) const;
+  absl::StatusOr<kiln::v1::Job> CancelUnguarded(const std::string& id);
+  absl::StatusOr<kiln::v1::Job> ResumeUnguarded(const std::string& id);
+  absl::StatusOr<uint64_t> SubscribeUnguarded(const std::string& id, Listener listener);
+  absl::StatusOr<std::unique_ptr<Upload>> BeginUploadUnguarded();
+
   struct Running;
   explicit JobManager(JobManagerOptions options) : options_(std::move(options)) {}
   absl::Status Validate(const kiln::v1::JobSpec& spec) const;
@@ -204,6 +214,8 @@ class JobManager::Upload {
 
  private:
   friend class JobManager;
+  absl::Status AppendUnguarded(const kiln::v1::DatasetChunk& chunk);  // Append's body (guarded)
+  absl::StatusOr<kiln::v1::UploadDatasetResponse> FinishUnguarded();  // Finish's body (guarded)
   Upload(std::filesystem::path staging, std::filesystem::path final_dir, std::string id,
          int64_t max_bytes)
       : staging_(std::move(staging)), final_(std::move(final_dir)), id_(std::move(id)),

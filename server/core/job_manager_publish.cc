@@ -17,7 +17,9 @@
 #include "server/core/checkpoint_store.h"
 #include "server/core/failpoint.h"
 #include "server/core/job_manager.h"
+#include "server/core/limits.h"
 #include "server/core/model_config.h"
+#include "server/core/repository_files.h"
 #include "spdlog/spdlog.h"
 
 namespace kiln::server {
@@ -51,11 +53,12 @@ absl::Status JobManager::CheckOutputModel(const JobSpec& s) const {
   if (store_->IsPublishedModel(name)) {  // training's own lineage
     // The common mistake answered at submit time; Publish checks the shapes, too.
     const std::string& arch = s.architecture();
-    std::ifstream in(options_.model_repository / name / "config.pbtxt");
-    std::stringstream text;
-    text << in.rdbuf();
-    absl::StatusOr<inference::ModelConfig> cfg = ParseModelConfigText(text.str());
-    if (arch.rfind("model:", 0) != 0 && in && cfg.ok() && cfg->parameters().count("architecture") &&
+    // Read as the model repository reads it (no link out of the root, bounded).
+    const RepositoryFiles files(options_.model_repository, options_.repository_follow_links);
+    absl::StatusOr<std::string> text = files.Read(name + "/config.pbtxt", kMaxConfigBytes, "config.pbtxt");
+    absl::StatusOr<inference::ModelConfig> cfg =
+        text.ok() ? ParseModelConfigText(*text) : absl::StatusOr<inference::ModelConfig>(text.status());
+    if (arch.rfind("model:", 0) != 0 && cfg.ok() && cfg->parameters().count("architecture") &&
         cfg->parameters().at("architecture").string_value() != arch) {
       return absl::FailedPreconditionError(absl::StrCat(
           "output_model: '", name, "' is a ", cfg->parameters().at("architecture").string_value(),

@@ -10,6 +10,7 @@
 #include "engine/api/status.h"
 #include "engine/api/trainer.h"
 #include "server/core/checkpoint_store.h"
+#include "server/core/guard.h"
 #include "server/core/job_manager.h"
 #include "server/core/model_config.h"
 
@@ -19,6 +20,10 @@ namespace fs = std::filesystem;
 // ---- uploads ----
 
 absl::StatusOr<std::unique_ptr<JobManager::Upload>> JobManager::BeginUpload() {
+  return Guard("UploadDataset", [&] { return BeginUploadUnguarded(); });
+}
+
+absl::StatusOr<std::unique_ptr<JobManager::Upload>> JobManager::BeginUploadUnguarded() {
   const std::string id = RandomHex(8);
   const fs::path staging = options_.data_dir / "datasets" / (".upload-" + id);
   std::error_code ec;
@@ -34,6 +39,10 @@ JobManager::Upload::~Upload() {
 }
 
 absl::Status JobManager::Upload::Append(const kiln::v1::DatasetChunk& chunk) {
+  return Guard("UploadDataset", [&] { return AppendUnguarded(chunk); });
+}
+
+absl::Status JobManager::Upload::AppendUnguarded(const kiln::v1::DatasetChunk& chunk) {
   if (first_ && !chunk.name().empty() && !IsValidModelName(chunk.name())) {
     return absl::InvalidArgumentError(
         "name: 1..256 characters of [A-Za-z0-9_.-], not starting with '.'");
@@ -74,6 +83,10 @@ absl::Status JobManager::Upload::Append(const kiln::v1::DatasetChunk& chunk) {
 }
 
 absl::StatusOr<kiln::v1::UploadDatasetResponse> JobManager::Upload::Finish() {
+  return Guard("UploadDataset", [&] { return FinishUnguarded(); });
+}
+
+absl::StatusOr<kiln::v1::UploadDatasetResponse> JobManager::Upload::FinishUnguarded() {
   // IDX errors name the file by its path; the client knows it by its name only.
   const std::string folder = staging_.string() + "/";
   auto no_path = [&](absl::string_view m) { return absl::StrReplaceAll(m, {{folder, ""}}); };

@@ -17,4 +17,15 @@ inline constexpr int kMaxNameLength = 256;               // model / tensor names
 inline constexpr int64_t kDefaultMaxRequestBytes = 64LL << 20;  // --max-request-bytes default
 inline constexpr int64_t kDefaultMaxQueueSize = 64;  // --max-queue-size default (per model version)
 
+// Per-run engine limits (README "Limits"); every engine run kilnd makes for a request (an Infer,
+// a kiln.v1 Execute, a RegisterGraph warm-up) obeys them, checked before anything is allocated.
+inline constexpr int64_t kDefaultMaxRunFlops = int64_t{1} << 38;        // --max-run-flops
+inline constexpr int64_t kDefaultMaxRunBytesMoved = int64_t{1} << 38;   // --max-run-bytes-moved
+inline constexpr int64_t kDefaultMaxRunMemoryBytes = int64_t{2} << 30;  // --max-run-memory-bytes
+inline constexpr int64_t kDefaultMaxResponseBytes = int64_t{1} << 30;   // --max-response-bytes
+// Protobuf cannot serialize a message of 2 GiB or more (gRPC asserts): the response cap never
+// goes above this, whatever the flag says.
+inline constexpr int64_t kMaxProtoResponseBytes = (int64_t{2} << 30) - (int64_t{1} << 20);
+inline constexpr int64_t kDefaultMaxRunSeconds = 300;                   // --max-run-seconds
+
 }  // namespace kiln::server

@@ -1,10 +1,7 @@
 #include "server/core/model_artifact.h"
 
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
-#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -17,27 +14,15 @@ namespace {
 
 constexpr const char* kBuiltinArchitectures[] = {"mnist_cnn", "mlp"};
 
-// Reads a regular file of at most kMaxArtifactBytes. `shown` is the name used in messages
-// (relative to the model folder; never the absolute path).
-absl::StatusOr<std::string> ReadArtifact(const std::filesystem::path& path,
-                                         const std::string& shown) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    return absl::NotFoundError(absl::StrCat("model file ", shown, " is missing"));
-  }
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) return absl::NotFoundError(absl::StrCat("model file ", shown, " is unreadable"));
-  if (static_cast<int64_t>(size) > kMaxArtifactBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("model file ", shown, ": ", size,
-                                                   " bytes exceed the limit ", kMaxArtifactBytes));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream data;
-  data << in.rdbuf();
-  if (!in.good() && !in.eof()) {
-    return absl::NotFoundError(absl::StrCat("model file ", shown, " is unreadable"));
-  }
-  return data.str();
+// The last component of "<model>/<version>": what messages show of a version folder.
+std::string VersionName(const std::string& version_dir) {
+  const size_t slash = version_dir.rfind('/');
+  return slash == std::string::npos ? version_dir : version_dir.substr(slash + 1);
+}
+
+// OK if `rel` is a readable regular file of the repository (no link, one name).
+absl::Status CheckFile(const RepositoryFiles& files, const std::string& rel, const std::string& shown) {
+  return files.Open(rel, shown).status();
 }
 
 template <typename Tensors>
@@ -54,18 +39,18 @@ absl::Status MatchNames(std::string_view what, const Tensors& config_tensors,
   return absl::OkStatus();
 }
 
-absl::Status CheckGraphModel(const inference::ModelConfig& config,
-                             const std::filesystem::path& version_dir,
-                             const std::string& version_name, kiln::v1::Graph* graph_out) {
+absl::Status CheckGraphModel(const RepositoryFiles& files, const inference::ModelConfig& config,
+                             const std::string& version_dir, kiln::v1::Graph* graph_out) {
+  const std::string version_name = VersionName(version_dir);
   std::string file = DefaultModelFilename(config);
   const bool explicit_name = !config.default_model_filename().empty();
-  std::error_code ec;
-  if (!explicit_name && !std::filesystem::exists(version_dir / file, ec) &&
-      std::filesystem::exists(version_dir / "model.graph.pbtxt", ec)) {
+  if (!explicit_name && files.Stat(version_dir + "/" + file) == RepositoryFiles::Kind::kMissing &&
+      files.Stat(version_dir + "/model.graph.pbtxt") != RepositoryFiles::Kind::kMissing) {
     file = "model.graph.pbtxt";
   }
   const std::string shown = absl::StrCat(version_name, "/", file);
-  absl::StatusOr<std::string> read = ReadArtifact(version_dir / file, shown);
+  absl::StatusOr<std::string> read =
+      files.Read(version_dir + "/" + file, kMaxArtifactBytes, absl::StrCat("model file ", shown));
   if (!read.ok()) return read.status();
   const std::string& data = *read;
   kiln::v1::Graph graph;
@@ -91,9 +76,9 @@ absl::Status CheckGraphModel(const inference::ModelConfig& config,
   return absl::OkStatus();
 }
 
-absl::Status CheckBuiltinModel(const inference::ModelConfig& config,
-                               const std::filesystem::path& version_dir,
-                               const std::string& version_name) {
+absl::Status CheckBuiltinModel(const RepositoryFiles& files, const inference::ModelConfig& config,
+                               const std::string& version_dir) {
+  const std::string version_name = VersionName(version_dir);
   auto it = config.parameters().find("architecture");
   if (it == config.parameters().end()) {
     return absl::InvalidArgumentError(
@@ -108,11 +93,7 @@ absl::Status CheckBuiltinModel(const inference::ModelConfig& config,
                      "' (known: ", absl::StrJoin(kBuiltinArchitectures, ", "), ")"));
   }
   const std::string file = DefaultModelFilename(config);
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(version_dir / file, ec)) {
-    return absl::NotFoundError(absl::StrCat("model file ", version_name, "/", file, " is missing"));
-  }
-  return absl::OkStatus();
+  return CheckFile(files, version_dir + "/" + file, absl::StrCat("model file ", version_name, "/", file));
 }
 
 }  // namespace
@@ -121,6 +102,14 @@ absl::Status CheckGraphStructure(const kiln::v1::Graph& graph) {
   if (graph.nodes_size() > kMaxGraphNodes) {
     return absl::InvalidArgumentError(
         absl::StrCat("nodes: ", graph.nodes_size(), " nodes exceed the limit ", kMaxGraphNodes));
+  }
+  if (graph.inputs_size() > kMaxGraphInputs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inputs: ", graph.inputs_size(), " inputs exceed the limit ", kMaxGraphInputs));
+  }
+  if (graph.outputs_size() > kMaxGraphOutputs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("outputs: ", graph.outputs_size(), " outputs exceed the limit ", kMaxGraphOutputs));
   }
   if (graph.nodes_size() == 0) return absl::InvalidArgumentError("nodes: the graph is empty");
   if (graph.outputs_size() == 0) return absl::InvalidArgumentError("outputs: none given");
@@ -181,22 +170,13 @@ absl::Status CheckGraphStructure(const kiln::v1::Graph& graph) {
   return absl::OkStatus();
 }
 
-absl::Status CheckModelArtifact(const inference::ModelConfig& config,
-                                const std::filesystem::path& version_dir,
-                                kiln::v1::Graph* graph) {
-  const std::string version_name = version_dir.filename().string();
-  if (config.platform() == kPlatformGraph) {
-    return CheckGraphModel(config, version_dir, version_name, graph);
-  }
-  if (config.platform() == kPlatformBuiltin) {
-    return CheckBuiltinModel(config, version_dir, version_name);
-  }
+absl::Status CheckModelArtifact(const RepositoryFiles& files, const inference::ModelConfig& config,
+                                const std::string& version_dir, kiln::v1::Graph* graph) {
+  if (config.platform() == kPlatformGraph) return CheckGraphModel(files, config, version_dir, graph);
+  if (config.platform() == kPlatformBuiltin) return CheckBuiltinModel(files, config, version_dir);
   const std::string file = DefaultModelFilename(config);
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(version_dir / file, ec)) {
-    return absl::NotFoundError(absl::StrCat("model file ", version_name, "/", file, " is missing"));
-  }
-  return absl::OkStatus();
+  return CheckFile(files, version_dir + "/" + file,
+                   absl::StrCat("model file ", VersionName(version_dir), "/", file));
 }
 
 }  // namespace kiln::server

@@ -14,13 +14,31 @@
 namespace kiln::server {
 namespace {
 
-// Collects TextFormat errors as "line L:C: message" (first few only).
+// What a TextFormat error is about, in fixed words: protobuf's messages quote the offending
+// tokens, and a config file is not the client's to read (a file linked to a secret would leak its
+// first token), so no text of the file reaches a message.
+std::string_view ErrorKind(const std::string& message) {
+  if (message.find("has no field named") != std::string::npos) return "unknown field name";
+  if (message.find("nknown enumeration value") != std::string::npos) return "unknown enum value";
+  if (message.find("specified multiple times") != std::string::npos ||
+      message.find("Non-repeated field") != std::string::npos) {
+    return "a non-repeated field is given twice";
+  }
+  if (message.find("Invalid") != std::string::npos || message.find("ould not parse") != std::string::npos ||
+      message.find("out of range") != std::string::npos) {
+    return "invalid value";
+  }
+  if (message.find("Expected") != std::string::npos) return "syntax error";
+  return "parse error";
+}
+
+// Collects TextFormat errors as "line L:C: <kind>" (first few only; see ErrorKind).
 class ErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, google::protobuf::io::ColumnNumber column,
                 const std::string& message) override {
     if (errors_.size() < 5)
-      errors_.push_back(absl::StrCat("line ", line + 1, ":", column + 1, ": ", message));
+      errors_.push_back(absl::StrCat("line ", line + 1, ":", column + 1, ": ", std::string(ErrorKind(message))));
   }
   void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
   std::string Text() const { return absl::StrJoin(errors_, "; "); }
@@ -153,6 +171,16 @@ absl::Status NormalizeModelConfig(std::string_view model_name, inference::ModelC
   }
   if (absl::Status s = CheckTensors("output", config->output(), batching, &output_names); !s.ok()) {
     return s;
+  }
+  if (platform == kPlatformGraph || platform == kPlatformBuiltin) {
+    // A graph binds every input, an architecture takes its one input: nothing runs without one.
+    for (int i = 0; i < config->input_size(); ++i) {
+      if (config->input(i).optional()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config input[", i, "].optional: platform ", platform, " needs every input ('",
+            config->input(i).name(), "' cannot be optional)"));
+      }
+    }
   }
 
   if (!config->has_version_policy() || config->version_policy().policy_choice_case() ==

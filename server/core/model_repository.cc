@@ -1,8 +1,6 @@
 #include "server/core/model_repository.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <system_error>
 #include <utility>
 
@@ -31,30 +29,10 @@ std::optional<int64_t> ParseVersion(std::string_view s) {
   return v;
 }
 
-absl::StatusOr<std::string> ReadConfigFile(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    return absl::InvalidArgumentError("config.pbtxt is missing");
-  }
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec || static_cast<int64_t>(size) > kMaxConfigBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.pbtxt is unreadable or larger than ", kMaxConfigBytes, " bytes"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream data;
-  data << in.rdbuf();
-  return data.str();
-}
-
-std::vector<int64_t> ListVersions(const std::filesystem::path& model_dir) {
+std::vector<int64_t> ListVersions(const RepositoryFiles& files, const std::string& model) {
   std::vector<int64_t> versions;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(model_dir, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    std::error_code type_ec;
-    if (!it->is_directory(type_ec)) continue;
-    if (auto v = ParseVersion(it->path().filename().string())) versions.push_back(*v);
+  for (const std::string& name : files.ListFolders(model)) {
+    if (auto v = ParseVersion(name)) versions.push_back(*v);
     if (static_cast<int>(versions.size()) >= kMaxModelVersions) break;
   }
   std::sort(versions.begin(), versions.end());
@@ -110,11 +88,16 @@ absl::Status CheckBuiltinTensor(const char* field, const Tensor& t,
 // Loads a kiln_builtin version through the engine and checks the config's tensors against the
 // architecture (one FP32 input and output, dims without the batch dim, batching on).
 absl::StatusOr<std::shared_ptr<const api::BuiltinModel>> LoadBuiltinModel(
-    api::Engine& engine, const inference::ModelConfig& config,
-    const std::filesystem::path& version_dir) {
+    api::Engine& engine, const RepositoryFiles& files, const inference::ModelConfig& config,
+    const std::string& version_dir) {
   const std::string arch = config.parameters().at("architecture").string_value();
-  absl::StatusOr<std::shared_ptr<const api::BuiltinModel>> model =
-      engine.LoadBuiltin(arch, (version_dir / DefaultModelFilename(config)).string());
+  const std::string file = DefaultModelFilename(config);
+  // The engine reads the very file that was checked (no link, one name) through its descriptor.
+  absl::StatusOr<RepositoryFiles::OpenFile> weights = files.Open(
+      version_dir + "/" + file,
+      absl::StrCat("model file ", version_dir.substr(version_dir.rfind('/') + 1), "/", file));
+  if (!weights.ok()) return weights.status();
+  absl::StatusOr<std::shared_ptr<const api::BuiltinModel>> model = engine.LoadBuiltin(arch, weights->path());
   if (!model.ok()) return model.status();
   if (config.max_batch_size() < 1) {
     return absl::InvalidArgumentError(
@@ -155,26 +138,21 @@ std::string_view ModelStateName(ModelState state) {
   return "UNKNOWN";
 }
 
-ModelRepository::ModelRepository(std::filesystem::path root, ModelPlacer* placer)
-    : root_(std::move(root)), placer_(placer) {}
+ModelRepository::ModelRepository(std::filesystem::path root, ModelPlacer* placer, bool follow_links)
+    : root_(root), files_(std::move(root), follow_links), placer_(placer) {}
 
 std::vector<std::string> ModelRepository::ListModelFolders() const {
   std::vector<std::string> names;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(root_, ec), end; !ec && it != end; it.increment(ec)) {
-    std::error_code type_ec;
-    if (!it->is_directory(type_ec)) continue;
-    std::string name = it->path().filename().string();
+  for (std::string& name : files_.ListFolders("")) {
     if (IsValidModelName(name)) names.push_back(std::move(name));
   }
-  std::sort(names.begin(), names.end());
   return names;
 }
 
 bool ModelRepository::HasFolder(std::string_view name) const {
   if (!IsValidModelName(name)) return false;
-  std::error_code ec;
-  return std::filesystem::is_directory(root_ / std::string(name), ec);
+  const RepositoryFiles::Kind kind = files_.Stat(std::string(name));
+  return kind == RepositoryFiles::Kind::kDir || kind == RepositoryFiles::Kind::kLink;
 }
 
 absl::Status ModelRepository::LoadAll() {
@@ -196,17 +174,20 @@ absl::Status ModelRepository::LoadAll() {
 
 absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     const std::string& name, std::optional<inference::ModelConfig> config_override) const {
-  const std::filesystem::path model_dir = root_ / name;
+  if (files_.Stat(name) != RepositoryFiles::Kind::kDir) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model folder '", name, "' is a symbolic link that leads outside the model repository, "
+        "which kilnd does not follow (start kilnd with --repository-follow-links to allow it)"));
+  }
   inference::ModelConfig config;
   if (config_override.has_value()) {
     config = std::move(*config_override);
   } else {
-    std::error_code ec;
-    if (!std::filesystem::exists(model_dir / "config.pbtxt", ec) && HasOnnxVersion(model_dir)) {
+    if (files_.Stat(name + "/config.pbtxt") == RepositoryFiles::Kind::kMissing && HasOnnxVersion(files_, name)) {
       config.set_platform(std::string(kPlatformOnnxruntime));  // no config: completed from model.onnx below
       config.set_backend(std::string(kBackendOnnxruntime));
     } else {
-      absl::StatusOr<std::string> text = ReadConfigFile(model_dir / "config.pbtxt");
+      absl::StatusOr<std::string> text = files_.Read(name + "/config.pbtxt", kMaxConfigBytes, "config.pbtxt");
       if (!text.ok()) return text.status();
       absl::StatusOr<inference::ModelConfig> parsed = ParseModelConfigText(*text);
       if (!parsed.ok()) return parsed.status();
@@ -214,7 +195,7 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     }
   }
   if (IsOnnxConfig(config)) {
-    if (absl::Status s = CompleteOnnxConfig(model_dir, &config); !s.ok()) return s;
+    if (absl::Status s = CompleteOnnxConfig(files_, name, &config); !s.ok()) return s;
   }
   if (absl::Status s = NormalizeModelConfig(name, &config); !s.ok()) return s;
   ModelPlacer::Placement placement;
@@ -226,7 +207,7 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
   api::Engine* const engine = placement.engine;
   auto shared_config = std::make_shared<const inference::ModelConfig>(std::move(config));
 
-  const std::vector<int64_t> available = ListVersions(model_dir);
+  const std::vector<int64_t> available = ListVersions(files_, name);
   const inference::ModelVersionPolicy& policy = shared_config->version_policy();
   std::vector<int64_t> selected;
   ModelEntry entry;
@@ -253,12 +234,13 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
   std::string first_error;
   for (int64_t v : selected) {
     kiln::v1::Graph graph;
-    absl::Status status = CheckModelArtifact(*shared_config, model_dir / std::to_string(v), &graph);
+    const std::string version_dir = absl::StrCat(name, "/", v);
+    absl::Status status = CheckModelArtifact(files_, *shared_config, version_dir, &graph);
     std::shared_ptr<const api::PreparedGraph> prepared;
     std::shared_ptr<const api::BuiltinModel> builtin;
     if (status.ok() && engine != nullptr && shared_config->platform() == kPlatformBuiltin) {
       absl::StatusOr<std::shared_ptr<const api::BuiltinModel>> b =
-          LoadBuiltinModel(*engine, *shared_config, model_dir / std::to_string(v));
+          LoadBuiltinModel(*engine, files_, *shared_config, version_dir);
       if (b.ok()) {
         builtin = *std::move(b);
       } else {
@@ -267,8 +249,15 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     }
     std::shared_ptr<const api::OnnxModel> onnx;
     if (status.ok() && engine != nullptr && IsOnnxConfig(*shared_config)) {
+      // The ONNX loader takes a path (external data files lie beside model.onnx and are confined
+      // to its folder by the loader); the file itself is checked like every repository file.
+      const std::string rel = absl::StrCat(version_dir, "/", DefaultModelFilename(*shared_config));
       absl::StatusOr<std::shared_ptr<const api::OnnxModel>> o =
-          engine->LoadOnnx((model_dir / std::to_string(v) / DefaultModelFilename(*shared_config)).string());
+          files_.Stat(rel) == RepositoryFiles::Kind::kFile
+              ? engine->LoadOnnx((files_.root() / rel).string())
+              : absl::StatusOr<std::shared_ptr<const api::OnnxModel>>(absl::InvalidArgumentError(absl::StrCat(
+                    "model file ", v, "/", DefaultModelFilename(*shared_config),
+                    " is missing, not a regular file, or a link that leads outside the model repository")));
       if (o.ok()) {
         onnx = *std::move(o);
       } else {

@@ -13,6 +13,9 @@
 // (one at a time); lookups take a shared lock only and never wait for a load's file I/O.
 // Model names are checked with IsValidModelName and looked up in the folder listing, never used
 // to build a path unchecked; messages name models and versions, never absolute paths.
+// Confinement: every file is read through RepositoryFiles (repository_files.h): no symbolic link
+// below the root is followed (a linked model folder is listed UNAVAILABLE with the reason) and no
+// multiply-linked file is read, unless `follow_links`; parse errors never quote a file's text.
 #pragma once
 
 #include <atomic>
@@ -31,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/api/engine.h"
 #include "inference/model_config.pb.h"
+#include "server/core/repository_files.h"
 #include "server/core/statistics.h"
 
 namespace kiln::server {
@@ -88,7 +92,8 @@ class ModelRepository {
   // `placer` (may be null; not owned, must outlive the repository) places each model and gives
   // the engine that prepares kiln_graph versions and loads kiln_builtin weights at load, so a
   // model the engine rejects never goes READY.
-  explicit ModelRepository(std::filesystem::path root, ModelPlacer* placer = nullptr);
+  explicit ModelRepository(std::filesystem::path root, ModelPlacer* placer = nullptr,
+                           bool follow_links = false);
 
   // Loads every model folder under the root. Models that fail stay UNAVAILABLE with a reason
   // (logged); only an unreadable root is an error (NOT_FOUND).
@@ -139,6 +144,7 @@ class ModelRepository {
       const std::string& name, std::optional<inference::ModelConfig> config_override) const;
 
   const std::filesystem::path root_;
+  const RepositoryFiles files_;
   ModelPlacer* const placer_;
   absl::Mutex load_mu_;  // serializes Load / Unload
   mutable absl::Mutex mu_;

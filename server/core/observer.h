@@ -35,6 +35,10 @@ struct EngineRunObservation {
   bool jit_hit = false;         // ... and the signature's trace existed
   int64_t jit_evictions = 0;    // traces evicted since the previous observation
   std::vector<api::DeviceMemoryUsage> device_memory;  // after the run
+  // The run's engine caches after the run (api::EngineStats: prepared graphs and JIT traces of
+  // this device's engine; loaded kernels and compiled binaries process-wide).
+  std::string device;
+  api::EngineStats engine;
 };
 
 // Device memory a loaded model version holds (api::BuiltinModel::device_bytes; 0 for kiln_graph

@@ -13,16 +13,15 @@
 namespace kiln::server {
 namespace {
 
-// The newest numeric version folder holding the model file.
-std::filesystem::path NewestVersion(const std::filesystem::path& model_dir, const std::string& file) {
-  int64_t best = -1;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(model_dir, ec)) {
+// The newest numeric version folder of model `name` holding the model file (0: none).
+int64_t NewestVersion(const RepositoryFiles& files, const std::string& name, const std::string& file) {
+  int64_t best = 0;
+  for (const std::string& folder : files.ListFolders(name)) {
     int64_t v = 0;
-    if (!e.is_directory(ec) || !absl::SimpleAtoi(e.path().filename().string(), &v) || v <= 0) continue;
-    if (std::filesystem::is_regular_file(e.path() / file, ec)) best = std::max(best, v);
+    if (!absl::SimpleAtoi(folder, &v) || v <= 0 || v <= best) continue;
+    if (files.Stat(absl::StrCat(name, "/", folder, "/", file)) == RepositoryFiles::Kind::kFile) best = v;
   }
-  return best < 0 ? std::filesystem::path() : model_dir / std::to_string(best);
+  return best;
 }
 
 // Fills one config tensor from the graph's; `batched` drops the first dim.
@@ -49,18 +48,20 @@ bool IsOnnxConfig(const inference::ModelConfig& config) {
          config.backend() == kBackendOnnxruntime;
 }
 
-bool HasOnnxVersion(const std::filesystem::path& model_dir) {
-  return !NewestVersion(model_dir, "model.onnx").empty();
+bool HasOnnxVersion(const RepositoryFiles& files, const std::string& name) {
+  return NewestVersion(files, name, "model.onnx") > 0;
 }
 
-absl::Status CompleteOnnxConfig(const std::filesystem::path& model_dir, inference::ModelConfig* config) {
+absl::Status CompleteOnnxConfig(const RepositoryFiles& files, const std::string& name,
+                                inference::ModelConfig* config) {
   if (config->platform().empty()) config->set_platform(std::string(kPlatformOnnxruntime));
-  const std::filesystem::path version = NewestVersion(model_dir, DefaultModelFilename(*config));
-  if (version.empty()) return absl::OkStatus();  // the version checks report the missing file
-  absl::StatusOr<api::OnnxSignature> sig = api::InspectOnnx((version / DefaultModelFilename(*config)).string());
+  const std::string file = DefaultModelFilename(*config);
+  const int64_t version = NewestVersion(files, name, file);
+  if (version == 0) return absl::OkStatus();  // the version checks report the missing file
+  absl::StatusOr<api::OnnxSignature> sig =
+      api::InspectOnnx((files.root() / name / std::to_string(version) / file).string());
   if (!sig.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("model.onnx (version ", version.filename().string(), "): ",
-                                                   sig.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("model.onnx (version ", version, "): ", sig.status().message()));
   }
   if (config->max_batch_size() == 0 && config->input_size() == 0 && config->output_size() == 0) {
     bool all = !sig->inputs.empty() && !sig->outputs.empty();

@@ -9,10 +9,11 @@
 // left out of dims. The completed config is what /v2/models/NAME/config returns.
 #pragma once
 
-#include <filesystem>
+#include <string>
 
 #include "absl/status/status.h"
 #include "inference/model_config.pb.h"
+#include "server/core/repository_files.h"
 
 namespace kiln::server {
 
@@ -23,11 +24,13 @@ inline constexpr int kOnnxDefaultMaxBatchSize = 4;  // Triton's default-max-batc
 // Whether the config names an ONNX model (any of the spellings above).
 bool IsOnnxConfig(const inference::ModelConfig& config);
 
-// Whether some version folder of `model_dir` holds model.onnx (for a folder without config.pbtxt).
-bool HasOnnxVersion(const std::filesystem::path& model_dir);
+// Whether some version folder of model `name` holds model.onnx (for a folder without config.pbtxt).
+// Reads through `files`, so nothing outside the repository is looked at.
+bool HasOnnxVersion(const RepositoryFiles& files, const std::string& name);
 
 // Completes `config` from the newest version's model.onnx (see above). INVALID_ARGUMENT when the graph cannot be
 // read (the message is the loader's: node, op, opset) or a config tensor names no graph input/output.
-absl::Status CompleteOnnxConfig(const std::filesystem::path& model_dir, inference::ModelConfig* config);
+absl::Status CompleteOnnxConfig(const RepositoryFiles& files, const std::string& name,
+                                inference::ModelConfig* config);
 
 }  // namespace kiln::server

@@ -6,6 +6,7 @@
 // model executions, success/fail count requests that reached a model version.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 
@@ -13,6 +14,13 @@
 #include "absl/synchronization/mutex.h"
 
 namespace kiln::server {
+
+// Nanoseconds from `start` to now (steady clock).
+inline uint64_t NanosSince(std::chrono::steady_clock::time_point start) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now() - start)
+                                   .count());
+}
 
 struct Duration {
   uint64_t count = 0;

@@ -46,6 +46,14 @@ absl::Status CheckServing(const InferenceServer& server) {
   return absl::OkStatus();
 }
 
+GraphCall CallOf(grpc::CallbackServerContext* ctx, const std::string& device) {
+  GraphCall call;
+  call.device = device;
+  call.deadline = CallDeadline(*ctx);
+  call.cancellation = CallCancellation(ctx);
+  return call;
+}
+
 }  // namespace
 
 grpc::ServerUnaryReactor* EngineService::Execute(grpc::CallbackServerContext* ctx,
@@ -56,10 +64,14 @@ grpc::ServerUnaryReactor* EngineService::Execute(grpc::CallbackServerContext* ct
     if (!request->has_graph()) return absl::InvalidArgumentError("graph: missing");
     if (absl::Status s = CheckGraphSize(request->graph()); !s.ok()) return s;
     std::vector<GraphTensorIn> inputs = DecodeInputs(request->inputs());
-    absl::StatusOr<api::RunResult> run =
-        server_->graphs().Execute(GraphSpecFromProto(request->graph()), inputs);
+    absl::StatusOr<api::RunResult> run = server_->graphs().Execute(
+        GraphSpecFromProto(request->graph()), inputs, CallOf(ctx, request->device()));
     if (!run.ok()) return run.status();
     EncodeResult(*run, response);
+    if (absl::Status s = CheckResponseSize(*response, kMaxProtoResponseBytes); !s.ok()) {
+      response->Clear();
+      return s;
+    }
     return absl::OkStatus();
   });
 }
@@ -71,8 +83,8 @@ grpc::ServerUnaryReactor* EngineService::RegisterGraph(
     if (absl::Status s = CheckServing(*server_); !s.ok()) return s;
     if (!request->has_graph()) return absl::InvalidArgumentError("graph: missing");
     if (absl::Status s = CheckGraphSize(request->graph()); !s.ok()) return s;
-    absl::StatusOr<RegisteredGraphInfo> info =
-        server_->graphs().Register(GraphSpecFromProto(request->graph()));
+    absl::StatusOr<RegisteredGraphInfo> info = server_->graphs().Register(
+        GraphSpecFromProto(request->graph()), CallOf(ctx, request->device()));
     if (!info.ok()) return info.status();
     response->set_graph_id(info->id);
     response->set_kernel_count(info->kernel_count);
@@ -88,9 +100,13 @@ grpc::ServerUnaryReactor* EngineService::ExecuteRegistered(
     if (absl::Status s = CheckServing(*server_); !s.ok()) return s;
     std::vector<GraphTensorIn> inputs = DecodeInputs(request->inputs());
     absl::StatusOr<api::RunResult> run =
-        server_->graphs().ExecuteRegistered(request->graph_id(), inputs);
+        server_->graphs().ExecuteRegistered(request->graph_id(), inputs, CallOf(ctx, ""));
     if (!run.ok()) return run.status();
     EncodeResult(*run, response);
+    if (absl::Status s = CheckResponseSize(*response, kMaxProtoResponseBytes); !s.ok()) {
+      response->Clear();
+      return s;
+    }
     return absl::OkStatus();
   });
 }

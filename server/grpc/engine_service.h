@@ -1,6 +1,8 @@
 // kiln.v1.Engine on the gRPC callback API (proto/kiln/v1/engine.proto): decodes each call into
 // core structs (api::GraphSpec, GraphTensorIn), calls InferenceServer::graphs(), encodes the
-// outputs and per-kernel timings, maps errors with ToGrpcStatus.
+// outputs and per-kernel timings, maps errors with ToGrpcStatus. The request's `device` is honoured
+// (INVALID_ARGUMENT naming `device` when it cannot run graphs); the client's deadline and
+// cancellation reach the engine; a response protobuf could not serialize is RESOURCE_EXHAUSTED.
 // Thread safety: handlers run concurrently on gRPC's callback threads; `server` is shared.
 #pragma once
 

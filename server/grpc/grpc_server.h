@@ -1,5 +1,7 @@
 // GrpcServer: builds and owns the grpc::Server for kilnd: the KServe v2 service, kiln.v1.Engine, kiln.v1.Training, the standard
-// health service (grpc.health.v1, SERVING while live) and server reflection.
+// health service (grpc.health.v1, SERVING while live) and, only when GrpcServerOptions::reflection
+// (kilnd --grpc-reflection), server reflection: off by default, it would list every service to
+// anyone who connects.
 //
 // Lifecycle: Start() binds and serves; SetNotServing() flips health to NOT_SERVING at once (for
 // SIGTERM); Shutdown(deadline) stops accepting calls, lets calls in flight finish until the
@@ -25,6 +27,8 @@ struct GrpcServerOptions {
   int port = 8001;                  // 0 = pick a free port (see GrpcServer::port())
   int64_t max_message_bytes = kDefaultMaxRequestBytes;  // receive limit, clamped to INT32_MAX
   int max_concurrent_streams = 1024;                    // per connection
+  bool reflection = false;                              // grpc.reflection.v1alpha
+  StreamLimits stream_limits;                           // per ModelStreamInfer stream
 };
 
 class GrpcServer {
@@ -41,8 +45,8 @@ class GrpcServer {
   void Shutdown(std::chrono::system_clock::time_point deadline);
 
  private:
-  GrpcServer(InferenceServer* server, JobManager* jobs)
-      : service_(server), engine_service_(server), training_service_(jobs) {}
+  GrpcServer(InferenceServer* server, JobManager* jobs, StreamLimits stream_limits)
+      : service_(server, stream_limits), engine_service_(server), training_service_(jobs) {}
 
   InferenceService service_;
   EngineService engine_service_;

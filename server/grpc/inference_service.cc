@@ -7,7 +7,10 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 #include "absl/synchronization/mutex.h"
+#include "server/core/guard.h"
 #include "server/grpc/codec.h"
 #include "server/grpc/status_map.h"
 #include "spdlog/spdlog.h"
@@ -66,19 +69,34 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  // `request` and `response` live until Finish, so the decoded views stay valid.
-  server_->InferAsync(DecodeInferRequest(*request),
-                      [reactor, response](absl::StatusOr<InferResponse> result) {
-                        if (!result.ok()) {
-                          spdlog::debug("ModelInfer failed: {} {}",
-                                        absl::StatusCodeToString(result.status().code()),
-                                        std::string(result.status().message()));
-                          reactor->Finish(ToGrpcStatus(result.status()));
-                          return;
-                        }
-                        EncodeInferResponse(*result, response);
-                        reactor->Finish(grpc::Status::OK);
-                      });
+  // `request` and `response` live until Finish, so the decoded views stay valid. Whatever
+  // happens -- an exception in decoding, execution or encoding -- Finish runs exactly once.
+  auto finish = [reactor, response](absl::StatusOr<InferResponse> result) {
+    absl::Status st = result.status();
+    if (st.ok()) {
+      st = Guard("ModelInfer (encode)", [&]() -> absl::Status {
+        EncodeInferResponse(*result, response);
+        return CheckResponseSize(*response, kMaxProtoResponseBytes);
+      });
+      if (!st.ok()) response->Clear();
+    }
+    if (!st.ok()) {
+      spdlog::debug("ModelInfer failed: {} {}", absl::StatusCodeToString(st.code()),
+                    std::string(st.message()));
+    }
+    reactor->Finish(ToGrpcStatus(st));
+  };
+  absl::StatusOr<InferRequest> decoded = Guard("ModelInfer (decode)", [&]() -> absl::StatusOr<InferRequest> {
+    InferRequest r = DecodeInferRequest(*request);
+    r.deadline = CallDeadline(*ctx);
+    r.cancellation = CallCancellation(ctx);
+    return r;
+  });
+  if (!decoded.ok()) {
+    finish(decoded.status());
+    return reactor;
+  }
+  server_->InferAsync(*decoded, finish);
   return reactor;
 }
 
@@ -86,104 +104,195 @@ namespace {
 
 // One ModelStreamInfer call. Reads requests one after another and hands each to the core; the
 // answers are written in request order (an answer that completes early -- a refused request, or
-// one on another device -- waits in `done_` for those before it), one write in flight at a time. The call finishes with OK once
-// the client has half-closed (or cancelled), every request has been answered and every write
-// has completed; OnDone then deletes the reactor.
+// one on another device -- waits in `done` for those before it), one write in flight at a time.
+// The call finishes with OK once the client has half-closed (or cancelled), every request has been
+// answered and every write has completed.
+//
+// Backpressure: answers waiting to be written (queued behind the write in flight, or out of order)
+// are bounded by StreamLimits; a client that sends but does not read past the bound gets its
+// stream finished with RESOURCE_EXHAUSTED naming the bound, the waiting answers are freed at once,
+// its running requests are cancelled (they stop between kernels) and nothing more is read.
+//
+// Lifetime: the state lives in a shared object that the core's callbacks hold, so an answer that
+// completes after the stream ended (cancelled, or finished for backpressure) is dropped safely;
+// OnDone deletes the reactor.
 class StreamInferReactor final
     : public grpc::ServerBidiReactor<inference::ModelInferRequest,
                                      inference::ModelStreamInferResponse> {
  public:
-  explicit StreamInferReactor(InferenceServer* server) : server_(server) { StartRead(&incoming_); }
+  StreamInferReactor(InferenceServer* server, grpc::CallbackServerContext* ctx, StreamLimits limits)
+      : server_(server), ctx_(ctx), shared_(std::make_shared<Shared>()) {
+    shared_->reactor = this;
+    shared_->limits = limits;
+    StartRead(&incoming_);
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      absl::MutexLock lock(&mu_);
-      reading_done_ = true;
-      MaybeFinishLocked();
+      absl::MutexLock lock(&shared_->mu);
+      shared_->reading_done = true;
+      MaybeFinishLocked(*shared_);
       return;
+    }
+    uint64_t seq = 0;
+    {
+      absl::MutexLock lock(&shared_->mu);
+      if (shared_->finished) return;  // finished for backpressure: read no more
+      ++shared_->outstanding;
+      seq = shared_->next_seq++;
     }
     auto message = std::make_shared<inference::ModelInferRequest>(std::move(incoming_));
     incoming_.Clear();
-    uint64_t seq = 0;
-    {
-      absl::MutexLock lock(&mu_);
-      ++outstanding_;
-      seq = next_seq_++;
-    }
     // The decoded views point into *message, which the callback keeps alive. InferAsync may run
     // the request (and this callback) before it returns; the next read starts after it.
-    server_->InferAsync(DecodeInferRequest(*message),
-                        [this, message, seq](absl::StatusOr<InferResponse> result) {
-                          inference::ModelStreamInferResponse out;
-                          if (result.ok()) {
-                            EncodeInferResponse(*result, out.mutable_infer_response());
-                          } else {
-                            out.set_error_message(std::string(result.status().message()));
-                            out.mutable_infer_response()->set_id(message->id());
-                            out.mutable_infer_response()->set_model_name(message->model_name());
-                            out.mutable_infer_response()->set_model_version(
-                                message->model_version());
-                          }
-                          Enqueue(seq, std::move(out));
-                        });
+    std::shared_ptr<Shared> shared = shared_;
+    auto answer = [shared, message, seq](absl::StatusOr<InferResponse> result) {
+      inference::ModelStreamInferResponse out;
+      absl::Status st = result.status();
+      if (st.ok()) {
+        st = Guard("ModelStreamInfer (encode)", [&]() -> absl::Status {
+          EncodeInferResponse(*result, out.mutable_infer_response());
+          return CheckResponseSize(out, kMaxProtoResponseBytes);
+        });
+      }
+      if (!st.ok()) {
+        out.Clear();
+        out.set_error_message(std::string(st.message()));
+        out.mutable_infer_response()->set_id(message->id());
+        out.mutable_infer_response()->set_model_name(message->model_name());
+        out.mutable_infer_response()->set_model_version(message->model_version());
+      }
+      Enqueue(shared, seq, std::move(out));
+    };
+    absl::StatusOr<InferRequest> decoded =
+        Guard("ModelStreamInfer (decode)", [&]() -> absl::StatusOr<InferRequest> {
+          InferRequest r = DecodeInferRequest(*message);
+          r.deadline = CallDeadline(*ctx_);
+          r.cancellation = shared_->cancellation;
+          return r;
+        });
+    if (decoded.ok()) {
+      server_->InferAsync(*decoded, answer);
+    } else {
+      answer(decoded.status());
+    }
     StartRead(&incoming_);
   }
 
   void OnWriteDone(bool /*ok*/) override {
-    absl::MutexLock lock(&mu_);
-    writes_.pop_front();
-    --outstanding_;
-    if (!writes_.empty()) {
-      StartWrite(&writes_.front());
+    absl::MutexLock lock(&shared_->mu);
+    Shared& s = *shared_;
+    s.pending_bytes -= s.writes.front().second;
+    s.writes.pop_front();
+    --s.outstanding;
+    if (!s.writes.empty() && !s.finished) {
+      StartWrite(&s.writes.front().first);
     } else {
-      writing_ = false;
+      s.writing = false;
     }
-    MaybeFinishLocked();
+    MaybeFinishLocked(s);
   }
 
-  void OnDone() override { delete this; }
+  void OnCancel() override { shared_->cancellation->Cancel(); }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&shared_->mu);
+      shared_->reactor = nullptr;  // answers completing later are dropped
+      shared_->writes.clear();
+      shared_->done.clear();
+    }
+    delete this;
+  }
 
  private:
-  void Enqueue(uint64_t seq, inference::ModelStreamInferResponse response) {
-    absl::MutexLock lock(&mu_);
-    done_.emplace(seq, std::move(response));
-    for (auto it = done_.begin(); it != done_.end() && it->first == next_write_;
-         it = done_.erase(it)) {
-      writes_.push_back(std::move(it->second));
-      ++next_write_;
+  struct Shared {
+    absl::Mutex mu;
+    StreamInferReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;  // null after OnDone
+    StreamLimits limits;
+    std::shared_ptr<api::CancellationToken> cancellation = std::make_shared<api::CancellationToken>();
+    // Answers to write, front in flight when `writing`, each with its size.
+    std::deque<std::pair<inference::ModelStreamInferResponse, int64_t>> writes ABSL_GUARDED_BY(mu);
+    // Answers that completed before an earlier request's, by request sequence number.
+    std::map<uint64_t, std::pair<inference::ModelStreamInferResponse, int64_t>> done ABSL_GUARDED_BY(mu);
+    int64_t pending_bytes ABSL_GUARDED_BY(mu) = 0;  // over `writes` and `done`
+    uint64_t next_seq ABSL_GUARDED_BY(mu) = 0;      // of the next request read
+    uint64_t next_write ABSL_GUARDED_BY(mu) = 0;    // of the next answer to write
+    int64_t outstanding ABSL_GUARDED_BY(mu) = 0;    // requests read, answer not yet written
+    bool writing ABSL_GUARDED_BY(mu) = false;
+    bool reading_done ABSL_GUARDED_BY(mu) = false;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+  };
+
+  static void Enqueue(const std::shared_ptr<Shared>& shared, uint64_t seq,
+                      inference::ModelStreamInferResponse response) {
+    Shared& s = *shared;
+    absl::MutexLock lock(&s.mu);
+    if (s.reactor == nullptr || s.finished) return;
+    const int64_t bytes = static_cast<int64_t>(response.ByteSizeLong());
+    s.pending_bytes += bytes;
+    s.done.emplace(seq, std::make_pair(std::move(response), bytes));
+    for (auto it = s.done.begin(); it != s.done.end() && it->first == s.next_write;
+         it = s.done.erase(it)) {
+      s.writes.push_back(std::move(it->second));
+      ++s.next_write;
     }
-    if (!writing_ && !writes_.empty()) {
-      writing_ = true;
-      StartWrite(&writes_.front());
+    const int64_t waiting =
+        static_cast<int64_t>(s.writes.size() + s.done.size()) - (s.writing ? 1 : 0);
+    if (waiting > s.limits.max_pending_responses || s.pending_bytes > s.limits.max_pending_bytes) {
+      FinishForBackpressureLocked(s, waiting);
+      return;
+    }
+    if (!s.writing && !s.writes.empty()) {
+      s.writing = true;
+      s.reactor->StartWrite(&s.writes.front().first);
     }
   }
 
-  void MaybeFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (reading_done_ && outstanding_ == 0 && !writing_ && !finished_) {
-      finished_ = true;
-      Finish(grpc::Status::OK);
+  // The client is not reading: free what waits, stop the stream's work, finish with the reason.
+  static void FinishForBackpressureLocked(Shared& s, int64_t waiting)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    const int64_t bytes = s.pending_bytes;
+    s.finished = true;
+    s.cancellation->Cancel();
+    // Keep only the write in flight (gRPC owns its buffer until OnWriteDone).
+    while (s.writes.size() > (s.writing ? 1u : 0u)) {
+      s.pending_bytes -= s.writes.back().second;
+      s.writes.pop_back();
+    }
+    for (auto& [seq, answer] : s.done) s.pending_bytes -= answer.second;
+    s.done.clear();
+    spdlog::warn("ModelStreamInfer: {} answers ({} bytes) wait for a client that does not read; "
+                 "stream finished",
+                 waiting, bytes);
+    s.reactor->Finish(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("ModelStreamInfer: ", waiting, " responses (", bytes,
+                     " bytes) are waiting for the client to read them, over the limit of ",
+                     s.limits.max_pending_responses, " responses or ", s.limits.max_pending_bytes,
+                     " bytes per stream (--stream-max-pending-responses, "
+                     "--stream-max-pending-bytes); the stream is closed and its remaining "
+                     "requests cancelled")));
+  }
+
+  static void MaybeFinishLocked(Shared& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    if (s.reading_done && s.outstanding == 0 && !s.writing && !s.finished) {
+      s.finished = true;
+      s.reactor->Finish(grpc::Status::OK);
     }
   }
 
   InferenceServer* const server_;
+  grpc::CallbackServerContext* const ctx_;
   inference::ModelInferRequest incoming_;  // only touched by the read chain
-  absl::Mutex mu_;
-  std::deque<inference::ModelStreamInferResponse> writes_ ABSL_GUARDED_BY(mu_);  // front in flight
-  // Answers that completed before an earlier request's, by request sequence number.
-  std::map<uint64_t, inference::ModelStreamInferResponse> done_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;    // of the next request read
-  uint64_t next_write_ ABSL_GUARDED_BY(mu_) = 0;  // of the next answer to write
-  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // requests read, answer not yet written
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool reading_done_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<Shared> shared_;
 };
 
 }  // namespace
 
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
-InferenceService::ModelStreamInfer(grpc::CallbackServerContext*) {
-  return new StreamInferReactor(server_);
+InferenceService::ModelStreamInfer(grpc::CallbackServerContext* ctx) {
+  return new StreamInferReactor(server_, ctx, stream_limits_);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(

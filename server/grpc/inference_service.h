@@ -4,9 +4,12 @@
 // ModelStreamInfer, ModelConfig, ModelStatistics, RepositoryIndex, RepositoryModelLoad,
 // RepositoryModelUnload. The rest (shared memory, trace, log settings) answer UNIMPLEMENTED.
 // ModelInfer and ModelStreamInfer never block a gRPC thread on execution: the request is queued
-// in the core (InferAsync) and the answer is sent from the core's executor. On a stream every
-// request gets one ModelStreamInferResponse (in completion order; the id correlates): a failed
-// request carries error_message (plus the id) and the stream stays open.
+// in the core (InferAsync) and the answer is sent from the core's executor. The client's deadline
+// and cancellation reach the engine (a run stops between kernels). On a stream every request gets
+// one ModelStreamInferResponse (in request order; the id correlates): a failed request carries
+// error_message (plus the id) and the stream stays open. A stream whose client does not read is
+// finished with RESOURCE_EXHAUSTED once more answers wait than StreamLimits allow (their memory is
+// freed, its running requests cancelled). No exception escapes a handler (server/core/guard.h).
 // Thread safety: handlers run concurrently on gRPC's callback threads; `server` is shared.
 #pragma once
 
@@ -15,9 +18,16 @@
 
 namespace kiln::server {
 
+// Bounds of one ModelStreamInfer stream's answers waiting to be written.
+struct StreamLimits {
+  int64_t max_pending_responses = 256;
+  int64_t max_pending_bytes = int64_t{64} << 20;
+};
+
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  explicit InferenceService(InferenceServer* server) : server_(server) {}
+  explicit InferenceService(InferenceServer* server, StreamLimits stream_limits = {})
+      : server_(server), stream_limits_(stream_limits) {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
                                        const inference::ServerLiveRequest* request,
@@ -57,6 +67,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
  private:
   InferenceServer* const server_;
+  const StreamLimits stream_limits_;
 };
 
 }  // namespace kiln::server

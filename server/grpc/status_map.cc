@@ -1,6 +1,10 @@
 #include "server/grpc/status_map.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
+
+#include "absl/strings/str_cat.h"
 
 namespace kiln::server {
 
@@ -43,6 +47,30 @@ grpc::StatusCode ToGrpcCode(absl::StatusCode code) {
     default:
       return grpc::StatusCode::UNKNOWN;
   }
+}
+
+absl::Time CallDeadline(const grpc::ServerContextBase& ctx) {
+  const std::chrono::system_clock::time_point deadline = ctx.deadline();
+  // gRPC reports "no deadline" as a time far in the future.
+  if (deadline >= std::chrono::system_clock::now() + std::chrono::hours(24 * 365 * 10)) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(deadline);
+}
+
+std::shared_ptr<const api::CancellationToken> CallCancellation(grpc::CallbackServerContext* ctx) {
+  return std::make_shared<const api::CancellationToken>([ctx] { return ctx->IsCancelled(); });
+}
+
+absl::Status CheckResponseSize(const google::protobuf::Message& response, int64_t limit) {
+  const size_t bytes = response.ByteSizeLong();
+  const int64_t cap = std::min<int64_t>(limit > 0 ? limit : INT32_MAX, INT32_MAX);
+  if (bytes > static_cast<size_t>(cap)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the response would take ", bytes, " bytes, over the limit of ", cap,
+        " bytes per gRPC message (--max-response-bytes; protobuf's hard limit is 2 GiB)"));
+  }
+  return absl::OkStatus();
 }
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {

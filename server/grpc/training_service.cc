@@ -20,14 +20,22 @@ absl::Status NoJobs() {
 class WatchReactor final : public grpc::ServerWriteReactor<kiln::v1::JobEvent> {
  public:
   WatchReactor(JobManager* jobs, const std::string& id) : jobs_(jobs) {
+    absl::Status st = Guard("WatchJob", [&]() -> absl::Status {
+      Start(id);
+      return absl::OkStatus();
+    });
+    if (!st.ok()) Stop(ToGrpcStatus(st));
+  }
+
+  void Start(const std::string& id) {
     if (jobs_ == nullptr) {
-      Finish(ToGrpcStatus(NoJobs()));
+      Stop(ToGrpcStatus(NoJobs()));
       return;
     }
     absl::StatusOr<uint64_t> token =
         jobs_->Subscribe(id, [this](const kiln::v1::JobEvent& e) { Push(e); });
     if (!token.ok()) {
-      Finish(ToGrpcStatus(token.status()));
+      Stop(ToGrpcStatus(token.status()));
       return;
     }
     token_ = *token;
@@ -115,35 +123,52 @@ class UploadReactor final : public grpc::ServerReadReactor<kiln::v1::DatasetChun
  public:
   UploadReactor(JobManager* jobs, kiln::v1::UploadDatasetResponse* response)
       : response_(response) {
+    absl::Status st = Guard("UploadDataset", [&]() -> absl::Status {
+      Start(jobs);
+      return absl::OkStatus();
+    });
+    if (!st.ok()) FinishOnce(ToGrpcStatus(st));
+  }
+  void Start(JobManager* jobs) {
     if (jobs == nullptr) {
-      Finish(ToGrpcStatus(NoJobs()));
+      FinishOnce(ToGrpcStatus(NoJobs()));
       return;
     }
     absl::StatusOr<std::unique_ptr<JobManager::Upload>> up = jobs->BeginUpload();
     if (!up.ok()) {
-      Finish(ToGrpcStatus(up.status()));
+      FinishOnce(ToGrpcStatus(up.status()));
       return;
     }
     upload_ = *std::move(up);
     StartRead(&chunk_);
   }
   void OnReadDone(bool ok) override {
-    if (!ok) {  // the client finished sending
-      absl::StatusOr<kiln::v1::UploadDatasetResponse> r = upload_->Finish();
-      if (r.ok()) *response_ = *r;
-      Finish(ToGrpcStatus(r.status()));
-      return;
-    }
-    if (absl::Status st = upload_->Append(chunk_); !st.ok()) {
-      Finish(ToGrpcStatus(st));
-      return;
-    }
-    StartRead(&chunk_);
+    absl::Status st = Guard("UploadDataset", [&]() -> absl::Status {
+      if (!ok) {  // the client finished sending
+        absl::StatusOr<kiln::v1::UploadDatasetResponse> r = upload_->Finish();
+        if (r.ok()) *response_ = *r;
+        FinishOnce(ToGrpcStatus(r.status()));
+        return absl::OkStatus();
+      }
+      if (absl::Status append = upload_->Append(chunk_); !append.ok()) {
+        FinishOnce(ToGrpcStatus(append));
+        return absl::OkStatus();
+      }
+      StartRead(&chunk_);
+      return absl::OkStatus();
+    });
+    if (!st.ok()) FinishOnce(ToGrpcStatus(st));
   }
   void OnCancel() override {}
   void OnDone() override { delete this; }
 
  private:
+  void FinishOnce(const grpc::Status& st) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(st);
+  }
+  bool finished_ = false;  // touched by the constructor and the read chain only (one at a time)
   kiln::v1::UploadDatasetResponse* response_;
   std::unique_ptr<JobManager::Upload> upload_;
   kiln::v1::DatasetChunk chunk_;

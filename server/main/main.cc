@@ -8,7 +8,9 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/debugging/symbolize.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/marshalling.h"
 #include "absl/flags/parse.h"
@@ -98,6 +101,42 @@ ABSL_FLAG(int64_t, max_dataset_bytes, kiln::server::kDefaultMaxDatasetBytes,
           "largest dataset UploadDataset accepts, in bytes");
 ABSL_FLAG(std::string, port_file, "",
           "if set, write the bound gRPC port to this file once serving (for tests and scripts)");
+// ** limits of every engine run a request makes (README "Limits"), checked before allocation **
+ABSL_FLAG(int64_t, max_run_flops, kiln::server::kDefaultMaxRunFlops,
+          "estimated ALU operations one run may take (0 = no cap); over it: RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_run_bytes_moved, kiln::server::kDefaultMaxRunBytesMoved,
+          "estimated bytes of the buffers one run's kernels touch (0 = no cap)");
+ABSL_FLAG(int64_t, max_run_memory_bytes, kiln::server::kDefaultMaxRunMemoryBytes,
+          "peak memory of one run: inputs, intermediates, outputs and their host copies (0 = no cap)");
+ABSL_FLAG(int64_t, max_response_bytes, kiln::server::kDefaultMaxResponseBytes,
+          "bytes of the outputs one response may carry (gRPC: never above 2 GiB - 1 MiB)");
+ABSL_FLAG(int64_t, max_run_seconds, kiln::server::kDefaultMaxRunSeconds,
+          "deadline of any request, from its start, capping the client's (0 = the client's only); "
+          "a run past it stops between kernels with DEADLINE_EXCEEDED");
+ABSL_FLAG(int64_t, max_memory_bytes, 0,
+          "process-wide budget: device buffers held plus the new bytes of runs in flight; a run "
+          "that would exceed it is refused (0 = 3/4 of the machine's memory, negative = none)");
+// ** caches, bounded by bytes (LRU; evictions in kiln_cache_evictions_total) **
+ABSL_FLAG(int64_t, prepared_cache_bytes, 64LL << 20,
+          "per device: bytes of decoded graphs kept for reuse (0 = entries bound only)");
+ABSL_FLAG(int64_t, jit_cache_bytes, 512LL << 20,
+          "per device: bytes the builtin models' captured JIT traces may hold (0 = entries only)");
+ABSL_FLAG(int64_t, kernel_cache_bytes, 128LL << 20,
+          "process-wide: bytes of loaded (compiled) kernels kept (0 = entries bound only)");
+ABSL_FLAG(int64_t, kernel_cache_entries, 2048, "process-wide: loaded kernels kept");
+ABSL_FLAG(int64_t, binary_cache_bytes, 64LL << 20,
+          "process-wide: bytes of compiled binaries kept in memory (the disk cache is separate)");
+// ** streams, reflection, repository **
+ABSL_FLAG(int64_t, stream_max_pending_responses, 256,
+          "ModelStreamInfer: answers waiting for a client to read before its stream is closed "
+          "with RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, stream_max_pending_bytes, 64LL << 20,
+          "ModelStreamInfer: bytes of answers waiting for a client to read (as above)");
+ABSL_FLAG(bool, grpc_reflection, false,
+          "serve gRPC server reflection (lists every service to anyone; off by default)");
+ABSL_FLAG(bool, repository_follow_links, false,
+          "follow every symbolic link (and read multiply-linked files) below the model repository "
+          "root; off: links that lead outside the root and such files are refused");
 
 namespace {
 
@@ -165,6 +204,37 @@ std::unique_ptr<kiln::server::RestServer> StartRest(kiln::server::InferenceServe
   return *std::move(rest);
 }
 
+// The limit and cache flags into `options`, and the process-wide cache bounds into the engine.
+void ApplyLimitFlags(kiln::server::ServerOptions* options) {
+  kiln::server::RunPolicy& run = options->run;
+  run.limits.max_flops = std::max<int64_t>(0, absl::GetFlag(FLAGS_max_run_flops));
+  run.limits.max_bytes_moved = std::max<int64_t>(0, absl::GetFlag(FLAGS_max_run_bytes_moved));
+  run.limits.max_memory_bytes = std::max<int64_t>(0, absl::GetFlag(FLAGS_max_run_memory_bytes));
+  run.limits.max_output_bytes = std::clamp<int64_t>(absl::GetFlag(FLAGS_max_response_bytes), 1,
+                                                    kiln::server::kMaxProtoResponseBytes);
+  run.max_run_seconds = std::max<int64_t>(0, absl::GetFlag(FLAGS_max_run_seconds));
+  int64_t global = absl::GetFlag(FLAGS_max_memory_bytes);
+  if (global == 0) {
+    const int64_t pages = sysconf(_SC_PHYS_PAGES);
+    const int64_t page = sysconf(_SC_PAGESIZE);
+    global = pages > 0 && page > 0 ? pages / 4 * 3 * page : 0;
+  }
+  options->global_memory_bytes = std::max<int64_t>(0, global);
+  options->prepared_cache_bytes =
+      static_cast<size_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_prepared_cache_bytes)));
+  options->jit_cache_bytes =
+      static_cast<size_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_jit_cache_bytes)));
+  options->repository_follow_links = absl::GetFlag(FLAGS_repository_follow_links);
+  kiln::api::ConfigureProcessCaches(
+      static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_kernel_cache_entries))),
+      static_cast<size_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_kernel_cache_bytes))),
+      static_cast<size_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_binary_cache_bytes))));
+  spdlog::info("kilnd: limits per run: {} FLOPs, {} bytes moved, {} bytes of memory, {} response "
+               "bytes, {} s; global memory budget {} bytes",
+               run.limits.max_flops, run.limits.max_bytes_moved, run.limits.max_memory_bytes,
+               run.limits.max_output_bytes, run.max_run_seconds, options->global_memory_bytes);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,6 +249,7 @@ int main(int argc, char** argv) {
   };
   usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
   absl::SetFlagsUsageConfig(usage_config);
+  absl::InitializeSymbolizer(argv[0]);  // stacks in the logs of guarded failures (guard.h)
   std::vector<std::string> storage;
   std::vector<char*> args = NormalizeFlagNames(argc, argv, &storage);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
@@ -231,6 +302,7 @@ int main(int argc, char** argv) {
   options.inline_execution = absl::GetFlag(FLAGS_inline_execution);
   options.inline_max_compute_us = std::max<int64_t>(0, absl::GetFlag(FLAGS_inline_max_compute_us));
   options.max_queue_size = std::max<int64_t>(1, absl::GetFlag(FLAGS_max_queue_size));
+  ApplyLimitFlags(&options);
   auto core = kiln::server::InferenceServer::Create(options);
   if (!core.ok()) {
     spdlog::error("kilnd: {}", std::string(core.status().message()));
@@ -255,6 +327,7 @@ int main(int argc, char** argv) {
     kiln::server::JobManagerOptions jo;
     jo.data_dir = data_dir;
     jo.model_repository = options.model_repository;
+    jo.repository_follow_links = options.repository_follow_links;
     jo.resume_jobs = absl::GetFlag(FLAGS_resume_jobs);
     // The canonical default device ("CL" is CL:0): training shares that device (and its memory
     // metric label) with the models served there.
@@ -281,6 +354,11 @@ int main(int argc, char** argv) {
   grpc_options.address = absl::GetFlag(FLAGS_grpc_address);
   grpc_options.port = absl::GetFlag(FLAGS_grpc_port);
   grpc_options.max_message_bytes = max_request_bytes;
+  grpc_options.reflection = absl::GetFlag(FLAGS_grpc_reflection);
+  grpc_options.stream_limits.max_pending_responses =
+      std::max<int64_t>(1, absl::GetFlag(FLAGS_stream_max_pending_responses));
+  grpc_options.stream_limits.max_pending_bytes =
+      std::max<int64_t>(1, absl::GetFlag(FLAGS_stream_max_pending_bytes));
   auto grpc = kiln::server::GrpcServer::Start(grpc_options, core->get(), jobs.get());
   if (!grpc.ok()) {
     spdlog::error("kilnd: {}", std::string(grpc.status().message()));

@@ -1,5 +1,6 @@
 #include "server/metrics/metrics.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,22 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   kernel_duration_ = &BuildHistogram()
                           .Name("kiln_kernel_duration_seconds")
                           .Help("Kernel execution time by device and kernel")
+                          .Register(*registry_);
+  cache_entries_ = &prometheus::BuildGauge()
+                        .Name("kiln_cache_entries")
+                        .Help("Entries held by a bounded engine cache")
+                        .Register(*registry_);
+  cache_bytes_ = &prometheus::BuildGauge()
+                      .Name("kiln_cache_bytes")
+                      .Help("Estimated bytes held by a bounded engine cache")
+                      .Register(*registry_);
+  cache_max_bytes_ = &prometheus::BuildGauge()
+                          .Name("kiln_cache_max_bytes")
+                          .Help("Byte bound of an engine cache (0 = entries bound only)")
+                          .Register(*registry_);
+  cache_evictions_ = &BuildCounter()
+                          .Name("kiln_cache_evictions_total")
+                          .Help("Entries evicted from a bounded engine cache")
                           .Register(*registry_);
   kernel_launches_ = &BuildCounter()
                           .Name("kiln_kernel_launches_total")
@@ -153,6 +170,25 @@ void Metrics::ObserveInfer(const InferObservation& o) {
 void Metrics::ObserveEngineRun(const EngineRunObservation& o) {
   for (const api::DeviceMemoryUsage& m : o.device_memory) {
     device_memory_->Add({{"device", m.device}}).Set(static_cast<double>(m.bytes));
+  }
+  if (!o.device.empty()) {
+    const std::pair<const char*, const api::CacheStats*> caches[] = {
+        {"prepared_graphs", &o.engine.prepared},
+        {"jit_traces", &o.engine.traces},
+        {"kernels", &o.engine.kernels},
+        {"binaries", &o.engine.binaries}};
+    absl::MutexLock l(&mu_);
+    for (const auto& [name, c] : caches) {
+      const bool per_device = c == &o.engine.prepared || c == &o.engine.traces;
+      const prometheus::Labels labels{{"cache", name}, {"device", per_device ? o.device : "all"}};
+      cache_entries_->Add(labels).Set(static_cast<double>(c->entries));
+      cache_bytes_->Add(labels).Set(static_cast<double>(c->bytes));
+      cache_max_bytes_->Add(labels).Set(static_cast<double>(c->max_bytes));
+      int64_t& seen = seen_evictions_[{name, labels.at("device")}];
+      prometheus::Counter& evictions = cache_evictions_->Add(labels);
+      if (c->evictions > seen) evictions.Increment(static_cast<double>(c->evictions - seen));
+      seen = std::max(seen, c->evictions);
+    }
   }
   const std::string device = o.device_memory.empty() ? "" : o.device_memory.front().device;
   if (o.kernels_compiled > 0) {

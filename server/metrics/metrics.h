@@ -9,6 +9,11 @@
 //   kiln_jit_cache_hits_total, kiln_jit_cache_misses_total, kiln_jit_cache_evictions_total
 //                                   counters  {device}          the builtin models' trace cache
 //   kiln_queue_duration_seconds     histogram {model, version}  arrival to execution start
+//   kiln_cache_entries, kiln_cache_bytes, kiln_cache_max_bytes
+//                                   gauges    {cache, device}   the bounded engine caches after each
+//                                   run: cache="prepared_graphs" and "jit_traces" per device engine,
+//                                   "kernels" and "binaries" process-wide (device="all")
+//   kiln_cache_evictions_total      counter   {cache, device}   entries evicted by the bounds
 //   kiln_device_memory_bytes        gauge     {device}          bytes in device buffers, every
 //                                   device with an engine (set at load/unload and after each run)
 //   kiln_model_memory_bytes         gauge     {model, version, device}  device bytes a loaded
@@ -93,6 +98,10 @@ class Metrics final : public InferObserver, public TrainingObserver {
   prometheus::Family<prometheus::Counter>* jit_evictions_;
   prometheus::Family<prometheus::Histogram>* queue_duration_;
   prometheus::Family<prometheus::Gauge>* device_memory_;
+  prometheus::Family<prometheus::Gauge>* cache_entries_;
+  prometheus::Family<prometheus::Gauge>* cache_bytes_;
+  prometheus::Family<prometheus::Gauge>* cache_max_bytes_;
+  prometheus::Family<prometheus::Counter>* cache_evictions_;
   prometheus::Family<prometheus::Gauge>* model_memory_;
   prometheus::Family<prometheus::Counter>* training_steps_;
   prometheus::Family<prometheus::Gauge>* training_loss_;
@@ -102,6 +111,8 @@ class Metrics final : public InferObserver, public TrainingObserver {
   std::map<std::pair<std::string, std::string>, prometheus::Histogram*> kernel_series_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, bool> known_kernels_ ABSL_GUARDED_BY(mu_);
+  // Evictions last reported per (cache, device), to turn cumulative counts into increments.
+  std::map<std::pair<std::string, std::string>, int64_t> seen_evictions_ ABSL_GUARDED_BY(mu_);
   // kiln_model_memory_bytes series of the loaded versions, by (model, version, device).
   std::map<std::tuple<std::string, std::string, std::string>, prometheus::Gauge*> model_series_
       ABSL_GUARDED_BY(mu_);

@@ -90,3 +90,82 @@ TEST(GraphServiceTest, RegisterOnceExecuteMany) {
 
 }  // namespace
 }  // namespace kiln::server
+
+namespace kiln::server {
+namespace {
+
+// 60,000-node NEG chains over a run-time-sized input (no warm-up, so registering is decoding only):
+// the registry refuses the graph that would pass kMaxRegisteredGraphBytes, keeps serving the rest.
+TEST(GraphServiceTest, RegisteredGraphsAreBoundedByBytes) {
+  api::EngineOptions options;
+  options.limits.max_nodes = 1 << 16;
+  auto engine = api::Engine::Create(options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  GraphService service(engine->get());
+  int registered = 0;
+  int64_t one = 0;
+  absl::Status refused;
+  for (int k = 0; k < 64 && refused.ok(); ++k) {
+    api::GraphSpec spec;
+    spec.inputs = {{"x" + std::to_string(k), "float32", {-1}}};
+    api::NodeSpec in;
+    in.op = "INPUT";
+    in.dtype = "float32";
+    in.arg.kind = api::NodeArgSpec::Kind::kInt;
+    spec.nodes.push_back(in);
+    for (uint32_t i = 1; i < 60000; ++i) spec.nodes.push_back({"NEG", "float32", {i - 1}, {}});
+    spec.outputs = {{"y", 59999}};
+    if (one == 0) {
+      auto prepared = (*engine)->Prepare(spec);
+      ASSERT_TRUE(prepared.ok()) << prepared.status();
+      one = (*prepared)->bytes();
+      ASSERT_GT(one, 0);
+    }
+    absl::StatusOr<RegisteredGraphInfo> info = service.Register(spec);
+    if (info.ok()) {
+      ++registered;
+    } else {
+      refused = info.status();
+    }
+  }
+  ASSERT_TRUE(absl::IsResourceExhausted(refused)) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("limit of 268435456 bytes"));
+  EXPECT_LE(registered * one, kMaxRegisteredGraphBytes);
+  EXPECT_GT((registered + 1) * one, kMaxRegisteredGraphBytes);
+  // The registry still answers.
+  auto rows = service.Kernels("");
+  EXPECT_TRUE(rows.ok()) << rows.status();
+}
+
+}  // namespace
+}  // namespace kiln::server
+
+namespace kiln::server {
+namespace {
+
+// A transport's own response cap (GraphCall::max_response_bytes) is applied before the run; a
+// device the call names is honoured, an unknown one is INVALID_ARGUMENT naming `device`.
+TEST(GraphServiceTest, CallLimitsAndDevice) {
+  auto engine = api::Engine::Create();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  RunPolicy policy;
+  GraphService service(engine->get(), &policy);
+  std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::string_view raw(reinterpret_cast<const char*>(x.data()), x.size() * 4);
+  std::vector<GraphTensorIn> in = {{"X", "float32", {2, 4}, raw}};
+  GraphCall call;
+  call.max_response_bytes = 7;  // Y is 2 floats: 8 bytes
+  auto run = service.Execute(Spec(), in, call);
+  ASSERT_TRUE(absl::IsResourceExhausted(run.status())) << run.status();
+  EXPECT_THAT(std::string(run.status().message()), HasSubstr("the outputs take 8 bytes"));
+  call.max_response_bytes = 8;
+  run = service.Execute(Spec(), in, call);
+  ASSERT_TRUE(run.ok()) << run.status();
+  call.device = "NOT A DEVICE";
+  run = service.Execute(Spec(), in, call);
+  ASSERT_TRUE(absl::IsInvalidArgument(run.status())) << run.status();
+  EXPECT_THAT(std::string(run.status().message()), HasSubstr("device: "));
+}
+
+}  // namespace
+}  // namespace kiln::server

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "server/core/datatype.h"
 #include "server/core/model_config.h"
@@ -12,6 +13,7 @@ namespace kiln::server {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kConfig[] = R"pb(
   platform: "kiln_graph"
@@ -46,11 +48,35 @@ TEST(ModelConfigTest, NormalizeFillsNameAndVersionPolicy) {
   EXPECT_EQ(c.version_policy().latest().num_versions(), 1u);
 }
 
-TEST(ModelConfigTest, ParseErrorNamesLineAndField) {
+// The message names the place and the kind of error, never the file's text (issue #26: a
+// config.pbtxt linked to a secret leaked its first token through protobuf's quoted message).
+TEST(ModelConfigTest, ParseErrorNamesLineAndKindButNoText) {
   auto c = ParseModelConfigText("platform: \"kiln_graph\"\nbogus: 3\n");
   ASSERT_FALSE(c.ok());
-  EXPECT_THAT(std::string(c.status().message()), HasSubstr("line 2"));
-  EXPECT_THAT(std::string(c.status().message()), HasSubstr("bogus"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("line 2:"));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(": unknown field name"));
+  EXPECT_THAT(std::string(c.status().message()), Not(HasSubstr("bogus")));
+  auto secret = ParseModelConfigText("TOPSECRET_API_KEY_12345\n");
+  ASSERT_FALSE(secret.ok());
+  EXPECT_THAT(std::string(secret.status().message()), Not(HasSubstr("TOPSECRET")));
+  EXPECT_THAT(std::string(secret.status().message()), HasSubstr("config.pbtxt: line "));
+  auto value = ParseModelConfigText("max_batch_size: \"s3cr3t\"\n");
+  ASSERT_FALSE(value.ok());
+  EXPECT_THAT(std::string(value.status().message()), Not(HasSubstr("s3cr3t")));
+}
+
+// kiln_graph and kiln_builtin need every input: `optional` is refused at load (issue #26, C1).
+TEST(ModelConfigTest, OptionalInputsAreRefusedForGraphAndBuiltin) {
+  for (const char* platform : {"kiln_graph", "kiln_builtin"}) {
+    auto c = ParseModelConfigText(absl::StrCat(
+        "platform: \"", platform, "\"\ninput [{ name: \"X\" data_type: TYPE_FP32 dims: [2] optional: true }]\n"
+        "output [{ name: \"Y\" data_type: TYPE_FP32 dims: [2] }]\n"));
+    ASSERT_TRUE(c.ok()) << c.status();
+    absl::Status st = NormalizeModelConfig("m", &*c);
+    EXPECT_TRUE(absl::IsInvalidArgument(st)) << platform;
+    EXPECT_THAT(std::string(st.message()), HasSubstr("config input[0].optional"));
+    EXPECT_THAT(std::string(st.message()), HasSubstr("'X' cannot be optional"));
+  }
 }
 
 TEST(ModelConfigTest, RejectsBadConfigs) {

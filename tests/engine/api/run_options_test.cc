@@ -1,0 +1,151 @@
+// engine/api RunOptions: output and memory admission before anything is allocated, deadlines and
+// cancellation, the warm-up's zero inputs counted, count caps and one-pass name checks, and the
+// prepared-graph cache bounded by bytes. Expected figures are the byte counts of the tensors.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/api/engine.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kiln::api {
+namespace {
+
+using ::testing::HasSubstr;
+
+NodeSpec Node(std::string op, std::vector<uint32_t> src = {}) {
+  NodeSpec n;
+  n.op = std::move(op);
+  n.dtype = "float32";
+  n.src = std::move(src);
+  return n;
+}
+NodeSpec Input(int index) {
+  NodeSpec n = Node("INPUT");
+  n.arg.kind = NodeArgSpec::Kind::kInt;
+  n.arg.int_value = index;
+  return n;
+}
+
+// y = x + x over `n` floats; two outputs of it when `twice`.
+GraphSpec Double(int64_t n, bool twice = false, std::string input = "x") {
+  GraphSpec g;
+  g.inputs = {{std::move(input), "float32", {n}}};
+  g.nodes = {Input(0), Node("ADD", {0, 0})};
+  g.outputs = {{"y", 1}};
+  if (twice) g.outputs.push_back({"z", 1});
+  return g;
+}
+
+std::string_view Bytes(const std::vector<float>& v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)};
+}
+
+class RunOptionsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto e = Engine::Create();
+    ASSERT_TRUE(e.ok()) << e.status();
+    engine_ = *std::move(e);
+  }
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(RunOptionsTest, OutputsOverTheResponseLimitAreRefused) {
+  auto g = engine_->Prepare(Double(1024, /*twice=*/true));
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<float> x(1024, 1.0f);
+  RunOptions o;
+  o.limits.max_output_bytes = 2 * 1024 * 4 - 1;  // the two outputs take 8192 bytes
+  auto r = engine_->Run(**g, {{"float32", {1024}, Bytes(x)}}, o);
+  ASSERT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("the outputs take 8192 bytes"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("max_output_bytes"));
+  o.limits.max_output_bytes = 2 * 1024 * 4;
+  r = engine_->Run(**g, {{"float32", {1024}, Bytes(x)}}, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->outputs.size(), 2u);
+}
+
+TEST_F(RunOptionsTest, MemoryCountsInputsOutputsAndHostCopies) {
+  auto g = engine_->Prepare(Double(1024));
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<float> x(1024, 1.0f);
+  RunOptions o;
+  o.limits.output_copies = 2;
+  // 4096 bytes of input, 4096 of output on the device and twice on the host: 16384.
+  o.limits.max_memory_bytes = 16384 - 1;
+  auto r = engine_->Run(**g, {{"float32", {1024}, Bytes(x)}}, o);
+  ASSERT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("at least 16384 bytes"));
+  o.limits.max_memory_bytes = 16384;
+  r = engine_->Run(**g, {{"float32", {1024}, Bytes(x)}}, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+}
+
+TEST_F(RunOptionsTest, DeadlineAndCancellationBeforeTheStart) {
+  auto g = engine_->Prepare(Double(16));
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<float> x(16, 1.0f);
+  RunOptions o;
+  o.deadline = absl::Now() - absl::Milliseconds(1);
+  auto r = engine_->Run(**g, {{"float32", {16}, Bytes(x)}}, o);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+  RunOptions c;
+  auto token = std::make_shared<CancellationToken>();
+  token->Cancel();
+  c.cancellation = token;
+  r = engine_->Run(**g, {{"float32", {16}, Bytes(x)}}, c);
+  EXPECT_TRUE(absl::IsCancelled(r.status())) << r.status();
+  EXPECT_EQ((*g)->runs(), 0u);
+}
+
+TEST_F(RunOptionsTest, WarmUpCountsItsZeroInputs) {
+  auto g = engine_->Prepare(Double(1 << 20));  // 4 MiB in, 4 MiB out
+  ASSERT_TRUE(g.ok()) << g.status();
+  RunOptions o;
+  o.limits.max_memory_bytes = 8 << 20;  // the zeros and their device copy alone fill it
+  auto r = engine_->Warm(**g, o);
+  ASSERT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("max_memory_bytes"));
+  EXPECT_EQ((*g)->runs(), 0u);
+  o.limits.max_memory_bytes = 20 << 20;  // zeros 4 + input 4 + output 4 + host copy 4 MiB
+  r = engine_->Warm(**g, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+}
+
+TEST_F(RunOptionsTest, CountsAreCappedAndNamesCheckedInOnePass) {
+  GraphSpec g = Double(1);
+  g.inputs.clear();
+  for (int i = 0; i <= (1 << 12); ++i) g.inputs.push_back({"i" + std::to_string(i), "float32", {1}});
+  auto r = engine_->Prepare(g);
+  ASSERT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("4097 inputs exceed the limit 4096"));
+  g.inputs.pop_back();
+  g.inputs.back().name = "i0";
+  r = engine_->Prepare(g);
+  ASSERT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("inputs[4095].name: duplicate 'i0'"));
+  g = Double(4);
+  g.outputs = {{"y", 1}, {"z", 1}, {"y", 1}};
+  r = engine_->Prepare(g);
+  ASSERT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("outputs[2].name: duplicate 'y'"));
+}
+
+TEST(PreparedCacheTest, BoundedByBytes) {
+  EngineOptions options;
+  options.prepared_cache_bytes = 1;  // every graph is larger: only the newest stays
+  auto e = Engine::Create(options);
+  ASSERT_TRUE(e.ok()) << e.status();
+  for (int k = 0; k < 5; ++k) ASSERT_TRUE((*e)->Prepare(Double(8, false, "x" + std::to_string(k))).ok());
+  EngineStats s = (*e)->stats();
+  EXPECT_EQ(s.prepared.entries, 1);
+  EXPECT_EQ(s.prepared.evictions, 4);
+  EXPECT_GT(s.prepared.bytes, 0);
+  EXPECT_EQ(s.prepared.max_bytes, 1);
+}
+
+}  // namespace
+}  // namespace kiln::api
