@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 
 namespace kiln::backends {
@@ -184,32 +186,39 @@ absl::Status ClAllocator::CopyOut(void* dst, runtime::DeviceMemory src, size_t n
 
 ClCompiler::ClCompiler(std::shared_ptr<ClState> st) : st_(std::move(st)) {
   cache_key_ =
-      absl::StrCat("opencl|", st_->platform_name, "|", st_->device_name, "|", st_->versions, "|v1");
+      absl::StrCat("opencl|", st_->platform_name, "|", st_->device_name, "|", st_->versions, "|v2");
 }
 
-absl::StatusOr<std::string> ClCompiler::Compile(const std::string& source,
-                                                const std::string& name) {
-  const char* text = source.c_str();
+namespace {
+
+// The compile-cache artifact: this tag, then the OpenCL C source that built once in Compile.
+constexpr absl::string_view kSourceTag = "kiln-cl-source-v2\n";
+
+absl::StatusOr<cl_program> BuildFromSource(const ClState& st, absl::string_view source,
+                                           const std::string& name) {
+  const char* text = source.data();
   const size_t len = source.size();
   cl_int err = CL_SUCCESS;
-  cl_program prog = clCreateProgramWithSource(st_->context, 1, &text, &len, &err);
+  cl_program prog = clCreateProgramWithSource(st.context, 1, &text, &len, &err);
   if (err != CL_SUCCESS) return ClError("clCreateProgramWithSource", err);
-  err = clBuildProgram(prog, 1, &st_->device, "", nullptr, nullptr);
+  err = clBuildProgram(prog, 1, &st.device, "", nullptr, nullptr);
   if (err != CL_SUCCESS) {
-    std::string log = BuildLog(prog, st_->device);
+    std::string log = BuildLog(prog, st.device);
     clReleaseProgram(prog);
     return absl::InvalidArgumentError(
         absl::StrCat("CL compile of ", name, " failed (error ", err, "); build log:\n", log));
   }
-  size_t size = 0;
-  err = clGetProgramInfo(prog, CL_PROGRAM_BINARY_SIZES, sizeof(size), &size, nullptr);
-  std::string binary(size, '\0');
-  unsigned char* ptr = reinterpret_cast<unsigned char*>(binary.data());
-  if (err == CL_SUCCESS)
-    err = clGetProgramInfo(prog, CL_PROGRAM_BINARIES, sizeof(ptr), &ptr, nullptr);
-  clReleaseProgram(prog);
-  if (err != CL_SUCCESS || size == 0) return ClError("clGetProgramInfo (binary)", err);
-  return binary;
+  return prog;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ClCompiler::Compile(const std::string& source,
+                                                const std::string& name) {
+  auto prog = BuildFromSource(*st_, source, name);
+  if (!prog.ok()) return prog.status();
+  clReleaseProgram(*prog);
+  return absl::StrCat(kSourceTag, source);
 }
 
 ClDevice::ClDevice(std::string name, std::shared_ptr<ClState> st)
@@ -240,23 +249,14 @@ absl::StatusOr<std::unique_ptr<ClDevice>> ClDevice::Create(std::string name, int
 
 absl::StatusOr<std::unique_ptr<runtime::Program>> ClDevice::Load(const std::string& binary,
                                                                  const std::string& name) {
-  const unsigned char* bin = reinterpret_cast<const unsigned char*>(binary.data());
-  const size_t len = binary.size();
-  cl_int status = CL_SUCCESS, err = CL_SUCCESS;
-  cl_program prog =
-      clCreateProgramWithBinary(st_->context, 1, &st_->device, &len, &bin, &status, &err);
-  if (err != CL_SUCCESS || status != CL_SUCCESS) {
-    if (prog != nullptr) clReleaseProgram(prog);
+  if (!absl::StartsWith(binary, kSourceTag))
     return absl::InvalidArgumentError(
-        absl::StrCat("CL load of ", name, ": bad program binary (error ", err, ")"));
-  }
-  err = clBuildProgram(prog, 1, &st_->device, "", nullptr, nullptr);
-  if (err != CL_SUCCESS) {
-    std::string log = BuildLog(prog, st_->device);
-    clReleaseProgram(prog);
-    return absl::InvalidArgumentError(
-        absl::StrCat("CL load of ", name, " failed (error ", err, "): ", log));
-  }
+        absl::StrCat("CL load of ", name, ": not a kiln CL artifact (", kSourceTag.size() - 1,
+                     "-byte tag missing)"));
+  auto built = BuildFromSource(*st_, absl::string_view(binary).substr(kSourceTag.size()), name);
+  if (!built.ok()) return built.status();
+  cl_program prog = *built;
+  cl_int err = CL_SUCCESS;
   cl_kernel k = clCreateKernel(prog, name.c_str(), &err);
   if (err != CL_SUCCESS) {
     clReleaseProgram(prog);

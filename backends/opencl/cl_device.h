@@ -3,10 +3,14 @@
 //
 //   ClAllocator  cl_mem buffers (DeviceMemory::handle = the cl_mem; ptr stays null: device memory is not host
 //                visible). Copies are blocking reads/writes on the device's queue.
-//   ClCompiler   source -> clBuildProgram -> the program binary (clGetProgramInfo CL_PROGRAM_BINARIES): the bytes the
-//                compile cache stores. A failed build is InvalidArgument carrying the build log. CacheKey() = platform,
-//                device, driver and OpenCL versions.
-//   ClProgram    a kernel created from a binary. Launch sets the arguments (buffers by slot, then every var as a
+//   ClCompiler   source -> clBuildProgram (the check: a failed build is InvalidArgument carrying the build log) -> the
+//                artifact the compile cache stores, which is the checked source behind a tag, not the driver's
+//                program binary. PoCL's binaries are not self-contained: one saved while PoCL's own kernel cache
+//                held part of the program and loaded against another PoCL cache aborts the process inside
+//                clCreateProgramWithBinary (pocl_binary.c `len > 0`), which no status can catch. Building from
+//                source on load is cheap where it matters (PoCL and GPU drivers keep their own source-hash caches).
+//                CacheKey() = platform, device, driver and OpenCL versions, and the artifact format (v2).
+//   ClProgram    a kernel created from a built program. Launch sets the arguments (buffers by slot, then every var as a
 //                64-bit integer, the renderer's convention), enqueues an NDRange of global*local work-items with the
 //                program's local size (or none when it is all ones: the driver chooses), waits for it, and returns
 //                the profiling-event time (END - START) when `timed`.
