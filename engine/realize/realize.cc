@@ -123,7 +123,9 @@ using realize_internal::GetKernel;
 
 struct MemoEntry {
   realize_internal::WeakView result;
-  std::vector<const UOp*> reads;  // buffers the value depends on (and its own), for ASSIGN invalidation
+  // UOp::id() of the buffers the value depends on (and its own), for ASSIGN invalidation. Ids, not addresses: the
+  // entry outlives those nodes, and an address may name a later buffer (stable-key rule, uop_key.h).
+  std::vector<uint64_t> reads;
 };
 
 class Memo {
@@ -146,7 +148,9 @@ class Memo {
     if (!weak.ok()) return;
     absl::MutexLock l(&mu_);
     if (map_.size() >= kPruneAt) Prune();
-    map_[key] = MemoEntry{*std::move(weak), std::move(reads)};
+    std::vector<uint64_t> ids;
+    for (const UOp* b : reads) ids.push_back(b->id());
+    map_[key] = MemoEntry{*std::move(weak), std::move(ids)};
   }
   // Drops every entry that reads or is `buffer` (its contents are being overwritten).
   void Invalidate(const UOp* buffer) {
@@ -154,7 +158,7 @@ class Memo {
     for (auto it = map_.begin(); it != map_.end();) {
       auto cur = it++;
       const auto& r = cur->second.reads;
-      if (std::find(r.begin(), r.end(), buffer) != r.end()) map_.erase(cur);
+      if (std::find(r.begin(), r.end(), buffer->id()) != r.end()) map_.erase(cur);
     }
   }
 
