@@ -15,6 +15,7 @@
 #include "engine/base/status.h"
 #include "engine/schedule/kernel_builder.h"
 #include "engine/schedule/memory_planner.h"
+#include "engine/schedule/split_reduce.h"
 #include "engine/uop/uop_key.h"
 
 namespace kiln {
@@ -541,7 +542,14 @@ class Scheduler {
 
 }  // namespace
 
-absl::StatusOr<Schedule> CreateSchedule(absl::Span<const UOpPtr> roots) {
+absl::StatusOr<Schedule> CreateSchedule(absl::Span<const UOpPtr> graph_roots) {
+  for (const UOpPtr& r : graph_roots) {
+    if (!r || !r->has_shape()) return absl::InvalidArgumentError("schedule: a root is not a shaped tensor node");
+  }
+  // Long float sums become partial sums first (split_reduce.h). `split` holds the rewritten graph while it is
+  // scheduled.
+  const std::vector<UOpPtr> split = schedule::SplitLongReduces(graph_roots);
+  absl::Span<const UOpPtr> roots = split;
   // Kernel lowering recurses along the graph's depth. Deep graphs are scheduled on a thread with a large stack
   // (reserved, not committed) so a long elementwise chain cannot overflow the caller's stack.
   constexpr size_t kDeepGraph = 2048;
