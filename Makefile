@@ -2,6 +2,8 @@
 #
 #   make test     install deps, build the release preset (-O2 -g, asserts on), run every CTest
 #   make bench    install deps, build release, run tests/bench/run.sh
+#   make fuzz-numerics N=...   the differential test with N fresh random cases per backend (CPU, INTERP, CL);
+#                 failures are shrunk and written to tests/differential/regressions/
 #   make serve    install deps, build release, start kilnd on models/ (SERVE_ARGS adds flags)
 #   make asan     the test suite under ASan + UBSan (preset asan)
 #   make tsan     the test suite under TSan (preset tsan)
@@ -21,7 +23,7 @@ SHELL := /bin/bash
 JOBS ?= 2
 CTEST_ARGS ?=
 
-.PHONY: test bench serve asan tsan debug deps build-release format tidy clean distclean
+.PHONY: test bench fuzz-numerics serve asan tsan debug deps build-release format tidy clean distclean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -53,6 +55,11 @@ test: build-release
 
 bench: build-release
 	@bash tests/bench/run.sh
+
+N ?= 1000
+fuzz-numerics: build-release
+	.venv/bin/python tests/differential/run_differential.py --binary build/release/tests/differential/diff_eval \
+	  --device CPU,INTERP,CL --cases $(N) --fresh --write-failures tests/differential/regressions
 
 serve: build-release
 	@echo "make serve: kilnd, KServe v2 HTTP on :8000 and gRPC on :8001, model repository models/ (Ctrl-C stops it)"
