@@ -177,11 +177,12 @@ TEST(KernelCount, NullRootIsAnError) {
 TEST(KernelCount, LongFloatSumsAreSplit) {
   EXPECT_EQ(Kernels(SumAll(Input({1 << 20}))), 3);        // 256 partials of 4096, 4 of 64, their sum
   EXPECT_EQ(Kernels(SumAll(Input({1 << 28}))), 4);        // 65536 partials, 1024, 16, the sum
-  EXPECT_EQ(Kernels(SumAll(Input({1 << 18}))), 2);        // 64 partials, their sum
+  EXPECT_EQ(Kernels(SumAll(Input({1 << 19}))), 3);        // 128 partials, 2, their sum
   EXPECT_EQ(Kernels(Sum(Input({1 << 19, 3}), {0})), 3);   // a column sum: partials per column
   EXPECT_EQ(Kernels(SumAll(Input({1000003}))), 3);        // a prime length: 245 zero-padded groups, 5, the sum
-  EXPECT_EQ(Kernels(Sum(Input({512, 32, 20, 20}), {0, 2, 3})), 1);  // BatchNorm's sums in training: not split
-  EXPECT_EQ(Kernels(SumAll(Input({100000}))), 1);         // below the threshold
+  EXPECT_EQ(Kernels(Sum(Input({512, 32, 20, 20}), {0, 2, 3})), 1);  // the training step's sums: not split
+  EXPECT_EQ(Kernels(Sum(Input({512, 32, 24, 24}), {0, 2, 3})), 1);
+  EXPECT_EQ(Kernels(SumAll(Input({(1 << 19) - 1}))), 1);  // below the threshold
   EXPECT_EQ(Kernels(SumAll(Input({1 << 20}, dtypes::kInt32))), 1);  // integer sums are exact: not split
   EXPECT_EQ(Kernels(MaxR(Input({1 << 20}), {0})), 1);     // a max does not round
 }
