@@ -162,6 +162,18 @@ const absl::flat_hash_map<std::string, OpFn>& Ops() {
       {"lor", [](const Args& a) { return a.t.at(0).LogicalOr(a.t.at(1)); }},
       {"where", [](const Args& a) { return a.t.at(0).Where(a.t.at(1), a.t.at(2)); }},
       {"matmul", [](const Args& a) { return a.t.at(0).Matmul(a.t.at(1)); }},
+      // (multi A B ...): A, B, ... realized together in one schedule (shared and sibling reduces become one kernel
+      // with several outputs), then their elements flattened one after the other. Same dtype.
+      {"multi",
+       [](const Args& a) {
+         std::vector<Tensor> ts = a.t;
+         std::vector<Tensor*> ptrs;
+         for (Tensor& t : ts) ptrs.push_back(&t);
+         if (absl::Status st = Tensor::Realize(ptrs); !st.ok()) return Tensor::FromStatus(st);
+         std::vector<Tensor> flat;
+         for (const Tensor& t : ts) flat.push_back(t.Reshape({t.numel()}));
+         return Tensor::Cat(flat, 0);
+       }},
       // (cast DTYPE x)
       {"cast", [](const Args& a) { return a.t.at(0).Cast(DTypeArg(a.atoms.at(0))); }},
       // reductions: (op x KEEPDIM AX...)

@@ -250,6 +250,10 @@ def _eval(n, ev, inputs):
         mag = None if a.mag is None else np.where(c.v32, a.mag, b.mag)
         v64 = np.where(c.v64, a.v64, b.v64)
         return V(np.where(c.v32, a.v32, b.v32), v64, mag, a.exact and b.exact, a.dtype)
+    if op == "multi":  # realized together, flattened and concatenated (same dtype)
+        cat = lambda arrs: np.concatenate([np.asarray(x).reshape(-1) for x in arrs])
+        mag = None if xs[0].mag is None else cat([x.mag for x in xs])
+        return V(cat([x.v32 for x in xs]), cat([x.v64 for x in xs]), mag, all(x.exact for x in xs), xs[0].dtype)
     if op == "matmul":
         a, b = xs
         v64 = np.matmul(a.v64, b.v64)

@@ -41,8 +41,14 @@ class Gen:
         return names[int(self.rng.choice(len(names), p=np.array(w) / sum(w)))]
 
     def shape(self, big=False):
-        nd = self.choice([0, 1, 1, 2, 2, 2, 3, 3, 4])
-        dims = [self.choice([1, 2, 3, 4, 5, 6, 7, 8]) for _ in range(nd)]
+        if self.chance(0.2):  # medium 2-D/3-D: large enough for the codegen heuristics' tiles, lanes and threads
+            dims = [self.choice([16, 24, 31, 32, 33, 48, 64, 65]) for _ in range(2)]
+            if self.chance(0.4):
+                dims.insert(self.r(3), self.choice([2, 3, 4]))
+            nd = len(dims)
+        else:
+            nd = self.choice([0, 1, 1, 2, 2, 2, 3, 3, 4])
+            dims = [self.choice([1, 2, 3, 4, 5, 6, 7, 8]) for _ in range(nd)]
         if big and nd > 0:
             dims[self.r(nd)] = self.choice([16, 33, 64, 100, 257, 1000, 1024])
         while int(np.prod(dims)) > MAX_NUMEL:
@@ -109,6 +115,8 @@ class Gen:
             w = {"neg": np.negative, "abs": np.abs, "square": np.square}[op](kids[0])
         elif op == "sum":
             w = np.sum(kids[0], axis=tuple(int(a) for a in e.atoms[1:]))
+        elif op == "idiv":  # INT_MIN // -1
+            w = np.floor_divide(kids[0], kids[1])
         else:
             return True
         return bool(np.all(w >= lo) and np.all(w <= hi))
@@ -206,8 +214,8 @@ class Gen:
         else:
             op = self.choice(["add", "sub", "mul", "max2", "min2", "band", "bor", "bxor", "lt", "eq", "ne", "idiv",
                               "mod", "where"])
-            if op in ("idiv", "mod") and np.any(v2.v64 == 0):  # divisor max(|y|, 1) (max(y, 1) unsigned)
-                e2 = E("max2", (e2 if dt.startswith("uint") else E("abs", (e2,)), self.const(dt, 1)))
+            if op in ("idiv", "mod") and np.any(v2.v64 == 0):  # divisor y, with 1 where y is 0
+                e2 = E("where", (E("eq", (e2, self.const(dt, 0))), self.const(dt, 1), e2))
         if op == "where":
             got = self.pick(lambda c, cv: cv.dtype == "bool" and self.broadcastable(cv, v, v2), recent=False)
             if got is not None:
@@ -372,12 +380,24 @@ class Gen:
         dt = self.choice(["float32", "int32", "int8", "uint8", "int64", "bool", "int16"])
         return self.cast_to(e, v, dt)
 
+    def multi(self):
+        """Two or three nodes of one dtype realized in one schedule (usually sharing subexpressions: the pool builds on
+        itself), so shared and sibling reduces merge into multi-output kernels."""
+        e, v = self.pick()
+        others = [(e2, v2) for e2, v2 in self.pool if v2.dtype == v.dtype and e2 is not e and e2.op != "in"]
+        if not others:
+            return None
+        picked = [e] + [self.choice(others)[0] for _ in range(1 + self.r(2))]
+        if sum(self.value(x).v32.size for x in picked) > MAX_NUMEL:
+            return None
+        return E("multi", picked)
+
     def contig(self):
         e, v = self.pick()
         return E("contig", (e,))
 
     FAMILIES = [("unary", 3), ("binary", 4), ("reduce", 3), ("movement", 4), ("twice", 3), ("matmul", 1),
-                ("cast", 1), ("contig", 1)]
+                ("cast", 1), ("contig", 1), ("multi", 1)]
 
     def step(self):
         names, w = zip(*self.FAMILIES)
