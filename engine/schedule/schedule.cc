@@ -321,6 +321,12 @@ class Scheduler {
         bool realize = broadcast.contains(r);
         for (const auto& [gi, keys] : by_group) realize |= keys.size() > 1;
         if (!realize && by_group.size() > 1) {
+          // A pruned build left out the reduces it broadcasts (realized this round), and with them its dependencies
+          // on other kernels: merging on it could join a kernel with one that depends on it through such a reduce
+          // (a cycle). The next round, with complete builds, decides.
+          bool pruned = false;
+          for (const auto& [gi, keys] : by_group) pruned |= builds_[gi].pruned;
+          if (pruned) continue;
           // Merge the kernels into one with several outputs if they agree on shape and index and are independent.
           const auto& first = *by_group.begin();
           bool can_merge = true;

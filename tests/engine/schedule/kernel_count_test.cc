@@ -187,5 +187,17 @@ TEST(KernelCount, LongFloatSumsAreSplit) {
   EXPECT_EQ(Kernels(MaxR(Input({1 << 20}), {0})), 1);     // a max does not round
 }
 
+// Found by the differential test (tests/differential/regressions/cycle-contiguous-matmul-broadcast-max.case): m is
+// stored by a CONTIGUOUS and also used by the root, which subtracts it from the broadcast max of that CONTIGUOUS. The
+// two users of m were merged into one kernel while the root's build still left the max out, so the max's kernel both
+// needed and fed the merged one ("cycle detected"). Merges now wait for complete builds.
+TEST(KernelCount, NoMergeAcrossABroadcastReduceStillPending) {
+  UOpPtr a = Input({2, 4}), b = Input({4, 3});
+  UOpPtr m = Matmul(a, b);
+  UOpPtr root = Sub(BroadcastTo(MaxR(Contiguous(m), {0}, true), {2, 3}), m);
+  auto s = CreateSchedule({root});
+  ASSERT_TRUE(s.ok()) << s.status();
+}
+
 }  // namespace
 }  // namespace kiln
