@@ -36,15 +36,16 @@ class Unavailable(Exception):
     pass
 
 
-def run_driver(binary, device, cases, timeout=900):
+def run_driver(binary, device, cases, per_case_timeout=30):
     """cases: [(name, inputs, tree)]. Returns {name: ("result", dtype, shape, values) | ("error", msg) |
-    ("crash", msg)}. A crash ends the process; the cases after it run in a new one."""
+    ("crash", msg)}. A crash ends the process; the cases after it run in a new one. The process may take
+    `per_case_timeout` seconds per case (PoCL compiles take 1-2 s per case on a loaded machine)."""
     out, todo = {}, list(cases)
     while todo:
         text = "".join(X.case_text(n, i, t) for n, i, t in todo)
         env = dict(os.environ)
         p = subprocess.run([binary, "--device", device], input=text, capture_output=True, text=True,
-                           timeout=timeout, env=env)
+                           timeout=per_case_timeout * len(todo) + 60, env=env)
         if p.returncode == 77 and p.stdout.startswith("unavailable"):
             raise Unavailable(device)
         lines, i, last = p.stdout.splitlines(), 0, None
@@ -173,7 +174,7 @@ def main():
     ap.add_argument("--regressions", help="run the .case files of this folder instead of generated cases")
     ap.add_argument("--write-failures", help="folder for the shrunk failing cases")
     ap.add_argument("--no-shrink", action="store_true")
-    ap.add_argument("--chunk", type=int, default=500, help="cases per driver process")
+    ap.add_argument("--chunk", type=int, default=200, help="cases per driver process")
     args = ap.parse_args()
 
     if args.fresh:
