@@ -2,6 +2,8 @@
 #
 #   make test     install deps, build the release preset (-O2 -g, asserts on), run every CTest
 #   make bench    install deps, build release, run tests/bench/run.sh
+#   make fuzz-numerics N=...   the differential test with N fresh random cases per backend (CPU, INTERP, CL);
+#                 failures are shrunk and written to tests/differential/regressions/
 #   make serve    install deps, build release, start kilnd with training on: the repository is a
 #                 copy of models/ in SERVE_DIR/models (training publishes there), jobs and
 #                 checkpoints in SERVE_DIR/data, datasets under DATASET_ROOTS (SERVE_ARGS adds flags)
@@ -27,7 +29,7 @@ SERVE_DIR ?= .kiln
 DATASET_ROOTS ?= /usr/share/datasets
 SERVE_ARGS ?=
 
-.PHONY: test bench serve asan tsan debug deps build-release format tidy clean distclean
+.PHONY: test bench fuzz-numerics serve asan tsan debug deps build-release format tidy clean distclean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -59,6 +61,11 @@ test: build-release
 
 bench: build-release
 	@bash tests/bench/run.sh
+
+N ?= 1000
+fuzz-numerics: build-release
+	.venv/bin/python tests/differential/run_differential.py --binary build/release/tests/differential/diff_eval \
+	  --device CPU,INTERP,CL --cases $(N) --fresh --write-failures tests/differential/regressions
 
 # tests/docs/test_readme_commands.py runs this recipe (`make -n -o build-release serve`) and the
 # README's runnable blocks against it: keep kilnd the recipe's last line.

@@ -191,7 +191,7 @@ absl::StatusOr<UOpPtr> LowerGroupReduces(const UOpPtr& sink, LowerContext& ctx) 
   for (const auto& [d, n] : count)
     mem[d] = UOp::Make(Op::DEFINE_LOCAL, d.Ptr(AddrSpace::kLocal), {}, n * g_size * l_prod);
   const UOpPtr g = UOpPtr::FromRaw(group);
-  absl::flat_hash_set<const UOp*> barriers;
+  absl::flat_hash_set<UOpPtr> barriers;  // held: the second rewrite looks them up after the first one returned
   UOpPtr out = RewriteBottomUp(sink, [&](const UOp* orig, const UOpPtr& u) -> UOpPtr {
     auto it = slot.find(orig);
     if (it == slot.end()) return nullptr;
@@ -205,7 +205,7 @@ absl::StatusOr<UOpPtr> LowerGroupReduces(const UOpPtr& sink, LowerContext& ctx) 
     UOpPtr st = UOp::Make(Op::STORE, dtypes::kVoid,
                           {UOp::Make(Op::INDEX, local->dtype(), {local, base + g}), partial});
     UOpPtr bar = UOp::Make(Op::BARRIER, dtypes::kVoid, {st});
-    barriers.insert(bar.get());
+    barriers.insert(bar);
     const int64_t id = ctx.next_axis_id++;
     ctx.order.push_back(id);
     UOpPtr r2 = UOp::Make(Op::RANGE, dtypes::kIndex, {UOp::Const(dtypes::kIndex, g_size)},
@@ -223,7 +223,7 @@ absl::StatusOr<UOpPtr> LowerGroupReduces(const UOpPtr& sink, LowerContext& ctx) 
       return nullptr;
     bool grouped = false;
     for (const UOp* v : Toposort(u->src(1)))
-      if (barriers.contains(v)) grouped = true;
+      if (barriers.contains(UOpPtr::FromRaw(v))) grouped = true;
     if (!grouped) return nullptr;
     const UOpPtr& ix = u->src(0);
     UOpPtr gate =

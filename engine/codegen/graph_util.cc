@@ -50,7 +50,7 @@ void UnionInto(std::vector<const UOp*>& dst, const std::vector<const UOp*>& add)
 }
 }  // namespace
 
-RangeSets::RangeSets(const UOpPtr& root) {
+RangeSets::RangeSets(const UOpPtr& root) : root_(root) {
   for (const UOp* u : Toposort(root)) {
     std::vector<const UOp*> s;
     bool closes = u->op() == Op::END || u->op() == Op::REDUCE;

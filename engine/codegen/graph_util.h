@@ -30,6 +30,7 @@ class RangeSets {
   const std::vector<const UOp*>& Of(const UOp* u) const;
 
  private:
+  UOpPtr root_;  // holds every node keyed in sets_ for as long as this object lives
   absl::flat_hash_map<const UOp*, std::vector<const UOp*>> sets_;
   std::vector<const UOp*> empty_;
 };

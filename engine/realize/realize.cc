@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <deque>
 #include <list>
@@ -197,7 +198,9 @@ using realize_internal::GetKernel;
 
 struct MemoEntry {
   realize_internal::WeakView result;
-  std::vector<const UOp*> reads;  // buffers the value depends on (and its own), for ASSIGN invalidation
+  // UOp::id() of the buffers the value depends on (and its own), for ASSIGN invalidation. Ids, not addresses: the
+  // entry outlives those nodes, and an address may name a later buffer (stable-key rule, uop_key.h).
+  std::vector<uint64_t> reads;
 };
 
 class Memo {
@@ -220,7 +223,9 @@ class Memo {
     if (!weak.ok()) return;
     absl::MutexLock l(&mu_);
     if (map_.size() >= kPruneAt) Prune();
-    map_[key] = MemoEntry{*std::move(weak), std::move(reads)};
+    std::vector<uint64_t> ids;
+    for (const UOp* b : reads) ids.push_back(b->id());
+    map_[key] = MemoEntry{*std::move(weak), std::move(ids)};
   }
   // Drops every entry that reads or is `buffer` (its contents are being overwritten).
   void Invalidate(const UOp* buffer) {
@@ -228,7 +233,7 @@ class Memo {
     for (auto it = map_.begin(); it != map_.end();) {
       auto cur = it++;
       const auto& r = cur->second.reads;
-      if (std::find(r.begin(), r.end(), buffer) != r.end()) map_.erase(cur);
+      if (std::find(r.begin(), r.end(), buffer->id()) != r.end()) map_.erase(cur);
     }
   }
 
@@ -402,6 +407,72 @@ absl::Status RunKernel(const ScheduleItem& item, const Schedule& s, int index, P
   return absl::OkStatus();
 }
 
+// ---- realized constants: filled on the host, no kernel ----
+
+// Host-visible buffers of any size are filled in place; others through a staging copy of at most this many bytes
+// (above it a fill kernel is cheaper than the staging memory).
+constexpr size_t kMaxConstStaging = size_t{16} << 20;
+
+// The CONST under a root that is only RESHAPEs and EXPANDs of it (Tensor::Full, a scalar), or null.
+const UOp* UniformConst(const UOp* u) {
+  while (u->op() == Op::RESHAPE || u->op() == Op::EXPAND) u = u->src(0).get();
+  return u->op() == Op::CONST && u->num_src() == 0 ? u : nullptr;
+}
+
+// The bytes of one element of CONST `c` in its dtype; 0 for a dtype filled by a kernel instead.
+size_t EncodeConst(const UOp& c, uint8_t out[8]) {
+  const DType d = c.dtype();
+  const int64_t* i = std::get_if<int64_t>(&c.arg());
+  const int64_t iv = i != nullptr ? *i : static_cast<int64_t>(c.ConstValue());
+  switch (d.scalar) {
+    case ScalarType::kFloat32: {
+      const float f = static_cast<float>(c.ConstValue());
+      std::memcpy(out, &f, 4);
+      return 4;
+    }
+    case ScalarType::kFloat64: {
+      const double f = c.ConstValue();
+      std::memcpy(out, &f, 8);
+      return 8;
+    }
+    case ScalarType::kBool: out[0] = c.ConstValue() != 0.0; return 1;
+    case ScalarType::kInt8: case ScalarType::kUInt8: case ScalarType::kInt16: case ScalarType::kUInt16:
+    case ScalarType::kInt32: case ScalarType::kUInt32: case ScalarType::kInt64: case ScalarType::kUInt64:
+      std::memcpy(out, &iv, d.ItemSize());  // little-endian: the low bytes are the value wrapped to the width
+      return d.ItemSize();
+    default: return 0;
+  }
+}
+
+// A root that is one constant becomes a buffer filled on the host (tinygrad launches no kernel for a realized
+// constant either). Null when the root is not such a constant or the fill needs a kernel (see kMaxConstStaging).
+// The buffer lives where the scheduler puts a constant realized without other work: the default device.
+absl::StatusOr<UOpPtr> FillConstant(const UOpPtr& root) {
+  const UOp* c = UniformConst(root.get());
+  uint8_t elem[8];
+  const size_t width = c == nullptr ? 0 : EncodeConst(*c, elem);
+  if (width == 0 || root->Numel() == 0) return nullptr;
+  KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(DefaultDevice()));
+  if (!dev->executes()) return nullptr;
+  KILN_ASSIGN_OR_RETURN(auto buf, runtime::Buffer::Create(dev, root->dtype(), root->Numel()));
+  auto fill = [&](uint8_t* p, size_t n) {
+    for (size_t k = 0; k < n; ++k) std::memcpy(p + k * width, elem, width);
+  };
+  const size_t n = static_cast<size_t>(root->Numel());
+  if (buf->memory().ptr != nullptr) {
+    fill(static_cast<uint8_t*>(buf->memory().ptr), n);
+  } else {
+    if (buf->nbytes() > kMaxConstStaging) return nullptr;
+    std::string host(buf->nbytes(), '\0');
+    fill(reinterpret_cast<uint8_t*>(host.data()), n);
+    KILN_RETURN_IF_ERROR(buf->CopyIn(host.data(), host.size()));
+  }
+  UOpPtr node = NewBuffer(root->dtype(), root->Numel(), dev->name());
+  KILN_RETURN_IF_ERROR(runtime::BufferTable::Global().Attach(node.get(), std::move(buf)));
+  if (root->shape().size() == 1) return node;
+  return UOp::Make(Op::RESHAPE, root->dtype(), {node}, IntVec(root->shape().begin(), root->shape().end()));
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
@@ -433,6 +504,21 @@ absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
     }
     todo.push_back(roots[i]);
     todo_at.push_back(i);
+  }
+  // Roots that are all constants are filled on the host (FillConstant). Mixed with other work they stay in the
+  // schedule, which places a constant on the device of that work.
+  if (capture == nullptr && !todo.empty() &&
+      std::all_of(todo.begin(), todo.end(), [](const UOpPtr& r) { return UniformConst(r.get()) != nullptr; })) {
+    std::vector<UOpPtr> filled;
+    for (const UOpPtr& r : todo) {
+      KILN_ASSIGN_OR_RETURN(UOpPtr f, FillConstant(r));
+      if (f == nullptr) break;
+      filled.push_back(std::move(f));
+    }
+    if (filled.size() == todo.size()) {
+      for (size_t j = 0; j < todo.size(); ++j) out[todo_at[j]] = std::move(filled[j]);
+      todo.clear();
+    }
   }
   if (todo.empty()) {
     g_stats.seconds = Since(t0);

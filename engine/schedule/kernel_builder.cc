@@ -11,7 +11,10 @@
 namespace kiln::schedule {
 namespace {
 
-using MemoKey = std::vector<const UOp*>;
+// (node, index..., validity, nullptr, open reduce ranges...). Held, not raw: the index expressions are built while
+// lowering and most die with the call that built them (a FLIP's `n-1-i`), and a later index built at a freed
+// address must not find their entries (issue #17).
+using MemoKey = std::vector<UOpPtr>;
 
 // The largest reduce (elements reduced per output) fused into the loops of another reduce.
 constexpr int64_t kMaxNestedReduce = 16;
@@ -137,11 +140,11 @@ class Builder {
     }
     MemoKey key;
     key.reserve(idx.size() + reduce_stack_.size() + 3);
-    key.push_back(u);
-    for (const UOpPtr& i : idx) key.push_back(i.get());
-    key.push_back(valid.get());
+    key.push_back(u->Ptr());
+    key.insert(key.end(), idx.begin(), idx.end());
+    key.push_back(valid);
     key.push_back(nullptr);
-    for (const UOpPtr& r : reduce_stack_) key.push_back(r.get());
+    key.insert(key.end(), reduce_stack_.begin(), reduce_stack_.end());
     if (auto it = memo_.find(key); it != memo_.end()) return it->second;
     KILN_ASSIGN_OR_RETURN(UOpPtr r, ComputeUncached(u, idx, valid));
     memo_[std::move(key)] = r;
@@ -180,10 +183,10 @@ class Builder {
     use.reduce = u;
     absl::flat_hash_set<const UOp*> used;
     for (const UOpPtr& i : idx) {
-      use.key.push_back(i.get());
+      use.key.push_back(i);
       CollectRanges(i, &used);
     }
-    use.key.push_back(valid.get());
+    use.key.push_back(valid);
     for (const UOpPtr& r : loop_ranges_)
       if (!used.contains(r.get())) use.broadcast = true;
     for (const UOpPtr& r : reduce_stack_)
@@ -255,8 +258,8 @@ class Builder {
         const bool top = reduce_stack_.empty();
         if (top) {
           shared.first = absl::StrCat(absl::StrJoin(in, "x"), "/", absl::StrJoin(ra.axes, ","));
-          for (const UOpPtr& i : idx) shared.second.push_back(i.get());
-          shared.second.push_back(valid.get());
+          shared.second = idx;
+          shared.second.push_back(valid);
           if (std::find(out_.top_reduces.begin(), out_.top_reduces.end(), shared.first) == out_.top_reduces.end())
             out_.top_reduces.push_back(shared.first);
         }
@@ -317,7 +320,8 @@ class Builder {
     return renamed->WithArg(name);
   }
 
-  using SharedKey = std::pair<std::string, std::vector<const UOp*>>;
+  // (signature, output index and validity); held for the reason MemoKey is.
+  using SharedKey = std::pair<std::string, std::vector<UOpPtr>>;
 
   const GraphInfo& g_;
   KernelBuild out_;
@@ -326,7 +330,7 @@ class Builder {
   std::vector<UOpPtr> loop_ranges_;
   std::vector<UOpPtr> reduce_stack_;
   absl::flat_hash_map<MemoKey, UOpPtr> memo_;
-  absl::flat_hash_map<const UOp*, int64_t> cost_;
+  UOpMap<int64_t> cost_;  // keys: graph nodes
   const UOp* assign_buffer_ = nullptr;
   UOpPtr assign_index_;
 };

@@ -12,19 +12,23 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/uop/uop.h"
+#include "engine/uop/uop_key.h"
 
 namespace kiln::schedule {
 
-// The fusion state a kernel is built against.
+// The fusion state a kernel is built against. Nodes named by raw pointers here and in KernelBuild are nodes of the
+// scheduled graph, which the caller of CreateSchedule holds for the whole schedule.
 struct GraphInfo {
   // Nodes stored to a buffer (kernel outputs, ASSIGNs, copies). Consumers load them.
-  absl::flat_hash_set<const UOp*> realized;
+  UOpSet realized;
 };
 
 // One use of a REDUCE_AXIS inside a kernel.
 struct ReduceUse {
   const UOp* reduce = nullptr;
-  std::vector<const UOp*> key;  // index expressions + validity (pointer identity = structural identity)
+  // Index expressions + validity (pointer identity = structural identity). Held: they are built during the kernel
+  // build and compared with other builds' keys after it, when nothing else may hold them.
+  std::vector<UOpPtr> key;
   // The index misses a range open at the use (the result is broadcast back), or the reduce is large and nested in
   // another reduce's loops: either way the fusion pass realizes it.
   bool broadcast = false;

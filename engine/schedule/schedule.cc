@@ -15,6 +15,8 @@
 #include "engine/base/status.h"
 #include "engine/schedule/kernel_builder.h"
 #include "engine/schedule/memory_planner.h"
+#include "engine/schedule/split_reduce.h"
+#include "engine/uop/uop_key.h"
 
 namespace kiln {
 
@@ -61,7 +63,7 @@ UOpPtr ViewAs(const UOpPtr& buffer, const Shape& shape) {
 }
 
 struct UnionFind {
-  absl::flat_hash_map<const UOp*, const UOp*> parent;
+  UOpMap<const UOp*> parent;
   const UOp* Find(const UOp* x) {
     auto it = parent.find(x);
     if (it == parent.end() || it->second == x) return x;
@@ -206,7 +208,7 @@ class Scheduler {
   // Kernel groups: realized nodes (not copies) by union-find representative, in realize order.
   std::vector<std::vector<const UOp*>> Groups() {
     std::vector<std::vector<const UOp*>> groups;
-    absl::flat_hash_map<const UOp*, size_t> at;
+    UOpMap<size_t> at;
     std::vector<const UOp*> sorted = order_;
     std::stable_sort(sorted.begin(), sorted.end(), [&](const UOp* a, const UOp* b) { return pos_[a] < pos_[b]; });
     for (const UOp* u : sorted) {
@@ -289,8 +291,8 @@ class Scheduler {
       bool changed = false;
       // reduce -> group -> distinct keys
       std::map<int, const UOp*> reduce_order;  // deterministic: by topo position
-      absl::flat_hash_map<const UOp*, std::map<size_t, std::vector<std::vector<const UOp*>>>> uses;
-      absl::flat_hash_set<const UOp*> broadcast;
+      UOpMap<std::map<size_t, std::vector<std::vector<UOpPtr>>>> uses;
+      UOpSet broadcast;
       for (size_t gi = 0; gi < builds_.size(); ++gi) {
         const KernelBuild& kb = builds_[gi];
         if (kb.war_hazard) {
@@ -319,6 +321,12 @@ class Scheduler {
         bool realize = broadcast.contains(r);
         for (const auto& [gi, keys] : by_group) realize |= keys.size() > 1;
         if (!realize && by_group.size() > 1) {
+          // A pruned build left out the reduces it broadcasts (realized this round), and with them its dependencies
+          // on other kernels: merging on it could join a kernel with one that depends on it through such a reduce
+          // (a cycle). The next round, with complete builds, decides.
+          bool pruned = false;
+          for (const auto& [gi, keys] : by_group) pruned |= builds_[gi].pruned;
+          if (pruned) continue;
           // Merge the kernels into one with several outputs if they agree on shape and index and are independent.
           const auto& first = *by_group.begin();
           bool can_merge = true;
@@ -362,7 +370,7 @@ class Scheduler {
       int indeg = 0;
     };
     std::vector<Node> nodes;
-    absl::flat_hash_map<const UOp*, size_t> node_of;  // realized node -> item node
+    UOpMap<size_t> node_of;  // realized node -> item node
     for (size_t gi = 0; gi < groups_.size(); ++gi) {
       int prio = pos_[groups_[gi][0]];
       for (const UOp* u : groups_[gi]) {
@@ -371,9 +379,9 @@ class Scheduler {
       }
       nodes.push_back({prio, false, gi, nullptr, {}, 0});
     }
-    for (const UOp* c : copies_) {
+    for (const UOpKey& c : copies_) {
       node_of[c] = nodes.size();
-      nodes.push_back({pos_[c], true, 0, c, {}, 0});
+      nodes.push_back({pos_[c], true, 0, c.get(), {}, 0});
     }
     auto edge = [&](size_t from, size_t to) {
       if (from == to) return;
@@ -381,7 +389,7 @@ class Scheduler {
       nodes[from].succ.push_back(to);
       nodes[to].indeg++;
     };
-    absl::flat_hash_map<const UOp*, std::vector<size_t>> readers;  // existing BUFFER -> item nodes loading it
+    UOpMap<std::vector<size_t>> readers;  // existing BUFFER -> item nodes loading it
     for (size_t n = 0; n < nodes.size(); ++n) {
       if (nodes[n].is_copy) {
         const UOp* src = nodes[n].copy->src(0).get();
@@ -428,7 +436,7 @@ class Scheduler {
     if (sorted.size() != nodes.size()) return absl::FailedPreconditionError("schedule: cycle detected in assign graph");
 
     // Buffers: roots keep theirs; ASSIGNs write their target's; intermediates are planned.
-    absl::flat_hash_set<const UOp*> root_set;
+    UOpSet root_set;
     for (const UOpPtr& r : roots) {
       const UOp* v = r.get();  // a root that is a no-op CONTIGUOUS keeps the buffer of the node under it
       while (v->op() == Op::CONTIGUOUS && !g_.realized.contains(v)) v = v->src(0).get();
@@ -436,8 +444,8 @@ class Scheduler {
       root_set.insert(v);
     }
     schedule::MemoryPlanner planner;
-    absl::flat_hash_map<const UOp*, UOpPtr> buffer_of;
-    absl::flat_hash_map<const UOp*, int> last_use;  // realized intermediate -> last item reading it
+    UOpMap<UOpPtr> buffer_of;
+    UOpMap<int> last_use;  // realized intermediate -> last item reading it
     for (size_t i = 0; i < sorted.size(); ++i) {
       const Node& nd = nodes[sorted[i]];
       if (nd.is_copy) {
@@ -446,7 +454,7 @@ class Scheduler {
         for (const UOp* in : builds_[nd.group].inputs) last_use[in] = static_cast<int>(i);
       }
     }
-    absl::flat_hash_set<const UOp*> input_set;
+    UOpSet input_set;
     for (size_t i = 0; i < sorted.size(); ++i) {
       const Node& nd = nodes[sorted[i]];
       std::vector<const UOp*> outs = nd.is_copy ? std::vector<const UOp*>{nd.copy} : groups_[nd.group];
@@ -524,21 +532,30 @@ class Scheduler {
     return s;
   }
 
+  // Every map and set below is keyed by nodes of the scheduled graph (topo_), which the caller holds while Run
+  // lasts; UOpKey checks that on every match.
   std::vector<const UOp*> topo_;
-  absl::flat_hash_map<const UOp*, int> pos_;
-  absl::flat_hash_map<const UOp*, std::string> device_;
+  UOpMap<int> pos_;
+  UOpMap<std::string> device_;
   GraphInfo g_;
   std::vector<const UOp*> order_;  // realized nodes in the order they were marked
-  absl::flat_hash_set<const UOp*> copies_;
+  UOpSet copies_;
   UnionFind uf_;
   std::vector<std::vector<const UOp*>> groups_;
   std::vector<KernelBuild> builds_;
-  absl::flat_hash_map<const UOp*, size_t> group_of_;
+  UOpMap<size_t> group_of_;
 };
 
 }  // namespace
 
-absl::StatusOr<Schedule> CreateSchedule(absl::Span<const UOpPtr> roots) {
+absl::StatusOr<Schedule> CreateSchedule(absl::Span<const UOpPtr> graph_roots) {
+  for (const UOpPtr& r : graph_roots) {
+    if (!r || !r->has_shape()) return absl::InvalidArgumentError("schedule: a root is not a shaped tensor node");
+  }
+  // Long float sums become partial sums first (split_reduce.h). `split` holds the rewritten graph while it is
+  // scheduled.
+  const std::vector<UOpPtr> split = schedule::SplitLongReduces(graph_roots);
+  absl::Span<const UOpPtr> roots = split;
   // Kernel lowering recurses along the graph's depth. Deep graphs are scheduled on a thread with a large stack
   // (reserved, not committed) so a long elementwise chain cannot overflow the caller's stack.
   constexpr size_t kDeepGraph = 2048;

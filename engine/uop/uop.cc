@@ -210,9 +210,13 @@ size_t UOp::LiveCount() { return InternTable::Get().Size(); }
 // Construction
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+std::atomic<uint64_t> g_next_id{1};  // UOp::id(); 0 is never given (UOpKey of null)
+}  // namespace
+
 UOp::UOp(Op op, DType dtype, absl::Span<const UOpPtr> src, Arg arg, int64_t tag, size_t hash)
-    : op_(op), dtype_(dtype), tag_(tag), hash_(hash), src_(src.begin(), src.end()),
-      arg_(std::move(arg)) {
+    : op_(op), dtype_(dtype), tag_(tag), hash_(hash), id_(g_next_id.fetch_add(1, std::memory_order_relaxed)),
+      src_(src.begin(), src.end()), arg_(std::move(arg)) {
   auto shape = InferShape(op_, dtype_, src_, arg_);
   if (shape.ok() && shape->has_value()) {
     has_shape_ = true;

@@ -14,6 +14,11 @@
 // Key() is a SHA-256 over (op, dtype, arg, child keys), computed lazily and iteratively; it is the
 // content hash every cache uses, in memory and on disk, and is stable across processes.
 //
+// id() is a process-wide serial number given at construction and never reused, unlike the node's address, which
+// the allocator hands to a later node once this one dies. A map keyed by node addresses must either hold its nodes
+// (UOpPtr keys) or key them with UOpKey (uop_key.h), which checks the id on every match (docs/architecture.md §4,
+// the stable-key rule).
+//
 // Shapes: tensor-level nodes have a shape, inferred at creation: ALU ops broadcast numpy-style,
 // movement ops apply their arg, REDUCE_AXIS keeps reduced dims as 1, CONST / DEFINE_VAR / RANGE /
 // SPECIAL are scalars (shape ()), BUFFER is 1-D (its element count). Nodes whose sources have no
@@ -122,6 +127,7 @@ class UOp {
   const Arg& arg() const { return arg_; }
   int64_t tag() const { return tag_; }
   size_t hash() const { return hash_; }
+  uint64_t id() const { return id_; }  // never reused within the process (see the header comment)
 
   bool has_shape() const { return has_shape_; }
   const Shape& shape() const { return shape_; }  // empty if !has_shape() (check it first)
@@ -183,14 +189,15 @@ class UOp {
   Op op_;
   DType dtype_;
   bool has_shape_ = false;
+  mutable std::atomic<bool> key_ready_{false};     // beside has_shape_: fills padding, so id_ costs no memory
   mutable std::atomic<uint64_t> rewrite_mark_{0};  // see rewrite_mark(); first cache line
   int64_t tag_;
   size_t hash_;
+  uint64_t id_;
   UOpVec src_;
   Arg arg_;
   Shape shape_;
   RangeCache range_cache_;
-  mutable std::atomic<bool> key_ready_{false};
   mutable Digest key_{};
 };
 

@@ -172,5 +172,32 @@ TEST(KernelCount, NullRootIsAnError) {
   EXPECT_EQ(CreateSchedule({UOpPtr()}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Long float sums are split into partial sums of at most kSplitPartMax elements, whose sum is split again into groups
+// of at most kSplitFanIn (engine/schedule/split_reduce.h): a kernel per stage.
+TEST(KernelCount, LongFloatSumsAreSplit) {
+  EXPECT_EQ(Kernels(SumAll(Input({1 << 20}))), 3);        // 256 partials of 4096, 4 of 64, their sum
+  EXPECT_EQ(Kernels(SumAll(Input({1 << 28}))), 4);        // 65536 partials, 1024, 16, the sum
+  EXPECT_EQ(Kernels(SumAll(Input({1 << 19}))), 3);        // 128 partials, 2, their sum
+  EXPECT_EQ(Kernels(Sum(Input({1 << 19, 3}), {0})), 3);   // a column sum: partials per column
+  EXPECT_EQ(Kernels(SumAll(Input({1000003}))), 3);        // a prime length: 245 zero-padded groups, 5, the sum
+  EXPECT_EQ(Kernels(Sum(Input({512, 32, 20, 20}), {0, 2, 3})), 1);  // the training step's sums: not split
+  EXPECT_EQ(Kernels(Sum(Input({512, 32, 24, 24}), {0, 2, 3})), 1);
+  EXPECT_EQ(Kernels(SumAll(Input({(1 << 19) - 1}))), 1);  // below the threshold
+  EXPECT_EQ(Kernels(SumAll(Input({1 << 20}, dtypes::kInt32))), 1);  // integer sums are exact: not split
+  EXPECT_EQ(Kernels(MaxR(Input({1 << 20}), {0})), 1);     // a max does not round
+}
+
+// Found by the differential test (tests/differential/regressions/cycle-contiguous-matmul-broadcast-max.case): m is
+// stored by a CONTIGUOUS and also used by the root, which subtracts it from the broadcast max of that CONTIGUOUS. The
+// two users of m were merged into one kernel while the root's build still left the max out, so the max's kernel both
+// needed and fed the merged one ("cycle detected"). Merges now wait for complete builds.
+TEST(KernelCount, NoMergeAcrossABroadcastReduceStillPending) {
+  UOpPtr a = Input({2, 4}), b = Input({4, 3});
+  UOpPtr m = Matmul(a, b);
+  UOpPtr root = Sub(BroadcastTo(MaxR(Contiguous(m), {0}, true), {2, 3}), m);
+  auto s = CreateSchedule({root});
+  ASSERT_TRUE(s.ok()) << s.status();
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,0 +1,392 @@
+"""Expressions of the differential test: the tree, its text form (what diff_eval reads) and its numpy meaning.
+
+An expression is a tree of `E(op, kids, atoms)`: `kids` are tensor operands, `atoms` integer (or dtype, or float)
+arguments, exactly as diff_eval.cc reads them: `(op kid... atom...)`. numpy evaluates each node twice:
+  v32  in the expression's own dtypes (float32 stays float32): the value kiln should compute, exactly for integers
+       and bools;
+  v64  with every float32 computed in float64: the reference floats are checked against;
+and carries `mag`, the node evaluated with every term made non-negative (a bound on the size of the terms that
+rounding acts on, propagated through each op's derivative), so a float result may differ from v64 by rounding
+(rtol 1e-4 of |v64| + mag) but not by a wrong index or a lost term. `exact` marks floats that float32 holds exactly
+(dyadic values small enough that every op and every summation order gives the same bits); the generator applies
+discrete ops (floor, comparisons, casts to int, argmax) only to exact floats, so their results are exact too.
+"""
+import numpy as np
+
+FLOAT_DTYPES = {"float32"}
+INT_DTYPES = {"int8", "uint8", "int16", "int32", "int64", "uint32"}
+NP = {"float32": np.float32, "float64": np.float64, "int8": np.int8, "uint8": np.uint8, "int16": np.int16,
+      "int32": np.int32, "int64": np.int64, "uint32": np.uint32, "bool": np.bool_}
+
+
+def sum_acc(dt):
+    """engine/dtype SumAccDType."""
+    if dt in ("uint8", "uint32"):
+        return "uint32"
+    if dt in ("int8", "int16", "int32", "bool"):
+        return "int32"
+    return dt
+
+
+class E:
+    __slots__ = ("op", "kids", "atoms")
+
+    def __init__(self, op, kids=(), atoms=()):
+        self.op, self.kids, self.atoms = op, tuple(kids), tuple(str(a) for a in atoms)
+
+    def text(self):
+        parts = [self.op] + [k.text() for k in self.kids] + list(self.atoms)
+        return "(" + " ".join(parts) + ")"
+
+    def size(self):
+        return 1 + sum(k.size() for k in self.kids)
+
+    def subtrees(self):
+        yield self
+        for k in self.kids:
+            yield from k.subtrees()
+
+    def replace(self, old, new):
+        if self is old:
+            return new
+        kids = tuple(k.replace(old, new) for k in self.kids)
+        if all(a is b for a, b in zip(kids, self.kids)):
+            return self
+        return E(self.op, kids, self.atoms)
+
+
+def parse(s):
+    toks = s.replace("(", " ( ").replace(")", " ) ").split()
+    pos = 0
+
+    def node():
+        nonlocal pos
+        assert toks[pos] == "(", s
+        op = toks[pos + 1]
+        pos += 2
+        kids, atoms = [], []
+        while toks[pos] != ")":
+            if toks[pos] == "(":
+                kids.append(node())
+            else:
+                atoms.append(toks[pos])
+                pos += 1
+        pos += 1
+        # `in` and `const` keep their atoms; everything else lists tensor operands first
+        return E(op, kids, atoms)
+
+    return node()
+
+
+class V:
+    """A node's value: v32 (own dtypes), v64 (float reference), mag (float term bound), exact (see module doc)."""
+    __slots__ = ("v32", "v64", "mag", "exact", "dtype")
+
+    def __init__(self, v32, v64, mag, exact, dtype):
+        self.v32, self.v64, self.mag, self.exact, self.dtype = v32, v64, mag, exact, dtype
+
+    @property
+    def shape(self):
+        return self.v32.shape
+
+
+def _f(dt):
+    return dt in FLOAT_DTYPES
+
+
+def fits_exactly(v):
+    """Whether every value of the float64 array v is a float32 that stays exact through add/sub/mul: a dyadic
+    rational whose numerator at its own granularity fits in 24 bits."""
+    v = np.asarray(v, dtype=np.float64)
+    if not np.all(np.isfinite(v)):
+        return False
+    if v.size == 0:
+        return True
+    for g in range(0, 31):
+        s = v * (2.0 ** g)
+        if np.all(s == np.round(s)):
+            return float(np.max(np.abs(s))) < 2.0 ** 24
+    return False
+
+
+def _granularity(v):
+    v = np.asarray(v, dtype=np.float64)
+    for g in range(0, 31):
+        s = v * (2.0 ** g)
+        if np.all(s == np.round(s)):
+            return g
+    return 99
+
+
+def _move(fn, x):
+    return V(fn(x.v32), fn(x.v64), None if x.mag is None else fn(x.mag), x.exact, x.dtype)
+
+
+def _slices(atoms):
+    out = []
+    for i in range(0, len(atoms), 3):
+        a = [None if t == "n" else int(t) for t in atoms[i:i + 3]]
+        out.append(slice(a[0], a[1], a[2]))
+    return tuple(out)
+
+
+UNARY_FLOAT = {"exp", "log", "sqrt", "sin", "cos", "sigmoid", "tanh", "recip"}
+EXACT_UNARY = {"neg", "abs", "relu", "square", "floor", "ceil", "trunc", "round", "contig"}
+COMPARE = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+           "ne": np.not_equal}
+BITWISE = {"band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}
+
+
+def _unary_float(op, x):
+    f = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+         "sigmoid": lambda a: 1 / (1 + np.exp(-a)), "recip": lambda a: 1 / a}[op]
+    with np.errstate(all="ignore"):
+        return f(x)
+
+
+def _unary_mag(op, x, v64):
+    a, m = np.abs(x.v64), x.mag
+    av = np.abs(v64)
+    with np.errstate(all="ignore"):
+        if op == "exp":
+            return av * (1 + m)
+        if op == "log":
+            return av + m / a
+        if op == "sqrt":
+            return av + m / (2 * np.sqrt(a))
+        if op in ("sin", "cos"):
+            return 1 + m
+        if op in ("sigmoid", "tanh"):
+            return av + m
+        if op == "recip":
+            return av + m / (a * a)
+    raise AssertionError(op)
+
+
+def evaluate(e, inputs):
+    """Evaluates tree `e` over `inputs` (list of (dtype, np array in that dtype, exact flag)). Returns V."""
+    memo = {}
+
+    def ev(n):
+        key = id(n)
+        if key not in memo:
+            memo[key] = _eval(n, ev, inputs)
+        return memo[key]
+
+    return ev(e)
+
+
+def _eval(n, ev, inputs):
+    op, at = n.op, n.atoms
+    if op == "in":
+        dt, arr, exact = inputs[int(at[0])]
+        if _f(dt):
+            return V(arr, arr.astype(np.float64), np.abs(arr.astype(np.float64)), exact, dt)
+        return V(arr, arr, None, True, dt)
+    if op == "const":
+        dt = at[0]
+        if _f(dt):
+            v = np.asarray(float(at[1]), dtype=np.float32)
+            return V(v, v.astype(np.float64), np.abs(v.astype(np.float64)), fits_exactly(v), dt)
+        v = np.asarray(int(at[1]) if dt != "bool" else at[1] != "0", dtype=NP[dt])
+        return V(v, v, None, True, dt)
+    xs = [ev(k) for k in n.kids]
+    x = xs[0] if xs else None
+    if op in UNARY_FLOAT:
+        v32 = _unary_float(op, x.v32).astype(np.float32)
+        v64 = _unary_float(op, x.v64)
+        return V(v32, v64, _unary_mag(op, x, v64), False, "float32")
+    if op in EXACT_UNARY:
+        if op == "contig":
+            return x
+        f = {"neg": np.negative, "abs": np.abs, "relu": lambda a: np.maximum(a, np.zeros((), a.dtype)),
+             "square": lambda a: a * a, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc,
+             "round": np.round}[op]
+        with np.errstate(all="ignore"):
+            v32, v64 = f(x.v32), f(x.v64)
+        if not _f(x.dtype):
+            return V(v32, v64, None, True, x.dtype)
+        mag = x.mag * x.mag if op == "square" else x.mag
+        return V(v32, v64, mag, x.exact and fits_exactly(v64), x.dtype)
+    if op == "lnot":
+        return V(np.logical_not(x.v32), np.logical_not(x.v64), None, True, "bool")
+    if op == "bnot":
+        return V(np.invert(x.v32), np.invert(x.v64), None, True, x.dtype)
+    if op in ("add", "sub", "mul", "div", "max2", "min2"):
+        a, b = xs
+        f = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "max2": np.maximum,
+             "min2": np.minimum}[op]
+        with np.errstate(all="ignore"):
+            v32, v64 = f(a.v32, b.v32), f(a.v64, b.v64)
+        if not _f(a.dtype):
+            return V(v32, v64, None, True, a.dtype)
+        if op in ("add", "sub"):
+            mag = a.mag + b.mag
+        elif op == "mul":
+            mag = a.mag * b.mag
+        elif op == "div":
+            with np.errstate(all="ignore"):
+                mag = a.mag / np.abs(b.v64) * (1 + b.mag / np.abs(b.v64))
+        else:
+            mag = np.maximum(a.mag, b.mag)
+        exact = a.exact and b.exact and op != "div" and fits_exactly(v64)
+        return V(v32.astype(np.float32), v64, mag, exact, a.dtype)
+    if op in ("idiv", "mod"):
+        a, b = xs
+        f = np.floor_divide if op == "idiv" else np.mod
+        return V(f(a.v32, b.v32), f(a.v64, b.v64), None, True, a.dtype)
+    if op in COMPARE:
+        a, b = xs
+        return V(COMPARE[op](a.v32, b.v32), COMPARE[op](a.v64, b.v64), None, True, "bool")
+    if op in BITWISE:
+        a, b = xs
+        return V(BITWISE[op](a.v32, b.v32), BITWISE[op](a.v64, b.v64), None, True, a.dtype)
+    if op in ("land", "lor"):
+        a, b = xs
+        f = np.logical_and if op == "land" else np.logical_or
+        return V(f(a.v32, b.v32), f(a.v64, b.v64), None, True, "bool")
+    if op == "where":
+        c, a, b = xs
+        mag = None if a.mag is None else np.where(c.v32, a.mag, b.mag)
+        v64 = np.where(c.v64, a.v64, b.v64)
+        return V(np.where(c.v32, a.v32, b.v32), v64, mag, a.exact and b.exact, a.dtype)
+    if op == "multi":  # realized together, flattened and concatenated (same dtype)
+        cat = lambda arrs: np.concatenate([np.asarray(x).reshape(-1) for x in arrs])
+        mag = None if xs[0].mag is None else cat([x.mag for x in xs])
+        return V(cat([x.v32 for x in xs]), cat([x.v64 for x in xs]), mag, all(x.exact for x in xs), xs[0].dtype)
+    if op == "matmul":
+        a, b = xs
+        v64 = np.matmul(a.v64, b.v64)
+        mag = np.matmul(a.mag, b.mag)
+        exact = a.exact and b.exact and fits_exactly(mag * 2.0 ** (_granularity(a.v64) + _granularity(b.v64)))
+        return V(np.matmul(a.v32, b.v32), v64, mag, exact, "float32")
+    if op == "cast":
+        dt = at[0]
+        if _f(dt):
+            v32 = x.v32.astype(np.float32)
+            v64 = x.v64.astype(np.float64)
+            exact = x.exact if _f(x.dtype) else bool(np.all(np.abs(v64) < 2 ** 24))
+            return V(v32, v64, np.abs(v64) if x.mag is None else x.mag, exact, dt)
+        with np.errstate(all="ignore"):
+            v32 = x.v32.astype(NP[dt])
+            v64 = x.v64.astype(NP[dt])
+        return V(v32, v64, None, True, dt)
+    if op in ("sum", "rmax", "rmin", "mean", "var", "any", "all"):
+        keep, axes = int(at[0]) != 0, tuple(int(a) for a in at[1:])
+        if op in ("any", "all"):
+            f = np.any if op == "any" else np.all
+            return V(f(x.v32, axis=axes, keepdims=keep), f(x.v64, axis=axes, keepdims=keep), None, True, "bool")
+        if op in ("rmax", "rmin"):
+            f = np.max if op == "rmax" else np.min
+            mag = None if x.mag is None else np.max(x.mag, axis=axes, keepdims=keep)
+            return V(f(x.v32, axis=axes, keepdims=keep), f(x.v64, axis=axes, keepdims=keep), mag, x.exact, x.dtype)
+        count = int(np.prod([x.shape[a] for a in axes]))
+        if op == "sum":
+            acc = sum_acc(x.dtype)
+            v32 = np.sum(x.v32.astype(NP[acc]), axis=axes, keepdims=keep)
+            if not _f(acc):
+                return V(v32, v32, None, True, acc)
+            v64 = np.sum(x.v64, axis=axes, keepdims=keep)
+            mag = np.sum(x.mag, axis=axes, keepdims=keep)
+            exact = x.exact and fits_exactly(mag * 2.0 ** _granularity(x.v64))
+            return V(v32, v64, mag, exact, acc)
+        if op == "mean":
+            if _f(x.dtype):
+                v32 = (np.sum(x.v32, axis=axes, keepdims=keep) / np.float32(count)).astype(np.float32)
+                v64 = np.sum(x.v64, axis=axes, keepdims=keep) / count
+                mag = np.sum(x.mag, axis=axes, keepdims=keep) / count
+            else:
+                acc = NP[sum_acc(x.dtype)]
+                s = np.sum(x.v32.astype(acc), axis=axes, keepdims=keep)
+                v32 = (s.astype(np.float32) / np.float32(count)).astype(np.float32)
+                v64 = s.astype(np.float64) / count
+                mag = np.sum(np.abs(x.v32.astype(np.float64)), axis=axes, keepdims=keep) / count
+            return V(v32, v64, mag, False, "float32")
+        # var, correction 1: sum((x - mean)^2) / (n - 1)
+        m32 = np.mean(x.v32, axis=axes, keepdims=True, dtype=np.float32)
+        m64 = np.mean(x.v64, axis=axes, keepdims=True)
+        d = max(count - 1, 0)
+        with np.errstate(all="ignore"):
+            v32 = (np.sum((x.v32 - m32) ** 2, axis=axes, keepdims=keep) / np.float32(d)).astype(np.float32)
+            v64 = np.sum((x.v64 - m64) ** 2, axis=axes, keepdims=keep) / d
+            mm = np.mean(x.mag, axis=axes, keepdims=True)
+            mag = np.sum((x.mag + mm) ** 2, axis=axes, keepdims=keep) / d
+        return V(v32, v64, mag, False, "float32")
+    if op in ("argmax", "argmin"):
+        axis, keep = int(at[0]), int(at[1]) != 0
+        f = np.argmax if op == "argmax" else np.argmin
+        v = f(x.v32, axis=axis, keepdims=keep).astype(np.int32)
+        return V(v, v, None, True, "int32")
+    # movement
+    ints = [int(a) for a in at] if op != "slice" else None
+    if op == "reshape":
+        return _move(lambda a: a.reshape(ints), x)
+    if op == "permute":
+        return _move(lambda a: np.transpose(a, ints), x)
+    if op == "expand":
+        return _move(lambda a: np.broadcast_to(a, ints), x)
+    if op == "pad":
+        pairs = [(ints[i], ints[i + 1]) for i in range(0, len(ints), 2)]
+        return _move(lambda a: np.pad(a, pairs), x)
+    if op == "shrink":
+        sl = tuple(slice(ints[i], ints[i + 1]) for i in range(0, len(ints), 2))
+        return _move(lambda a: a[sl], x)
+    if op == "flip":
+        return _move(lambda a: np.flip(a, axis=tuple(ints)) if ints else a, x)
+    if op == "slice":
+        sl = _slices(at)
+        return _move(lambda a: a[sl], x)
+    raise ValueError(f"unknown op {op}")
+
+
+def format_values(dt, arr):
+    arr = np.asarray(arr).reshape(-1)
+    if dt == "bool":
+        return " ".join("1" if v else "0" for v in arr)
+    if _f(dt):
+        return " ".join(repr(float(v)) for v in arr.astype(np.float32))
+    return " ".join(str(int(v)) for v in arr)
+
+
+def case_text(name, inputs, e):
+    """The diff_eval input for one case. inputs: list of (dtype, array, exact)."""
+    lines = [f"case {name}"]
+    for dt, arr, _ in inputs:
+        lines.append(f"input {dt} {arr.ndim} " + " ".join(str(d) for d in arr.shape))
+        lines.append(format_values(dt, arr))
+    lines.append("expr " + e.text())
+    lines.append("end")
+    return "\n".join(lines) + "\n"
+
+
+def parse_cases(text):
+    """Inverse of case_text over a file of several cases: [(name, inputs, tree)] (exact flags recomputed)."""
+    out, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        line = lines[i].strip()
+        i += 1
+        if not line.startswith("case "):
+            continue
+        name, inputs, tree = line[5:], [], None
+        while i < len(lines):
+            line = lines[i].strip()
+            i += 1
+            if line.startswith("input "):
+                f = line.split()
+                dt, nd = f[1], int(f[2])
+                shape = tuple(int(d) for d in f[3:3 + nd])
+                vals = lines[i].split()
+                i += 1
+                if _f(dt):
+                    arr = np.array([float(v) for v in vals], dtype=np.float32).reshape(shape)
+                    exact = fits_exactly(arr.astype(np.float64))
+                else:
+                    arr = np.array([int(v) for v in vals], dtype=np.int64).astype(NP[dt]).reshape(shape)
+                    exact = True
+                inputs.append((dt, arr, exact))
+            elif line.startswith("expr "):
+                tree = parse(line[5:])
+            elif line == "end":
+                break
+        out.append((name, inputs, tree))
+    return out
