@@ -79,7 +79,7 @@ class Parser {
       ++pos_;
       Value member;
       if (absl::Status st = ParseValue(&member, depth + 1); !st.ok()) return st;
-      v->object.emplace_back(std::move(key), std::move(member));
+      v->object.push_back({std::move(key), std::move(member)});
       SkipWs();
       if (pos_ >= s_.size()) return Error("unterminated object");
       if (s_[pos_] == ',') {
