@@ -1,18 +1,23 @@
 # kiln: the two commands that matter are `make serve` and `make test` (README.md).
 #
-#   make test     install deps, build the release preset (-O2 -g, asserts on), run every CTest
+#   make test     install deps, build the release preset (-O2 -g, asserts on) and the fuzz preset,
+#                 run every CTest of release, then the fuzz CTests (corpus replay + a short run each)
 #   make bench    install deps, build release, run tests/bench/run.sh
 #   make serve    install deps, build release, start kilnd on models/ (SERVE_ARGS adds flags)
 #   make asan     the test suite under ASan + UBSan (preset asan)
 #   make tsan     the test suite under TSan (preset tsan)
+#   make fuzz     build the fuzz preset (clang, libFuzzer), fuzz every parser for FUZZ_SECONDS each
 #   make debug    the test suite in the debug preset
 #   make format   clang-format -i over tracked *.h / *.cc
 #   make tidy     clang-tidy (allowlist in .clang-tidy) over tracked *.cc, using the release build
 #   make deps     deploy/install-deps.sh only
 #   make clean    remove build/ (the .venv stays; `make distclean` removes it too)
 #
-# JOBS (default 2: CI has 2 cores) sets build and test parallelism; CTEST_ARGS is passed to ctest
-# (e.g. make test CTEST_ARGS='-L unit -R uop').
+# JOBS (default 2: CI has 2 cores) sets build and test parallelism; CTEST_ARGS is passed to the
+# release ctest (e.g. make test CTEST_ARGS='-L unit -R uop'); FUZZ_TEST=0 leaves the fuzz preset out
+# of make test. make fuzz: FUZZ_SECONDS (default 60) per target, FUZZ_JOBS targets at a time
+# (default 1), FUZZ_TARGETS (default all: checkpoint graph grpc_infer idx model_config rest_infer
+# safetensors uop_text).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -20,8 +25,12 @@ SHELL := /bin/bash
 
 JOBS ?= 2
 CTEST_ARGS ?=
+FUZZ_TEST ?= 1
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
+FUZZ_TARGETS ?=
 
-.PHONY: test bench serve asan tsan debug deps build-release format tidy clean distclean
+.PHONY: test bench serve asan tsan debug fuzz deps build-release build-fuzz format tidy clean distclean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -33,11 +42,12 @@ define build
 	cmake --build --preset $(1) -j $(JOBS)
 endef
 
-# run the suite of one preset, keep a log, print a final summary; fails if anything failed.
+# run the suite of one preset with ctest args $(3), keep a log, print a final summary; fails if
+# anything failed.
 define run_tests
 	@echo "==== test: preset $(1) ===="
 	@log=build/$(1)/ctest.log; rc=0; \
-	ctest --preset $(1) --output-on-failure -j $(JOBS) $(CTEST_ARGS) 2>&1 | tee "$$log" || rc=$$?; \
+	ctest --preset $(1) --output-on-failure -j $(JOBS) $(3) 2>&1 | tee "$$log" || rc=$$?; \
 	echo; echo "==== make $(2) summary (preset $(1)) ===="; \
 	grep -E '^[0-9]+% tests passed' "$$log" || echo "ctest printed no result line"; \
 	if grep -q '^The following tests FAILED' "$$log"; then sed -n '/^The following tests FAILED/,$$p' "$$log"; fi; \
@@ -48,8 +58,20 @@ endef
 build-release: deps
 	$(call build,release)
 
+build-fuzz: deps
+	$(call build,fuzz)
+
+ifeq ($(FUZZ_TEST),1)
+test: build-release build-fuzz
+	$(call run_tests,release,test,$(CTEST_ARGS))
+	$(call run_tests,fuzz,test)
+else
 test: build-release
-	$(call run_tests,release,test)
+	$(call run_tests,release,test,$(CTEST_ARGS))
+endif
+
+fuzz: build-fuzz
+	@FUZZ_JOBS=$(FUZZ_JOBS) bash tests/fuzz/run.sh $(FUZZ_SECONDS) build/fuzz/tests/fuzz $(FUZZ_TARGETS)
 
 bench: build-release
 	@bash tests/bench/run.sh
@@ -60,15 +82,15 @@ serve: build-release
 
 debug: deps
 	$(call build,debug)
-	$(call run_tests,debug,debug)
+	$(call run_tests,debug,debug,$(CTEST_ARGS))
 
 asan: deps
 	$(call build,asan)
-	$(call run_tests,asan,asan)
+	$(call run_tests,asan,asan,$(CTEST_ARGS))
 
 tsan: deps
 	$(call build,tsan)
-	$(call run_tests,tsan,tsan)
+	$(call run_tests,tsan,tsan,$(CTEST_ARGS))
 
 format:
 	git ls-files -z -- '*.h' '*.cc' | xargs -0 -r clang-format -i
