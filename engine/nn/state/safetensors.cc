@@ -60,15 +60,20 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const json:
   e.dtype = *d;
   if (shape->kind != json::Value::Kind::kArray || shape->array.size() > 64)
     return Bad(where("shape must be an array of at most 64 dims"));
+  // The product of the non-zero dims stays <= 2^62 even when a zero dim makes the tensor empty:
+  // every consumer multiplies all the dims (strides, shape inference).
   uint64_t numel = 1;
   bool zero = false;
   for (const json::Value& dim : shape->array) {
     KILN_ASSIGN_OR_RETURN(uint64_t n, NonNegInt(dim, where("a dim")));
     if (n > (uint64_t{1} << 62)) return Bad(where("dim too large"));
     e.shape.push_back(static_cast<int64_t>(n));
-    if (n == 0) zero = true;
-    if (!zero && numel > (uint64_t{1} << 62) / n) return Bad(where("element count overflows"));
-    if (!zero) numel *= n;
+    if (n == 0) {
+      zero = true;
+      continue;
+    }
+    if (numel > (uint64_t{1} << 62) / n) return Bad(where("element count overflows"));
+    numel *= n;
   }
   if (zero) numel = 0;
   if (offs->kind != json::Value::Kind::kArray || offs->array.size() != 2)
