@@ -37,9 +37,10 @@ absl::StatusOr<CheckpointManifest> ParseCheckpointManifest(std::string_view text
   if (eol != std::string_view::npos) {
     const std::string_view rest = text.substr(eol + 1);
     std::vector<absl::string_view> words =
-        absl::StrSplit(absl::string_view(rest.data(), rest.size()),
-                       absl::ByAnyChar(" \t\n\v\f\r"), absl::SkipEmpty());
-    for (size_t i = 0; i + 1 < words.size(); i += 2) kv[std::string(words[i])] = std::string(words[i + 1]);
+        absl::StrSplit(absl::string_view(rest.data(), rest.size()), absl::ByAnyChar(" \t\n\v\f\r"),
+                       absl::SkipEmpty());
+    for (size_t i = 0; i + 1 < words.size(); i += 2)
+      kv[std::string(words[i])] = std::string(words[i + 1]);
   }
   CheckpointManifest m;
   if (!absl::SimpleAtoi(kv["step"], &m.step) || m.step != step ||

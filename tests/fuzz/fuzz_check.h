@@ -6,11 +6,11 @@
 #include <cstdlib>
 #include <string>
 
-#define FUZZ_CHECK(cond, what)                                                              \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      std::fprintf(stderr, "FUZZ_CHECK failed at %s:%d: %s\n  %s\n", __FILE__, __LINE__,    \
-                   #cond, std::string(what).c_str());                                       \
-      std::abort();                                                                         \
-    }                                                                                       \
+#define FUZZ_CHECK(cond, what)                                                                  \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      std::fprintf(stderr, "FUZZ_CHECK failed at %s:%d: %s\n  %s\n", __FILE__, __LINE__, #cond, \
+                   std::string(what).c_str());                                                  \
+      std::abort();                                                                             \
+    }                                                                                           \
   } while (0)

@@ -14,6 +14,7 @@
 
 namespace kiln::fuzz {
 
+// clang-format off
 inline constexpr char kAllTypesConfig[] = R"pb(
   name: "all_types"
   platform: "kiln_graph"
@@ -36,6 +37,7 @@ inline constexpr char kAllTypesConfig[] = R"pb(
   output { name: "OUT_S" data_type: TYPE_STRING dims: [ -1 ] }
   output { name: "OUT_I64" data_type: TYPE_INT64 dims: [ 2 ] }
 )pb";
+// clang-format on
 
 // Protobuf logs every string field with invalid UTF-8 it parses; fuzz inputs have many.
 inline void QuietProtobufLogs() { google::protobuf::SetLogHandler(nullptr); }

@@ -47,7 +47,8 @@ bool Placeholders(const DecodedGraph& g, const GraphLimits& limits, int64_t bind
     if (!Bind(in, bind, limits, &shape, &n)) return false;
     kiln::UOpPtr b = kiln::NewBuffer(in.dtype, n, "CPU");
     if (shape.size() != 1) {
-      b = kiln::UOp::Make(kiln::Op::RESHAPE, in.dtype, {b}, kiln::IntVec(shape.begin(), shape.end()));
+      b = kiln::UOp::Make(kiln::Op::RESHAPE, in.dtype, {b},
+                          kiln::IntVec(shape.begin(), shape.end()));
     }
     out->push_back(std::move(b));
   }

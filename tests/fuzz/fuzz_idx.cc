@@ -17,7 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int expected_rank = kRanks[data[0] & 3];
   const bool gzip = (data[0] & 4) != 0;
   const std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
-  absl::StatusOr<kiln::nn::IdxData> idx = kiln::nn::ParseIdx(bytes, "fuzz.idx", expected_rank, gzip);
+  absl::StatusOr<kiln::nn::IdxData> idx =
+      kiln::nn::ParseIdx(bytes, "fuzz.idx", expected_rank, gzip);
   if (!idx.ok()) return 0;
   FUZZ_CHECK(!idx->dims.empty(), "no dims");
   FUZZ_CHECK(expected_rank == 0 || static_cast<int>(idx->dims.size()) == expected_rank,

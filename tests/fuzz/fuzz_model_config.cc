@@ -36,8 +36,9 @@ std::string Bytes(const google::protobuf::Message& m) {
 }
 
 // A request that follows `config`, or false when it would exceed 1 MiB.
-bool ConformingRequest(const inference::ModelConfig& config, std::vector<std::vector<int64_t>>* shapes,
-                       std::vector<std::string>* raws, kiln::server::InferRequest* request) {
+bool ConformingRequest(const inference::ModelConfig& config,
+                       std::vector<std::vector<int64_t>>* shapes, std::vector<std::string>* raws,
+                       kiln::server::InferRequest* request) {
   const bool batching = config.max_batch_size() > 0;
   int64_t total = 0;
   shapes->resize(config.input_size());
@@ -99,8 +100,8 @@ void Check(inference::ModelConfig config) {
   if (ConformingRequest(config, &shapes, &raws, &request)) {
     absl::StatusOr<kiln::server::ValidatedRequest> valid =
         kiln::server::ValidateInferRequest(config, request, 1 << 20);
-    FUZZ_CHECK(valid.ok(), "a request that follows the config fails validation: " +
-                               valid.status().ToString());
+    FUZZ_CHECK(valid.ok(),
+               "a request that follows the config fails validation: " + valid.status().ToString());
   }
 }
 

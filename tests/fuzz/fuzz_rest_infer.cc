@@ -70,9 +70,9 @@ void EncodeAndCheck(const inference::ModelConfig& config, const HttpInferRequest
     response.outputs.push_back(std::move(out));
   }
   kiln::server::HttpInferResponse encoded = kiln::server::EncodeInferResponse(response, request);
-  FUZZ_CHECK(encoded.json_length >= 0 &&
-                 static_cast<size_t>(encoded.json_length) <= encoded.body.size(),
-             "json_length is outside the body");
+  FUZZ_CHECK(
+      encoded.json_length >= 0 && static_cast<size_t>(encoded.json_length) <= encoded.body.size(),
+      "json_length is outside the body");
   rapidjson::Document doc;
   doc.Parse<rapidjson::kParseNanAndInfFlag>(encoded.body.data(),
                                             static_cast<size_t>(encoded.json_length));
@@ -121,8 +121,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     decoded = kiln::server::DecodeInferRequest(&body, header_length, config.name(), "", &request);
   }
   if (!decoded.ok()) return 0;
-  FUZZ_CHECK(request.request.raw_input_count ==
-                 static_cast<int64_t>(request.request.inputs.size()),
+  FUZZ_CHECK(request.request.raw_input_count == static_cast<int64_t>(request.request.inputs.size()),
              "the REST decoder must give every input in raw form");
   absl::StatusOr<kiln::server::ValidatedRequest> valid =
       kiln::server::ValidateInferRequest(config, request.request, 1 << 20);

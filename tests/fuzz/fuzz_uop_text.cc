@@ -17,13 +17,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!roots.ok()) return 0;
   const std::string printed = kiln::PrintGraph(*roots);
   absl::StatusOr<std::vector<kiln::UOpPtr>> again = kiln::ParseGraph(printed);
-  FUZZ_CHECK(again.ok(), "the printed graph does not parse: " + again.status().ToString() + "\n" +
-                             printed);
+  FUZZ_CHECK(again.ok(),
+             "the printed graph does not parse: " + again.status().ToString() + "\n" + printed);
   FUZZ_CHECK(again->size() == roots->size(), "the round trip changed the number of roots");
   for (size_t i = 0; i < roots->size(); ++i) {
-    FUZZ_CHECK((*again)[i].get() == (*roots)[i].get(),
-               "the round trip gave a different node for root " + std::to_string(i) + "\n" +
-                   printed);
+    FUZZ_CHECK(
+        (*again)[i].get() == (*roots)[i].get(),
+        "the round trip gave a different node for root " + std::to_string(i) + "\n" + printed);
   }
   return 0;
 }

@@ -6,5 +6,6 @@ extern "C" const char* __asan_default_options() {
 }
 
 extern "C" const char* __ubsan_default_options() {
-  return "halt_on_error=1:abort_on_error=1:print_stacktrace=1:suppressions=" KILN_UBSAN_SUPPRESSIONS;
+  return "halt_on_error=1:abort_on_error=1:print_stacktrace=1:"
+         "suppressions=" KILN_UBSAN_SUPPRESSIONS;
 }

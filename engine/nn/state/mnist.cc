@@ -1,8 +1,7 @@
 // MNIST loaders: IDX files (idx.cc) -> uint8 Tensors (see idx.h).
-#include "engine/nn/state/idx.h"
-
 #include "absl/strings/str_cat.h"
 #include "engine/base/status.h"
+#include "engine/nn/state/idx.h"
 #include "engine/nn/state/mapped_file.h"
 
 namespace kiln::nn {

@@ -1,7 +1,5 @@
 // SafeLoad / SafeSave: safetensors files <-> Tensors (see safetensors.h). The header parsing they
 // share with every other reader is in safetensors.cc (kiln_nn_state_format).
-#include "engine/nn/state/safetensors.h"
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/base/status.h"
 #include "engine/nn/state/mapped_file.h"
+#include "engine/nn/state/safetensors.h"
 
 namespace kiln::nn {
 namespace {
