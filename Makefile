@@ -1,7 +1,7 @@
 # kiln: the two commands that matter are `make serve` and `make test` (README.md).
 #
-#   make test     install deps, build the release preset (-O2 -g, asserts on) and the fuzz preset,
-#                 run every CTest of release, then the fuzz CTests (corpus replay + a short run each)
+#   make test     install deps, build the release preset (-O2 -g, asserts on), run every CTest
+#                 (the fuzz targets' corpus replays included: fuzz_replay_*)
 #   make bench    install deps, build release, run tests/bench/run.sh
 #   make serve    install deps, build release, start kilnd on models/ (SERVE_ARGS adds flags)
 #   make asan     the test suite under ASan + UBSan (preset asan)
@@ -14,8 +14,7 @@
 #   make clean    remove build/ (the .venv stays; `make distclean` removes it too)
 #
 # JOBS (default 2: CI has 2 cores) sets build and test parallelism; CTEST_ARGS is passed to the
-# release ctest (e.g. make test CTEST_ARGS='-L unit -R uop'); FUZZ_TEST=0 leaves the fuzz preset out
-# of make test. make fuzz: FUZZ_SECONDS (default 60) per target, FUZZ_JOBS targets at a time
+# release ctest (e.g. make test CTEST_ARGS='-L unit -R uop'). make fuzz: FUZZ_SECONDS (default 60) per target, FUZZ_JOBS targets at a time
 # (default 1), FUZZ_TARGETS (default all: checkpoint graph grpc_infer idx model_config rest_infer
 # safetensors uop_text).
 
@@ -25,7 +24,6 @@ SHELL := /bin/bash
 
 JOBS ?= 2
 CTEST_ARGS ?=
-FUZZ_TEST ?= 1
 FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 1
 FUZZ_TARGETS ?=
@@ -61,14 +59,8 @@ build-release: deps
 build-fuzz: deps
 	$(call build,fuzz)
 
-ifeq ($(FUZZ_TEST),1)
-test: build-release build-fuzz
-	$(call run_tests,release,test,$(CTEST_ARGS))
-	$(call run_tests,fuzz,test)
-else
 test: build-release
 	$(call run_tests,release,test,$(CTEST_ARGS))
-endif
 
 fuzz: build-fuzz
 	@FUZZ_JOBS=$(FUZZ_JOBS) bash tests/fuzz/run.sh $(FUZZ_SECONDS) build/fuzz/tests/fuzz $(FUZZ_TARGETS)
