@@ -1,6 +1,7 @@
 # kiln: the two commands that matter are `make serve` and `make test` (README.md).
 #
 #   make test     install deps, build the release preset (-O2 -g, asserts on), run every CTest
+#                 (the fuzz targets' corpus replays included: fuzz_replay_*)
 #   make bench    install deps, build release, run tests/bench/run.sh
 #   make fuzz-numerics N=...   the differential test with N fresh random cases per backend (CPU, INTERP, CL);
 #                 failures are shrunk and written to tests/differential/regressions/
@@ -9,14 +10,17 @@
 #                 checkpoints in SERVE_DIR/data, datasets under DATASET_ROOTS (SERVE_ARGS adds flags)
 #   make asan     the test suite under ASan + UBSan (preset asan)
 #   make tsan     the test suite under TSan (preset tsan)
+#   make fuzz     build the fuzz preset (clang, libFuzzer), fuzz every parser for FUZZ_SECONDS each
 #   make debug    the test suite in the debug preset
 #   make format   clang-format -i over tracked *.h / *.cc
 #   make tidy     clang-tidy (allowlist in .clang-tidy) over tracked *.cc, using the release build
 #   make deps     deploy/install-deps.sh only
 #   make clean    remove build/ (.venv and SERVE_DIR stay; `make distclean` removes them too)
 #
-# JOBS (default 2: CI has 2 cores) sets build and test parallelism; CTEST_ARGS is passed to ctest
-# (e.g. make test CTEST_ARGS='-L unit -R uop').
+# JOBS (default 2: CI has 2 cores) sets build and test parallelism; CTEST_ARGS is passed to the
+# release ctest (e.g. make test CTEST_ARGS='-L unit -R uop'). make fuzz: FUZZ_SECONDS (default 60)
+# per target, FUZZ_JOBS targets at a time (default 1), FUZZ_TARGETS (default all: checkpoint graph grpc_infer idx model_config rest_infer
+# safetensors uop_text).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -28,8 +32,11 @@ CTEST_ARGS ?=
 SERVE_DIR ?= .kiln
 DATASET_ROOTS ?= /usr/share/datasets
 SERVE_ARGS ?=
+FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
+FUZZ_TARGETS ?=
 
-.PHONY: test bench fuzz-numerics serve asan tsan debug deps build-release format tidy clean distclean
+.PHONY: test bench fuzz fuzz-numerics serve asan tsan debug deps build-release build-fuzz format tidy clean distclean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -41,11 +48,12 @@ define build
 	cmake --build --preset $(1) -j $(JOBS)
 endef
 
-# run the suite of one preset, keep a log, print a final summary; fails if anything failed.
+# run the suite of one preset with ctest args $(3), keep a log, print a final summary; fails if
+# anything failed.
 define run_tests
 	@echo "==== test: preset $(1) ===="
 	@log=build/$(1)/ctest.log; rc=0; \
-	ctest --preset $(1) --output-on-failure -j $(JOBS) $(CTEST_ARGS) 2>&1 | tee "$$log" || rc=$$?; \
+	ctest --preset $(1) --output-on-failure -j $(JOBS) $(3) 2>&1 | tee "$$log" || rc=$$?; \
 	echo; echo "==== make $(2) summary (preset $(1)) ===="; \
 	grep -E '^[0-9]+% tests passed' "$$log" || echo "ctest printed no result line"; \
 	if grep -q '^The following tests FAILED' "$$log"; then sed -n '/^The following tests FAILED/,$$p' "$$log"; fi; \
@@ -56,8 +64,14 @@ endef
 build-release: deps
 	$(call build,release)
 
+build-fuzz: deps
+	$(call build,fuzz)
+
 test: build-release
-	$(call run_tests,release,test)
+	$(call run_tests,release,test,$(CTEST_ARGS))
+
+fuzz: build-fuzz
+	@FUZZ_JOBS=$(FUZZ_JOBS) bash tests/fuzz/run.sh $(FUZZ_SECONDS) build/fuzz/tests/fuzz $(FUZZ_TARGETS)
 
 bench: build-release
 	@bash tests/bench/run.sh
@@ -76,15 +90,15 @@ serve: build-release
 
 debug: deps
 	$(call build,debug)
-	$(call run_tests,debug,debug)
+	$(call run_tests,debug,debug,$(CTEST_ARGS))
 
 asan: deps
 	$(call build,asan)
-	$(call run_tests,asan,asan)
+	$(call run_tests,asan,asan,$(CTEST_ARGS))
 
 tsan: deps
 	$(call build,tsan)
-	$(call run_tests,tsan,tsan)
+	$(call run_tests,tsan,tsan,$(CTEST_ARGS))
 
 format:
 	git ls-files -z -- '*.h' '*.cc' | xargs -0 -r clang-format -i

@@ -15,6 +15,8 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 packages=(
   # toolchain and build
   build-essential cmake ninja-build g++ pkg-config git ccache
+  # fuzz preset (tests/fuzz): clang 14 and its libFuzzer / sanitizer runtimes
+  clang-14 libclang-rt-14-dev
   # C++ libraries
   libabsl-dev libspdlog-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev libsqlite3-dev
   # compressed datasets (IDX .gz, engine/nn/state)

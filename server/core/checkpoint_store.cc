@@ -7,23 +7,18 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "engine/api/trainer.h"
+#include "server/core/checkpoint_manifest.h"
 #include "server/core/failpoint.h"
 #include "spdlog/spdlog.h"
 
 namespace kiln::server {
 namespace fs = std::filesystem;
 namespace {
-
-constexpr char kManifestHeader[] = "kiln-checkpoint 1";
-
-std::string StepName(int64_t step) { return absl::StrFormat("ckpt-%010d", step); }
 
 bool ParseStepName(const std::string& file, const std::string& suffix, int64_t* step) {
   if (file.size() != 5 + 10 + suffix.size() || file.rfind("ckpt-", 0) != 0 ||
@@ -34,22 +29,16 @@ bool ParseStepName(const std::string& file, const std::string& suffix, int64_t* 
 }
 
 absl::StatusOr<CheckpointInfo> ReadManifest(const fs::path& dir, int64_t step) {
-  std::ifstream in(dir / (StepName(step) + ".manifest"));
-  std::string header;
-  if (!std::getline(in, header) || header != kManifestHeader) {
-    return absl::DataLossError(absl::StrCat("checkpoint ", step, ": manifest header is wrong"));
-  }
-  std::map<std::string, std::string> kv;
-  std::string key, value;
-  while (in >> key >> value) kv[key] = value;
+  std::ifstream in(dir / (CheckpointStem(step) + ".manifest"), std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<CheckpointManifest> m = ParseCheckpointManifest(text.str(), step);
+  if (!m.ok()) return m.status();
   CheckpointInfo info;
-  if (!absl::SimpleAtoi(kv["step"], &info.step) || info.step != step ||
-      !absl::SimpleAtoi(kv["bytes"], &info.bytes) || kv["sha256"].size() != 64 ||
-      kv["file"] != StepName(step) + ".safetensors") {
-    return absl::DataLossError(absl::StrCat("checkpoint ", step, ": manifest is incomplete"));
-  }
-  info.sha256 = kv["sha256"];
-  info.data = dir / kv["file"];
+  info.step = m->step;
+  info.bytes = m->bytes;
+  info.sha256 = m->sha256;
+  info.data = dir / m->file;
   return info;
 }
 
@@ -109,7 +98,7 @@ absl::StatusOr<CheckpointInfo> CheckpointStore::Save(
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return ErrnoStatus(absl::StrCat("checkpoint folder ", display_), ec.value());
-  const std::string name = StepName(step);
+  const std::string name = CheckpointStem(step);
   const fs::path data = dir_ / (name + ".safetensors");
   const fs::path tmp = fs::path(data.string() + ".tmp");
   const std::string shown_tmp = absl::StrCat(display_, "/", name, ".safetensors.tmp");
@@ -157,9 +146,8 @@ absl::StatusOr<CheckpointInfo> CheckpointStore::Save(
                   absl::StrCat(display_, "/", name, ".safetensors"));
   }
   info.sha256 = *sha;
-  const std::string manifest =
-      absl::StrCat(kManifestHeader, "\nstep ", step, "\nfile ", data.filename().string(),
-                   "\nbytes ", info.bytes, "\nsha256 ", info.sha256, "\n");
+  const std::string manifest = FormatCheckpointManifest(
+      {.step = step, .file = data.filename().string(), .bytes = info.bytes, .sha256 = info.sha256});
   if (st = WriteFileDurable(dir_ / (name + ".manifest"), manifest); !st.ok()) {
     return failed(st, absl::StrCat(display_, "/", name, ".manifest"));
   }
@@ -168,7 +156,7 @@ absl::StatusOr<CheckpointInfo> CheckpointStore::Save(
   // a data file without a manifest (partial; Clean removes it), never a manifest without data.
   std::vector<CheckpointInfo> all = List();
   for (size_t i = 0; i + keep_ < all.size(); ++i) {
-    fs::remove(dir_ / (StepName(all[i].step) + ".manifest"), ec);
+    fs::remove(dir_ / (CheckpointStem(all[i].step) + ".manifest"), ec);
     fs::remove(all[i].data, ec);
   }
   (void)FsyncPath(dir_);
@@ -229,7 +217,7 @@ void CheckpointStore::Clean() const {
     if (name.find(".tmp") != std::string::npos) {
       remove.push_back(entry.path());
     } else if (ParseStepName(name, ".safetensors", &step) &&
-               !fs::exists(dir_ / (StepName(step) + ".manifest"))) {
+               !fs::exists(dir_ / (CheckpointStem(step) + ".manifest"))) {
       remove.push_back(entry.path());
     }
   }

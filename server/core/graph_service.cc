@@ -93,7 +93,8 @@ absl::StatusOr<api::RunResult> GraphService::RunPrepared(api::Engine& engine,
   for (size_t g = 0; g < bound.size(); ++g) {
     if (!bound[g]) {
       return absl::InvalidArgumentError(
-          absl::StrCat("inputs: missing '", spec.inputs[g].name, "' (graph inputs[", g, "])"));
+          absl::StrCat("inputs: missing '", spec.inputs[g].name.substr(0, 256), "' (graph inputs[", g,
+                       "])"));
     }
   }
   absl::StatusOr<api::RunResult> run = engine.Run(graph, views, OptionsFor(call));

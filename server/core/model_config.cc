@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/stubs/common.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
 #include "server/core/datatype.h"
@@ -86,6 +87,37 @@ absl::Status CheckTensors(std::string_view field,
   return absl::OkStatus();
 }
 
+// The path ("output[0].name", "parameters[1].key") of the first string field of `m` that is not
+// valid UTF-8, or "" if there is none. Protobuf strings must be UTF-8: the text and JSON parsers
+// let escapes through, but serializing such a field is an error and proto3 clients (and kilnd's
+// own JSON printer) refuse or mangle it, so a config holding one would break every response that
+// names its tensors.
+std::string FirstInvalidUtf8(const google::protobuf::Message& m, const std::string& prefix) {
+  using FD = google::protobuf::FieldDescriptor;
+  const google::protobuf::Reflection* r = m.GetReflection();
+  std::vector<const FD*> fields;
+  r->ListFields(m, &fields);
+  for (const FD* f : fields) {
+    const std::string name = prefix + f->name();
+    const int n = f->is_repeated() ? r->FieldSize(m, f) : 1;
+    for (int i = 0; i < n; ++i) {
+      const std::string where = f->is_repeated() ? absl::StrCat(name, "[", i, "]") : name;
+      if (f->type() == FD::TYPE_STRING) {
+        const std::string& v = f->is_repeated() ? r->GetRepeatedString(m, f, i) : r->GetString(m, f);
+        if (!google::protobuf::internal::IsStructurallyValidUTF8(v.data(), static_cast<int>(v.size()))) {
+          return where;
+        }
+      } else if (f->cpp_type() == FD::CPPTYPE_MESSAGE) {
+        const google::protobuf::Message& sub =
+            f->is_repeated() ? r->GetRepeatedMessage(m, f, i) : r->GetMessage(m, f);
+        std::string bad = FirstInvalidUtf8(sub, where + ".");
+        if (!bad.empty()) return bad;
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 bool IsValidModelName(std::string_view name) {
@@ -162,6 +194,9 @@ absl::Status NormalizeModelConfig(std::string_view model_name, inference::ModelC
   }
   if (config->output_size() == 0) {
     return absl::InvalidArgumentError("config output: a model needs at least one output");
+  }
+  if (const std::string bad = FirstInvalidUtf8(*config, ""); !bad.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("config ", bad, ": not valid UTF-8"));
   }
   const bool batching = config->max_batch_size() > 0;
   std::set<std::string> input_names;

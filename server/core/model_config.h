@@ -4,8 +4,10 @@
 // After NormalizeModelConfig succeeds: name equals the model's folder name; platform is one of
 // kKnownPlatforms; 0 <= max_batch_size <= kMaxBatchSize; every input/output has a unique
 // non-empty name, a valid datatype and dims of -1 or > 0 with rank <= kMaxTensorRank (batch dim
-// included); version_policy is set (default latest { num_versions: 1 }). Other fields
-// (instance_group, dynamic_batching, parameters, ...) are kept as written for later stages.
+// included); every string field is valid UTF-8 (INVALID_ARGUMENT naming the first that is not,
+// e.g. "config output[0].name: not valid UTF-8"); version_policy is set (default latest
+// { num_versions: 1 }). Other fields (instance_group, dynamic_batching, parameters, ...) are kept
+// as written for later stages.
 #pragma once
 
 #include <string>

@@ -1,4 +1,5 @@
-// IDX (MNIST-format) loader: see idx.h.
+// IDX (MNIST-format) files: parsing, gzip, limits (see idx.h). No Tensor here: the MNIST loaders are in
+// mnist.cc.
 #include "engine/nn/state/idx.h"
 
 #include <zlib.h>
@@ -71,13 +72,11 @@ absl::StatusOr<std::string> Gunzip(const std::string& path, std::string_view in)
 
 }  // namespace
 
-absl::StatusOr<IdxData> ReadIdx(const std::string& path, int expected_rank) {
-  KILN_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path));
-  std::string_view bytes = f.view();
+absl::StatusOr<IdxData> ParseIdx(std::string_view bytes, const std::string& path, int expected_rank,
+                                 bool gzip) {
   std::string inflated;
-  const bool gz =
-      EndsWith(path, ".gz") || (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
-                                static_cast<unsigned char>(bytes[1]) == 0x8b);
+  const bool gz = gzip || (bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
+                           static_cast<unsigned char>(bytes[1]) == 0x8b);
   if (gz) {
     KILN_ASSIGN_OR_RETURN(inflated, Gunzip(path, bytes));
     bytes = inflated;
@@ -111,43 +110,9 @@ absl::StatusOr<IdxData> ReadIdx(const std::string& path, int expected_rank) {
   return out;
 }
 
-absl::StatusOr<Tensor> LoadMnistImages(const std::string& path, const std::string& device) {
-  KILN_ASSIGN_OR_RETURN(IdxData d, ReadIdx(path, 3));
-  const int64_t shape[4] = {d.dims[0], 1, d.dims[1], d.dims[2]};
-  Tensor t = Tensor::FromHost(d.data.data(), dtypes::kUInt8, shape, device);
-  if (!t.ok()) return t.status();
-  return t;
-}
-
-absl::StatusOr<Tensor> LoadMnistLabels(const std::string& path, const std::string& device) {
-  KILN_ASSIGN_OR_RETURN(IdxData d, ReadIdx(path, 1));
-  const int64_t shape[1] = {d.dims[0]};
-  Tensor t = Tensor::FromHost(d.data.data(), dtypes::kUInt8, shape, device);
-  if (!t.ok()) return t.status();
-  return t;
-}
-
-absl::StatusOr<MnistDataset> LoadMnist(const std::string& dir, const std::string& device) {
-  auto find = [&dir](const std::string& base) -> absl::StatusOr<std::string> {
-    for (const std::string& name : {base, base + ".gz"}) {
-      std::string p = absl::StrCat(dir, "/", name);
-      if (MappedFile::Open(p).ok()) return p;
-    }
-    return absl::NotFoundError(absl::StrCat("IDX: neither ", base, " nor ", base, ".gz in ", dir));
-  };
-  MnistDataset ds;
-  KILN_ASSIGN_OR_RETURN(std::string p, find("train-images-idx3-ubyte"));
-  KILN_ASSIGN_OR_RETURN(ds.train_images, LoadMnistImages(p, device));
-  KILN_ASSIGN_OR_RETURN(p, find("train-labels-idx1-ubyte"));
-  KILN_ASSIGN_OR_RETURN(ds.train_labels, LoadMnistLabels(p, device));
-  KILN_ASSIGN_OR_RETURN(p, find("t10k-images-idx3-ubyte"));
-  KILN_ASSIGN_OR_RETURN(ds.test_images, LoadMnistImages(p, device));
-  KILN_ASSIGN_OR_RETURN(p, find("t10k-labels-idx1-ubyte"));
-  KILN_ASSIGN_OR_RETURN(ds.test_labels, LoadMnistLabels(p, device));
-  if (ds.train_images.size(0) != ds.train_labels.size(0) ||
-      ds.test_images.size(0) != ds.test_labels.size(0))
-    return absl::InvalidArgumentError(absl::StrCat("IDX ", dir, ": image and label counts differ"));
-  return ds;
+absl::StatusOr<IdxData> ReadIdx(const std::string& path, int expected_rank) {
+  KILN_ASSIGN_OR_RETURN(MappedFile f, MappedFile::Open(path));
+  return ParseIdx(f.view(), path, expected_rank, EndsWith(path, ".gz"));
 }
 
 }  // namespace kiln::nn

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,6 +35,10 @@ struct IdxData {
 // Reads a whole IDX file of uint8 (gzip-compressed when the name ends in ".gz" or the data starts with the gzip
 // magic). `expected_rank` > 0 requires that many dims.
 absl::StatusOr<IdxData> ReadIdx(const std::string& path, int expected_rank = 0);
+// ReadIdx on bytes in memory (gzip when `gzip` is set or the bytes start with the gzip magic); `path` only names
+// the data in messages. ReadIdx and ParseIdx need no Tensor (library kiln_nn_state_format).
+absl::StatusOr<IdxData> ParseIdx(std::string_view bytes, const std::string& path, int expected_rank = 0,
+                                 bool gzip = false);
 
 absl::StatusOr<Tensor> LoadMnistImages(const std::string& path, const std::string& device = "CPU");
 absl::StatusOr<Tensor> LoadMnistLabels(const std::string& path, const std::string& device = "CPU");

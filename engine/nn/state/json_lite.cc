@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace kiln::nn::json {
@@ -62,6 +63,7 @@ class Parser {
 
   absl::Status ParseObject(Value* v, int depth) {
     v->kind = Value::Kind::kObject;
+    absl::flat_hash_set<std::string> keys;  // duplicate check in O(1): a header may hold 10^7 keys
     ++pos_;  // {
     SkipWs();
     if (pos_ < s_.size() && s_[pos_] == '}') {
@@ -73,13 +75,15 @@ class Parser {
       if (pos_ >= s_.size() || s_[pos_] != '"') return Error("expected a string key");
       std::string key;
       if (absl::Status st = ParseString(&key); !st.ok()) return st;
-      if (v->Find(key) != nullptr) return Error(absl::StrCat("duplicate key \"", key, "\""));
+      if (!keys.insert(key).second) {
+        return Error(absl::StrCat("duplicate key \"", key.substr(0, 64), "\""));
+      }
       SkipWs();
       if (pos_ >= s_.size() || s_[pos_] != ':') return Error("expected ':'");
       ++pos_;
       Value member;
       if (absl::Status st = ParseValue(&member, depth + 1); !st.ok()) return st;
-      v->object.emplace_back(std::move(key), std::move(member));
+      v->object.push_back({std::move(key), std::move(member)});
       SkipWs();
       if (pos_ >= s_.size()) return Error("unterminated object");
       if (s_[pos_] == ',') {

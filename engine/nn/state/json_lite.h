@@ -17,6 +17,8 @@
 
 namespace kiln::nn::json {
 
+struct Member;
+
 struct Value {
   enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
   Kind kind = Kind::kNull;
@@ -25,15 +27,24 @@ struct Value {
   int64_t integer = 0;
   std::string text;  // kString: the decoded string; kNumber: the literal
   std::vector<Value> array;
-  std::vector<std::pair<std::string, Value>> object;
+  std::vector<Member> object;  // in input order
 
   // The member `key` of an object, or nullptr.
-  const Value* Find(std::string_view key) const {
-    for (const auto& [k, v] : object)
-      if (k == key) return &v;
-    return nullptr;
-  }
+  const Value* Find(std::string_view key) const;
 };
+
+// An object member. (A named struct, not std::pair<std::string, Value>: clang with libstdc++ cannot
+// instantiate that pair while Value is incomplete.)
+struct Member {
+  std::string key;
+  Value value;
+};
+
+inline const Value* Value::Find(std::string_view key) const {
+  for (const auto& [k, v] : object)
+    if (k == key) return &v;
+  return nullptr;
+}
 
 absl::StatusOr<Value> Parse(std::string_view text, int max_depth = 64);
 

@@ -10,8 +10,9 @@
 //   - N <= kMaxHeaderBytes and 8 + N <= file size; the header is UTF-8 JSON (nesting depth <= 64) whose top level is
 //     an object; "__metadata__", if present, maps strings to strings;
 //   - every tensor has exactly the keys dtype, shape, data_offsets; the dtype is one of BOOL U8 I8 U16 I16 F16 BF16
-//     U32 I32 F32 F64 U64 I64; dims are integers >= 0 with a product that fits; 0 <= begin <= end <= data size and
-//     end - begin == numel * itemsize; no two tensors' byte ranges overlap; names are unique and non-empty.
+//     U32 I32 F32 F64 U64 I64; dims are integers >= 0 whose non-zero ones have a product <= 2^62 (an empty tensor
+//     included); 0 <= begin <= end <= data size and end - begin == numel * itemsize; no two tensors' byte ranges
+//     overlap; names are unique and non-empty.
 // Each tensor is then copied once, straight from the mapped file into a new device buffer (kiln's CPU buffers own
 // 64-byte aligned memory, so the bytes of a file cannot be adopted in place).
 //

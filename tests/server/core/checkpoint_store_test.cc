@@ -7,9 +7,11 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/core/checkpoint_manifest.h"
 
 namespace kiln::server {
 namespace {
@@ -106,4 +108,60 @@ TEST_F(CheckpointStoreTest, KeepsTheNewestTwoAndSkipsACorruptOne) {
 }
 
 }  // namespace
+// The manifest format (checkpoint_manifest.h), as fuzz_checkpoint exercises it.
+TEST(CheckpointManifestTest, FormatThenParseIsTheSameManifest) {
+  const CheckpointManifest m{.step = 42,
+                             .file = "ckpt-0000000042.safetensors",
+                             .bytes = 123456,
+                             .sha256 = std::string(64, 'a')};
+  const std::string text = FormatCheckpointManifest(m);
+  EXPECT_EQ(text,
+            "kiln-checkpoint 1\nstep 42\nfile ckpt-0000000042.safetensors\nbytes 123456\nsha256 " +
+                std::string(64, 'a') + "\n");
+  absl::StatusOr<CheckpointManifest> back = ParseCheckpointManifest(text, 42);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->step, 42);
+  EXPECT_EQ(back->file, m.file);
+  EXPECT_EQ(back->bytes, m.bytes);
+  EXPECT_EQ(back->sha256, m.sha256);
+  // Any whitespace between keys and values; unknown keys ignored; the last of a repeated key wins.
+  back = ParseCheckpointManifest("kiln-checkpoint 1\n bytes\t7 extra x\r\nstep 42 file "
+                                 "ckpt-0000000042.safetensors sha256 " + std::string(64, '0') +
+                                     "\nbytes 9",
+                                 42);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->bytes, 9u);
+}
+
+TEST(CheckpointManifestTest, RejectsManifestsOfAnotherGenerationOrIncomplete) {
+  const std::string sha(64, 'f');
+  const std::string ok = "kiln-checkpoint 1\nstep 5\nfile ckpt-0000000005.safetensors\nbytes 1\n";
+  struct Case {
+    std::string text;
+    std::string words;
+  };
+  const std::vector<Case> cases = {
+      {"", "header is wrong"},
+      {"kiln-checkpoint 2\n", "header is wrong"},
+      {"kiln-checkpoint 1", "incomplete"},
+      {ok, "incomplete"},                                      // no sha256
+      {ok + "sha256 " + sha.substr(1), "incomplete"},          // 63 digits
+      {ok + "sha256 " + std::string(64, 'F'), "incomplete"},   // not lowercase hex
+      {ok + "sha256 " + std::string(63, 'f') + "g", "incomplete"},
+      {"kiln-checkpoint 1\nstep 6\nfile ckpt-0000000005.safetensors\nbytes 1\nsha256 " + sha,
+       "incomplete"},  // another step
+      {"kiln-checkpoint 1\nstep 5\nfile ../ckpt-0000000005.safetensors\nbytes 1\nsha256 " + sha,
+       "incomplete"},  // another file
+      {"kiln-checkpoint 1\nstep 5\nfile ckpt-0000000005.safetensors\nbytes -1\nsha256 " + sha,
+       "incomplete"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<CheckpointManifest> m = ParseCheckpointManifest(c.text, 5);
+    ASSERT_FALSE(m.ok()) << c.text;
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss) << c.text;
+    EXPECT_THAT(std::string(m.status().message()), HasSubstr(c.words)) << c.text;
+  }
+  EXPECT_TRUE(ParseCheckpointManifest(ok + "sha256 " + sha, 5).ok());
+}
+
 }  // namespace kiln::server

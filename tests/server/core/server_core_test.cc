@@ -115,6 +115,41 @@ TEST(ModelConfigTest, RejectsBadConfigs) {
   }
 }
 
+// Found by fuzz_model_config: protobuf's text format lets escapes put any bytes into a string
+// field, and a tensor name that is not UTF-8 cannot be sent back in a protobuf or JSON response.
+TEST(ModelConfigTest, RejectsStringsThatAreNotUtf8) {
+  const std::string tensors =
+      " input [{name: \"a\" data_type: TYPE_FP32 dims: [1]}]"
+      " output [{name: \"b\" data_type: TYPE_FP32 dims: [1]}]";
+  struct Case {
+    std::string text;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {"platform: \"kiln_graph\" input [{name: \"a\" data_type: TYPE_FP32 dims: [1]}] "
+       "output [{name: \"OUT\\264\\264\" data_type: TYPE_FP32 dims: [1]}]",
+       "config output[0].name: not valid UTF-8"},
+      {"platform: \"kiln_builtin\"" + tensors +
+           " parameters { key: \"architecture\" value { string_value: \"\\xff\" } }",
+       "config parameters[0].value.string_value: not valid UTF-8"},
+      {"platform: \"kiln_graph\"" + tensors + " parameters { key: \"k\\300\\200\" value {} }",
+       "config parameters[0].key: not valid UTF-8"},
+  };
+  for (const Case& c : cases) {
+    auto parsed = ParseModelConfigText(c.text);
+    ASSERT_TRUE(parsed.ok()) << c.text << ": " << parsed.status();
+    absl::Status s = NormalizeModelConfig("m", &*parsed);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.field)) << c.text;
+  }
+  // UTF-8 beyond ASCII is fine.
+  auto ok = ParseModelConfigText(
+      "platform: \"kiln_graph\" input [{name: \"\xc3\xa9t\xc3\xa9\" data_type: TYPE_FP32 "
+      "dims: [1]}] output [{name: \"b\" data_type: TYPE_FP32 dims: [1]}]");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_TRUE(NormalizeModelConfig("m", &*ok).ok());
+}
+
 TEST(ModelConfigTest, ModelNames) {
   for (const char* ok : {"add_sub", "model-1", "..my_model"}) {
     EXPECT_EQ(IsValidModelName(ok), ok[0] != '.') << ok;
