@@ -3,12 +3,15 @@
 // point into the transport's message, which must outlive the call.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/api/engine.h"
@@ -52,12 +55,30 @@ struct InferRequest {
   // the transport cancels when the client goes away (null: none). A request past its deadline or
   // cancelled while queued is answered DEADLINE_EXCEEDED / CANCELLED without running; a running
   // one stops between kernels.
+  // Both transports also take Triton's request parameter `timeout` (microseconds, 0 = none): the
+  // deadline is the earlier of the call's and now + timeout (ApplyTimeoutParameter).
   absl::Time deadline = absl::InfiniteFuture();
   std::shared_ptr<const api::CancellationToken> cancellation;
   // The transport's own cap on the outputs' bytes (e.g. REST's JSON grows a tensor several times);
   // 0 = the server's (--max-response-bytes). The smaller one applies.
   int64_t max_response_bytes = 0;
 };
+
+// The request parameter `timeout` (Triton's: microseconds, 0 = none) applied to `request`: its
+// deadline becomes the earlier of the current one and now + timeout. A negative value, or one
+// over a year, is InvalidArgument naming parameters.timeout.
+inline absl::Status ApplyTimeoutParameter(int64_t micros, InferRequest* request) {
+  constexpr int64_t kMaxTimeoutMicros = int64_t{366} * 24 * 3600 * 1000000;
+  if (micros < 0 || micros > kMaxTimeoutMicros) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameters.timeout: ", micros, " microseconds is outside [0, ",
+                     kMaxTimeoutMicros, "]"));
+  }
+  if (micros > 0) {
+    request->deadline = std::min(request->deadline, absl::Now() + absl::Microseconds(micros));
+  }
+  return absl::OkStatus();
+}
 
 // What validation established about one input (in request order).
 struct ValidatedInput {

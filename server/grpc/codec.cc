@@ -56,6 +56,23 @@ InferRequest DecodeInferRequest(const inference::ModelInferRequest& wire) {
   return request;
 }
 
+absl::Status ApplyRequestParameters(const inference::ModelInferRequest& wire,
+                                    InferRequest* request) {
+  auto it = wire.parameters().find("timeout");
+  if (it == wire.parameters().end()) return absl::OkStatus();
+  const inference::InferParameter& p = it->second;
+  if (p.parameter_choice_case() == inference::InferParameter::kInt64Param) {
+    return ApplyTimeoutParameter(p.int64_param(), request);
+  }
+  if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+    const uint64_t v = p.uint64_param();
+    return ApplyTimeoutParameter(
+        v > static_cast<uint64_t>(INT64_MAX) ? int64_t{-1} : static_cast<int64_t>(v), request);
+  }
+  return absl::InvalidArgumentError(
+      "parameters.timeout: expected int64_param or uint64_param (microseconds)");
+}
+
 void EncodeInferResponse(const InferResponse& response, inference::ModelInferResponse* wire) {
   wire->set_model_name(response.model_name);
   wire->set_model_version(response.model_version);

@@ -12,6 +12,9 @@
 namespace kiln::server {
 
 InferRequest DecodeInferRequest(const inference::ModelInferRequest& wire);
+// The request parameters kilnd acts on: `timeout` (int64_param or uint64_param, microseconds, as
+// Triton's) tightens request->deadline (ApplyTimeoutParameter). Others are ignored, as Triton does.
+absl::Status ApplyRequestParameters(const inference::ModelInferRequest& wire, InferRequest* request);
 void EncodeInferResponse(const InferResponse& response, inference::ModelInferResponse* wire);
 
 // `config` (string: JSON ModelConfig) and `file:*` parameters of RepositoryModelLoad.

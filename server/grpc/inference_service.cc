@@ -90,6 +90,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     InferRequest r = DecodeInferRequest(*request);
     r.deadline = CallDeadline(*ctx);
     r.cancellation = CallCancellation(ctx);
+    if (absl::Status s = ApplyRequestParameters(*request, &r); !s.ok()) return s;
     return r;
   });
   if (!decoded.ok()) {
@@ -169,6 +170,7 @@ class StreamInferReactor final
           InferRequest r = DecodeInferRequest(*message);
           r.deadline = CallDeadline(*ctx_);
           r.cancellation = shared_->cancellation;
+          if (absl::Status s = ApplyRequestParameters(*message, &r); !s.ok()) return s;
           return r;
         });
     if (decoded.ok()) {

@@ -270,6 +270,10 @@ absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const 
       if (!b->IsBool()) return Bad("parameters.binary_data_output", "expected true or false");
       out->binary_output_default = b->GetBool();
     }
+    if (const Value* t = Member(*params, "timeout"); t != nullptr) {
+      if (!t->IsInt64()) return Bad("parameters.timeout", "expected an integer (microseconds)");
+      if (absl::Status s = ApplyTimeoutParameter(t->GetInt64(), &request); !s.ok()) return s;
+    }
   }
   const Value* inputs = Member(doc, "inputs");
   if (inputs == nullptr || !inputs->IsArray()) return Bad("inputs", "missing or not an array");

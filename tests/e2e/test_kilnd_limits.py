@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import time
+import urllib.error
 import urllib.request
 
 import grpc
@@ -305,3 +306,33 @@ def test_execute_honours_the_device(server, stub, pb):
     for device in ("CUDA:7", "no such device!"):
         code, msg = rpc_error(stub.Execute, engine_pb2.ExecuteRequest(graph=b.g, inputs=[t], device=device))
         assert code == grpc.StatusCode.INVALID_ARGUMENT and msg.startswith("device: "), msg
+
+
+def test_timeout_request_parameter_sets_the_deadline(server):
+    """Triton's request parameter `timeout` (microseconds), as tritonclient sends it over REST and
+    gRPC: 1 us passes before the request reaches the engine (DEADLINE_EXCEEDED / 504, nothing
+    runs); a generous one, or none, answers; a negative one is a 400 naming the parameter."""
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    a = np.arange(16, dtype=np.float32).reshape(1, 16)
+    for mod, url in ((httpclient, server.http_url), (grpcclient, server.url)):
+        c = mod.InferenceServerClient(url=url)
+        inputs = [mod.InferInput(n, [1, 16], "FP32") for n in ("INPUT0", "INPUT1")]
+        for i in inputs:
+            i.set_data_from_numpy(a)
+        with pytest.raises(InferenceServerException) as err:
+            c.infer("add_sub", inputs, timeout=1)
+        assert "deadline" in str(err.value).lower(), str(err.value)
+        out = c.infer("add_sub", inputs, timeout=30_000_000).as_numpy("OUTPUT0")
+        np.testing.assert_array_equal(out, a * 2)
+        np.testing.assert_array_equal(c.infer("add_sub", inputs).as_numpy("OUTPUT0"), a * 2)
+    body = ('{"parameters": {"timeout": -5}, "inputs": ['
+            '{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [' + ",".join(["1"] * 16) + ']},'
+            '{"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": [' + ",".join(["1"] * 16) + ']}]}')
+    req = urllib.request.Request(f"http://{server.http_url}/v2/models/add_sub/infer", data=body.encode(),
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 400
+    assert "parameters.timeout" in err.value.read().decode()
