@@ -1,8 +1,10 @@
 // Reduce lowering (REDUCE -> DEFINE_REG accumulator + loop, docs/kernel-ir.md §3), THREAD -> SPECIAL core_id,
 // and END normalisation (one single-range END per RANGE).
 #include <algorithm>
+#include <vector>
 #include <limits>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "engine/codegen/graph_util.h"
@@ -31,6 +33,39 @@ UOpPtr Combine(Op op, const UOpPtr& a, const UOpPtr& b) {
 void SortByOrder(std::vector<UOpPtr>& v, const LowerContext& ctx) {
   std::stable_sort(v.begin(), v.end(),
                    [&](const UOpPtr& a, const UOpPtr& b) { return ctx.OrderOf(a.get()) < ctx.OrderOf(b.get()); });
+}
+
+// The outer ranges of each REDUCE's accumulator: the ranges its value lives in besides its own, made
+// common to every REDUCE that shares one of its reduce ranges (and, transitively, theirs). Sibling
+// reduces over one RANGE update in one loop, which sits inside the outer ranges of all of them; an
+// accumulator reset outside one of those loops would count on across its iterations (issue #17: an
+// AvgPool's counts over an expanded constant, fused with its sums, came out 4, 8, 12, ... not 4).
+// A REDUCE alone on its ranges keeps its own set, so one that depends on no output range is hoisted.
+absl::flat_hash_map<const UOp*, std::vector<const UOp*>> OuterRanges(const std::vector<const UOp*>& reduces,
+                                                                     const RangeSets& rs) {
+  absl::flat_hash_map<const UOp*, std::vector<const UOp*>> outer;
+  absl::flat_hash_map<const UOp*, std::vector<const UOp*>> by_range;  // reduce RANGE -> its REDUCEs
+  for (const UOp* r : reduces) {
+    outer[r] = rs.Of(r);
+    for (size_t i = 1; i < r->num_src(); ++i) by_range[r->src(i).get()].push_back(r);
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const auto& [range, group] : by_range) {
+      if (group.size() < 2) continue;
+      std::vector<const UOp*> all;
+      for (const UOp* r : group) all.insert(all.end(), outer[r].begin(), outer[r].end());
+      std::sort(all.begin(), all.end());
+      all.erase(std::unique(all.begin(), all.end()), all.end());
+      for (const UOp* r : group) {
+        if (outer[r] != all) {
+          outer[r] = all;
+          changed = true;
+        }
+      }
+    }
+  }
+  return outer;
 }
 
 void Flatten(const UOpPtr& u, UOpVec& out) {
@@ -63,6 +98,9 @@ absl::StatusOr<UOpPtr> LowerReduces(const UOpPtr& sink, LowerContext& ctx) {
   absl::flat_hash_map<DType, UOpPtr> regs;
   for (const auto& [d, n] : count) regs[d] = UOp::Make(Op::DEFINE_REG, d.Ptr(AddrSpace::kReg), {}, n);
   RangeSets rs(sink);
+  std::vector<const UOp*> reduces;
+  for (const auto& [r, n] : slot) reduces.push_back(r);
+  const absl::flat_hash_map<const UOp*, std::vector<const UOp*>> outer_of = OuterRanges(reduces, rs);
   return RewriteBottomUp(sink, [&](const UOp* orig, const UOpPtr& u) -> UOpPtr {
     if (u->op() != Op::REDUCE) return nullptr;
     if (u->num_src() < 2) return u->src(0);
@@ -70,9 +108,10 @@ absl::StatusOr<UOpPtr> LowerReduces(const UOpPtr& sink, LowerContext& ctx) {
     const DType d = u->dtype();
     const UOpPtr& reg = regs.at(d);
     const UOpPtr k = UOp::Const(dtypes::kIndex, slot.at(orig));
-    // The ranges the value lives in besides its own: the accumulator is reset once per iteration of those.
+    // The ranges the value (and its siblings', OuterRanges) lives in besides its own: the accumulator is
+    // reset once per iteration of those.
     std::vector<UOpPtr> outer;
-    for (const UOp* r : rs.Of(orig)) outer.push_back(UOpPtr::FromRaw(r));
+    for (const UOp* r : outer_of.at(orig)) outer.push_back(UOpPtr::FromRaw(r));
     SortByOrder(outer, ctx);
     std::vector<UOpPtr> red(u->src().begin() + 1, u->src().end());
     SortByOrder(red, ctx);

@@ -261,9 +261,9 @@ absl::StatusOr<std::pair<Tensor, Tensor>> WindowSums(OpContext& ctx, const Tenso
   } else {
     mask = mask.Pad(FullPads(w, true), 0.0);
   }
-  // Contiguous: pooling the broadcast constant directly with dilation counts wrong (an engine bug with views of
-  // an expanded CONST, reported); a stored mask is one small kernel.
-  Tensor counts = mask.Contiguous().AvgPool2d(w.kernel, PlainPool(w)).Mul(static_cast<double>(k));
+  // The mask stays a broadcast constant: its counts fuse into the sums' kernel (codegen resets their accumulator
+  // per output, engine/codegen/reduce.cc EnclosingRanges).
+  Tensor counts = mask.AvgPool2d(w.kernel, PlainPool(w)).Mul(static_cast<double>(k));
   return std::make_pair(sums, counts);
 }
 

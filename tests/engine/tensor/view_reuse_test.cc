@@ -132,6 +132,92 @@ TEST_P(ViewReuseTest, ShrinkUsedAtTwoIndices) {
   }
 }
 
+TEST_P(ViewReuseTest, CatOfShrinksThenShrunk) {
+  // Found by the ONNX import (Slice of a Concat of one-element Slices): the gate of the Cat's third
+  // part once depended on the order the parts were built in. Expected values are plain loops.
+  for (int round = 0; round < kRounds; ++round) {
+    Shuffle(round);
+    const int64_t n = round == 0 ? 4 : 5 + round % 3;  // round 0: the ONNX case (4 parts + a constant)
+    std::vector<int64_t> d(n), cat;
+    for (int64_t i = 0; i < n; ++i) d[i] = 2 + i;
+    Tensor b = Tensor::FromVector(d, {n}, GetParam());
+    std::vector<Tensor> parts;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i == 2 && round % 2 == 0) {  // a constant between the views, as in the ONNX model
+        parts.push_back(Tensor::Full({1}, int64_t{1}, dtypes::kInt64, GetParam()));
+        cat.push_back(1);
+      }
+      parts.push_back(b.Shrink({{i, i + 1}}));
+      cat.push_back(d[i]);
+    }
+    std::vector<int64_t> want(cat.begin() + 2, cat.begin() + 5);
+    auto got = Tensor::Cat(parts, 0).Shrink({{2, 5}}).Contiguous().ToVector<int64_t>();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(*got, want) << "round " << round << ", " << n << " parts";
+  }
+}
+
+TEST_P(ViewReuseTest, PoolOverAnExpandedConstantInOneKernelWithASum) {
+  // sum-pool(x) / sum-pool(ones) in one kernel, ones an expanded constant (ONNX AveragePool's counts):
+  // the counts' accumulator does not depend on the output loops, and was once reset only once per
+  // kernel, so it counted on across outputs (4, 8, 12, ... instead of 4). Expected: plain loops.
+  for (int nd = 1; nd <= 3; ++nd) {
+    for (int64_t dil : {1, 2}) {
+      const int64_t side = 4, k = 2, out = side - dil * (k - 1);
+      std::vector<int64_t> shape = {1, 1};
+      int64_t n = 1, outs = 1;
+      for (int i = 0; i < nd; ++i) shape.push_back(side), n *= side, outs *= out;
+      std::vector<float> xs(n);
+      for (int64_t i = 0; i < n; ++i) xs[i] = static_cast<float>(i % 7 + 1);
+      std::vector<float> want(outs);
+      for (int64_t o = 0; o < outs; ++o) {  // mean of x over the dilated window at output o
+        float sum = 0;
+        int64_t cnt = 0;
+        for (int64_t w = 0; w < (int64_t{1} << nd); ++w) {  // k = 2: one bit per dim
+          int64_t flat = 0;
+          for (int d = 0, orem = o; d < nd; ++d) {
+            const int64_t od = orem % out, wd = (w >> d) & 1;
+            orem /= out;
+            int64_t stride = 1;
+            for (int e = 0; e < d; ++e) stride *= side;
+            flat += (od + wd * dil) * stride;
+          }
+          sum += xs[flat], ++cnt;
+        }
+        want[o] = sum / static_cast<float>(cnt);
+      }
+      // Dims are laid out last-fastest in the Tensor, first-fastest above: reverse the input order.
+      std::vector<float> xr(n);
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t r = 0;
+        for (int d = 0, rem = static_cast<int>(i); d < nd; ++d) {
+          r = r * side + rem % side;
+          rem /= static_cast<int>(side);
+        }
+        xr[r] = xs[i];
+      }
+      PoolOptions o;
+      o.stride = IntVec(nd, 1);
+      o.dilation = IntVec(nd, dil);
+      Tensor x = Tensor::FromVector(xr, shape, GetParam());
+      Tensor ones = Tensor::Ones(shape, dtypes::kFloat32, GetParam());
+      auto got = x.AvgPool2d(IntVec(nd, k), o).Div(ones.AvgPool2d(IntVec(nd, k), o)).ToVector<float>();
+      ASSERT_TRUE(got.ok()) << got.status();
+      std::vector<float> want_r(outs);
+      for (int64_t i = 0; i < outs; ++i) {
+        int64_t r = 0;
+        for (int d = 0, rem = static_cast<int>(i); d < nd; ++d) {
+          r = r * out + rem % out;
+          rem /= static_cast<int>(out);
+        }
+        want_r[r] = want[i];
+      }
+      for (int64_t i = 0; i < outs; ++i)
+        ASSERT_NEAR((*got)[i], want_r[i], 1e-5) << nd << "-d, dilation " << dil << ", output " << i;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, ViewReuseTest, ::testing::Values("CPU", "INTERP", "CL"),
                          [](const auto& info) { return info.param; });
 
