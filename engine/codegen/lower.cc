@@ -179,6 +179,26 @@ absl::StatusOr<Program> LowerKernel(const UOpPtr& kernel_ast, const Target& targ
   p.applied_opts = ctx.applied_opts;
   p.no_gather = ctx.no_gather;
   KILN_RETURN_IF_ERROR(FillProgramInfo(ctx, p));
+  // Every buffer of the kernel stays a parameter, read or not: the launch passes the schedule's buffers,
+  // and a body simplified past one of them (where(c, x, x) -> x drops c's buffer) would otherwise be
+  // rendered with fewer parameters than it is given (found by the differential test).
+  bool added = false;
+  for (const UOp* u : Toposort(kernel_ast)) {
+    if (u->op() != Op::PARAM || !u->dtype().is_ptr) continue;
+    const int64_t* slot = std::get_if<int64_t>(&u->arg());
+    if (slot == nullptr) continue;
+    if (std::any_of(p.buffers.begin(), p.buffers.end(), [&](const BufferParam& b) { return b.slot == *slot; }))
+      continue;
+    BufferParam b;
+    b.slot = *slot;
+    b.dtype = u->dtype().Base();
+    p.buffers.push_back(b);
+    added = true;
+  }
+  if (added) {
+    std::sort(p.buffers.begin(), p.buffers.end(),
+              [](const BufferParam& a, const BufferParam& b) { return a.slot < b.slot; });
+  }
   if (DebugLevel() >= 3) {
     std::fprintf(stderr, "%s opts: [%s]\n", p.name.c_str(), absl::StrJoin(p.applied_opts, ", ").c_str());
   }

@@ -53,4 +53,13 @@ struct Program {
   bool no_gather = false;
 };
 
+// The buffer parameters a rendered Program takes: one per slot up to the highest it has (renderers declare
+// unused slots below it too). A schedule item may carry more buffers than that when its kernel reads none of
+// its last ones (a view entirely in the padding of a read); launches pass only the first ParamCount.
+inline int64_t ParamCount(const Program& p) {
+  int64_t n = 0;
+  for (const BufferParam& b : p.buffers) n = b.slot + 1 > n ? b.slot + 1 : n;
+  return n;
+}
+
 }  // namespace kiln::codegen

@@ -187,6 +187,9 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
       devices.insert(dev);
       KILN_ASSIGN_OR_RETURN(std::shared_ptr<realize_internal::LoadedKernel> k,
                             realize_internal::GetKernel(*dev, item.ast));
+      // A kernel that reads none of its item's last buffers takes fewer parameters (codegen::ParamCount).
+      const auto params = static_cast<uint32_t>(codegen::ParamCount(k->program));
+      if (call.arg_count > params && params >= static_cast<uint32_t>(item.num_outputs)) call.arg_count = params;
       for (size_t j = 0; j < item.buffers.size(); ++j) {
         KILN_RETURN_IF_ERROR(
             resolve(item.buffers[j], call.arg_begin + static_cast<uint32_t>(j), dev).status());

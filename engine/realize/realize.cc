@@ -383,6 +383,9 @@ absl::Status RunKernel(const ScheduleItem& item, const Schedule& s, int index, P
     mems.push_back(buf->memory());
     hold.push_back(std::move(buf));
   }
+  // A kernel that reads none of its item's last buffers takes fewer parameters (codegen::ParamCount).
+  const size_t params = static_cast<size_t>(codegen::ParamCount(k->program));
+  if (mems.size() > params && params >= static_cast<size_t>(item.num_outputs)) mems.resize(params);
   std::vector<int64_t> vars;
   for (const UOpPtr& v : k->program.vars) {
     const std::string& name = std::get<VarArg>(v->arg()).name;
