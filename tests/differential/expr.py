@@ -283,7 +283,8 @@ def _eval(n, ev, inputs):
         count = int(np.prod([x.shape[a] for a in axes]))
         if op == "sum":
             acc = sum_acc(x.dtype)
-            v32 = np.sum(x.v32.astype(NP[acc]), axis=axes, keepdims=keep)
+            # dtype=: numpy sums small integers in the platform's (u)int64; kiln (and tinygrad) in SumAccDType.
+            v32 = np.sum(x.v32.astype(NP[acc]), axis=axes, keepdims=keep, dtype=NP[acc])
             if not _f(acc):
                 return V(v32, v32, None, True, acc)
             v64 = np.sum(x.v64, axis=axes, keepdims=keep)
@@ -297,7 +298,7 @@ def _eval(n, ev, inputs):
                 mag = np.sum(x.mag, axis=axes, keepdims=keep) / count
             else:
                 acc = NP[sum_acc(x.dtype)]
-                s = np.sum(x.v32.astype(acc), axis=axes, keepdims=keep)
+                s = np.sum(x.v32.astype(acc), axis=axes, keepdims=keep, dtype=acc)
                 v32 = (s.astype(np.float32) / np.float32(count)).astype(np.float32)
                 v64 = s.astype(np.float64) / count
                 mag = np.sum(np.abs(x.v32.astype(np.float64)), axis=axes, keepdims=keep) / count
