@@ -16,6 +16,15 @@
 namespace kiln::server {
 namespace {
 
+// The engine's output named `name` (the last one, as the engine never repeats a name), or null.
+api::HostTensor* FindOutput(std::vector<api::HostTensor>& outputs, const std::string& name) {
+  api::HostTensor* found = nullptr;
+  for (api::HostTensor& t : outputs) {
+    if (t.name == name) found = &t;
+  }
+  return found;
+}
+
 template <typename To, typename From>
 std::string PackAs(absl::Span<const From> values) {
   std::string out(values.size() * sizeof(To), '\0');
@@ -214,10 +223,7 @@ absl::StatusOr<InferResponse> InferenceServer::Execute(Lane& lane, const ModelVe
   InferResponse response = ResponseFor(version, request);
   for (int index : valid.outputs) {
     const auto& config_output = config.output(index);
-    api::HostTensor* found = nullptr;
-    for (api::HostTensor& t : run->outputs) {
-      if (t.name == config_output.name()) found = &t;
-    }
+    api::HostTensor* found = FindOutput(run->outputs, config_output.name());
     if (found == nullptr) {
       return absl::InternalError(
           absl::StrCat("output ", config_output.name(), ": not produced by the model's graph"));
@@ -286,10 +292,7 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteOnnx(Lane& lane, const Mod
   InferResponse response = ResponseFor(version, request);
   for (int index : valid.outputs) {
     const auto& config_output = config.output(index);
-    api::HostTensor* found = nullptr;
-    for (api::HostTensor& t : run->outputs) {
-      if (t.name == config_output.name()) found = &t;
-    }
+    api::HostTensor* found = FindOutput(run->outputs, config_output.name());
     if (found == nullptr) {
       return absl::InternalError(absl::StrCat("output ", config_output.name(), ": not produced by model.onnx"));
     }
