@@ -99,7 +99,7 @@ absl::StatusOr<api::RunResult> GraphService::RunPrepared(api::Engine& engine,
   }
   absl::StatusOr<api::RunResult> run = engine.Run(graph, views, OptionsFor(call));
   if (run.ok() && observer_ != nullptr) {
-    observer_->ObserveKernels(run->kernels);
+    observer_->ObserveKernels("", run->kernels);
     EngineRunObservation o;
     o.compile_ns = run->compile_ns;
     o.kernels_compiled = run->kernels_compiled;

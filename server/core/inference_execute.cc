@@ -59,9 +59,9 @@ absl::StatusOr<std::string> PackTypedContents(const InferInput& in, inference::D
 
 }  // namespace
 
-void InferenceServer::ObserveRun(Lane& lane, const api::RunResult& run) {
+void InferenceServer::ObserveRun(Lane& lane, const std::string& model, const api::RunResult& run) {
   if (observer_ == nullptr) return;
-  observer_->ObserveKernels(run.kernels);
+  observer_->ObserveKernels(model, run.kernels);
   EngineRunObservation o;
   o.compile_ns = run.compile_ns;
   o.kernels_compiled = run.kernels_compiled;
@@ -85,7 +85,7 @@ absl::StatusOr<api::RunResult> InferenceServer::TimedRun(
     return run.status();
   }
   times->compute_infer_ns = NanosSince(infer_start);
-  ObserveRun(lane, *run);
+  ObserveRun(lane, obs->model, *run);
   return run;
 }
 

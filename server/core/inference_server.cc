@@ -490,7 +490,9 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
       : version.onnx != nullptr
           ? ExecuteOnnx(lane, version, task.request, task.valid, run_options, &times, &task.obs)
           : Execute(lane, version, task.request, task.valid, run_options, &times, &task.obs);
+  task.obs.compute_input_ns = times.compute_input_ns;
   task.obs.compute_infer_ns = times.compute_infer_ns;
+  task.obs.compute_output_ns = times.compute_output_ns;
   if (response.ok()) {
     version.stats->RecordSuccess(NanosSince(task.start), times);
     version.last_compute_ns_per_item->store(

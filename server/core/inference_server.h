@@ -219,7 +219,7 @@ class InferenceServer : private ModelPlacer {
                                                const api::RunOptions& run_options,
                                                ExecutionTimes* times, InferObservation* obs);
   absl::Status LoadModelUnguarded(const std::string& name, const LoadOptions& options);
-  void ObserveRun(Lane& lane, const api::RunResult& run);
+  void ObserveRun(Lane& lane, const std::string& model, const api::RunResult& run);
   // Tells the observer the loaded versions' and the devices' memory (after start, load, unload).
   void PublishModels();
   // The engine call of Execute / ExecuteBuiltin, timed into times->compute_infer_ns and observed;

@@ -24,7 +24,9 @@ struct InferObservation {
   uint64_t batch_size = 0;
   uint64_t duration_ns = 0;    // whole request
   uint64_t queue_ns = 0;
+  uint64_t compute_input_ns = 0;   // request tensors -> engine inputs
   uint64_t compute_infer_ns = 0;
+  uint64_t compute_output_ns = 0;  // engine outputs -> response tensors
 };
 
 // One engine execution (a model's Infer or a kiln.v1 graph run).
@@ -54,7 +56,8 @@ class InferObserver {
  public:
   virtual ~InferObserver() = default;
   virtual void ObserveInfer(const InferObservation& observation) = 0;
-  virtual void ObserveKernels(absl::Span<const api::KernelTiming> kernels) = 0;
+  // The launches of one engine run of model `model` ("" for a kiln.v1 graph run), in launch order.
+  virtual void ObserveKernels(const std::string& model, absl::Span<const api::KernelTiming> kernels) = 0;
   virtual void ObserveEngineRun(const EngineRunObservation&) {}
   // A request entered (+1) or left (-1) the queue of model `model` version `version`.
   virtual void ObservePending(const std::string& /*model*/, const std::string& /*version*/,

@@ -16,7 +16,8 @@ std::string CodeName(absl::StatusCode code) { return absl::StatusCodeToString(co
 
 }  // namespace
 
-Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()), host_(std::make_shared<HostMetrics>()) {
   using prometheus::BuildCounter;
   using prometheus::BuildHistogram;
   request_duration_ = &BuildHistogram()
@@ -71,6 +72,14 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                    .Name("nv_inference_queue_duration_us")
                    .Help("Cumulative inference queuing duration in microseconds")
                    .Register(*registry_);
+  compute_input_us_ = &BuildCounter()
+                           .Name("nv_inference_compute_input_duration_us")
+                           .Help("Cumulative compute input duration in microseconds")
+                           .Register(*registry_);
+  compute_output_us_ = &BuildCounter()
+                            .Name("nv_inference_compute_output_duration_us")
+                            .Help("Cumulative compute output duration in microseconds")
+                            .Register(*registry_);
   compute_us_ = &BuildCounter()
                      .Name("nv_inference_compute_infer_duration_us")
                      .Help("Cumulative compute inference duration in microseconds")
@@ -139,6 +148,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& addre
       return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", address, ":", port));
     }
     m->exposer_->RegisterCollectable(m->registry_);
+    m->exposer_->RegisterCollectable(m->host_);
     auto ports = m->exposer_->GetListeningPorts();
     m->port_ = ports.empty() ? port : ports.front();
   }
@@ -159,7 +169,9 @@ void Metrics::ObserveInfer(const InferObservation& o) {
     exec_count_->Add(labels).Increment();
     request_us_->Add(labels).Increment(static_cast<double>(o.duration_ns / 1000));
     queue_us_->Add(labels).Increment(static_cast<double>(o.queue_ns / 1000));
+    compute_input_us_->Add(labels).Increment(static_cast<double>(o.compute_input_ns / 1000));
     compute_us_->Add(labels).Increment(static_cast<double>(o.compute_infer_ns / 1000));
+    compute_output_us_->Add(labels).Increment(static_cast<double>(o.compute_output_ns / 1000));
     queue_duration_->Add(labels, SecondsBuckets()).Observe(static_cast<double>(o.queue_ns) * 1e-9);
   } else {
     const char* reason = o.rejected ? "REJECTED" : o.engine_failure ? "BACKEND" : "OTHER";
@@ -242,27 +254,38 @@ void Metrics::ObserveTrainingStep(const std::string& job, double loss,
   training_examples_per_second_->Add({{"job", job}}).Set(examples_per_second);
 }
 
-void Metrics::ObserveKernels(absl::Span<const api::KernelTiming> kernels) {
+void Metrics::ObserveKernels(const std::string& model, absl::Span<const api::KernelTiming> kernels) {
   absl::MutexLock l(&mu_);
-  for (const api::KernelTiming& k : kernels) {
-    std::string name = k.name;
-    if (!known_kernels_.contains(name)) {
-      if (known_kernels_.size() >= kMaxKernelLabels) {
-        name = "other";
-      } else {
-        known_kernels_[name] = true;
-      }
-    }
-    auto key = std::make_pair(k.device, name);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const api::KernelTiming& k = kernels[i];
+    std::string name = KernelLabel(i, k.name);
+    auto key = std::make_tuple(k.device, model, name);
     auto it = kernel_series_.find(key);
+    if (it == kernel_series_.end() && kernel_series_.size() >= kMaxKernelLabels) {
+      key = std::make_tuple(k.device, std::string(), std::string("other"));
+      it = kernel_series_.find(key);
+    }
     if (it == kernel_series_.end()) {
-      prometheus::Histogram* h =
-          &kernel_duration_->Add({{"device", k.device}, {"kernel", name}}, SecondsBuckets());
+      prometheus::Histogram* h = &kernel_duration_->Add(
+          {{"device", std::get<0>(key)}, {"model", std::get<1>(key)}, {"kernel", std::get<2>(key)}},
+          SecondsBuckets());
       it = kernel_series_.emplace(key, h).first;
     }
     if (k.timed) it->second->Observe(static_cast<double>(k.duration_ns) * 1e-9);
     kernel_launches_->Add({{"device", k.device}}).Increment();
   }
+}
+
+std::string KernelLabel(size_t position, std::string_view name) {
+  std::string out = absl::StrCat(position, ":");
+  bool in_number = false;
+  for (char c : name) {
+    const bool digit = c >= '0' && c <= '9';
+    if (digit && !in_number) out.push_back('n');
+    if (!digit) out.push_back(c);
+    in_number = digit;
+  }
+  return out;
 }
 
 }  // namespace kiln::server

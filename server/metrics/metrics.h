@@ -1,8 +1,11 @@
 // Metrics: kilnd's Prometheus registry and exposer (prometheus-cpp), fed by server/core through
 // InferObserver. Families (DESIGN.md §4):
 //   kiln_request_duration_seconds   histogram {model, protocol, code}   every Infer
-//   kiln_kernel_duration_seconds    histogram {device, kernel}          every kernel launch; at most
-//                                   kMaxKernelLabels distinct kernels, later ones share kernel="other"
+//   kiln_kernel_duration_seconds    histogram {device, model, kernel}   every timed kernel launch;
+//                                   kernel = KernelLabel (position in the run + the name's shape
+//                                   class), so a model's series do not grow with new batch sizes;
+//                                   model="" for kiln.v1 graph runs; at most kMaxKernelLabels
+//                                   series, later ones share model="", kernel="other"
 //   kiln_kernel_launches_total      counter   {device}        every launch, JIT replays included
 //                                   (replayed launches are not timed, so they add no histogram sample)
 //   kiln_compile_duration_seconds   histogram {device}          per run that compiled kernels
@@ -24,7 +27,12 @@
 //   nv_inference_count              counter   {model, version}           batch elements
 //   nv_inference_exec_count         counter   {model, version}
 //   nv_inference_request_duration_us, nv_inference_queue_duration_us,
-//   nv_inference_compute_infer_duration_us  counters {model, version} (successful requests)
+//   nv_inference_compute_input_duration_us, nv_inference_compute_infer_duration_us,
+//   nv_inference_compute_output_duration_us  counters {model, version} (successful requests)
+//   nv_cpu_utilization                       gauge  host CPU busy fraction (0..1) since the
+//                                            previous scrape, from /proc/stat
+//   nv_cpu_memory_total_bytes, nv_cpu_memory_used_bytes  gauges  host memory, from /proc/meminfo
+//                                            (used = MemTotal - MemAvailable)
 //   nv_inference_pending_request_count       gauge {model, version}: queued, not yet executing
 //   kiln_training_steps_total                counter {job}  training steps completed
 //   kiln_training_loss                       gauge   {job}  loss of the job's last step
@@ -39,6 +47,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 #include "absl/base/thread_annotations.h"
@@ -52,10 +61,16 @@
 #include "prometheus/registry.h"
 #include "server/core/job_manager.h"
 #include "server/core/observer.h"
+#include "server/metrics/host_metrics.h"
 
 namespace kiln::server {
 
 inline constexpr size_t kMaxKernelLabels = 256;
+
+// The kernel label of the launch at `position` in a run: "<position>:<name with every run of
+// digits replaced by n>", e.g. 3:r_n_n_n for r_64_10_4_4. Kernel names carry their shapes (the
+// batch size among them); the label keeps the kernel's kind and place in the model's run.
+std::string KernelLabel(size_t position, std::string_view name);
 
 class Metrics final : public InferObserver, public TrainingObserver {
  public:
@@ -66,7 +81,7 @@ class Metrics final : public InferObserver, public TrainingObserver {
 
   int port() const { return port_; }
   void ObserveInfer(const InferObservation& observation) override;
-  void ObserveKernels(absl::Span<const api::KernelTiming> kernels) override;
+  void ObserveKernels(const std::string& model, absl::Span<const api::KernelTiming> kernels) override;
   void ObserveEngineRun(const EngineRunObservation& observation) override;
   void ObservePending(const std::string& model, const std::string& version, int delta) override;
   void ObserveModels(absl::Span<const ModelMemoryObservation> loaded,
@@ -79,6 +94,7 @@ class Metrics final : public InferObserver, public TrainingObserver {
   Metrics();
 
   std::shared_ptr<prometheus::Registry> registry_;
+  std::shared_ptr<HostMetrics> host_;  // nv_cpu_* families, computed per scrape
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
   prometheus::Family<prometheus::Histogram>* request_duration_;
@@ -90,7 +106,9 @@ class Metrics final : public InferObserver, public TrainingObserver {
   prometheus::Family<prometheus::Counter>* exec_count_;
   prometheus::Family<prometheus::Counter>* request_us_;
   prometheus::Family<prometheus::Counter>* queue_us_;
+  prometheus::Family<prometheus::Counter>* compute_input_us_;
   prometheus::Family<prometheus::Counter>* compute_us_;
+  prometheus::Family<prometheus::Counter>* compute_output_us_;
   prometheus::Family<prometheus::Gauge>* pending_;
   prometheus::Family<prometheus::Histogram>* compile_duration_;
   prometheus::Family<prometheus::Counter>* jit_hits_;
@@ -108,9 +126,9 @@ class Metrics final : public InferObserver, public TrainingObserver {
   prometheus::Family<prometheus::Gauge>* training_examples_per_second_;
 
   absl::Mutex mu_;
-  std::map<std::pair<std::string, std::string>, prometheus::Histogram*> kernel_series_
+  // kiln_kernel_duration_seconds series by (device, model, kernel label).
+  std::map<std::tuple<std::string, std::string, std::string>, prometheus::Histogram*> kernel_series_
       ABSL_GUARDED_BY(mu_);
-  std::map<std::string, bool> known_kernels_ ABSL_GUARDED_BY(mu_);
   // Evictions last reported per (cache, device), to turn cumulative counts into increments.
   std::map<std::pair<std::string, std::string>, int64_t> seen_evictions_ ABSL_GUARDED_BY(mu_);
   // kiln_model_memory_bytes series of the loaded versions, by (model, version, device).

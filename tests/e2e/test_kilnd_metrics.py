@@ -112,3 +112,32 @@ def test_counters_match_requests(metrics_server, mclient):
     assert kernel_count == total(after, "kiln_kernel_launches")
     kernels = {dict(ls)["kernel"] for (n, ls) in after if n == "kiln_kernel_duration_seconds_count"}
     assert kernels and all(k for k in kernels)
+
+
+def test_compute_phase_counters_host_families_and_bounded_kernel_labels(metrics_server, mclient):
+    """Triton's compute input/output counters and nv_cpu_* host families are exported; the kernel
+    histogram's series of a model do not grow with the batch sizes it is sent."""
+    mv = {"model": "add_sub", "version": "1"}
+
+    def kernel_labels(samples):
+        return {dict(ls)["kernel"] for (n, ls) in samples
+                if n == "kiln_kernel_duration_seconds_count" and dict(ls).get("model") == "add_sub"}
+
+    mclient.infer("add_sub", add_sub_inputs(3))
+    first = scrape(metrics_server.metrics_url)
+    for b in [1, 2, 5, 7, 8]:
+        mclient.infer("add_sub", add_sub_inputs(b))
+    after = scrape(metrics_server.metrics_url)
+    for family in ("nv_inference_compute_input_duration_us", "nv_inference_compute_output_duration_us"):
+        assert (family, frozenset(mv.items())) in after, family
+        assert value(after, family, **mv) >= value(first, family, **mv)
+    assert kernel_labels(first), "no kernel series for add_sub"
+    assert kernel_labels(after) == kernel_labels(first), \
+        f"kernel series grew with the batch size: {sorted(kernel_labels(after) - kernel_labels(first))}"
+
+    with open("/proc/meminfo") as f:
+        meminfo = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f}
+    total_bytes = value(after, "nv_cpu_memory_total_bytes")
+    assert total_bytes == meminfo["MemTotal"]
+    assert 0 < value(after, "nv_cpu_memory_used_bytes") <= total_bytes
+    assert 0.0 <= value(after, "nv_cpu_utilization") <= 1.0

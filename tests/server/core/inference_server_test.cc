@@ -139,7 +139,7 @@ class RecordingObserver : public InferObserver {
     absl::MutexLock l(&mu_);
     infers.push_back(o);
   }
-  void ObserveKernels(absl::Span<const api::KernelTiming> kernels) override {
+  void ObserveKernels(const std::string&, absl::Span<const api::KernelTiming> kernels) override {
     absl::MutexLock l(&mu_);
     for (const auto& k : kernels) kernel_devices.push_back(k.device);
   }
