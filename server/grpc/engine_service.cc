@@ -59,7 +59,7 @@ GraphCall CallOf(grpc::CallbackServerContext* ctx, const std::string& device) {
 grpc::ServerUnaryReactor* EngineService::Execute(grpc::CallbackServerContext* ctx,
                                                  const kiln::v1::ExecuteRequest* request,
                                                  kiln::v1::ExecuteResponse* response) {
-  return Unary(ctx, "Execute", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "Execute", [&]() -> absl::Status {
     if (absl::Status s = CheckServing(*server_); !s.ok()) return s;
     if (!request->has_graph()) return absl::InvalidArgumentError("graph: missing");
     if (absl::Status s = CheckGraphSize(request->graph()); !s.ok()) return s;
@@ -79,7 +79,7 @@ grpc::ServerUnaryReactor* EngineService::Execute(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* EngineService::RegisterGraph(
     grpc::CallbackServerContext* ctx, const kiln::v1::RegisterGraphRequest* request,
     kiln::v1::RegisterGraphResponse* response) {
-  return Unary(ctx, "RegisterGraph", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "RegisterGraph", [&]() -> absl::Status {
     if (absl::Status s = CheckServing(*server_); !s.ok()) return s;
     if (!request->has_graph()) return absl::InvalidArgumentError("graph: missing");
     if (absl::Status s = CheckGraphSize(request->graph()); !s.ok()) return s;
@@ -96,7 +96,7 @@ grpc::ServerUnaryReactor* EngineService::RegisterGraph(
 grpc::ServerUnaryReactor* EngineService::ExecuteRegistered(
     grpc::CallbackServerContext* ctx, const kiln::v1::ExecuteRegisteredRequest* request,
     kiln::v1::ExecuteResponse* response) {
-  return Unary(ctx, "ExecuteRegistered", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "ExecuteRegistered", [&]() -> absl::Status {
     if (absl::Status s = CheckServing(*server_); !s.ok()) return s;
     std::vector<GraphTensorIn> inputs = DecodeInputs(request->inputs());
     absl::StatusOr<api::RunResult> run =
@@ -114,7 +114,7 @@ grpc::ServerUnaryReactor* EngineService::ExecuteRegistered(
 grpc::ServerUnaryReactor* EngineService::ListKernels(grpc::CallbackServerContext* ctx,
                                                      const kiln::v1::ListKernelsRequest* request,
                                                      kiln::v1::ListKernelsResponse* response) {
-  return Unary(ctx, "ListKernels", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "ListKernels", [&]() -> absl::Status {
     absl::StatusOr<std::vector<GraphService::KernelRow>> rows =
         server_->graphs().Kernels(request->graph_id());
     if (!rows.ok()) return rows.status();

@@ -8,12 +8,14 @@
 
 #include "kiln/v1/engine.grpc.pb.h"
 #include "server/core/inference_server.h"
+#include "server/grpc/call_gate.h"
 
 namespace kiln::server {
 
 class EngineService final : public kiln::v1::Engine::CallbackService {
  public:
-  explicit EngineService(InferenceServer* server) : server_(server) {}
+  explicit EngineService(InferenceServer* server, const Authenticator* auth = nullptr)
+      : server_(server), gate_{auth, "/kiln.v1.Engine/"} {}
 
   grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* ctx,
                                     const kiln::v1::ExecuteRequest* request,
@@ -30,6 +32,7 @@ class EngineService final : public kiln::v1::Engine::CallbackService {
 
  private:
   InferenceServer* const server_;
+  const CallGate gate_;
 };
 
 }  // namespace kiln::server

@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   grpc::EnableDefaultHealthCheckService(true);
   if (options.reflection) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
-  std::unique_ptr<GrpcServer> self(new GrpcServer(server, jobs, options.stream_limits));
+  std::unique_ptr<GrpcServer> self(new GrpcServer(server, jobs, options.stream_limits, options.auth));
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.address, ":", options.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &self->port_);

@@ -29,6 +29,7 @@ struct GrpcServerOptions {
   int max_concurrent_streams = 1024;                    // per connection
   bool reflection = false;                              // grpc.reflection.v1alpha
   StreamLimits stream_limits;                           // per ModelStreamInfer stream
+  const Authenticator* auth = nullptr;                  // gates every call; null = all allowed
 };
 
 class GrpcServer {
@@ -45,8 +46,8 @@ class GrpcServer {
   void Shutdown(std::chrono::system_clock::time_point deadline);
 
  private:
-  GrpcServer(InferenceServer* server, JobManager* jobs, StreamLimits stream_limits)
-      : service_(server, stream_limits), engine_service_(server), training_service_(jobs) {}
+  GrpcServer(InferenceServer* server, JobManager* jobs, StreamLimits stream_limits, const Authenticator* auth)
+      : service_(server, stream_limits, auth), engine_service_(server, auth), training_service_(jobs, auth) {}
 
   InferenceService service_;
   EngineService engine_service_;

@@ -19,7 +19,7 @@ namespace kiln::server {
 grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerContext* ctx,
                                                        const inference::ServerLiveRequest*,
                                                        inference::ServerLiveResponse* response) {
-  return Unary(ctx, "ServerLive", [&] {
+  return Unary(ctx, gate_, "ServerLive", [&] {
     response->set_live(server_->Live());
     return absl::OkStatus();
   });
@@ -28,7 +28,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerLive(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerContext* ctx,
                                                         const inference::ServerReadyRequest*,
                                                         inference::ServerReadyResponse* response) {
-  return Unary(ctx, "ServerReady", [&] {
+  return Unary(ctx, gate_, "ServerReady", [&] {
     response->set_ready(server_->Ready());
     return absl::OkStatus();
   });
@@ -37,7 +37,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerContext* ctx,
                                                        const inference::ModelReadyRequest* request,
                                                        inference::ModelReadyResponse* response) {
-  return Unary(ctx, "ModelReady", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "ModelReady", [&]() -> absl::Status {
     absl::StatusOr<bool> ready = server_->ModelReady(request->name(), request->version());
     if (!ready.ok()) return ready.status();
     response->set_ready(*ready);
@@ -48,7 +48,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelReady(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
     grpc::CallbackServerContext* ctx, const inference::ServerMetadataRequest*,
     inference::ServerMetadataResponse* response) {
-  return Unary(ctx, "ServerMetadata", [&] {
+  return Unary(ctx, gate_, "ServerMetadata", [&] {
     EncodeServerMetadata(server_->Metadata(), response);
     return absl::OkStatus();
   });
@@ -57,7 +57,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerMetadata(
 grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
     grpc::CallbackServerContext* ctx, const inference::ModelMetadataRequest* request,
     inference::ModelMetadataResponse* response) {
-  return Unary(ctx, "ModelMetadata", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "ModelMetadata", [&]() -> absl::Status {
     auto metadata = server_->GetModelMetadata(request->name(), request->version());
     if (!metadata.ok()) return metadata.status();
     EncodeModelMetadata(*metadata, response);
@@ -68,6 +68,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* ctx,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
+  if (absl::Status denied = gate_.Check(*ctx, "ModelInfer"); !denied.ok()) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(denied));
+    return reactor;
+  }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   // `request` and `response` live until Finish, so the decoded views stay valid. Whatever
   // happens -- an exception in decoding, execution or encoding -- Finish runs exactly once.
@@ -294,13 +299,16 @@ class StreamInferReactor final
 
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
 InferenceService::ModelStreamInfer(grpc::CallbackServerContext* ctx) {
+  if (absl::Status denied = gate_.Check(*ctx, "ModelStreamInfer"); !denied.ok()) {
+    return new RefusedBidi<inference::ModelInferRequest, inference::ModelStreamInferResponse>(denied);
+  }
   return new StreamInferReactor(server_, ctx, stream_limits_);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(
     grpc::CallbackServerContext* ctx, const inference::ModelConfigRequest* request,
     inference::ModelConfigResponse* response) {
-  return Unary(ctx, "ModelConfig", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "ModelConfig", [&]() -> absl::Status {
     auto config = server_->GetModelConfig(request->name(), request->version());
     if (!config.ok()) return config.status();
     *response->mutable_config() = **config;
@@ -311,7 +319,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelConfig(
 grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
     grpc::CallbackServerContext* ctx, const inference::ModelStatisticsRequest* request,
     inference::ModelStatisticsResponse* response) {
-  return Unary(ctx, "ModelStatistics", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "ModelStatistics", [&]() -> absl::Status {
     auto stats = server_->Statistics(request->name(), request->version());
     if (!stats.ok()) return stats.status();
     EncodeStatistics(*stats, response);
@@ -322,7 +330,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelStatistics(
 grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
     grpc::CallbackServerContext* ctx, const inference::RepositoryIndexRequest* request,
     inference::RepositoryIndexResponse* response) {
-  return Unary(ctx, "RepositoryIndex", [&] {
+  return Unary(ctx, gate_, "RepositoryIndex", [&] {
     EncodeRepositoryIndex(server_->RepositoryIndex(request->ready()), response);
     return absl::OkStatus();
   });
@@ -331,7 +339,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryIndex(
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     grpc::CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse*) {
-  return Unary(ctx, "RepositoryModelLoad", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "RepositoryModelLoad", [&]() -> absl::Status {
     absl::StatusOr<LoadOptions> options = DecodeLoadParameters(request->parameters());
     if (!options.ok()) return options.status();
     return server_->LoadModel(request->model_name(), *options);
@@ -341,7 +349,7 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
 grpc::ServerUnaryReactor* InferenceService::RepositoryModelUnload(
     grpc::CallbackServerContext* ctx, const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse*) {
-  return Unary(ctx, "RepositoryModelUnload",
+  return Unary(ctx, gate_, "RepositoryModelUnload",
                [&] { return server_->UnloadModel(request->model_name()); });
 }
 

@@ -15,6 +15,7 @@
 
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/core/inference_server.h"
+#include "server/grpc/call_gate.h"
 
 namespace kiln::server {
 
@@ -26,8 +27,10 @@ struct StreamLimits {
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
-  explicit InferenceService(InferenceServer* server, StreamLimits stream_limits = {})
-      : server_(server), stream_limits_(stream_limits) {}
+  // `auth` (may be null: every call allowed) gates each call (call_gate.h).
+  explicit InferenceService(InferenceServer* server, StreamLimits stream_limits = {},
+                            const Authenticator* auth = nullptr)
+      : server_(server), stream_limits_(stream_limits), gate_{auth, "/inference.GRPCInferenceService/"} {}
 
   grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx,
                                        const inference::ServerLiveRequest* request,
@@ -68,6 +71,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
  private:
   InferenceServer* const server_;
   const StreamLimits stream_limits_;
+  const CallGate gate_;
 };
 
 }  // namespace kiln::server

@@ -236,7 +236,7 @@ class CheckpointReactor final : public grpc::ServerWriteReactor<kiln::v1::Checkp
 grpc::ServerUnaryReactor* TrainingService::StartJob(grpc::CallbackServerContext* ctx,
                                                     const kiln::v1::StartJobRequest* request,
                                                     kiln::v1::Job* response) {
-  return Unary(ctx, "StartJob", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "StartJob", [&]() -> absl::Status {
     if (jobs_ == nullptr) return NoJobs();
     KILN_ASSIGN_OR_RETURN(*response, jobs_->Start(request->spec()));
     return absl::OkStatus();
@@ -246,7 +246,7 @@ grpc::ServerUnaryReactor* TrainingService::StartJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* TrainingService::GetJob(grpc::CallbackServerContext* ctx,
                                                   const kiln::v1::GetJobRequest* request,
                                                   kiln::v1::Job* response) {
-  return Unary(ctx, "GetJob", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "GetJob", [&]() -> absl::Status {
     if (jobs_ == nullptr) return NoJobs();
     KILN_ASSIGN_OR_RETURN(*response, jobs_->Get(request->id(), request->include_losses()));
     return absl::OkStatus();
@@ -256,7 +256,7 @@ grpc::ServerUnaryReactor* TrainingService::GetJob(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* TrainingService::ListJobs(grpc::CallbackServerContext* ctx,
                                                     const kiln::v1::ListJobsRequest*,
                                                     kiln::v1::ListJobsResponse* response) {
-  return Unary(ctx, "ListJobs", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "ListJobs", [&]() -> absl::Status {
     if (jobs_ == nullptr) return NoJobs();
     for (kiln::v1::Job& j : jobs_->List()) *response->add_jobs() = std::move(j);
     return absl::OkStatus();
@@ -266,7 +266,7 @@ grpc::ServerUnaryReactor* TrainingService::ListJobs(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* TrainingService::CancelJob(grpc::CallbackServerContext* ctx,
                                                      const kiln::v1::CancelJobRequest* request,
                                                      kiln::v1::Job* response) {
-  return Unary(ctx, "CancelJob", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "CancelJob", [&]() -> absl::Status {
     if (jobs_ == nullptr) return NoJobs();
     KILN_ASSIGN_OR_RETURN(*response, jobs_->Cancel(request->id()));
     return absl::OkStatus();
@@ -276,7 +276,7 @@ grpc::ServerUnaryReactor* TrainingService::CancelJob(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* TrainingService::ResumeJob(grpc::CallbackServerContext* ctx,
                                                      const kiln::v1::ResumeJobRequest* request,
                                                      kiln::v1::Job* response) {
-  return Unary(ctx, "ResumeJob", [&]() -> absl::Status {
+  return Unary(ctx, gate_, "ResumeJob", [&]() -> absl::Status {
     if (jobs_ == nullptr) return NoJobs();
     KILN_ASSIGN_OR_RETURN(*response, jobs_->Resume(request->id()));
     return absl::OkStatus();
@@ -284,17 +284,26 @@ grpc::ServerUnaryReactor* TrainingService::ResumeJob(grpc::CallbackServerContext
 }
 
 grpc::ServerWriteReactor<kiln::v1::JobEvent>* TrainingService::WatchJob(
-    grpc::CallbackServerContext*, const kiln::v1::WatchJobRequest* request) {
+    grpc::CallbackServerContext* ctx, const kiln::v1::WatchJobRequest* request) {
+  if (absl::Status denied = gate_.Check(*ctx, "WatchJob"); !denied.ok()) {
+    return new RefusedWriter<kiln::v1::JobEvent>(denied);
+  }
   return new WatchReactor(jobs_, request->id());
 }
 
 grpc::ServerReadReactor<kiln::v1::DatasetChunk>* TrainingService::UploadDataset(
-    grpc::CallbackServerContext*, kiln::v1::UploadDatasetResponse* response) {
+    grpc::CallbackServerContext* ctx, kiln::v1::UploadDatasetResponse* response) {
+  if (absl::Status denied = gate_.Check(*ctx, "UploadDataset"); !denied.ok()) {
+    return new RefusedReader<kiln::v1::DatasetChunk>(denied);
+  }
   return new UploadReactor(jobs_, response);
 }
 
 grpc::ServerWriteReactor<kiln::v1::CheckpointChunk>* TrainingService::GetCheckpoint(
-    grpc::CallbackServerContext*, const kiln::v1::GetCheckpointRequest* request) {
+    grpc::CallbackServerContext* ctx, const kiln::v1::GetCheckpointRequest* request) {
+  if (absl::Status denied = gate_.Check(*ctx, "GetCheckpoint"); !denied.ok()) {
+    return new RefusedWriter<kiln::v1::CheckpointChunk>(denied);
+  }
   return new CheckpointReactor(jobs_, request->id());
 }
 

@@ -8,12 +8,14 @@
 
 #include "kiln/v1/training.grpc.pb.h"
 #include "server/core/job_manager.h"
+#include "server/grpc/call_gate.h"
 
 namespace kiln::server {
 
 class TrainingService final : public kiln::v1::Training::CallbackService {
  public:
-  explicit TrainingService(JobManager* jobs) : jobs_(jobs) {}
+  explicit TrainingService(JobManager* jobs, const Authenticator* auth = nullptr)
+      : jobs_(jobs), gate_{auth, "/kiln.v1.Training/"} {}
 
   grpc::ServerUnaryReactor* StartJob(grpc::CallbackServerContext* ctx,
                                      const kiln::v1::StartJobRequest* request,
@@ -39,6 +41,7 @@ class TrainingService final : public kiln::v1::Training::CallbackService {
 
  private:
   JobManager* const jobs_;
+  const CallGate gate_;
 };
 
 }  // namespace kiln::server

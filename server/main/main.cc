@@ -34,6 +34,7 @@
 #include "server/core/job_manager.h"
 #include "server/core/limits.h"
 #include "server/grpc/grpc_server.h"
+#include "server/main/security.h"
 #include "server/metrics/metrics.h"
 #include "server/rest/rest_server.h"
 #include "spdlog/spdlog.h"
@@ -173,11 +174,13 @@ bool WritePortFile(const std::string& path, int port) {
 // The REST gateway on --http-port (nullptr when disabled). Like metrics it is best effort: a
 // port that cannot be bound is logged and kilnd serves gRPC without it.
 std::unique_ptr<kiln::server::RestServer> StartRest(kiln::server::InferenceServer* core,
-                                                    kiln::server::JobManager* jobs) {
+                                                    kiln::server::JobManager* jobs,
+                                                    const kiln::server::Security& security) {
   const int port = absl::GetFlag(FLAGS_http_port);
   if (port == 0) return nullptr;
   kiln::server::RestServerOptions options;
-  options.address = absl::GetFlag(FLAGS_grpc_address);
+  options.address = kiln::server::ListenAddress(security, absl::GetFlag(FLAGS_grpc_address), "HTTP");
+  options.auth = security.auth.get();
   options.port = port < 0 ? 0 : port;  // negative = a free port (tests)
   options.max_body_bytes = absl::GetFlag(FLAGS_http_max_body_bytes);
   options.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
@@ -254,6 +257,7 @@ int main(int argc, char** argv) {
   std::vector<char*> args = NormalizeFlagNames(argc, argv, &storage);
   absl::ParseCommandLine(static_cast<int>(args.size()), args.data());
 
+  if (kiln::server::ListEndpointsIfAsked()) return 0;
   if (absl::GetFlag(FLAGS_list_devices)) {
     for (const std::string& d : kiln::api::ListDevices()) std::printf("%s\n", d.c_str());
     return 0;
@@ -293,7 +297,14 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);  // reload: the API key file
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<kiln::server::Security> security = kiln::server::SecurityFromFlags();
+  if (!security.ok()) {
+    spdlog::error("kilnd: {}", std::string(security.status().message()));
+    return 1;
+  }
 
   kiln::server::ServerOptions options;
   options.model_repository = absl::GetFlag(FLAGS_model_repository);
@@ -313,7 +324,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<kiln::server::Metrics> metrics;
   const int metrics_port = absl::GetFlag(FLAGS_metrics_port);
   {
-    auto started = kiln::server::Metrics::Start(absl::GetFlag(FLAGS_grpc_address), metrics_port);
+    auto started = kiln::server::Metrics::Start(
+        kiln::server::ListenAddress(*security, absl::GetFlag(FLAGS_grpc_address), "metrics"), metrics_port,
+        security->auth.get());
     if (started.ok()) {
       metrics = *std::move(started);
       (*core)->SetObserver(metrics.get());
@@ -351,7 +364,8 @@ int main(int argc, char** argv) {
   }
 
   kiln::server::GrpcServerOptions grpc_options;
-  grpc_options.address = absl::GetFlag(FLAGS_grpc_address);
+  grpc_options.address = kiln::server::ListenAddress(*security, absl::GetFlag(FLAGS_grpc_address), "gRPC");
+  grpc_options.auth = security->auth.get();
   grpc_options.port = absl::GetFlag(FLAGS_grpc_port);
   grpc_options.max_message_bytes = max_request_bytes;
   grpc_options.reflection = absl::GetFlag(FLAGS_grpc_reflection);
@@ -376,10 +390,18 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  std::unique_ptr<kiln::server::RestServer> rest = StartRest(core->get(), jobs.get());
+  std::unique_ptr<kiln::server::RestServer> rest = StartRest(core->get(), jobs.get(), *security);
 
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  for (;;) {
+    sigwait(&signals, &signal_number);
+    if (signal_number != SIGHUP) break;
+    if (absl::Status s = security->auth->Reload(); s.ok()) {
+      spdlog::info("kilnd: SIGHUP: reloaded --api-keys-file ({} keys)", security->auth->key_count());
+    } else {
+      spdlog::error("kilnd: SIGHUP: {}; keeping the previous keys", std::string(s.message()));
+    }
+  }
   spdlog::info("kilnd: signal {}: draining (exit within {} s)", signal_number, exit_timeout_secs);
   const auto start = std::chrono::system_clock::now();
   std::thread([exit_timeout_secs] {

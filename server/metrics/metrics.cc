@@ -139,13 +139,21 @@ Metrics::Metrics()
 
 Metrics::~Metrics() = default;
 
-absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& address, int port) {
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& address, int port,
+                                                        const Authenticator* auth) {
   std::unique_ptr<Metrics> m(new Metrics());
   if (port >= 0) {
     try {  // prometheus-cpp reports bind failures by throwing; nothing escapes this function
       m->exposer_ = std::make_unique<prometheus::Exposer>(absl::StrCat(address, ":", port));
     } catch (const std::exception&) {
       return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", address, ":", port));
+    }
+    if (auth != nullptr && auth->keys_enabled()) {
+      m->exposer_->RegisterAuth(
+          [auth](const std::string&, const std::string& password) {
+            return (auth->RolesOf(password) & static_cast<uint8_t>(Role::kMetrics)) != 0;
+          },
+          "kilnd");
     }
     m->exposer_->RegisterCollectable(m->registry_);
     m->exposer_->RegisterCollectable(m->host_);

@@ -59,6 +59,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/core/auth.h"
 #include "server/core/job_manager.h"
 #include "server/core/observer.h"
 #include "server/metrics/host_metrics.h"
@@ -76,7 +77,10 @@ class Metrics final : public InferObserver, public TrainingObserver {
  public:
   // Serves /metrics on address:port (0 = a free port; negative = no HTTP exposer, the registry
   // still counts). UNAVAILABLE if the port cannot be bound.
-  static absl::StatusOr<std::unique_ptr<Metrics>> Start(const std::string& address, int port);
+  // With `auth` holding API keys, /metrics needs HTTP basic auth whose password is a key with the
+  // metrics role (Prometheus: basic_auth { password: KEY }); the user name is not checked.
+  static absl::StatusOr<std::unique_ptr<Metrics>> Start(const std::string& address, int port,
+                                                        const Authenticator* auth = nullptr);
   ~Metrics() override;
 
   int port() const { return port_; }

@@ -106,6 +106,26 @@ Match MatchPath(std::string_view path) {
   return m;
 }
 
+std::string_view EndpointOf(Route route) {
+  switch (route) {
+    case Route::kNone: return "";
+    case Route::kServerMetadata: return "GET /v2";
+    case Route::kLive: return "GET /v2/health/live";
+    case Route::kReady: return "GET /v2/health/ready";
+    case Route::kModelMetadata: return "GET /v2/models/{m}";
+    case Route::kModelReady: return "GET /v2/models/{m}/ready";
+    case Route::kModelConfig: return "GET /v2/models/{m}/config";
+    case Route::kModelStats: return "GET /v2/models/{m}/stats";
+    case Route::kAllStats: return "GET /v2/models/stats";
+    case Route::kInfer: return "POST /v2/models/{m}/infer";
+    case Route::kIndex: return "POST /v2/repository/index";
+    case Route::kLoad: return "POST /v2/repository/models/{m}/load";
+    case Route::kUnload: return "POST /v2/repository/models/{m}/unload";
+    case Route::kGraphExecute: return "POST /v1/graphs:execute";
+  }
+  return "";
+}
+
 // Inference-Header-Content-Length: -1 when absent.
 absl::StatusOr<int64_t> HeaderLength(const HttpRequest& req) {
   if (!req.HasHeader("Inference-Header-Content-Length")) return -1;
@@ -263,6 +283,8 @@ void Handle(InferenceServer* core, const Match& m, const HttpRequest& req, std::
 }
 
 }  // namespace
+
+std::string_view KserveRoutes::EndpointName(std::string_view path) { return EndpointOf(MatchPath(path).route); }
 
 RoutePlan KserveRoutes::Plan(const HttpRequest& req) const {
   RoutePlan plan;

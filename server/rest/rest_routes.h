@@ -22,6 +22,9 @@ class KserveRoutes {
   // `core` must outlive this object.
   KserveRoutes(InferenceServer* core, BodyLimits limits) : core_(core), limits_(limits) {}
   RoutePlan Plan(const HttpRequest& req) const;
+  // The path's row in the endpoint table (server/core/auth.h), "GET /v2/models/{m}/ready"...;
+  // "" for a path no route serves (answered 404 by Plan).
+  static std::string_view EndpointName(std::string_view path);
 
  private:
   InferenceServer* const core_;

@@ -49,13 +49,31 @@ int FitToFileLimit(int max_connections) {
 // /v1/training/... to the training routes, everything else to the KServe routes.
 class RestRouter : public Router {
  public:
-  RestRouter(const KserveRoutes* kserve, const TrainingRoutes* training)
-      : kserve_(kserve), training_(training) {}
+  RestRouter(const KserveRoutes* kserve, const TrainingRoutes* training, const Authenticator* auth)
+      : kserve_(kserve), training_(training), auth_(auth) {}
   RoutePlan Plan(const HttpRequest& req) const override {
-    return TrainingRoutes::Matches(req.path) ? training_->Plan(req) : kserve_->Plan(req);
+    const bool training = TrainingRoutes::Matches(req.path);
+    if (auth_ != nullptr) {
+      const std::string_view endpoint = training ? "* /v1/training/..." : KserveRoutes::EndpointName(req.path);
+      if (!endpoint.empty()) {
+        absl::Status denied = auth_->Check(Transport::kHttp, endpoint, &req,
+                                           +[](const void* r, std::string_view name) {
+                                             return static_cast<const HttpRequest*>(r)->Header(name);
+                                           });
+        if (!denied.ok()) {
+          RoutePlan plan;
+          const bool unauthenticated = absl::IsUnauthenticated(denied);
+          plan.answer = Answer(unauthenticated ? 401 : 403, std::string(denied.message()));
+          if (unauthenticated) plan.answer->headers.emplace_back("WWW-Authenticate", "Bearer");
+          return plan;
+        }
+      }
+    }
+    return training ? training_->Plan(req) : kserve_->Plan(req);
   }
 
  private:
+  const Authenticator* const auth_;
   const KserveRoutes* const kserve_;
   const TrainingRoutes* const training_;
 };
@@ -84,7 +102,7 @@ struct RestServer::Impl {
       : options(o),
         kserve(core, BodyLimits{o.max_body_bytes, o.max_chunks}),
         training(jobs, BodyLimits{o.max_body_bytes, o.max_chunks}),
-        router(&kserve, &training),
+        router(&kserve, &training, o.auth),
         context(LimitsOf(o), &router, &workers),
         workers(static_cast<size_t>(std::max(1, o.thread_count))),
         loops(static_cast<size_t>(std::max(1, o.io_threads))),

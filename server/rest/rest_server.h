@@ -41,6 +41,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "server/core/auth.h"
 #include "server/core/inference_server.h"
 #include "server/core/job_manager.h"
 
@@ -63,6 +64,7 @@ struct RestServerOptions {
   int write_timeout_ms = 5000;           // no byte sent mid-response
   int keep_alive_timeout_s = 5;          // idle between requests
   int keep_alive_max_requests = 10000;   // requests per connection
+  const Authenticator* auth = nullptr;   // gates every route (401/403); null = all allowed
 };
 
 class RestServer {

@@ -1,0 +1,104 @@
+// Who may call what (issue #23): API keys with roles, and Triton's restricted protocols.
+//
+// The endpoint table (Endpoints()) is the one place that gives every gRPC method and REST route
+// of kilnd exactly one role and one Triton protocol group; the transports look a call up by its
+// name and ask the Authenticator. Roles:
+//   infer    inference, metadata, health, model config and statistics
+//   admin    repository load/unload, training jobs, kiln.v1 raw graphs (everything that makes
+//            kilnd compile or run caller-supplied work or change what it serves)
+//   metrics  the Prometheus endpoint
+//   public   only grpc.health.v1 (gRPC's own health service, for load-balancer probes; it says
+//            SERVING or not and nothing else)
+// Keys: a file (--api-keys-file) of lines "<roles> <sha256-hex of the key> [label]", roles a
+// comma list of infer/admin/metrics, '#' comments; only hashes are stored, compared in constant
+// time. Clients send "authorization: Bearer <key>" (gRPC metadata or HTTP header). Reload()
+// re-reads the file (kilnd: SIGHUP); a file that fails to parse keeps the previous keys.
+// Restricted protocols (Triton's --grpc-restricted-protocol / --http-restricted-api,
+// "<group>[,<group>...]:<header>=<value>"): calls in those groups also need that header.
+// With no key file, every call is allowed (kilnd then listens on loopback only unless
+// --allow-unauthenticated). Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+
+namespace kiln::server {
+
+enum class Role : uint8_t { kPublic = 0, kInfer = 1, kAdmin = 2, kMetrics = 4 };
+std::string_view RoleName(Role role);
+
+enum class Transport : uint8_t { kGrpc, kHttp };
+
+struct Endpoint {
+  Transport transport;
+  std::string_view name;   // gRPC: "/package.Service/Method"; HTTP: "METHOD /path/{pattern}"
+  Role role;
+  std::string_view group;  // Triton protocol group: health, metadata, inference, model-config,
+                           // statistics, model-repository, shared-memory, trace, logging,
+                           // kiln-graph, kiln-training, metrics
+};
+
+absl::Span<const Endpoint> Endpoints();
+// The table row of `name` on `transport`; null when there is none.
+const Endpoint* FindEndpoint(Transport transport, std::string_view name);
+
+struct RestrictedProtocol {
+  std::vector<std::string> groups;
+  std::string header;  // lower case
+  std::string value;
+};
+// Parses Triton's "<group>[,<group>...]:<key>=<value>"; INVALID_ARGUMENT naming the flag text.
+absl::StatusOr<RestrictedProtocol> ParseRestrictedProtocol(std::string_view text);
+
+struct AuthOptions {
+  std::string api_keys_file;  // "" = no keys: every call allowed
+  std::vector<RestrictedProtocol> grpc_restricted;
+  std::vector<RestrictedProtocol> http_restricted;
+};
+
+// Looks up a request header / metadata value by lower-case name; "" when absent.
+using HeaderLookup = std::string_view (*)(const void* request, std::string_view name);
+
+class Authenticator {
+ public:
+  // INVALID_ARGUMENT when the key file cannot be read or parsed (the message names the line).
+  static absl::StatusOr<std::unique_ptr<Authenticator>> Create(AuthOptions options);
+
+  bool keys_enabled() const;
+  size_t key_count() const;
+  // Re-reads the key file; on error the previous keys stay and the error is returned.
+  absl::Status Reload();
+
+  // OK, UNAUTHENTICATED (no or unknown key, for an endpoint that needs one) or PERMISSION_DENIED
+  // (the key lacks the endpoint's role, or a restricted-protocol header is missing or wrong);
+  // the message names the endpoint and the role or header. `header(request, name)` reads the
+  // request's headers. A name not in the table is refused (PERMISSION_DENIED).
+  absl::Status Check(Transport transport, std::string_view endpoint, const void* request,
+                     HeaderLookup header) const;
+
+  // The roles of `key` (a bitmask of Role), 0 when unknown. For the metrics port's basic auth.
+  uint8_t RolesOf(std::string_view key) const;
+
+ private:
+  explicit Authenticator(AuthOptions options) : options_(std::move(options)) {}
+  static absl::StatusOr<std::map<std::string, uint8_t>> ReadKeys(const std::string& path);
+
+  const AuthOptions options_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, uint8_t> keys_ ABSL_GUARDED_BY(mu_);  // sha256 hex -> roles
+};
+
+// Lower-case hex SHA-256 of `key` (what the key file stores).
+std::string HashApiKey(std::string_view key);
+
+}  // namespace kiln::server

@@ -1,0 +1,78 @@
+#include "server/main/security.h"
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, api_keys_file, "",
+          "file of API keys with roles, one per line: '<infer|admin|metrics>[,...] <sha256-hex of the key> "
+          "[label]' (store `printf %s KEY | sha256sum`); clients send 'authorization: Bearer KEY'; "
+          "re-read on SIGHUP. Without it every call is allowed and kilnd listens on loopback only "
+          "(see --allow-unauthenticated)");
+ABSL_FLAG(bool, allow_unauthenticated, false,
+          "with no --api-keys-file, listen on the address flags anyway (default: loopback only)");
+ABSL_FLAG(std::string, grpc_restricted_protocol, "",
+          "Triton's flag: '<group>[,<group>...]:<header>=<value>': gRPC calls in those protocol groups "
+          "(health, metadata, inference, model-config, statistics, model-repository, shared-memory, "
+          "trace, logging, kiln-graph, kiln-training) also need that metadata header");
+ABSL_FLAG(std::string, http_restricted_api, "",
+          "Triton's flag: '<group>[,<group>...]:<header>=<value>': HTTP requests in those groups also "
+          "need that header");
+
+ABSL_FLAG(bool, list_endpoints, false,
+          "print every gRPC method and REST route with its role and protocol group, and exit");
+
+namespace kiln::server {
+
+bool ListEndpointsIfAsked() {
+  if (!absl::GetFlag(FLAGS_list_endpoints)) return false;
+  for (const Endpoint& e : Endpoints()) {
+    std::printf("%s\t%s\t%s\t%s\n", e.transport == Transport::kGrpc ? "grpc" : "http", std::string(e.name).c_str(),
+                std::string(RoleName(e.role)).c_str(), std::string(e.group).c_str());
+  }
+  return true;
+}
+
+absl::StatusOr<Security> SecurityFromFlags() {
+  AuthOptions options;
+  options.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
+  if (const std::string g = absl::GetFlag(FLAGS_grpc_restricted_protocol); !g.empty()) {
+    absl::StatusOr<RestrictedProtocol> r = ParseRestrictedProtocol(g);
+    if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("--grpc-restricted-protocol: ", r.status().message()));
+    options.grpc_restricted.push_back(*std::move(r));
+  }
+  if (const std::string h = absl::GetFlag(FLAGS_http_restricted_api); !h.empty()) {
+    absl::StatusOr<RestrictedProtocol> r = ParseRestrictedProtocol(h);
+    if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("--http-restricted-api: ", r.status().message()));
+    options.http_restricted.push_back(*std::move(r));
+  }
+  absl::StatusOr<std::unique_ptr<Authenticator>> auth = Authenticator::Create(std::move(options));
+  if (!auth.ok()) return auth.status();
+  Security s;
+  s.auth = *std::move(auth);
+  if (s.auth->keys_enabled()) {
+    spdlog::info("kilnd: API keys from --api-keys-file ({} keys); every call needs a key with its role",
+                 s.auth->key_count());
+  } else if (absl::GetFlag(FLAGS_allow_unauthenticated)) {
+    spdlog::warn("kilnd: no --api-keys-file and --allow-unauthenticated: anyone who reaches a port may "
+                 "load models, run graphs and start training jobs");
+  } else {
+    s.forced_address = "127.0.0.1";
+    spdlog::warn("kilnd: no --api-keys-file: listening on loopback (127.0.0.1) only; give --api-keys-file, "
+                 "or --allow-unauthenticated to listen on the address flags without keys");
+  }
+  return s;
+}
+
+std::string ListenAddress(const Security& security, const std::string& flag_value, const char* listener) {
+  if (security.forced_address.empty() || flag_value == security.forced_address || flag_value == "localhost") {
+    return flag_value;
+  }
+  spdlog::info("kilnd: {} listens on {} instead of {} (no API keys)", listener, security.forced_address, flag_value);
+  return security.forced_address;
+}
+
+}  // namespace kiln::server

@@ -1,0 +1,242 @@
+"""API keys and roles (issue #23): a real kilnd with --api-keys-file, walked endpoint by endpoint.
+
+The endpoint table comes from `kilnd --list-endpoints`; the test checks it against every rpc of
+every service in proto/ (an independent list) and then calls each gRPC method (raw grpc, empty
+request) and each REST route (HTTP) with no key, an unknown key, a key without the role and a key
+with it. Also: /metrics behind basic auth, SIGHUP reloading the key file, Triton's
+--grpc-restricted-protocol / --http-restricted-api, and loopback-only binding without keys."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from conftest import Kilnd
+
+ROOT = Path(__file__).resolve().parents[2]
+KEYS = {"infer": "k-infer-0123", "admin": "k-admin-4567", "metrics": "k-metrics-89ab"}
+REFUSED_GRPC = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
+# Declared by the KServe proto but not served by kilnd: no handler runs, so every caller gets
+# UNIMPLEMENTED and nothing else.
+UNSERVED = re.compile(r"/inference\.GRPCInferenceService/(SystemSharedMemory|CudaSharedMemory|TraceSetting|LogSettings)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_keys(path: Path, keys: dict[str, str]) -> None:
+    lines = ["# roles sha256 label"]
+    for role, key in keys.items():
+        lines.append(f"{role} {hashlib.sha256(key.encode()).hexdigest()} {role}-key")
+    path.write_text("\n".join(lines) + "\n")
+
+
+def endpoint_table() -> list[tuple[str, str, str, str]]:
+    import os
+    out = subprocess.run([os.environ["KILND"], "--list-endpoints"], check=True, capture_output=True,
+                         text=True).stdout
+    return [tuple(line.split("\t")) for line in out.splitlines() if line]
+
+
+def proto_methods() -> set[str]:
+    """/package.Service/Method for every rpc in proto/ (read from the .proto text)."""
+    methods = set()
+    for f in (ROOT / "proto").rglob("*.proto"):
+        text = f.read_text()
+        pkg = re.search(r"^package\s+([\w.]+);", text, re.M).group(1)
+        for svc, body in re.findall(r"service\s+(\w+)\s*\{(.*?)\n\}", text, re.S):
+            for m in re.findall(r"rpc\s+(\w+)\s*\(", body):
+                methods.add(f"/{pkg}.{svc}/{m}")
+    return methods
+
+
+@pytest.fixture(scope="module")
+def secured(models, tmp_path_factory):
+    keyfile = tmp_path_factory.mktemp("keys") / "keys.txt"
+    write_keys(keyfile, KEYS)
+    metrics_port = _free_port()
+    server = Kilnd(models, [f"--api-keys-file={keyfile}", f"--metrics-port={metrics_port}"])
+    server.keyfile = keyfile
+    server.metrics_port = metrics_port
+    yield server
+    assert server.stop() == 0
+
+
+def grpc_call(server, method: str, key: str | None):
+    md = [("authorization", f"Bearer {key}")] if key else []
+    with grpc.insecure_channel(server.url) as ch:
+        call = ch.unary_unary(method, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        try:
+            call(b"", metadata=md, timeout=20)
+            return grpc.StatusCode.OK
+        except grpc.RpcError as e:
+            return e.code()
+
+
+def http_call(port: int, method: str, path: str, headers: dict[str, str]) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    try:
+        body = b"{}" if method == "POST" else None
+        conn.request(method, path, body=body, headers={**headers, "Content-Type": "application/json"})
+        r = conn.getresponse()
+        r.read()
+        return r.status
+    finally:
+        conn.close()
+
+
+def rest_path(name: str) -> tuple[str, str]:
+    method, path = name.split(" ", 1)
+    if path == "/v1/training/...":
+        return "GET", "/v1/training/jobs"
+    return method, path.replace("{m}", "add_sub")
+
+
+def other_role(role: str) -> str:
+    return "admin" if role in ("infer", "metrics") else "infer"
+
+
+def test_table_covers_every_rpc_once():
+    table = endpoint_table()
+    grpc_rows = [name for (t, name, _, _) in table if t == "grpc"]
+    assert len(grpc_rows) == len(set(grpc_rows)), "a gRPC method has two rows"
+    # proto/grpc/health declares only Check; gRPC's built-in health service also serves Watch.
+    assert set(grpc_rows) == proto_methods() | {"/grpc.health.v1.Health/Watch"}
+    http_rows = [name for (t, name, _, _) in table if t == "http"]
+    assert len(http_rows) == len(set(http_rows))
+    assert all(role in ("infer", "admin", "metrics", "public") for (_, _, role, _) in table)
+    # Only gRPC's own health service is public; everything that runs work needs a role.
+    assert {name for (_, name, role, _) in table if role == "public"} == \
+        {"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"}
+
+
+def test_grpc_walk(secured):
+    for (t, name, role, _) in endpoint_table():
+        if t != "grpc":
+            continue
+        if UNSERVED.match(name):
+            for key in (None, KEYS["infer"], KEYS["admin"]):
+                assert grpc_call(secured, name, key) == grpc.StatusCode.UNIMPLEMENTED, name
+            continue
+        if role == "public":
+            if name.endswith("/Check"):
+                assert grpc_call(secured, name, None) == grpc.StatusCode.OK
+            continue
+        assert grpc_call(secured, name, None) == grpc.StatusCode.UNAUTHENTICATED, name
+        assert grpc_call(secured, name, "not-a-key") == grpc.StatusCode.UNAUTHENTICATED, name
+        assert grpc_call(secured, name, KEYS[other_role(role)]) == grpc.StatusCode.PERMISSION_DENIED, name
+        assert grpc_call(secured, name, KEYS[role]) not in REFUSED_GRPC, name
+
+
+def test_http_walk(secured):
+    for (t, name, role, _) in endpoint_table():
+        if t != "http":
+            continue
+        method, path = rest_path(name)
+        port = secured.metrics_port if path == "/metrics" else secured.http_port
+        if path == "/metrics":
+            def auth(key):
+                return {"Authorization": "Basic " + base64.b64encode(f"prometheus:{key}".encode()).decode()}
+        else:
+            def auth(key):
+                return {"Authorization": f"Bearer {key}"}
+        assert http_call(port, method, path, {}) == 401, name
+        assert http_call(port, method, path, auth("not-a-key")) == 401, name
+        wrong = http_call(port, method, path, auth(KEYS[other_role(role)]))
+        assert wrong == (401 if path == "/metrics" else 403), name
+        right = http_call(port, method, path, auth(KEYS[role]))
+        assert right not in (401, 403, 404), f"{name}: {right}"
+    # The walk unloaded add_sub; load it back for the tests after this one.
+    assert http_call(secured.http_port, "POST", "/v2/repository/models/add_sub/load",
+                     {"Authorization": f"Bearer {KEYS['admin']}"}) == 200
+
+
+def test_infer_key_serves_tritonclient(secured):
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    c = grpcclient.InferenceServerClient(url=secured.url)
+    a = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+    a.set_data_from_numpy(np.arange(16, dtype=np.float32).reshape(1, 16))
+    b = grpcclient.InferInput("INPUT1", [1, 16], "FP32")
+    b.set_data_from_numpy(np.ones((1, 16), np.float32))
+    out = c.infer("add_sub", [a, b], headers={"authorization": f"Bearer {KEYS['infer']}"})
+    np.testing.assert_array_equal(out.as_numpy("OUTPUT0"), np.arange(16, dtype=np.float32).reshape(1, 16) + 1)
+    with pytest.raises(Exception, match="UNAUTHENTICATED|needs an API key"):
+        c.infer("add_sub", [a, b])
+    c.close()
+
+
+def test_sighup_reloads_keys(secured):
+    live = "/inference.GRPCInferenceService/ServerLive"
+    write_keys(secured.keyfile, {**KEYS, "infer": "k-rotated-infer"})
+    secured.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while grpc_call(secured, live, "k-rotated-infer") != grpc.StatusCode.OK and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert grpc_call(secured, live, "k-rotated-infer") == grpc.StatusCode.OK
+    assert grpc_call(secured, live, KEYS["infer"]) == grpc.StatusCode.UNAUTHENTICATED
+    # A broken file keeps the previous keys.
+    secured.keyfile.write_text("infer not-a-hash\n")
+    secured.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    assert grpc_call(secured, live, "k-rotated-infer") == grpc.StatusCode.OK
+    assert "keeping the previous keys" in secured.logs()
+    write_keys(secured.keyfile, KEYS)
+    secured.proc.send_signal(signal.SIGHUP)
+
+
+def test_restricted_protocols(models):
+    server = Kilnd(models, ["--grpc-restricted-protocol=model-repository,kiln-graph:admin-key=s3cret",
+                            "--http-restricted-api=model-repository:admin-key=s3cret"])
+    try:
+        index = "/inference.GRPCInferenceService/RepositoryIndex"
+        with grpc.insecure_channel(server.url) as ch:
+            call = ch.unary_unary(index, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+            with pytest.raises(grpc.RpcError) as e:
+                call(b"", timeout=20)
+            assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "admin-key" in e.value.details()
+            with pytest.raises(grpc.RpcError) as e:
+                call(b"", metadata=[("admin-key", "wrong")], timeout=20)
+            assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            call(b"", metadata=[("admin-key", "s3cret")], timeout=20)
+        assert grpc_call(server, "/inference.GRPCInferenceService/ServerLive", None) == grpc.StatusCode.OK
+        assert http_call(server.http_port, "POST", "/v2/repository/index", {}) == 403
+        assert http_call(server.http_port, "POST", "/v2/repository/index", {"admin-key": "s3cret"}) == 200
+        assert http_call(server.http_port, "GET", "/v2/health/ready", {}) == 200
+    finally:
+        assert server.stop() == 0
+
+
+def test_no_keys_means_loopback_only(models):
+    addresses = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    other = next((a for a in addresses if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", a) and not a.startswith("127.")), None)
+    server = Kilnd(models, ["--grpc-address=0.0.0.0"])
+    try:
+        assert "loopback (127.0.0.1) only" in server.logs()
+        assert grpc_call(server, "/inference.GRPCInferenceService/ServerLive", None) == grpc.StatusCode.OK
+        if other is not None:
+            with pytest.raises(OSError):
+                socket.create_connection((other, server.port), timeout=5).close()
+    finally:
+        assert server.stop() == 0
+    opened = Kilnd(models, ["--grpc-address=0.0.0.0", "--allow-unauthenticated"])
+    try:
+        assert "--allow-unauthenticated" in opened.logs()
+        if other is not None:
+            socket.create_connection((other, opened.port), timeout=5).close()
+    finally:
+        assert opened.stop() == 0
