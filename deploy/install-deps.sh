@@ -35,6 +35,8 @@ packages=(
   dataset-fashion-mnist
   # Python test harness and tools
   python3 python3-venv python3-pip curl clang-format clang-tidy
+  # TLS tests make their certificates with the openssl CLI
+  openssl
   # deploy tests: promtool + a real Prometheus, docker-compose to validate compose.yaml, shellcheck
   prometheus docker-compose shellcheck
   # ONNX import tests (tests/onnx): exporting MiniLM, torchvision ResNet-50 and kiln's CNN to ONNX with the

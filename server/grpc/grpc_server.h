@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
 #include "server/core/inference_server.h"
+#include "server/core/tls_files.h"
 #include "server/grpc/engine_service.h"
 #include "server/grpc/inference_service.h"
 #include "server/grpc/training_service.h"
@@ -30,11 +31,12 @@ struct GrpcServerOptions {
   bool reflection = false;                              // grpc.reflection.v1alpha
   StreamLimits stream_limits;                           // per ModelStreamInfer stream
   const Authenticator* auth = nullptr;                  // gates every call; null = all allowed
+  TlsFiles tls;  // enabled: TLS 1.2+ only (mutual when tls.client_ca is set); files re-read on change
 };
 
 class GrpcServer {
  public:
-  // UNAVAILABLE if the address cannot be bound.
+  // UNAVAILABLE if the address cannot be bound; INVALID_ARGUMENT for bad TLS files.
   // `jobs` (may be null: kiln.v1.Training answers UNAVAILABLE) serves kiln.v1.Training.
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(const GrpcServerOptions& options,
                                                            InferenceServer* server,

@@ -366,6 +366,12 @@ int main(int argc, char** argv) {
   kiln::server::GrpcServerOptions grpc_options;
   grpc_options.address = kiln::server::ListenAddress(*security, absl::GetFlag(FLAGS_grpc_address), "gRPC");
   grpc_options.auth = security->auth.get();
+  if (absl::StatusOr<kiln::server::TlsFiles> tls = kiln::server::GrpcTlsFromFlags(); tls.ok()) {
+    grpc_options.tls = *std::move(tls);
+  } else {
+    spdlog::error("kilnd: {}", std::string(tls.status().message()));
+    return 1;
+  }
   grpc_options.port = absl::GetFlag(FLAGS_grpc_port);
   grpc_options.max_message_bytes = max_request_bytes;
   grpc_options.reflection = absl::GetFlag(FLAGS_grpc_reflection);
@@ -378,7 +384,8 @@ int main(int argc, char** argv) {
     spdlog::error("kilnd: {}", std::string(grpc.status().message()));
     return 1;
   }
-  spdlog::info("kilnd: serving KServe v2 gRPC on {}:{} (model repository '{}')",
+  spdlog::info("kilnd: serving KServe v2 gRPC{} on {}:{} (model repository '{}')",
+               grpc_options.tls.enabled ? (grpc_options.tls.mutual() ? " over mutual TLS" : " over TLS") : "",
                grpc_options.address, (*grpc)->port(), options.model_repository.string());
   if (metrics != nullptr && metrics->port() > 0) {
     spdlog::info("kilnd: serving Prometheus metrics on {}:{}/metrics", grpc_options.address,

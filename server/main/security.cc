@@ -25,7 +25,29 @@ ABSL_FLAG(std::string, http_restricted_api, "",
 ABSL_FLAG(bool, list_endpoints, false,
           "print every gRPC method and REST route with its role and protocol group, and exit");
 
+ABSL_FLAG(bool, grpc_use_ssl, false, "Triton's flag: serve gRPC over TLS (1.2+) with --grpc-server-cert/-key");
+ABSL_FLAG(bool, grpc_use_ssl_mutual, false,
+          "Triton's flag: gRPC over mutual TLS: clients must present a certificate signed by --grpc-root-cert");
+ABSL_FLAG(std::string, grpc_server_cert, "", "PEM certificate chain of the gRPC listener (re-read when it changes)");
+ABSL_FLAG(std::string, grpc_server_key, "", "PEM private key of the gRPC listener (re-read when it changes)");
+ABSL_FLAG(std::string, grpc_root_cert, "", "PEM CA certificates that sign client certificates (mutual TLS)");
+
 namespace kiln::server {
+
+absl::StatusOr<TlsFiles> GrpcTlsFromFlags() {
+  TlsFiles t;
+  const bool mutual = absl::GetFlag(FLAGS_grpc_use_ssl_mutual);
+  t.enabled = absl::GetFlag(FLAGS_grpc_use_ssl) || mutual;
+  if (!t.enabled) return t;
+  t.cert = absl::GetFlag(FLAGS_grpc_server_cert);
+  t.key = absl::GetFlag(FLAGS_grpc_server_key);
+  if (mutual) {
+    t.client_ca = absl::GetFlag(FLAGS_grpc_root_cert);
+    if (t.client_ca.empty()) return absl::InvalidArgumentError("--grpc-use-ssl-mutual needs --grpc-root-cert");
+  }
+  if (absl::Status s = CheckTlsFiles(t, "--grpc"); !s.ok()) return s;
+  return t;
+}
 
 bool ListEndpointsIfAsked() {
   if (!absl::GetFlag(FLAGS_list_endpoints)) return false;

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/auth.h"
+#include "server/core/tls_files.h"
 
 namespace kiln::server {
 
@@ -20,6 +21,9 @@ struct Security {
 // --list-endpoints: prints the endpoint table (transport, name, role, group; tab-separated) to
 // stdout and returns true (kilnd then exits 0).
 bool ListEndpointsIfAsked();
+// Triton's --grpc-use-ssl[-mutual], --grpc-server-cert/-key, --grpc-root-cert; INVALID_ARGUMENT
+// naming the flag when a file is missing, unreadable or does not match.
+absl::StatusOr<TlsFiles> GrpcTlsFromFlags();
 // INVALID_ARGUMENT for an unreadable key file or a malformed restricted-protocol flag.
 absl::StatusOr<Security> SecurityFromFlags();
 // The address a listener binds: `flag_value`, or loopback when forced (logged once per call).
