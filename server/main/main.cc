@@ -181,6 +181,7 @@ std::unique_ptr<kiln::server::RestServer> StartRest(kiln::server::InferenceServe
   kiln::server::RestServerOptions options;
   options.address = kiln::server::ListenAddress(security, absl::GetFlag(FLAGS_grpc_address), "HTTP");
   options.auth = security.auth.get();
+  options.tls = security.http_tls;
   options.port = port < 0 ? 0 : port;  // negative = a free port (tests)
   options.max_body_bytes = absl::GetFlag(FLAGS_http_max_body_bytes);
   options.max_header_bytes = absl::GetFlag(FLAGS_http_max_header_bytes);
@@ -198,7 +199,9 @@ std::unique_ptr<kiln::server::RestServer> StartRest(kiln::server::InferenceServe
     spdlog::warn("kilnd: {}; serving without REST", std::string(rest.status().message()));
     return nullptr;
   }
-  spdlog::info("kilnd: serving KServe v2 REST on {}:{}", options.address, (*rest)->port());
+  spdlog::info("kilnd: serving KServe v2 REST{} on {}:{}",
+               options.tls.enabled ? (options.tls.mutual() ? " over mutual TLS" : " over TLS (HTTPS)") : "",
+               options.address, (*rest)->port());
   const std::string port_file = absl::GetFlag(FLAGS_http_port_file);
   if (!port_file.empty() && !WritePortFile(port_file, (*rest)->port())) {
     spdlog::error("kilnd: cannot write --http-port-file");
@@ -303,6 +306,12 @@ int main(int argc, char** argv) {
   absl::StatusOr<kiln::server::Security> security = kiln::server::SecurityFromFlags();
   if (!security.ok()) {
     spdlog::error("kilnd: {}", std::string(security.status().message()));
+    return 1;
+  }
+  if (absl::StatusOr<kiln::server::TlsFiles> tls = kiln::server::HttpTlsFromFlags(); tls.ok()) {
+    security->http_tls = *std::move(tls);
+  } else {
+    spdlog::error("kilnd: {}", std::string(tls.status().message()));
     return 1;
   }
 

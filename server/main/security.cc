@@ -32,7 +32,29 @@ ABSL_FLAG(std::string, grpc_server_cert, "", "PEM certificate chain of the gRPC 
 ABSL_FLAG(std::string, grpc_server_key, "", "PEM private key of the gRPC listener (re-read when it changes)");
 ABSL_FLAG(std::string, grpc_root_cert, "", "PEM CA certificates that sign client certificates (mutual TLS)");
 
+ABSL_FLAG(bool, http_use_ssl, false, "serve the REST gateway over TLS (1.2+) with --http-server-cert/-key");
+ABSL_FLAG(bool, http_use_ssl_mutual, false,
+          "REST over mutual TLS: clients must present a certificate signed by --http-root-cert");
+ABSL_FLAG(std::string, http_server_cert, "", "PEM certificate chain of the HTTP listener (re-read when it changes)");
+ABSL_FLAG(std::string, http_server_key, "", "PEM private key of the HTTP listener (re-read when it changes)");
+ABSL_FLAG(std::string, http_root_cert, "", "PEM CA certificates that sign HTTP client certificates (mutual TLS)");
+
 namespace kiln::server {
+
+absl::StatusOr<TlsFiles> HttpTlsFromFlags() {
+  TlsFiles t;
+  const bool mutual = absl::GetFlag(FLAGS_http_use_ssl_mutual);
+  t.enabled = absl::GetFlag(FLAGS_http_use_ssl) || mutual;
+  if (!t.enabled) return t;
+  t.cert = absl::GetFlag(FLAGS_http_server_cert);
+  t.key = absl::GetFlag(FLAGS_http_server_key);
+  if (mutual) {
+    t.client_ca = absl::GetFlag(FLAGS_http_root_cert);
+    if (t.client_ca.empty()) return absl::InvalidArgumentError("--http-use-ssl-mutual needs --http-root-cert");
+  }
+  if (absl::Status s = CheckTlsFiles(t, "--http"); !s.ok()) return s;
+  return t;
+}
 
 absl::StatusOr<TlsFiles> GrpcTlsFromFlags() {
   TlsFiles t;

@@ -16,6 +16,7 @@ struct Security {
   // Set when kilnd has no API keys and no --allow-unauthenticated: every listener binds here
   // (loopback) instead of its address flag.
   std::string forced_address;
+  TlsFiles http_tls;  // HttpTlsFromFlags
 };
 
 // --list-endpoints: prints the endpoint table (transport, name, role, group; tab-separated) to
@@ -24,6 +25,8 @@ bool ListEndpointsIfAsked();
 // Triton's --grpc-use-ssl[-mutual], --grpc-server-cert/-key, --grpc-root-cert; INVALID_ARGUMENT
 // naming the flag when a file is missing, unreadable or does not match.
 absl::StatusOr<TlsFiles> GrpcTlsFromFlags();
+// The --http-* twins (--http-use-ssl[-mutual], --http-server-cert/-key, --http-root-cert).
+absl::StatusOr<TlsFiles> HttpTlsFromFlags();
 // INVALID_ARGUMENT for an unreadable key file or a malformed restricted-protocol flag.
 absl::StatusOr<Security> SecurityFromFlags();
 // The address a listener binds: `flag_value`, or loopback when forced (logged once per call).

@@ -3,3 +3,4 @@
 // BOOST_BEAST_SEPARATE_COMPILATION, so the other files include only declarations.
 #include "boost/asio/impl/src.hpp"
 #include "boost/beast/src.hpp"
+#include "boost/asio/ssl/impl/src.hpp"

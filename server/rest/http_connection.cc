@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <exception>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "boost/asio/steady_timer.hpp"
 #include "boost/beast/core/error.hpp"
 #include "boost/beast/core/tcp_stream.hpp"
+#include "boost/beast/ssl/ssl_stream.hpp"
 #include "server/rest/http_util.h"
 #include "spdlog/spdlog.h"
 
@@ -52,13 +54,19 @@ void Release(std::string& s) {
   }
 }
 
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
 // The stream-specific steps (ShutdownSend, SendNow below). A TLS stream adds its handshake
-// before the first read, sends close_notify in ShutdownSend, and sends nothing in SendNow (its
-// records are written from the loop).
+// before the first read (HttpConnection::Start) and sends nothing in SendNow (its records are
+// written from the loop). Its ShutdownSend ends the TCP sending side without a close_notify
+// alert: every response is delimited by Content-Length or chunked framing, so a client can tell
+// a complete response from a truncated one without it.
 void ShutdownSend(beast::tcp_stream& s) {
   beast::error_code ec;
   s.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
 }
+void ShutdownSend(TlsStream& s) { ShutdownSend(beast::get_lowest_layer(s)); }
+size_t SendNow(TlsStream&, const std::string&, const std::string&) { return 0; }
 
 // Sends what the socket takes at once, without blocking (a worker thread's speculative write of
 // a response while no other operation is pending on the socket); the bytes sent.
@@ -97,6 +105,20 @@ class HttpConnection : public ConnectionBase,
   }
 
   void Start(std::string refusal) {
+    if constexpr (std::is_same_v<Stream, TlsStream>) {
+      beast::get_lowest_layer(stream_).expires_after(Ms(limits_.header_timeout_ms));
+      stream_.async_handshake(net::ssl::stream_base::server,
+                              [self = this->shared_from_this(), refusal = std::move(refusal)](
+                                  beast::error_code ec) mutable {
+                                if (ec) return self->Close();  // no HTTP without a handshake
+                                self->Begin(std::move(refusal));
+                              });
+    } else {
+      Begin(std::move(refusal));
+    }
+  }
+
+  void Begin(std::string refusal) {
     if (!refusal.empty()) {
       HttpResponse res = Answer(503, refusal);
       res.headers.emplace_back("Retry-After", "1");
@@ -112,6 +134,7 @@ class HttpConnection : public ConnectionBase,
   }
 
   auto Executor() { return stream_.get_executor(); }
+  void Keep(std::shared_ptr<void> p) { keep_ = std::move(p); }
 
  private:
   enum class Phase { kHead, kBody, kHandling, kWriting, kStreaming, kClosing };
@@ -536,9 +559,22 @@ class HttpConnection : public ConnectionBase,
   bool chunked_ = false;
   std::shared_ptr<ResponseStream> source_;
   bool writing_ = false, stream_end_ = false;
+  std::shared_ptr<void> keep_;  // what the stream refers to (a TLS connection's context)
 };
 
 }  // namespace
+
+void ServeTlsConnection(net::ip::tcp::socket socket, std::shared_ptr<net::ssl::context> tls,
+                        HttpContext* context, std::string client, std::string refusal) {
+  beast::error_code ec;
+  socket.set_option(net::ip::tcp::no_delay(true), ec);
+  auto conn = std::make_shared<HttpConnection<TlsStream>>(TlsStream(std::move(socket), *tls), context,
+                                                          std::move(client), !refusal.empty());
+  conn->Keep(std::move(tls));  // the context may be replaced meanwhile (a renewed certificate)
+  if (refusal.empty()) context->Register(conn.get(), conn);
+  auto executor = conn->Executor();
+  net::post(executor, [conn, refusal = std::move(refusal)]() mutable { conn->Start(std::move(refusal)); });
+}
 
 void ServeConnection(net::ip::tcp::socket socket, HttpContext* context, std::string client,
                      std::string refusal) {

@@ -31,6 +31,7 @@
 #include <unordered_map>
 
 #include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/ssl/context.hpp"
 #include "boost/asio/thread_pool.hpp"
 #include "server/rest/http_message.h"
 #include "server/rest/http_parse.h"
@@ -101,5 +102,9 @@ class HttpContext {
 // closes (over a connection cap).
 void ServeConnection(boost::asio::ip::tcp::socket socket, HttpContext* context, std::string client,
                      std::string refusal);
+// The same over TLS: the handshake (within the header timeout) comes first; a failed handshake
+// closes the connection.
+void ServeTlsConnection(boost::asio::ip::tcp::socket socket, std::shared_ptr<boost::asio::ssl::context> tls,
+                        HttpContext* context, std::string client, std::string refusal);
 
 }  // namespace kiln::server

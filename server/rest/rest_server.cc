@@ -20,6 +20,7 @@
 #include "boost/asio/thread_pool.hpp"
 #include "server/rest/http_connection.h"
 #include "server/rest/rest_routes.h"
+#include "server/rest/tls_context.h"
 #include "server/rest/training_routes.h"
 #include "spdlog/spdlog.h"
 
@@ -110,9 +111,11 @@ struct RestServer::Impl {
         retry(acceptor.get_executor()) {}
 
   void Accept();
+  void Serve(tcp::socket socket, std::string client, std::string refusal);
   void Warn(const std::string& why);
 
   const RestServerOptions options;
+  std::unique_ptr<TlsContextSource> tls;  // null: plain HTTP
   KserveRoutes kserve;
   TrainingRoutes training;
   RestRouter router;
@@ -144,6 +147,14 @@ void RestServer::Impl::Warn(const std::string& why) {
   spdlog::warn("http: {} ({} connections refused or failed so far)", why, refused.load());
 }
 
+void RestServer::Impl::Serve(tcp::socket socket, std::string client, std::string refusal) {
+  if (tls != nullptr) {
+    ServeTlsConnection(std::move(socket), tls->Current(), &context, std::move(client), std::move(refusal));
+  } else {
+    ServeConnection(std::move(socket), &context, std::move(client), std::move(refusal));
+  }
+}
+
 void RestServer::Impl::Accept() {
   acceptor.async_accept(
       loops[next_loop++ % loops.size()].context,
@@ -162,11 +173,11 @@ void RestServer::Impl::Accept() {
         std::string client = peer_ec ? std::string("unknown") : peer.address().to_string();
         std::string refusal = context.Admit(client);
         if (refusal.empty()) {
-          ServeConnection(std::move(socket), &context, std::move(client), "");
+          Serve(std::move(socket), std::move(client), "");
         } else {
           Warn(absl::StrCat("refusing connections: ", refusal));
           if (context.BeginRefusal()) {
-            ServeConnection(std::move(socket), &context, std::move(client), std::move(refusal));
+            Serve(std::move(socket), std::move(client), std::move(refusal));
           }  // else dropped: the socket closes here
         }
         Accept();
@@ -185,6 +196,11 @@ absl::StatusOr<std::unique_ptr<RestServer>> RestServer::Start(const RestServerOp
   RestServerOptions fitted = options;
   fitted.max_connections = FitToFileLimit(options.max_connections);
   auto impl = std::make_unique<Impl>(fitted, core, jobs);
+  if (options.tls.enabled) {
+    absl::StatusOr<std::unique_ptr<TlsContextSource>> tls = TlsContextSource::Create(options.tls);
+    if (!tls.ok()) return tls.status();
+    impl->tls = *std::move(tls);
+  }
   auto fail = [&](const boost::system::error_code& ec) {
     return absl::UnavailableError(
         absl::StrCat("HTTP: cannot bind ", options.address, ":", options.port, ": ", ec.message()));

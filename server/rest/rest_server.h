@@ -42,6 +42,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/auth.h"
+#include "server/core/tls_files.h"
 #include "server/core/inference_server.h"
 #include "server/core/job_manager.h"
 
@@ -65,6 +66,7 @@ struct RestServerOptions {
   int keep_alive_timeout_s = 5;          // idle between requests
   int keep_alive_max_requests = 10000;   // requests per connection
   const Authenticator* auth = nullptr;   // gates every route (401/403); null = all allowed
+  TlsFiles tls;                          // enabled: HTTPS (TLS 1.2+; mutual with tls.client_ca)
 };
 
 class RestServer {

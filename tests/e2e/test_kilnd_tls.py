@@ -132,3 +132,90 @@ def test_bad_tls_files_fail_the_start_naming_the_flag(models, certs, flags, name
     with pytest.raises(RuntimeError) as e:
         Kilnd(models, [f.format(d=certs) for f in flags]).stop()
     assert named in str(e.value)
+
+
+# ---- HTTPS on the REST gateway (the --http-* twins) ----
+
+def https(port: int, certs: Path, method: str = "GET", path: str = "/v2/health/ready", body: bytes | None = None,
+          client: bool = False, conn=None):
+    import http.client
+    import ssl as ssl_lib
+    if conn is None:
+        ctx = ssl_lib.create_default_context(cafile=str(certs / "ca.crt"))
+        if client:
+            ctx.load_cert_chain(str(certs / "client.crt"), str(certs / "client.key"))
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=20)
+    conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    return r.status, r.read(), conn
+
+
+INFER_BODY = (b'{"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": '
+              + str(list(range(16))).encode() + b'}, {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", '
+              b'"data": ' + str([2] * 16).encode() + b'}]}')
+
+
+def test_https_serves_rest_and_refuses_plaintext_and_old_versions(models, certs):
+    import http.client
+    import json
+    server = Kilnd(models, ["--http-use-ssl", f"--http-server-cert={certs/'server.crt'}",
+                            f"--http-server-key={certs/'server.key'}"])
+    try:
+        assert "REST over TLS" in server.logs()
+        status, _, conn = https(server.http_port, certs)
+        assert status == 200
+        status, body, _ = https(server.http_port, certs, "POST", "/v2/models/add_sub/infer", INFER_BODY, conn=conn)
+        assert status == 200
+        out = {o["name"]: o["data"] for o in json.loads(body)["outputs"]}
+        np.testing.assert_array_equal(out["OUTPUT0"], np.arange(16) + 2)
+        conn.close()
+        plain = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=10)
+        with pytest.raises((http.client.HTTPException, OSError)):
+            plain.request("GET", "/v2/health/ready")
+            plain.getresponse().read()
+        plain.close()
+        assert "TLSv1.2" in s_client(server.http_port, "-tls1_2", "-CAfile", str(certs / "ca.crt")).stdout
+        old = s_client(server.http_port, "-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0")
+        assert "Cipher is (NONE)" in old.stdout or old.returncode != 0, old.stdout[-2000:]
+        # The daemon is fine after the failed handshakes.
+        assert https(server.http_port, certs)[0] == 200
+    finally:
+        assert server.stop() == 0
+
+
+def test_https_mutual_and_certificate_reload(models, certs, tmp_path):
+    import ssl as ssl_lib
+    cert, key = tmp_path / "live.crt", tmp_path / "live.key"
+    cert.write_bytes((certs / "server.crt").read_bytes())
+    key.write_bytes((certs / "server.key").read_bytes())
+    server = Kilnd(models, ["--http-use-ssl-mutual", f"--http-server-cert={cert}", f"--http-server-key={key}",
+                            f"--http-root-cert={certs/'ca.crt'}", "--http-keep-alive-timeout-s=120"])
+    try:
+        assert "REST over mutual TLS" in server.logs()
+        with pytest.raises((ssl_lib.SSLError, OSError)):
+            https(server.http_port, certs)  # no client certificate
+        status, _, kept = https(server.http_port, certs, client=True)
+        assert status == 200
+        assert "CN = kilnd-one" in s_client(server.http_port, "-CAfile", str(certs / "ca.crt"),
+                                            "-cert", str(certs / "client.crt"), "-key", str(certs / "client.key")).stdout
+        key.write_bytes((certs / "server2.key").read_bytes())
+        cert.write_bytes((certs / "server2.crt").read_bytes())
+        time.sleep(1.5)  # past kTlsRefreshSeconds: the next connection sees the change
+        seen = ""
+        deadline = time.monotonic() + 20
+        while "CN = kilnd-two" not in seen and time.monotonic() < deadline:
+            seen = s_client(server.http_port, "-CAfile", str(certs / "ca.crt"), "-cert", str(certs / "client.crt"),
+                            "-key", str(certs / "client.key")).stdout
+            time.sleep(0.5)
+        assert "CN = kilnd-two" in seen
+        assert https(server.http_port, certs, conn=kept)[0] == 200  # the kept-alive connection still works
+        kept.close()
+    finally:
+        assert server.stop() == 0
+
+
+def test_bad_https_files_fail_the_start(models, certs):
+    with pytest.raises(RuntimeError) as e:
+        Kilnd(models, ["--http-use-ssl", f"--http-server-cert={certs/'server.crt'}",
+                       f"--http-server-key={certs/'server2.key'}"]).stop()
+    assert "--http-server-key" in str(e.value)
