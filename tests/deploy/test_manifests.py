@@ -358,3 +358,23 @@ def test_dashboard_layout_and_panels():
     used = {name for p in panels for t in p.get("targets", [])
             for name in variables if f"${name}" in t["expr"]}
     assert used == variables, f"unused dashboard variables: {variables - used}"
+
+
+def test_secure_compose_override_and_prometheus_config(tmp_path):
+    """compose.secure.yaml merges with compose.yaml into a valid file whose kilnd has keys and TLS
+    and no --allow-unauthenticated; its Prometheus config passes promtool."""
+    out = run(["docker-compose", "-f", str(DEPLOY / "compose.yaml"), "-f", str(DEPLOY / "compose.secure.yaml"),
+               "config"], cwd=DEPLOY)
+    assert out.returncode == 0, out.stdout + out.stderr
+    merged = yaml.safe_load(out.stdout)
+    command = merged["services"]["kilnd"]["command"]
+    for flag in ("--api-keys-file=/etc/kiln/secure/keys.txt", "--grpc-use-ssl", "--http-use-ssl"):
+        assert flag in command
+    assert "--allow-unauthenticated" not in command
+    config = (DEPLOY / "prometheus" / "prometheus.secure.yml").read_text()
+    (tmp_path / "alerts.yml").write_text((DEPLOY / "prometheus" / "alerts.yml").read_text())
+    (tmp_path / "metrics.key").write_text("k")
+    local = tmp_path / "prometheus.yml"
+    local.write_text(config.replace("/etc/prometheus/metrics.key", str(tmp_path / "metrics.key")))
+    out = run(["promtool", "check", "config", str(local)])
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -68,7 +68,8 @@ def secured(models, tmp_path_factory):
     keyfile = tmp_path_factory.mktemp("keys") / "keys.txt"
     write_keys(keyfile, KEYS)
     metrics_port = _free_port()
-    server = Kilnd(models, [f"--api-keys-file={keyfile}", f"--metrics-port={metrics_port}"])
+    # --debug: every refused call is logged, so the log test below sees the most text.
+    server = Kilnd(models, [f"--api-keys-file={keyfile}", f"--metrics-port={metrics_port}", "--debug"])
     server.keyfile = keyfile
     server.metrics_port = metrics_port
     yield server
@@ -196,6 +197,16 @@ def test_sighup_reloads_keys(secured):
     assert "keeping the previous keys" in secured.logs()
     write_keys(secured.keyfile, KEYS)
     secured.proc.send_signal(signal.SIGHUP)
+
+
+def test_keys_never_reach_the_log(secured):
+    """After the walks above (every key sent to every endpoint, refused calls logged at --debug)."""
+    for key in (*KEYS.values(), "not-a-key", "k-rotated-infer"):
+        grpc_call(secured, "/inference.GRPCInferenceService/RepositoryIndex", key)
+    log = secured.logs()
+    assert "refused" in log  # the refusals were logged ...
+    for key in (*KEYS.values(), "not-a-key", "k-rotated-infer"):
+        assert key not in log  # ... without the keys
 
 
 def test_restricted_protocols(models):

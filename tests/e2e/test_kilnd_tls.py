@@ -177,8 +177,16 @@ def test_https_serves_rest_and_refuses_plaintext_and_old_versions(models, certs)
         assert "TLSv1.2" in s_client(server.http_port, "-tls1_2", "-CAfile", str(certs / "ca.crt")).stdout
         old = s_client(server.http_port, "-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0")
         assert "Cipher is (NONE)" in old.stdout or old.returncode != 0, old.stdout[-2000:]
-        # The daemon is fine after the failed handshakes.
+        # The daemon is fine after the failed handshakes; curl agrees.
         assert https(server.http_port, certs)[0] == 200
+        curl = subprocess.run(["curl", "-sS", "--cacert", str(certs / "ca.crt"), "-o", "/dev/null", "-w",
+                               "%{http_code} %{ssl_verify_result}",
+                               f"https://127.0.0.1:{server.http_port}/v2/health/ready"],
+                              capture_output=True, text=True, timeout=30)
+        assert curl.stdout == "200 0", curl.stderr
+        insecure = subprocess.run(["curl", "-sS", f"https://127.0.0.1:{server.http_port}/v2/health/ready"],
+                                  capture_output=True, text=True, timeout=30)
+        assert insecure.returncode != 0  # an unknown CA is refused by curl's default verification
     finally:
         assert server.stop() == 0
 
