@@ -68,14 +68,17 @@ def test_pending_flags_are_still_pending(flag_defaults):
         f"kilnd has {landed} now: remove them from PENDING_FLAGS (tests/deploy/conftest.py)"
 
 
-# Where the images keep the model repository and kilnd's data directory (both volumes).
-IMAGE_PATHS = {"model_repository": "/var/lib/kiln/models", "data_dir": "/var/lib/kiln/data"}
+# Where the images keep the model repository and kilnd's data directory (both volumes), and the
+# one deliberate non-default: published ports without API keys (README "Securing kilnd").
+IMAGE_PATHS = {"model_repository": "/var/lib/kiln/models", "data_dir": "/var/lib/kiln/data",
+               "allow_unauthenticated": "true"}
 
 
 @pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.cuda"])
 def test_image_cmd_is_the_documented_defaults(name, flag_defaults):
     """Every CMD flag is a kilnd flag with the value `kilnd --helpfull` documents as its default,
-    the image's paths aside (IMAGE_PATHS): training is on, on the default dataset root."""
+    the image's paths and --allow-unauthenticated aside (IMAGE_PATHS): training is on, on the default
+    dataset root."""
     seen = set()
     for arg in dockerfile_cmd(name):
         flag, value = split_flag(arg)

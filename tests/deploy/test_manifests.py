@@ -368,9 +368,9 @@ def test_secure_compose_override_and_prometheus_config(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     merged = yaml.safe_load(out.stdout)
     command = merged["services"]["kilnd"]["command"]
-    for flag in ("--api-keys-file=/etc/kiln/secure/keys.txt", "--grpc-use-ssl", "--http-use-ssl"):
+    for flag in ("--api-keys-file=/etc/kiln/secure/keys.txt", "--grpc-use-ssl=true", "--http-use-ssl=true"):
         assert flag in command
-    assert "--allow-unauthenticated" not in command
+    assert not any(a.startswith("--allow-unauthenticated") for a in command)
     config = (DEPLOY / "prometheus" / "prometheus.secure.yml").read_text()
     (tmp_path / "alerts.yml").write_text((DEPLOY / "prometheus" / "alerts.yml").read_text())
     (tmp_path / "metrics.key").write_text("k")
