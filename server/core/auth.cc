@@ -3,6 +3,9 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -174,10 +177,10 @@ absl::StatusOr<RestrictedProtocol> ParseRestrictedProtocol(std::string_view text
   return r;
 }
 
-absl::StatusOr<std::map<std::string, uint8_t>> Authenticator::ReadKeys(const std::string& path) {
+absl::StatusOr<std::map<std::string, Authenticator::KeyEntry>> Authenticator::ReadKeys(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::InvalidArgumentError(absl::StrCat("--api-keys-file ", path, ": cannot be read"));
-  std::map<std::string, uint8_t> keys;
+  std::map<std::string, KeyEntry> keys;
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     std::string_view l = Strip(line);
@@ -194,7 +197,9 @@ absl::StatusOr<std::map<std::string, uint8_t>> Authenticator::ReadKeys(const std
       return absl::InvalidArgumentError(absl::StrCat(
           where(), "the key must be stored as its SHA-256 (64 hex digits: printf %s KEY | sha256sum)"));
     }
-    keys[hash] |= *roles;
+    KeyEntry& e = keys[hash];
+    e.roles |= *roles;
+    e.label = f.size() > 2 ? std::string(f[2].substr(0, 64)) : hash.substr(0, 8);
   }
   return keys;
 }
@@ -202,7 +207,7 @@ absl::StatusOr<std::map<std::string, uint8_t>> Authenticator::ReadKeys(const std
 absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(AuthOptions options) {
   std::unique_ptr<Authenticator> a(new Authenticator(std::move(options)));
   if (!a->options_.api_keys_file.empty()) {
-    absl::StatusOr<std::map<std::string, uint8_t>> keys = ReadKeys(a->options_.api_keys_file);
+    absl::StatusOr<std::map<std::string, KeyEntry>> keys = ReadKeys(a->options_.api_keys_file);
     if (!keys.ok()) return keys.status();
     absl::MutexLock l(&a->mu_);
     a->keys_ = *std::move(keys);
@@ -219,28 +224,73 @@ size_t Authenticator::key_count() const {
 
 absl::Status Authenticator::Reload() {
   if (options_.api_keys_file.empty()) return absl::OkStatus();
-  absl::StatusOr<std::map<std::string, uint8_t>> keys = ReadKeys(options_.api_keys_file);
+  absl::StatusOr<std::map<std::string, KeyEntry>> keys = ReadKeys(options_.api_keys_file);
   if (!keys.ok()) return keys.status();
   absl::MutexLock l(&mu_);
   keys_ = *std::move(keys);
   return absl::OkStatus();
 }
 
-uint8_t Authenticator::RolesOf(std::string_view key) const {
+std::string Authenticator::MatchKey(std::string_view key, KeyEntry* entry) const {
   const std::string hash = HashApiKey(key);
-  uint8_t roles = 0;
+  std::string found;
   absl::MutexLock l(&mu_);
-  for (const auto& [stored, r] : keys_) {  // every entry, compared in constant time
-    if (CRYPTO_memcmp(stored.data(), hash.data(), hash.size()) == 0) roles |= r;
+  for (const auto& [stored, e] : keys_) {  // every entry, compared in constant time
+    if (CRYPTO_memcmp(stored.data(), hash.data(), hash.size()) == 0) {
+      found = stored;
+      *entry = e;
+    }
   }
-  return roles;
+  return found;
+}
+
+uint8_t Authenticator::RolesOf(std::string_view key) const {
+  KeyEntry e;
+  return MatchKey(key, &e).empty() ? 0 : e.roles;
+}
+
+Authenticator::Refusals Authenticator::refusals() const {
+  absl::MutexLock l(&mu_);
+  return refusals_;
 }
 
 absl::Status Authenticator::Check(Transport transport, std::string_view endpoint, const void* request,
                                   HeaderLookup header) const {
+  absl::StatusOr<Permit> p = Admit(transport, endpoint, request, header);
+  return p.status();
+}
+
+absl::Status Authenticator::CheckKey(const Endpoint& e, std::string_view auth, std::string* hash,
+                                     KeyEntry* entry) const {
+  constexpr std::string_view kBearer = "bearer ";
+  if (auth.size() <= kBearer.size() || absl::AsciiStrToLower(std::string(auth.substr(0, kBearer.size()))) != kBearer) {
+    return absl::UnauthenticatedError(absl::StrCat("'", std::string(e.name), "' needs an API key with role '",
+                                                   std::string(RoleName(e.role)), "': send 'authorization: Bearer <key>'"));
+  }
+  *hash = MatchKey(Strip(auth.substr(kBearer.size())), entry);
+  if (hash->empty()) {
+    return absl::UnauthenticatedError(absl::StrCat("'", std::string(e.name), "': the API key is not known"));
+  }
+  if ((entry->roles & static_cast<uint8_t>(e.role)) == 0) {
+    return absl::PermissionDeniedError(absl::StrCat("'", std::string(e.name), "' needs role '",
+                                                    std::string(RoleName(e.role)), "', which API key '", entry->label,
+                                                    "' does not have"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Authenticator::Permit> Authenticator::Admit(Transport transport, std::string_view endpoint,
+                                                           const void* request, HeaderLookup header,
+                                                           int* retry_after_s) const {
   const Endpoint* e = FindEndpoint(transport, endpoint);
+  auto refuse = [&](uint64_t Refusals::*counter, absl::Status s) {
+    absl::MutexLock l(&mu_);
+    ++(refusals_.*counter);
+    return s;
+  };
   if (e == nullptr) {
-    return absl::PermissionDeniedError(absl::StrCat("'", std::string(endpoint.substr(0, 128)), "' is not in kilnd's endpoint table"));
+    return refuse(&Refusals::permission, absl::PermissionDeniedError(absl::StrCat(
+        "'", std::string(endpoint.substr(0, 128)), "' is not in kilnd's endpoint table")));
   }
   for (const RestrictedProtocol& r : transport == Transport::kGrpc ? options_.grpc_restricted : options_.http_restricted) {
     bool applies = false;
@@ -248,26 +298,51 @@ absl::Status Authenticator::Check(Transport transport, std::string_view endpoint
     if (!applies) continue;
     const std::string_view got = header(request, r.header);
     if (got.size() != r.value.size() || CRYPTO_memcmp(got.data(), r.value.data(), got.size()) != 0) {
-      return absl::PermissionDeniedError(absl::StrCat("'", std::string(e->name), "' is in the restricted protocol group '", std::string(e->group),
-                                                      "': it needs the header '", r.header, "'"));
+      return refuse(&Refusals::permission, absl::PermissionDeniedError(absl::StrCat(
+          "'", std::string(e->name), "' is in the restricted protocol group '", std::string(e->group),
+          "': it needs the header '", r.header, "'")));
     }
   }
-  if (!keys_enabled() || e->role == Role::kPublic) return absl::OkStatus();
-  std::string_view auth = header(request, "authorization");
-  constexpr std::string_view kBearer = "bearer ";
-  if (auth.size() <= kBearer.size() || absl::AsciiStrToLower(std::string(auth.substr(0, kBearer.size()))) != kBearer) {
-    return absl::UnauthenticatedError(absl::StrCat("'", std::string(e->name), "' needs an API key with role '", std::string(RoleName(e->role)),
-                                                   "': send 'authorization: Bearer <key>'"));
+  if (!keys_enabled() || e->role == Role::kPublic) return Permit();
+  std::string hash;
+  KeyEntry entry;
+  if (absl::Status s = CheckKey(*e, header(request, "authorization"), &hash, &entry); !s.ok()) {
+    return refuse(absl::IsUnauthenticated(s) ? &Refusals::unauthenticated : &Refusals::permission, s);
   }
-  const uint8_t roles = RolesOf(Strip(auth.substr(kBearer.size())));
-  if (roles == 0) {
-    return absl::UnauthenticatedError(absl::StrCat("'", std::string(e->name), "': the API key is not known"));
+  if (options_.key_rate_limit <= 0 && options_.key_max_concurrent <= 0) return Permit();
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  absl::MutexLock l(&mu_);
+  Usage& u = usage_[hash];
+  if (options_.key_rate_limit > 0) {
+    const double burst = std::max(1.0, options_.key_rate_limit);
+    u.tokens = u.last_ns == 0 ? burst
+                              : std::min(burst, u.tokens + options_.key_rate_limit * 1e-9 * static_cast<double>(now - u.last_ns));
+    u.last_ns = now;
+    if (u.tokens < 1) {
+      ++refusals_.rate;
+      const double wait_s = (1 - u.tokens) / options_.key_rate_limit;
+      if (retry_after_s != nullptr) *retry_after_s = std::max(1, static_cast<int>(std::ceil(wait_s)));
+      return absl::ResourceExhaustedError(absl::StrCat("API key '", entry.label, "' is over its rate limit of ",
+                                                       options_.key_rate_limit, " requests/s (--api-key-rate-limit); retry in ",
+                                                       static_cast<int64_t>(std::ceil(wait_s * 1000)), " ms"));
+    }
   }
-  if ((roles & static_cast<uint8_t>(e->role)) == 0) {
-    return absl::PermissionDeniedError(absl::StrCat("'", std::string(e->name), "' needs role '", std::string(RoleName(e->role)),
-                                                    "', which this API key does not have"));
+  if (options_.key_max_concurrent > 0 && u.in_flight >= options_.key_max_concurrent) {
+    ++refusals_.concurrency;
+    if (retry_after_s != nullptr) *retry_after_s = 1;
+    return absl::ResourceExhaustedError(absl::StrCat("API key '", entry.label, "' has ", u.in_flight,
+                                                     " calls in flight, its limit (--api-key-max-concurrent ",
+                                                     options_.key_max_concurrent, "); retry when one finishes"));
   }
-  return absl::OkStatus();
+  if (options_.key_rate_limit > 0) u.tokens -= 1;
+  ++u.in_flight;
+  // The permit gives the call back when the last holder drops it.
+  return Permit(static_cast<void*>(nullptr), [this, hash](void*) {
+    absl::MutexLock l(&mu_);
+    auto it = usage_.find(hash);
+    if (it != usage_.end() && it->second.in_flight > 0) --it->second.in_flight;
+  });
 }
 
 }  // namespace kiln::server

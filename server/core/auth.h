@@ -62,6 +62,10 @@ absl::StatusOr<RestrictedProtocol> ParseRestrictedProtocol(std::string_view text
 
 struct AuthOptions {
   std::string api_keys_file;  // "" = no keys: every call allowed
+  // Per API key (0 = no limit): requests per second (a token bucket holding one second's worth)
+  // and calls in flight at once. Over either: RESOURCE_EXHAUSTED / HTTP 429 with Retry-After.
+  double key_rate_limit = 0;
+  int64_t key_max_concurrent = 0;
   std::vector<RestrictedProtocol> grpc_restricted;
   std::vector<RestrictedProtocol> http_restricted;
 };
@@ -86,16 +90,44 @@ class Authenticator {
   absl::Status Check(Transport transport, std::string_view endpoint, const void* request,
                      HeaderLookup header) const;
 
+  // Check, then the key's limits: a permit the caller holds while the call runs (it counts against
+  // key_max_concurrent until released; null when no key limit applies), or RESOURCE_EXHAUSTED
+  // naming the key's label and the limit. `retry_after_s` (may be null) gets the seconds a client
+  // should wait (HTTP Retry-After).
+  using Permit = std::shared_ptr<void>;
+  absl::StatusOr<Permit> Admit(Transport transport, std::string_view endpoint, const void* request,
+                               HeaderLookup header, int* retry_after_s = nullptr) const;
+
+  // Calls refused so far, by reason: unauthenticated, permission, rate, concurrency.
+  struct Refusals {
+    uint64_t unauthenticated = 0, permission = 0, rate = 0, concurrency = 0;
+  };
+  Refusals refusals() const;
+
   // The roles of `key` (a bitmask of Role), 0 when unknown. For the metrics port's basic auth.
   uint8_t RolesOf(std::string_view key) const;
 
  private:
   explicit Authenticator(AuthOptions options) : options_(std::move(options)) {}
-  static absl::StatusOr<std::map<std::string, uint8_t>> ReadKeys(const std::string& path);
+  struct KeyEntry {
+    uint8_t roles = 0;
+    std::string label;  // third column of the file (never the key); "" = the hash's first 8 digits
+  };
+  struct Usage {
+    double tokens = 0;
+    int64_t last_ns = 0;  // steady clock
+    int64_t in_flight = 0;
+  };
+  static absl::StatusOr<std::map<std::string, KeyEntry>> ReadKeys(const std::string& path);
+  // The stored hash `key` matches (compared in constant time with every entry); "" when none.
+  std::string MatchKey(std::string_view key, KeyEntry* entry) const;
+  absl::Status CheckKey(const Endpoint& e, std::string_view authorization, std::string* hash, KeyEntry* entry) const;
 
   const AuthOptions options_;
   mutable absl::Mutex mu_;
-  std::map<std::string, uint8_t> keys_ ABSL_GUARDED_BY(mu_);  // sha256 hex -> roles
+  std::map<std::string, KeyEntry> keys_ ABSL_GUARDED_BY(mu_);  // sha256 hex -> roles, label
+  mutable std::map<std::string, Usage> usage_ ABSL_GUARDED_BY(mu_);
+  mutable Refusals refusals_ ABSL_GUARDED_BY(mu_);
 };
 
 // Lower-case hex SHA-256 of `key` (what the key file stores).

@@ -18,10 +18,11 @@ struct CallGate {
   const Authenticator* auth = nullptr;  // null: every call allowed (tests, embedders)
   std::string_view service;             // "/package.Service/"
 
-  absl::Status Check(const grpc::ServerContextBase& ctx, std::string_view rpc) const {
-    if (auth == nullptr) return absl::OkStatus();
+  // The auth check and the key's limits; the permit counts the call in flight until dropped.
+  absl::StatusOr<Authenticator::Permit> Admit(const grpc::ServerContextBase& ctx, std::string_view rpc) const {
+    if (auth == nullptr) return Authenticator::Permit();
     const std::string method = std::string(service) + std::string(rpc);
-    return auth->Check(Transport::kGrpc, method, &ctx,
+    return auth->Admit(Transport::kGrpc, method, &ctx,
                        +[](const void* c, std::string_view name) -> std::string_view {
                          const auto& md = static_cast<const grpc::ServerContextBase*>(c)->client_metadata();
                          auto it = md.find(grpc::string_ref(name.data(), name.size()));
@@ -29,18 +30,23 @@ struct CallGate {
                                                : std::string_view(it->second.data(), it->second.size());
                        });
   }
+  // Admit for calls that do not hold a permit (streams: counted against the rate when opened).
+  absl::Status Check(const grpc::ServerContextBase& ctx, std::string_view rpc) const {
+    return Admit(ctx, rpc).status();
+  }
 };
 
 template <typename Fn>
 grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const CallGate& gate, const char* rpc,
                                 Fn&& fn) {
-  if (absl::Status denied = gate.Check(*ctx, rpc); !denied.ok()) {
-    spdlog::debug("{} refused: {}", rpc, std::string(denied.message()));
+  absl::StatusOr<Authenticator::Permit> permit = gate.Admit(*ctx, rpc);
+  if (!permit.ok()) {
+    spdlog::debug("{} refused: {}", rpc, std::string(permit.status().message()));
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(denied));
+    reactor->Finish(ToGrpcStatus(permit.status()));
     return reactor;
   }
-  return Unary(ctx, rpc, std::forward<Fn>(fn));
+  return Unary(ctx, rpc, std::forward<Fn>(fn));  // `permit` held until the answer is sent
 }
 
 template <typename Req, typename Resp>

@@ -68,15 +68,18 @@ grpc::ServerUnaryReactor* InferenceService::ModelMetadata(
 grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerContext* ctx,
                                                        const inference::ModelInferRequest* request,
                                                        inference::ModelInferResponse* response) {
-  if (absl::Status denied = gate_.Check(*ctx, "ModelInfer"); !denied.ok()) {
+  absl::StatusOr<Authenticator::Permit> permit = gate_.Admit(*ctx, "ModelInfer");
+  if (!permit.ok()) {
+    spdlog::debug("ModelInfer refused: {}", std::string(permit.status().message()));
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(denied));
+    reactor->Finish(ToGrpcStatus(permit.status()));
     return reactor;
   }
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   // `request` and `response` live until Finish, so the decoded views stay valid. Whatever
   // happens -- an exception in decoding, execution or encoding -- Finish runs exactly once.
-  auto finish = [reactor, response](absl::StatusOr<InferResponse> result) {
+  // The key's permit (call_gate.h) is held until the answer is sent.
+  auto finish = [reactor, response, permit = *std::move(permit)](absl::StatusOr<InferResponse> result) {
     absl::Status st = result.status();
     if (st.ok()) {
       st = Guard("ModelInfer (encode)", [&]() -> absl::Status {

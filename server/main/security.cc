@@ -1,5 +1,6 @@
 #include "server/main/security.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -12,6 +13,12 @@ ABSL_FLAG(std::string, api_keys_file, "",
           "[label]' (store `printf %s KEY | sha256sum`); clients send 'authorization: Bearer KEY'; "
           "re-read on SIGHUP. Without it every call is allowed and kilnd listens on loopback only "
           "(see --allow-unauthenticated)");
+ABSL_FLAG(double, api_key_rate_limit, 0,
+          "requests per second one API key may make (a bucket of one second's worth); over it: "
+          "RESOURCE_EXHAUSTED / HTTP 429 with Retry-After; 0 = no limit");
+ABSL_FLAG(int64_t, api_key_max_concurrent, 0,
+          "calls one API key may have in flight at once (unary gRPC and HTTP requests); over it: "
+          "RESOURCE_EXHAUSTED / HTTP 429; 0 = no limit");
 ABSL_FLAG(bool, allow_unauthenticated, false,
           "with no --api-keys-file, listen on the address flags anyway (default: loopback only)");
 ABSL_FLAG(std::string, grpc_restricted_protocol, "",
@@ -83,6 +90,8 @@ bool ListEndpointsIfAsked() {
 absl::StatusOr<Security> SecurityFromFlags() {
   AuthOptions options;
   options.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
+  options.key_rate_limit = std::max(0.0, absl::GetFlag(FLAGS_api_key_rate_limit));
+  options.key_max_concurrent = std::max<int64_t>(0, absl::GetFlag(FLAGS_api_key_max_concurrent));
   if (const std::string g = absl::GetFlag(FLAGS_grpc_restricted_protocol); !g.empty()) {
     absl::StatusOr<RestrictedProtocol> r = ParseRestrictedProtocol(g);
     if (!r.ok()) return absl::InvalidArgumentError(absl::StrCat("--grpc-restricted-protocol: ", r.status().message()));

@@ -95,4 +95,20 @@ std::vector<prometheus::MetricFamily> HostMetrics::Collect() const {
           Gauge("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", static_cast<double>(used))};
 }
 
+std::vector<prometheus::MetricFamily> AuthMetrics::Collect() const {
+  const Authenticator::Refusals r = auth_->refusals();
+  prometheus::MetricFamily f;
+  f.name = "kiln_auth_refusals_total";
+  f.help = "Calls refused by API key checks and per-key limits, by reason";
+  f.type = prometheus::MetricType::Counter;
+  for (const auto& [reason, n] : {std::pair<const char*, uint64_t>{"unauthenticated", r.unauthenticated},
+                                  {"permission", r.permission}, {"rate", r.rate}, {"concurrency", r.concurrency}}) {
+    prometheus::ClientMetric m;
+    m.label.push_back({"reason", reason});
+    m.counter.value = static_cast<double>(n);
+    f.metric.push_back(m);
+  }
+  return {f};
+}
+
 }  // namespace kiln::server

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
+#include "server/core/auth.h"
 
 namespace kiln::server {
 
@@ -35,6 +36,17 @@ class HostMetrics final : public prometheus::Collectable {
  private:
   mutable absl::Mutex mu_;
   mutable CpuTimes last_ ABSL_GUARDED_BY(mu_);
+};
+
+// kiln_auth_refusals_total{reason}: calls the Authenticator refused (unauthenticated, permission,
+// rate, concurrency), read from it per scrape.
+class AuthMetrics final : public prometheus::Collectable {
+ public:
+  explicit AuthMetrics(const Authenticator* auth) : auth_(auth) {}
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  const Authenticator* const auth_;
 };
 
 }  // namespace kiln::server

@@ -157,6 +157,10 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Start(const std::string& addre
     }
     m->exposer_->RegisterCollectable(m->registry_);
     m->exposer_->RegisterCollectable(m->host_);
+    if (auth != nullptr) {
+      m->auth_metrics_ = std::make_shared<AuthMetrics>(auth);
+      m->exposer_->RegisterCollectable(m->auth_metrics_);
+    }
     auto ports = m->exposer_->GetListeningPorts();
     m->port_ = ports.empty() ? port : ports.front();
   }

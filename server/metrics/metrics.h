@@ -33,6 +33,8 @@
 //                                            previous scrape, from /proc/stat
 //   nv_cpu_memory_total_bytes, nv_cpu_memory_used_bytes  gauges  host memory, from /proc/meminfo
 //                                            (used = MemTotal - MemAvailable)
+//   kiln_auth_refusals_total                 counter {reason}: unauthenticated, permission, rate,
+//                                            concurrency (API keys and per-key limits)
 //   nv_inference_pending_request_count       gauge {model, version}: queued, not yet executing
 //   kiln_training_steps_total                counter {job}  training steps completed
 //   kiln_training_loss                       gauge   {job}  loss of the job's last step
@@ -99,6 +101,7 @@ class Metrics final : public InferObserver, public TrainingObserver {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::shared_ptr<HostMetrics> host_;  // nv_cpu_* families, computed per scrape
+  std::shared_ptr<AuthMetrics> auth_metrics_;  // kiln_auth_refusals_total, when an Authenticator is given
   std::unique_ptr<prometheus::Exposer> exposer_;
   int port_ = 0;
   prometheus::Family<prometheus::Histogram>* request_duration_;

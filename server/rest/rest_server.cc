@@ -47,6 +47,31 @@ int FitToFileLimit(int max_connections) {
   return static_cast<int>(room);
 }
 
+// A body sink that holds an API key's permit until the upload ends (server/core/auth.h).
+class PermitSink final : public BodySink {
+ public:
+  PermitSink(std::unique_ptr<BodySink> inner, Authenticator::Permit permit)
+      : inner_(std::move(inner)), permit_(std::move(permit)) {}
+  bool Write(std::string_view piece, HttpResponse* res) override { return inner_->Write(piece, res); }
+  void Finish(HttpResponse* res) override { inner_->Finish(res); }
+
+ private:
+  std::unique_ptr<BodySink> inner_;
+  Authenticator::Permit permit_;
+};
+
+// The plan with `permit` held by its handler or sink: released when the connection drops the plan
+// after answering.
+RoutePlan HoldPermit(RoutePlan plan, Authenticator::Permit permit) {
+  if (plan.handle) {
+    plan.handle = [inner = std::move(plan.handle), permit](const HttpRequest& r, std::string& body,
+                                                           HttpResponse* res) { inner(r, body, res); };
+  } else if (plan.sink) {
+    plan.sink = std::make_unique<PermitSink>(std::move(plan.sink), std::move(permit));
+  }
+  return plan;
+}
+
 // /v1/training/... to the training routes, everything else to the KServe routes.
 class RestRouter : public Router {
  public:
@@ -57,17 +82,23 @@ class RestRouter : public Router {
     if (auth_ != nullptr) {
       const std::string_view endpoint = training ? "* /v1/training/..." : KserveRoutes::EndpointName(req.path);
       if (!endpoint.empty()) {
-        absl::Status denied = auth_->Check(Transport::kHttp, endpoint, &req,
-                                           +[](const void* r, std::string_view name) {
-                                             return static_cast<const HttpRequest*>(r)->Header(name);
-                                           });
-        if (!denied.ok()) {
+        int retry_after_s = 0;
+        absl::StatusOr<Authenticator::Permit> permit =
+            auth_->Admit(Transport::kHttp, endpoint, &req,
+                         +[](const void* r, std::string_view name) {
+                           return static_cast<const HttpRequest*>(r)->Header(name);
+                         },
+                         &retry_after_s);
+        if (!permit.ok()) {
           RoutePlan plan;
-          const bool unauthenticated = absl::IsUnauthenticated(denied);
-          plan.answer = Answer(unauthenticated ? 401 : 403, std::string(denied.message()));
-          if (unauthenticated) plan.answer->headers.emplace_back("WWW-Authenticate", "Bearer");
+          const absl::Status& denied = permit.status();
+          const int code = absl::IsUnauthenticated(denied) ? 401 : absl::IsResourceExhausted(denied) ? 429 : 403;
+          plan.answer = Answer(code, std::string(denied.message()));
+          if (code == 401) plan.answer->headers.emplace_back("WWW-Authenticate", "Bearer");
+          if (code == 429) plan.answer->headers.emplace_back("Retry-After", std::to_string(retry_after_s));
           return plan;
         }
+        return HoldPermit(training ? training_->Plan(req) : kserve_->Plan(req), *std::move(permit));
       }
     }
     return training ? training_->Plan(req) : kserve_->Plan(req);

@@ -13,6 +13,7 @@ import hashlib
 import http.client
 import re
 import signal
+import urllib.request
 import socket
 import subprocess
 import time
@@ -251,3 +252,47 @@ def test_no_keys_means_loopback_only(models):
             socket.create_connection((other, opened.port), timeout=5).close()
     finally:
         assert opened.stop() == 0
+
+
+def test_per_key_rate_and_concurrency_limits(models, tmp_path):
+    """--api-key-rate-limit and --api-key-max-concurrent: 429 with Retry-After over HTTP,
+    RESOURCE_EXHAUSTED over gRPC, counted in kiln_auth_refusals_total; other keys unaffected."""
+    keyfile = tmp_path / "keys.txt"
+    write_keys(keyfile, {**KEYS, "infer,admin": "k-other-key"})
+    metrics_port = _free_port()
+    server = Kilnd(models, [f"--api-keys-file={keyfile}", "--api-key-rate-limit=2", "--api-key-max-concurrent=1",
+                            f"--metrics-port={metrics_port}"])
+    try:
+        bearer = {"Authorization": f"Bearer {KEYS['infer']}"}
+        ready = "/v2/health/ready"
+        # A request whose body is still arriving holds the key's one concurrent slot.
+        held = socket.create_connection(("127.0.0.1", server.http_port), timeout=20)
+        held.sendall((f"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEYS['infer']}\r\n"
+                      "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{").encode())
+        time.sleep(0.3)
+        conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=20)
+        conn.request("GET", ready, headers=bearer)
+        r = conn.getresponse()
+        body = r.read().decode()
+        assert r.status == 429 and r.getheader("Retry-After") == "1", body
+        assert "--api-key-max-concurrent" in body and KEYS["infer"] not in body
+        assert http_call(server.http_port, "GET", ready, {"Authorization": "Bearer k-other-key"}) == 200
+        held.close()  # the slot comes back when the connection goes
+        time.sleep(1.2)  # and the rate bucket refills
+        codes = [http_call(server.http_port, "GET", ready, bearer) for _ in range(3)]
+        assert codes[:2] == [200, 200] and codes[2] == 429, codes
+        assert grpc_call(server, "/inference.GRPCInferenceService/ServerLive", KEYS["infer"]) == \
+            grpc.StatusCode.RESOURCE_EXHAUSTED
+        time.sleep(1.1)
+        assert http_call(server.http_port, "GET", ready, bearer) == 200
+        assert http_call(server.http_port, "GET", ready, {}) == 401
+        with urllib.request.urlopen(urllib.request.Request(
+                f"http://127.0.0.1:{metrics_port}/metrics",
+                headers={"Authorization": "Basic " + base64.b64encode(f"p:{KEYS['metrics']}".encode()).decode()}),
+                timeout=10) as m:
+            text = m.read().decode()
+        counts = {line.split('"')[1]: float(line.split()[-1]) for line in text.splitlines()
+                  if line.startswith("kiln_auth_refusals_total{")}
+        assert counts["concurrency"] >= 1 and counts["rate"] >= 2 and counts["unauthenticated"] >= 1, counts
+    finally:
+        assert server.stop() == 0
