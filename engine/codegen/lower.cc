@@ -102,7 +102,7 @@ absl::StatusOr<UOpPtr> ApplyOpts(const UOpPtr& sink, LowerContext& ctx) {
 constexpr Pass kLowerPasses[] = {
     {"initial symbolic", InitialSymbolic, true},
     {"apply opts", ApplyOpts},
-    {"expand upcasts", ExpandUpcasts},
+    {"expand upcasts", ExpandUpcasts, true},
     {"postopt symbolic", PostoptSymbolic, true},
     {"narrow gated reduces", NarrowGatedReduces},
     {"lower group reduces", LowerGroupReduces},

@@ -154,8 +154,8 @@ TEST(PassHooksTest, Debug5PrintsEveryPassAndTableName) {
   for (std::string_view stage : codegen::LowerStageNames()) {
     EXPECT_NE(err.find(absl::StrCat("pass '", std::string(stage), "'")), std::string::npos) << stage << "\n" << err;
   }
-  for (const char* table : {"symbolic_indices", "fold_index_math", "lower_index_dtype", "move_gates",
-                            "guard_division", "middleware"}) {
+  for (const char* table : {"symbolic_indices", "fold_index_math", "expand", "split_ends", "lower_index_dtype",
+                            "move_gates", "guard_division", "middleware"}) {
     EXPECT_NE(err.find(absl::StrCat("[", table, "]")), std::string::npos) << table << "\n" << err;
   }
   EXPECT_NE(err.find("move_gates: load(index(p,i,g)) -> load(index(p,i),0,g)"), std::string::npos) << err;
