@@ -22,7 +22,10 @@
 //   "guard division"    integer div/mod guards (below)
 // then Linearize. Each pass is recorded in the rewrite trace (TRACK_MATCH_STATS >= 2, VIZ) under its name; in debug
 // builds the kernel spec verifier (engine/rewrite/spec.h) runs on the input and after every pass; DEBUG >= 6 prints
-// the graph after each pass and DEBUG >= 3 the applied opts.
+// the graph after each pass, DEBUG >= 5 each pass's rule counters (RewriteStats::Format) and DEBUG >= 3 the applied
+// opts. Stages that are rule tables run through GraphRewrite under the stage's name (each table a PatternMatcher
+// named after it, e.g. "move_gates"); the others are imperative and listed in the counters as "[imperative]" without rule rows.
+// LowerOptions::hooks adds user tables before or after any stage (ExtraRules below).
 //
 // Output conventions (in addition to docs/kernel-ir.md §3):
 //  - Accumulators: one DEFINE_REG per accumulator dtype, arg = number of accumulators of that dtype; each reduce
@@ -39,11 +42,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/codegen/program.h"
+#include "engine/rewrite/pattern_matcher.h"
+#include "engine/rewrite/rewrite_stats.h"
 #include "engine/uop/uop.h"
 
 namespace kiln::codegen {
@@ -92,11 +99,41 @@ struct Opt {
   }
 };
 
+// ---- extension point: a user's rule table before or after a named stage ----
+// A stage name is one of LowerStageNames() ("lower reduces", "lower index dtype", ...). The table runs through
+// GraphRewrite on the whole kernel graph at that point, under the pass name `name` (default "<stage> [before]" /
+// "<stage> [after]"), so its rule hits show in LowerOptions::stats and in DEBUG>=5 output like the built-in
+// tables'. Hooks at one point run in the order given. The rules see the graph as the stage leaves it (before
+// "lower index dtype" indices are `index`-typed, after it int32/int64; see the stage list above) and must keep it
+// valid for the stages that follow (debug builds run the spec verifier after a hook as after any stage). Example
+// (the test "middleware" case): a*1.0 -> a+a after "expand upcasts":
+//   PassHooks hooks;
+//   hooks.rules.push_back({"expand upcasts", ExtraRules::At::kAfter, "middleware",
+//                          std::make_shared<PatternMatcher>(std::vector<Rule>{{UPat::Var("a", dtypes::kFloat32) * 1.0,
+//                              [](const Bindings& b) { return b["a"] + b["a"]; }, "a*1.0 -> a+a"}}, "middleware")});
+struct ExtraRules {
+  enum class At : uint8_t { kBefore, kAfter };
+  std::string stage;
+  At at = At::kAfter;
+  std::string name;                              // pass name; "" = "<stage> [before]" / "<stage> [after]"
+  std::shared_ptr<const PatternMatcher> rules;   // must be non-null
+  bool walk = false;                             // GraphRewrite mode: false = fixed point (default), true = one walk
+};
+struct PassHooks {
+  std::vector<ExtraRules> rules;
+};
+// The names of the lowering stages, in order.
+std::vector<std::string_view> LowerStageNames();
+
 struct LowerOptions {
   // When set, exactly these opts are applied (an illegal one is an InvalidArgument error) and the heuristic is
   // not run. When unset, the heuristic chooses unless NOOPT=1.
   bool use_explicit_opts = false;
   std::vector<Opt> opts;
+  // User rule tables around named stages (null = none). An unknown stage or a null table is InvalidArgument.
+  const PassHooks* hooks = nullptr;
+  // Caller-owned counters: every stage and hook adds its pass row and rule hits (null = not counted).
+  RewriteStats* stats = nullptr;
 };
 
 // Lowers one kernel AST (a SINK per docs/kernel-ir.md §2) for `target`. Errors: InvalidArgument for malformed

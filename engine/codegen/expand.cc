@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/status.h"
 #include "engine/codegen/graph_util.h"
 #include "engine/codegen/lower_context.h"
 
@@ -59,79 +60,103 @@ void FlattenGroups(const UOpPtr& u, UOpVec& out) {
   }
 }
 
+// The "expand upcasts" table's state: the lowering context (lanes_last) and the first error a rule hit (a rule
+// cannot return a Status; once set, every rule declines).
+struct ExpandContext {
+  const LowerContext* lower;
+  absl::Status err;
+};
+
+// END(vals..., ranges...) / SINK(vals...): UPCAST/UNROLL ranges replaced by one copy of the values per lane;
+// GROUPs (lanes of an END with no range left) flattened into their user.
+UOpPtr ExpandEnd(const Bindings& b) {
+  ExpandContext& ec = *b.ctx<ExpandContext>();
+  const UOpPtr& u = b.root();
+  if (!ec.err.ok()) return nullptr;
+  bool grouped = std::any_of(u->src().begin(), u->src().end(), [](const UOpPtr& s) { return s->op() == Op::GROUP; });
+  UOpVec vals, ranges;
+  std::vector<UOpPtr> expand;
+  for (const UOpPtr& s : u->src()) {
+    if (u->op() == Op::END && s->op() == Op::RANGE) {
+      if (IsExpandRange(s.get())) expand.push_back(s);
+      else ranges.push_back(s);
+    } else {
+      FlattenGroups(s, vals);
+    }
+  }
+  if (expand.empty() && !grouped) return nullptr;
+  if (u->op() == Op::SINK) return UOp::Sink(vals);
+  const std::vector<int64_t>& lanes_last = ec.lower->lanes_last;
+  if (!lanes_last.empty()) {
+    auto rank = [&](const UOpPtr& r) -> int64_t {
+      const int64_t id = std::get<AxisArg>(r->arg()).id;
+      auto it = std::find(lanes_last.begin(), lanes_last.end(), id);
+      return it == lanes_last.end() ? -1 : it - lanes_last.begin();
+    };
+    std::stable_sort(expand.begin(), expand.end(), [&](const UOpPtr& x, const UOpPtr& y) { return rank(x) < rank(y); });
+  }
+  auto lanes = Lanes(expand);
+  if (!lanes.ok()) {
+    ec.err = lanes.status();
+    return nullptr;
+  }
+  UOpVec copies;
+  for (const auto& m : *lanes) {
+    for (const UOpPtr& v : vals) {
+      UOpPtr c = Substitute(v, m);
+      if (std::find(copies.begin(), copies.end(), c) == copies.end()) copies.push_back(c);
+    }
+  }
+  if (ranges.empty()) return UOp::Make(Op::GROUP, dtypes::kVoid, copies);
+  for (const UOpPtr& r : ranges) copies.push_back(r);
+  return UOp::Make(Op::END, u->dtype(), copies, u->arg());
+}
+
+// REDUCE(val, ranges...): the UPCAST/UNROLL ranges' lanes combined with the reduce op (in lane order), the other
+// ranges kept.
+UOpPtr ExpandReduce(const Bindings& b) {
+  ExpandContext& ec = *b.ctx<ExpandContext>();
+  const UOpPtr& u = b.root();
+  if (!ec.err.ok()) return nullptr;
+  std::vector<UOpPtr> expand;
+  UOpVec ranges;
+  for (size_t i = 1; i < u->num_src(); ++i) {
+    if (IsExpandRange(u->src(i).get())) expand.push_back(u->src(i));
+    else ranges.push_back(u->src(i));
+  }
+  if (expand.empty()) return nullptr;
+  auto lanes = Lanes(expand);
+  if (!lanes.ok()) {
+    ec.err = lanes.status();
+    return nullptr;
+  }
+  const Op rop = std::get<Op>(u->arg());
+  UOpPtr acc;
+  for (const auto& m : *lanes) {
+    UOpPtr c = Substitute(u->src(0), m);
+    acc = acc ? Combine(rop, acc, c) : c;
+  }
+  if (ranges.empty()) return acc;
+  UOpVec src{acc};
+  for (const UOpPtr& r : ranges) src.push_back(r);
+  return UOp::Make(Op::REDUCE, u->dtype(), src, u->arg());
+}
+
+const PatternMatcher& ExpandRules() {
+  static const PatternMatcher pm({{UPat(OpSet{Op::SINK, Op::END}), ExpandEnd, "end(vals, upcast r) -> lane copies"},
+                                  {UPat(Op::REDUCE), ExpandReduce, "reduce(v, upcast r) -> combined lanes"}},
+                                 "expand");
+  return pm;
+}
+
 }  // namespace
 
 absl::StatusOr<UOpPtr> ExpandUpcasts(const UOpPtr& sink, LowerContext& ctx) {
-  absl::Status err = absl::OkStatus();
-  UOpPtr out = RewriteBottomUp(sink, [&](const UOp* orig, const UOpPtr& u) -> UOpPtr {
-    if (!err.ok()) return nullptr;
-    if (u->op() == Op::SINK || u->op() == Op::END) {
-      // GROUPs (lanes of an END with no range left) are flattened into their user.
-      bool grouped = std::any_of(u->src().begin(), u->src().end(), [](const UOpPtr& s) { return s->op() == Op::GROUP; });
-      UOpVec vals, ranges;
-      std::vector<UOpPtr> expand;
-      for (const UOpPtr& s : u->src()) {
-        if (u->op() == Op::END && s->op() == Op::RANGE) {
-          if (IsExpandRange(s.get())) expand.push_back(s);
-          else ranges.push_back(s);
-        } else {
-          FlattenGroups(s, vals);
-        }
-      }
-      if (expand.empty() && !grouped) return nullptr;
-      if (u->op() == Op::SINK) return UOp::Sink(vals);
-      if (!ctx.lanes_last.empty()) {
-        auto rank = [&](const UOpPtr& r) -> int64_t {
-          const int64_t id = std::get<AxisArg>(r->arg()).id;
-          auto it = std::find(ctx.lanes_last.begin(), ctx.lanes_last.end(), id);
-          return it == ctx.lanes_last.end() ? -1 : it - ctx.lanes_last.begin();
-        };
-        std::stable_sort(expand.begin(), expand.end(),
-                         [&](const UOpPtr& a, const UOpPtr& b) { return rank(a) < rank(b); });
-      }
-      auto lanes = Lanes(expand);
-      if (!lanes.ok()) {
-        err = lanes.status();
-        return nullptr;
-      }
-      UOpVec copies;
-      for (const auto& m : *lanes) {
-        for (const UOpPtr& v : vals) {
-          UOpPtr c = Substitute(v, m);
-          if (std::find(copies.begin(), copies.end(), c) == copies.end()) copies.push_back(c);
-        }
-      }
-      if (ranges.empty()) return UOp::Make(Op::GROUP, dtypes::kVoid, copies);
-      for (const UOpPtr& r : ranges) copies.push_back(r);
-      return UOp::Make(Op::END, u->dtype(), copies, u->arg());
-    }
-    if (u->op() == Op::REDUCE) {
-      std::vector<UOpPtr> expand;
-      UOpVec ranges;
-      for (size_t i = 1; i < u->num_src(); ++i) {
-        if (IsExpandRange(u->src(i).get())) expand.push_back(u->src(i));
-        else ranges.push_back(u->src(i));
-      }
-      if (expand.empty()) return nullptr;
-      auto lanes = Lanes(expand);
-      if (!lanes.ok()) {
-        err = lanes.status();
-        return nullptr;
-      }
-      const Op rop = std::get<Op>(u->arg());
-      UOpPtr acc;
-      for (const auto& m : *lanes) {
-        UOpPtr c = Substitute(u->src(0), m);
-        acc = acc ? Combine(rop, acc, c) : c;
-      }
-      if (ranges.empty()) return acc;
-      UOpVec src{acc};
-      for (const UOpPtr& r : ranges) src.push_back(r);
-      return UOp::Make(Op::REDUCE, u->dtype(), src, u->arg());
-    }
-    return nullptr;
-  });
-  if (!err.ok()) return err;
+  ExpandContext ec{&ctx, absl::OkStatus()};
+  RewriteOptions o = ctx.PassOptions("expand upcasts", /*walk=*/true);
+  o.ctx = &ec;
+  KILN_ASSIGN_OR_RETURN(UOpPtr out, GraphRewrite(sink, ExpandRules(), o));
+  if (!ec.err.ok()) return ec.err;
   // An upcast range that survived (used outside any END/REDUCE that closes it) is a malformed kernel.
   for (const UOp* u : Toposort(out)) {
     if (IsExpandRange(u))

@@ -278,16 +278,18 @@ UOpPtr FoldOne(const UOpPtr& u) {
 
 }  // namespace
 
+UOpPtr FoldIndexMathAt(const UOpPtr& u) {
+  UOpPtr cur = u;
+  for (int i = 0; i < 8; ++i) {
+    UOpPtr next = FoldOne(cur);
+    if (!next || next == cur) break;
+    cur = next;
+  }
+  return cur == u ? nullptr : cur;
+}
+
 UOpPtr FoldIndexMath(const UOpPtr& root) {
-  return RewriteBottomUp(root, [](const UOp*, const UOpPtr& u) -> UOpPtr {
-    UOpPtr cur = u;
-    for (int i = 0; i < 8; ++i) {
-      UOpPtr next = FoldOne(cur);
-      if (!next || next == cur) break;
-      cur = next;
-    }
-    return cur;
-  });
+  return RewriteBottomUp(root, [](const UOp*, const UOpPtr& u) -> UOpPtr { return FoldIndexMathAt(u); });
 }
 
 }  // namespace kiln::codegen

@@ -47,6 +47,8 @@ class Bounds {
 
 // Folds constant index/bool arithmetic and identities (x+0, x*1, x*0, x/1, x%1, (x+c1)+c2, WHERE(c,a,a)).
 UOpPtr FoldIndexMath(const UOpPtr& root);
+// FoldIndexMath's step at one node (up to 8 local folds); null when nothing folds.
+UOpPtr FoldIndexMathAt(const UOpPtr& u);
 
 // The CONST value of an int/index CONST, else false.
 bool ConstInt(const UOpPtr& u, int64_t* v);

@@ -10,6 +10,8 @@
 #include "engine/codegen/codegen.h"
 #include "engine/codegen/graph_util.h"
 #include "engine/codegen/lower_context.h"
+#include "engine/rewrite/graph_rewrite.h"
+#include "engine/rewrite/pattern_matcher.h"
 #include "engine/rewrite/spec.h"
 #include "engine/rewrite/trace.h"
 #include "engine/symbolic/symbolic.h"
@@ -22,24 +24,59 @@ using PassFn = absl::StatusOr<UOpPtr> (*)(const UOpPtr&, LowerContext&);
 struct Pass {
   const char* name;
   PassFn fn;
+  bool table = false;  // fn runs rule tables through GraphRewrite under `name` (which counts and traces them)
 };
 
-// Index math only: every INDEX's index and gate, and every RANGE's end, through engine/symbolic's Simplify; then the
-// local folder over the whole kernel (index-dtype and bool constants only, so data math keeps its exact per-dtype
-// semantics for the device).
-absl::StatusOr<UOpPtr> SymbolicPass(const UOpPtr& sink, LowerContext&) {
-  UOpPtr out = RewriteBottomUp(sink, [](const UOp*, const UOpPtr& u) -> UOpPtr {
-    if (u->op() != Op::INDEX && u->op() != Op::RANGE) return nullptr;
-    UOpVec src(u->src().begin(), u->src().end());
-    bool changed = false;
-    for (size_t i = u->op() == Op::INDEX ? 1 : 0; i < src.size(); ++i) {
-      UOpPtr s = Simplify(src[i]);
-      changed |= s != src[i];
-      src[i] = s;
-    }
-    return changed ? u->WithSrc(src) : nullptr;
-  });
-  return FoldIndexMath(out);
+// "symbolic_indices": every INDEX's index and gate, and every RANGE's end, through engine/symbolic's Simplify.
+const PatternMatcher& SymbolicIndexRules() {
+  static const PatternMatcher pm(
+      {{UPat(OpSet{Op::INDEX, Op::RANGE}),
+        [](const Bindings& b) -> UOpPtr {
+          const UOpPtr& u = b.root();
+          UOpVec src(u->src().begin(), u->src().end());
+          bool changed = false;
+          for (size_t i = u->op() == Op::INDEX ? 1 : 0; i < src.size(); ++i) {
+            UOpPtr s = Simplify(src[i]);
+            changed |= s != src[i];
+            src[i] = s;
+          }
+          return changed ? u->WithSrc(src) : nullptr;
+        },
+        "index/range sources -> Simplify(sources)"}},
+      "symbolic_indices");
+  return pm;
+}
+
+// "fold_index_math": graph_util.h's FoldIndexMath as a table (index-dtype and bool constants only, so data math
+// keeps its exact per-dtype semantics for the device).
+const PatternMatcher& FoldIndexMathRules() {
+  static const PatternMatcher pm(
+      {{UPat([] {
+          OpSet alu;
+          for (int i = 0; i < kNumOps; ++i) {
+            if (IsALU(static_cast<Op>(i))) alu.Add(static_cast<Op>(i));
+          }
+          return alu;
+        }()),
+        [](const Bindings& b) { return FoldIndexMathAt(b.root()); },
+        "index consts and identities (x+0, x*1, x*0, x/1, x%1, (x+c1)+c2, ...) folded"}},
+      "fold_index_math");
+  return pm;
+}
+
+// Index math only: the two tables above, one walk each, under the stage's name.
+absl::StatusOr<UOpPtr> RunSymbolic(const UOpPtr& sink, LowerContext& ctx, const char* name) {
+  KILN_ASSIGN_OR_RETURN(UOpPtr out, GraphRewrite(sink, SymbolicIndexRules(), ctx.PassOptions(name, /*walk=*/true)));
+  return GraphRewrite(out, FoldIndexMathRules(), ctx.PassOptions(name, /*walk=*/true));
+}
+absl::StatusOr<UOpPtr> InitialSymbolic(const UOpPtr& sink, LowerContext& ctx) {
+  return RunSymbolic(sink, ctx, "initial symbolic");
+}
+absl::StatusOr<UOpPtr> PostoptSymbolic(const UOpPtr& sink, LowerContext& ctx) {
+  return RunSymbolic(sink, ctx, "postopt symbolic");
+}
+absl::StatusOr<UOpPtr> FinalSymbolic(const UOpPtr& sink, LowerContext& ctx) {
+  return RunSymbolic(sink, ctx, "final symbolic");
 }
 
 absl::StatusOr<UOpPtr> ApplyOpts(const UOpPtr& sink, LowerContext& ctx) {
@@ -63,10 +100,10 @@ absl::StatusOr<UOpPtr> ApplyOpts(const UOpPtr& sink, LowerContext& ctx) {
 
 // The lowering passes, in order (tinygrad codegen/__init__.py, adapted).
 constexpr Pass kLowerPasses[] = {
-    {"initial symbolic", SymbolicPass},
+    {"initial symbolic", InitialSymbolic, true},
     {"apply opts", ApplyOpts},
-    {"expand upcasts", ExpandUpcasts},
-    {"postopt symbolic", SymbolicPass},
+    {"expand upcasts", ExpandUpcasts, true},
+    {"postopt symbolic", PostoptSymbolic, true},
     {"narrow gated reduces", NarrowGatedReduces},
     {"lower group reduces", LowerGroupReduces},
     {"lower reduces", LowerReduces},
@@ -74,10 +111,10 @@ constexpr Pass kLowerPasses[] = {
     {"lower threads", LowerThreads},
     {"lower gpu dims", LowerGpuDims},
     {"normalize ends", NormalizeEnds},
-    {"final symbolic", SymbolicPass},
-    {"lower index dtype", LowerIndexDType},
-    {"move gates", MoveGates},
-    {"guard division", GuardDivision},
+    {"final symbolic", FinalSymbolic, true},
+    {"lower index dtype", LowerIndexDType, true},
+    {"move gates", MoveGates, true},
+    {"guard division", GuardDivision, true},
     {"vectorize loads", VectorizeLoads},
 };
 
@@ -134,40 +171,103 @@ absl::Status FillProgramInfo(const LowerContext& ctx, Program& p) {
   return absl::OkStatus();
 }
 
+// One step of the pipeline: a stage of kLowerPasses, or a user table hooked before/after one.
+struct Step {
+  std::string name;
+  PassFn fn = nullptr;                 // a stage
+  const ExtraRules* extra = nullptr;   // a hook
+  bool table = false;                  // Pass::table
+};
+
+absl::StatusOr<std::vector<Step>> PlanSteps(const PassHooks* hooks) {
+  std::vector<Step> steps;
+  if (hooks != nullptr) {
+    for (const ExtraRules& e : hooks->rules) {
+      bool known = std::any_of(std::begin(kLowerPasses), std::end(kLowerPasses),
+                               [&](const Pass& p) { return e.stage == p.name; });
+      if (!known) return absl::InvalidArgumentError(absl::StrCat("PassHooks: no lowering stage named '", e.stage, "'"));
+      if (e.rules == nullptr) return absl::InvalidArgumentError(absl::StrCat("PassHooks: null rule table at '", e.stage, "'"));
+    }
+  }
+  auto add_hooks = [&](const char* stage, ExtraRules::At at) {
+    if (hooks == nullptr) return;
+    for (const ExtraRules& e : hooks->rules) {
+      if (e.stage != stage || e.at != at) continue;
+      std::string name = !e.name.empty() ? e.name
+                                         : absl::StrCat(stage, at == ExtraRules::At::kBefore ? " [before]" : " [after]");
+      steps.push_back(Step{std::move(name), nullptr, &e, true});
+    }
+  };
+  for (const Pass& pass : kLowerPasses) {
+    add_hooks(pass.name, ExtraRules::At::kBefore);
+    steps.push_back(Step{pass.name, pass.fn, nullptr, pass.table});
+    add_hooks(pass.name, ExtraRules::At::kAfter);
+  }
+  return steps;
+}
+
 absl::StatusOr<UOpPtr> RunPasses(const UOpPtr& ast, LowerContext& ctx) {
   KILN_RETURN_IF_ERROR(InitAxes(ast, ctx));
+  KILN_ASSIGN_OR_RETURN(std::vector<Step> steps, PlanSteps(ctx.options.hooks));
   const bool dump = DebugLevel() >= 6;
   const bool trace = GetKnob(Knob::kTrackMatchStats) >= 2;
 #ifndef NDEBUG
   KILN_RETURN_IF_ERROR(VerifyKernel(ast));
 #endif
   UOpPtr cur = ast;
-  for (const Pass& pass : kLowerPasses) {
-    const int64_t id = trace ? RewriteTrace::Get().BeginPass(pass.name, "codegen", "walk", cur) : 0;
-    absl::StatusOr<UOpPtr> next = pass.fn(cur, ctx);
+  for (const Step& step : steps) {
+    const bool is_table = step.table;
+    const int64_t id = trace && !is_table ? RewriteTrace::Get().BeginPass(step.name, "codegen", "walk", cur) : 0;
+    absl::StatusOr<UOpPtr> next;
+    if (step.extra != nullptr) {
+      RewriteOptions o = ctx.PassOptions("", step.extra->walk);
+      o.name = step.name;
+      o.ctx = nullptr;
+      next = GraphRewrite(cur, *step.extra->rules, o);
+    } else {
+      next = step.fn(cur, ctx);
+      // Rule-table stages add their own row (GraphRewrite); list the imperative ones so the table shows them all.
+      if (!is_table && ctx.stats != nullptr && next.ok()) ctx.stats->AddPass(step.name, "imperative", -1);
+    }
 #ifndef NDEBUG
     // The spec verifier between passes (debug and test builds); a failure here is a codegen bug.
     if (next.ok()) {
       if (absl::Status st = VerifyKernel(*next); !st.ok())
-        next = absl::InternalError(absl::StrCat("after codegen pass '", pass.name, "': ", st.message()));
+        next = absl::InternalError(absl::StrCat("after codegen pass '", step.name, "': ", st.message()));
     }
 #endif
-    if (trace) RewriteTrace::Get().EndPass(id, next.ok() ? *next : UOpPtr(), next.ok(),
-                                           next.ok() ? "" : std::string(next.status().message()));
+    if (id != 0) RewriteTrace::Get().EndPass(id, next.ok() ? *next : UOpPtr(), next.ok(),
+                                             next.ok() ? "" : std::string(next.status().message()));
     if (!next.ok()) return next.status();
     cur = *std::move(next);
-    if (dump) std::fprintf(stderr, "=== codegen pass '%s' ===\n%s", pass.name, PrintGraph(cur).c_str());
+    if (dump) std::fprintf(stderr, "=== codegen pass '%s' ===\n%s", step.name.c_str(), PrintGraph(cur).c_str());
   }
   return cur;
 }
 
 }  // namespace
 
+std::vector<std::string_view> LowerStageNames() {
+  std::vector<std::string_view> out;
+  for (const Pass& p : kLowerPasses) out.push_back(p.name);
+  return out;
+}
+
 absl::StatusOr<Program> LowerKernel(const UOpPtr& kernel_ast, const Target& target, const LowerOptions& options) {
   LowerContext ctx;
   ctx.target = target;
   ctx.options = options;
-  KILN_ASSIGN_OR_RETURN(UOpPtr sink, RunPasses(kernel_ast, ctx));
+  // DEBUG >= 5 prints this kernel's counters, so it counts into its own sink and adds that to the caller's.
+  const bool print_stats = DebugLevel() >= 5;
+  RewriteStats own;
+  ctx.stats = print_stats ? &own : options.stats;
+  absl::StatusOr<UOpPtr> lowered = RunPasses(kernel_ast, ctx);
+  if (print_stats) {
+    std::fprintf(stderr, "=== rewrite passes of %s ===\n%s", ctx.name.empty() ? "<kernel>" : ctx.name.c_str(),
+                 own.Format().c_str());
+    if (options.stats != nullptr) options.stats->Merge(own);
+  }
+  KILN_ASSIGN_OR_RETURN(UOpPtr sink, std::move(lowered));
   Program p;
   p.name = ctx.name;
   KILN_ASSIGN_OR_RETURN(p.uops, Linearize(sink, ctx));

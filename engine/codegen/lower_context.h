@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "engine/codegen/codegen.h"
 #include "engine/codegen/program.h"
+#include "engine/rewrite/graph_rewrite.h"
 #include "engine/uop/uop.h"
 
 namespace kiln::codegen {
@@ -33,6 +34,17 @@ struct LowerContext {
   // consecutive accumulators into vectors, so those runs must be the lane axis's (not the row axis's) copies.
   std::vector<int64_t> lanes_last;
   bool no_gather = false;  // Program::no_gather
+  RewriteStats* stats = nullptr;  // where the passes count their rule hits (LowerOptions::stats, or DEBUG's own)
+
+  // GraphRewrite options for a rule-table stage: named `pass`, this context as the rules' ctx, counted in `stats`.
+  RewriteOptions PassOptions(const char* pass, bool walk) {
+    RewriteOptions o;
+    o.name = pass;
+    o.walk = walk;
+    o.ctx = this;
+    o.stats = stats;
+    return o;
+  }
 
   // Position of an axis id in `order` (ids not in it sort after every known one, by id).
   int64_t OrderOf(int64_t id) const;

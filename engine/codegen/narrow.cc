@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "engine/codegen/graph_util.h"
+#include "engine/base/status.h"
 #include "engine/codegen/lower_context.h"
 #include "engine/symbolic/symbolic.h"
 
@@ -172,33 +173,32 @@ bool Bound(const UOp* cond, const UOp* r, const RangeSets& rs, UOpPtr* lower, UO
 
 UOpPtr Min(const UOpPtr& a, const UOpPtr& b) { return -Max(-a, -b); }
 
-// After narrowing: a gate that became `true` disappears.
-UOpPtr DropTrueGates(const UOpPtr& sink) {
-  auto is_true = [](const UOpPtr& u) {
-    return u->op() == Op::CONST && u->dtype().IsBool() && !IsZeroConst(u.get());
-  };
-  return RewriteBottomUp(sink, [&](const UOp*, const UOpPtr& u) -> UOpPtr {
-    switch (u->op()) {
-      case Op::AND:
-        if (is_true(u->src(0))) return u->src(1);
-        if (is_true(u->src(1))) return u->src(0);
-        return nullptr;
-      case Op::WHERE:
-        return is_true(u->src(0)) ? u->src(1) : nullptr;
-      case Op::INDEX:
-        if (u->num_src() == 3 && is_true(u->src(2))) return u->WithSrc({u->src(0), u->src(1)});
-        return nullptr;
-      case Op::LOAD:
-        if (u->num_src() == 3 && is_true(u->src(2))) return u->WithSrc({u->src(0)});
-        return nullptr;
-      default:
-        return nullptr;
-    }
-  });
+// After narrowing: a gate that became `true` disappears (table "drop_true_gates").
+const PatternMatcher& DropTrueGatesRules() {
+  static const PatternMatcher pm(
+      [] {
+        const UPat t = UPat(Op::CONST).Where([](const UOp& u) { return u.dtype().IsBool() && !IsZeroConst(&u); });
+        const UPat x = UPat::Var("x"), y = UPat::Var("y");
+        return std::vector<Rule>{
+            {UPat(Op::AND).Src({t, x}), [](const Bindings& b) { return b["x"]; }, "true&x -> x"},
+            {UPat(Op::AND).Src({x, t}), [](const Bindings& b) { return b["x"]; }, "x&true -> x"},
+            {UPat(Op::WHERE).Src({t, x, y}), [](const Bindings& b) { return b["x"]; }, "where(true,x,y) -> x"},
+            {UPat(Op::INDEX).Src({x, y, t}), [](const Bindings& b) { return b.root()->WithSrc({b["x"], b["y"]}); },
+             "index(p,i,true) -> index(p,i)"},
+            {UPat(Op::LOAD).Src({x, y, t}), [](const Bindings& b) { return b.root()->WithSrc({b["x"]}); },
+             "load(ix,alt,true) -> load(ix)"},
+        };
+      }(),
+      "drop_true_gates");
+  return pm;
+}
+
+absl::StatusOr<UOpPtr> DropTrueGates(const UOpPtr& sink, LowerContext& ctx) {
+  return GraphRewrite(sink, DropTrueGatesRules(), ctx.PassOptions("narrow gated reduces", /*walk=*/true));
 }
 
 // Narrows one reduce loop of `sink`; returns null when none qualifies.
-UOpPtr NarrowOne(const UOpPtr& sink, absl::flat_hash_set<const UOp*>& done) {
+absl::StatusOr<UOpPtr> NarrowOne(const UOpPtr& sink, absl::flat_hash_set<const UOp*>& done, LowerContext& ctx) {
   // For each reduce range: the REDUCEs over it.
   absl::flat_hash_map<const UOp*, std::vector<const UOp*>> reduces;
   std::vector<const UOp*> order;
@@ -271,18 +271,20 @@ UOpPtr NarrowOne(const UOpPtr& sink, absl::flat_hash_set<const UOp*>& done) {
       }
       return changed ? u->WithSrc(src) : nullptr;
     });
-    return DropTrueGates(out);
+    return DropTrueGates(out, ctx);
   }
-  return nullptr;
+  return UOpPtr();
 }
 
 }  // namespace
 
-absl::StatusOr<UOpPtr> NarrowGatedReduces(const UOpPtr& sink, LowerContext&) {
+absl::StatusOr<UOpPtr> NarrowGatedReduces(const UOpPtr& sink, LowerContext& ctx) {
   UOpPtr cur = sink;
   absl::flat_hash_set<const UOp*> done;
   std::vector<UOpPtr> keep;  // `done` holds raw pointers of replaced ranges
-  while (UOpPtr next = NarrowOne(cur, done)) {
+  while (true) {
+    KILN_ASSIGN_OR_RETURN(UOpPtr next, NarrowOne(cur, done, ctx));
+    if (!next) break;
     keep.push_back(cur);
     cur = next;
   }

@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "engine/base/status.h"
 #include "engine/codegen/graph_util.h"
 #include "engine/codegen/lower_context.h"
 
@@ -173,28 +174,43 @@ absl::StatusOr<UOpPtr> LowerThreads(const UOpPtr& sink, LowerContext& ctx) {
   return out;
 }
 
+namespace {
+
+// NormalizeEnds step 1: END(vals..., ra, rb) -> END(END(vals..., rb), ra), outermost range outside; an END with no
+// range left -> its value (or a GROUP of them).
+UOpPtr SplitEnd(const Bindings& b) {
+  const UOpPtr& u = b.root();
+  const LowerContext& ctx = *b.ctx<LowerContext>();
+  UOpVec vals;
+  std::vector<UOpPtr> ranges;
+  for (const UOpPtr& s : u->src()) {
+    if (s->op() == Op::RANGE) ranges.push_back(s);
+    else Flatten(s, vals);
+  }
+  if (ranges.empty()) return vals.size() == 1 ? vals[0] : UOp::Make(Op::GROUP, dtypes::kVoid, vals);
+  if (ranges.size() == 1 && u->src(u->num_src() - 1) == ranges[0] && vals.size() + 1 == u->num_src()) return nullptr;
+  SortByOrder(ranges, ctx);
+  UOpVec inner = vals;
+  UOpPtr e;
+  for (size_t i = ranges.size(); i-- > 0;) {
+    UOpVec s = e ? UOpVec{e} : inner;
+    s.push_back(ranges[i]);
+    e = UOp::Make(Op::END, dtypes::kVoid, s);
+  }
+  return e;
+}
+
+const PatternMatcher& SplitEndsRules() {
+  static const PatternMatcher pm({{UPat(Op::END), SplitEnd, "end(vals, ra, rb) -> end(end(vals, rb), ra)"}},
+                                 "split_ends");
+  return pm;
+}
+
+}  // namespace
+
 absl::StatusOr<UOpPtr> NormalizeEnds(const UOpPtr& sink, LowerContext& ctx) {
-  // 1. END(vals..., ra, rb) -> END(END(vals..., rb), ra), outermost range outside.
-  UOpPtr cur = RewriteBottomUp(sink, [&](const UOp*, const UOpPtr& u) -> UOpPtr {
-    if (u->op() != Op::END) return nullptr;
-    UOpVec vals;
-    std::vector<UOpPtr> ranges;
-    for (const UOpPtr& s : u->src()) {
-      if (s->op() == Op::RANGE) ranges.push_back(s);
-      else Flatten(s, vals);
-    }
-    if (ranges.empty()) return vals.size() == 1 ? vals[0] : UOp::Make(Op::GROUP, dtypes::kVoid, vals);
-    if (ranges.size() == 1 && u->src(u->num_src() - 1) == ranges[0] && vals.size() + 1 == u->num_src()) return nullptr;
-    SortByOrder(ranges, ctx);
-    UOpVec inner = vals;
-    UOpPtr e;
-    for (size_t i = ranges.size(); i-- > 0;) {
-      UOpVec s = e ? UOpVec{e} : inner;
-      s.push_back(ranges[i]);
-      e = UOp::Make(Op::END, dtypes::kVoid, s);
-    }
-    return e;
-  });
+  // 1. END(vals..., ra, rb) -> END(END(vals..., rb), ra), outermost range outside (table "split_ends").
+  KILN_ASSIGN_OR_RETURN(UOpPtr cur, GraphRewrite(sink, SplitEndsRules(), ctx.PassOptions("normalize ends", true)));
   {
     UOpVec vals;
     for (const UOpPtr& s : cur->src()) Flatten(s, vals);

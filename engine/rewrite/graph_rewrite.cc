@@ -1,5 +1,6 @@
 #include "engine/rewrite/graph_rewrite.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "engine/base/check.h"
 #include "engine/base/status.h"
 #include "engine/base/env.h"
+#include "engine/rewrite/stats_internal.h"
 #include "engine/rewrite/trace.h"
 
 namespace kiln {
@@ -120,8 +122,33 @@ class Rewriter {
     entries_[idx].result = std::move(result);
   }
   UOpPtr Apply(const PatternMatcher* m, const UOpPtr& u) {
-    return m->RewriteTracked(u, opts_.ctx, track_, pass_id_);
+    if (opts_.stats == nullptr) return m->RewriteTracked(u, opts_.ctx, track_, pass_id_);
+    const internal::CompiledRule* hit = nullptr;
+    UOpPtr r = m->RewriteTracked(u, opts_.ctx, track_, pass_id_, &hit);
+    if (r) ++hits_[hit];
+    return r;
   }
+
+ public:
+  // Adds this run's pass row and rule hits to opts.stats (no-op without a sink).
+  void FlushStats(const PatternMatcher& pm) const {
+    if (opts_.stats == nullptr) return;
+    int64_t total = 0;
+    for (const auto& [rule, n] : hits_) total += n;
+    opts_.stats->AddPass(opts_.name, pm.name(), total);
+    // Rules in the matcher's table order would need the table; first-hit order is not kept by the map, so sort
+    // by (matcher, rule) names for a deterministic listing.
+    std::vector<std::pair<const internal::CompiledRule*, int64_t>> rows(hits_.begin(), hits_.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+      const std::string &ma = internal::RuleMatcher(a.first), &mb = internal::RuleMatcher(b.first);
+      return ma != mb ? ma < mb : internal::RuleName(a.first) < internal::RuleName(b.first);
+    });
+    for (const auto& [rule, n] : rows) {
+      opts_.stats->AddHits(opts_.name, internal::RuleMatcher(rule), internal::RuleName(rule), n);
+    }
+  }
+
+ private:
   absl::Status LoopError(const std::string& why) const {
     return absl::InternalError(absl::StrCat("infinite loop in graph_rewrite",
                                             opts_.name.empty() ? "" : " '", opts_.name,
@@ -148,6 +175,7 @@ class Rewriter {
   absl::flat_hash_map<const UOp*, uint32_t> fallback_;
   std::vector<Entry> entries_;
   std::vector<uint32_t> arena_;  // sources' memo indices for stage-1 items
+  absl::flat_hash_map<const internal::CompiledRule*, int64_t> hits_;  // only with opts.stats
 };
 
 absl::StatusOr<UOpPtr> Rewriter::FixedPoint(const UOpPtr& root) {
@@ -322,6 +350,7 @@ absl::StatusOr<UOpPtr> GraphRewrite(const UOpPtr& root, const PatternMatcher& pm
   }
   Rewriter rw(post, pre, opts, track, pass_id);
   absl::StatusOr<UOpPtr> out = opts.walk ? absl::StatusOr<UOpPtr>(rw.Walk(root)) : rw.FixedPoint(root);
+  if (out.ok()) rw.FlushStats(pm);
   if (pass_id != 0) {
     RewriteTrace::Get().EndPass(pass_id, out.ok() ? *out : nullptr, out.ok(),
                                 out.ok() ? "" : std::string(out.status().message()));

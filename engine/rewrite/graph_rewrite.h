@@ -25,6 +25,9 @@
 // InternalError "infinite loop in graph_rewrite '<name>' (<why>)". Raise step_limit for very large
 // graphs that legitimately need more than 16*step_limit rewrites.
 //
+// Counters: with opts.stats set, the pass (opts.name, pm's name) and every rule hit are added to
+// that caller-owned RewriteStats (rewrite_stats.h), whatever TRACK_MATCH_STATS says.
+//
 // Tracing: opts.name names the pass; with TRACK_MATCH_STATS >= 2 the pass and all its matches are
 // recorded in the rewrite trace (trace.h).
 #pragma once
@@ -34,6 +37,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/rewrite/pattern_matcher.h"
+#include "engine/rewrite/rewrite_stats.h"
 #include "engine/uop/uop.h"
 
 namespace kiln {
@@ -45,6 +49,7 @@ struct RewriteOptions {
   bool walk = false;                    // single pass, no fixed point, no re-traversal of replacements
   void* ctx = nullptr;                  // passed to every callback (Bindings::ctx<T>())
   int64_t step_limit = 250000;          // exceeded -> error Status "infinite loop in graph_rewrite"
+  RewriteStats* stats = nullptr;        // caller-owned per-pass, per-rule hit counters (null = none)
 };
 
 // Returns the rewritten root. InvalidArgument if both bottom_up and bpm are set.

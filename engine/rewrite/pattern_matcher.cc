@@ -401,8 +401,11 @@ UOpPtr PatternMatcher::Rewrite(const UOpPtr& u, void* ctx) const {
   return RewriteTracked(u, ctx, static_cast<int>(GetKnob(Knob::kTrackMatchStats)), 0);
 }
 
-UOpPtr PatternMatcher::RewriteTracked(const UOpPtr& u, void* ctx, int track_level,
-                                      int64_t pass_id) const {
+const std::string& internal::RuleName(const CompiledRule* r) { return r->name; }
+const std::string& internal::RuleMatcher(const CompiledRule* r) { return r->matcher; }
+
+UOpPtr PatternMatcher::RewriteTracked(const UOpPtr& u, void* ctx, int track_level, int64_t pass_id,
+                                      const internal::CompiledRule** hit_rule) const {
   const int op = static_cast<int>(u->op());
   const auto& rules = by_op_[op];
   if (rules.empty()) return nullptr;
@@ -414,7 +417,10 @@ UOpPtr PatternMatcher::RewriteTracked(const UOpPtr& u, void* ctx, int track_leve
   if (track_level <= 0) {
     for (const internal::CompiledRule* r : rules) {
       if (!r->root->early_reject.SubsetOf(src_ops)) continue;
-      if (TryRule(r, u, ctx, st)) return std::move(st.result);
+      if (TryRule(r, u, ctx, st)) {
+        if (hit_rule != nullptr) *hit_rule = r;
+        return std::move(st.result);
+      }
     }
     return nullptr;
   }
@@ -434,6 +440,7 @@ UOpPtr PatternMatcher::RewriteTracked(const UOpPtr& u, void* ctx, int track_leve
         RewriteTrace::Get().RecordMatch(pass_id != 0 ? pass_id : RewriteTrace::CurrentPass(),
                                         r->matcher, r->name, u, st.result);
       }
+      if (hit_rule != nullptr) *hit_rule = r;
       return std::move(st.result);
     }
   }

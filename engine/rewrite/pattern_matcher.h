@@ -95,8 +95,10 @@ class PatternMatcher {
   size_t num_rules() const { return rules_.size(); }
 
   // Internal: Rewrite with the TRACK_MATCH_STATS level already read (GraphRewrite reads the knob
-  // once per pass). `pass_id` tags trace entries (0 = none).
-  UOpPtr RewriteTracked(const UOpPtr& u, void* ctx, int track_level, int64_t pass_id) const;
+  // once per pass). `pass_id` tags trace entries (0 = none). When `hit_rule` is non-null it receives the
+  // rule that produced the result (untouched when the result is null).
+  UOpPtr RewriteTracked(const UOpPtr& u, void* ctx, int track_level, int64_t pass_id,
+                        const internal::CompiledRule** hit_rule = nullptr) const;
 
  private:
   PatternMatcher() = default;

@@ -20,6 +20,11 @@ struct RuleCounters {
 // distinct name pair, so PatternMatchers rebuilt with the same names share counters).
 RuleCounters* GetRuleCounters(const std::string& matcher, const std::string& rule);
 
+struct CompiledRule;
+// A compiled rule's name and the name of the matcher it was built in (for RewriteStats rows).
+const std::string& RuleName(const CompiledRule* r);
+const std::string& RuleMatcher(const CompiledRule* r);
+
 // Registers PrintMatchStats at exit (once) when DEBUG >= 2.
 void MaybeRegisterExitPrint();
 

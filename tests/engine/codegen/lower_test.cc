@@ -357,6 +357,28 @@ TEST(LowerTest, ReduceLoopNarrowsToThePaddedWindow) {
   EXPECT_TRUE(gated);
 }
 
+TEST(LowerTest, NarrowingDropsTrueGatesThroughItsTable) {
+  // The narrowed loop's conditions become `true` and the "drop_true_gates" table removes them; its hits are counted
+  // under the stage's name and DEBUG>=5 names the table.
+  RewriteStats stats;
+  codegen::LowerOptions opts;
+  opts.stats = &stats;
+  ::testing::internal::CaptureStderr();
+  absl::StatusOr<Program> p;
+  {
+    Context ctx({{Knob::kNoOpt, 1}, {Knob::kDebug, 5}});
+    p = codegen::LowerKernel(PaddedConvKernel(20, 5, 4), Target{}, opts);
+  }
+  std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_NE(err.find("pass 'narrow gated reduces' [drop_true_gates]"), std::string::npos) << err;
+  int64_t dropped = 0;
+  for (const RewriteStats::RuleRow& r : stats.Rules()) {
+    if (r.pass == "narrow gated reduces" && r.matcher == "drop_true_gates") dropped += r.hits;
+  }
+  EXPECT_GE(dropped, 1) << stats.Format();
+}
+
 TEST(LowerTest, WideIndexUsesInt64) {
   UOpPtr out = Param(0, dtypes::kUInt8);
   UOpPtr r0 = UOp::Range(int64_t{3} << 30, 0);

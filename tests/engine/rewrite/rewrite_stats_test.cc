@@ -6,6 +6,7 @@
 #include "engine/base/env.h"
 #include "engine/rewrite/graph_rewrite.h"
 #include "engine/rewrite/pattern_matcher.h"
+#include "engine/rewrite/rewrite_stats.h"
 #include "engine/rewrite/trace.h"
 
 namespace kiln {
@@ -169,6 +170,62 @@ TEST(RewriteTraceTest, NothingRecordedBelowLevelTwo) {
   ASSERT_TRUE(GraphRewrite(v + 0, AddZero(), {.name = "quiet"}).ok());
   EXPECT_TRUE(trace.Passes().empty());
   EXPECT_TRUE(trace.Matches().empty());
+}
+
+// ---- RewriteStats: the caller-owned sink (RewriteOptions::stats), independent of TRACK_MATCH_STATS ----
+
+TEST(RewriteStatsSinkTest, CountsPassAndRuleHitsWithTheKnobOff) {
+  Context ctx({{Knob::kTrackMatchStats, 0}});
+  UOpPtr v = UOp::Variable("v", 0, 10);
+  UOpPtr e = ((v + 0) + 3) * 1;  // x+0 once, x*1 once
+  RewriteStats stats;
+  auto out = GraphRewrite(e, AddZero(), {.name = "fold", .stats = &stats});
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(*out, v + 3);
+  EXPECT_EQ(stats.Hits("fold", "x+0 -> x"), 1);
+  EXPECT_EQ(stats.Hits("fold", "x*1 -> x"), 1);
+  EXPECT_EQ(stats.PassRewrites("fold"), 2);
+  std::vector<RewriteStats::PassRow> passes = stats.Passes();
+  ASSERT_EQ(passes.size(), 1u);
+  EXPECT_EQ(passes[0].pass, "fold");
+  EXPECT_EQ(passes[0].matcher, "stats_test_pm");
+  EXPECT_EQ(passes[0].runs, 1);
+  std::string table = stats.Format();
+  EXPECT_NE(table.find("pass 'fold' [stats_test_pm]: 1 run, 2 rewrites"), std::string::npos) << table;
+  EXPECT_NE(table.find("stats_test_pm: x*1 -> x"), std::string::npos) << table;
+}
+
+TEST(RewriteStatsSinkTest, PassWithoutHitsIsListedAndSinksCountApart) {
+  UOpPtr v = UOp::Variable("v", 0, 10);
+  RewriteStats a, b;
+  ASSERT_TRUE(GraphRewrite(v + 5, AddZero(), {.name = "nothing", .stats = &a}).ok());
+  ASSERT_TRUE(GraphRewrite(v + 0, AddZero(), {.name = "one", .walk = true, .stats = &b}).ok());
+  ASSERT_TRUE(GraphRewrite(v + 0, AddZero(), {.name = "one", .bottom_up = true, .stats = &b}).ok());
+  EXPECT_TRUE(a.Ran("nothing"));
+  EXPECT_EQ(a.PassRewrites("nothing"), 0);
+  EXPECT_TRUE(a.Rules().empty());
+  EXPECT_FALSE(a.Ran("one"));
+  EXPECT_EQ(b.Passes().size(), 1u);
+  EXPECT_EQ(b.Passes()[0].runs, 2);
+  EXPECT_EQ(b.Hits("one", "x+0 -> x"), 2);
+  a.Merge(b);
+  EXPECT_EQ(a.Hits("one", "x+0 -> x"), 2);
+  EXPECT_EQ(a.Passes().size(), 2u);
+  a.Clear();
+  EXPECT_TRUE(a.Passes().empty());
+}
+
+TEST(RewriteStatsSinkTest, ComposedMatcherKeepsEachRulesMatcherName) {
+  UOpPtr v = UOp::Variable("v", 0, 10);
+  PatternMatcher other({{UPat::Var("x") * 2, [](const Bindings& b) { return b["x"] + b["x"]; }, "x*2 -> x+x"}},
+                       "other_pm");
+  PatternMatcher both = AddZero() + other;
+  RewriteStats stats;
+  ASSERT_TRUE(GraphRewrite((v + 0) * 2, both, {.name = "both", .stats = &stats}).ok());
+  EXPECT_EQ(stats.Passes()[0].matcher, "stats_test_pm+other_pm");
+  std::string table = stats.Format();
+  EXPECT_NE(table.find("other_pm: x*2 -> x+x"), std::string::npos) << table;
+  EXPECT_NE(table.find("stats_test_pm: x+0 -> x"), std::string::npos) << table;
 }
 
 }  // namespace
