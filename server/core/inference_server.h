@@ -71,6 +71,12 @@ struct ServerOptions {
   size_t prepared_cache_bytes = size_t{64} << 20;  // per device engine: prepared graphs ...
   size_t jit_cache_bytes = size_t{512} << 20;      // ... and JIT traces (bytes their plans allocated)
   bool repository_follow_links = false;  // follow symbolic links below the model repository root
+  // Model control (model_control.h): Create loads every model; the repository load/unload calls
+  // are allowed (Triton: explicit mode only); strict readiness; config.pbtxt required.
+  bool load_all_at_start = true;
+  bool model_control_api = true;
+  bool strict_readiness = true;
+  bool strict_model_config = false;
 };
 
 struct ServerMetadata {
@@ -102,6 +108,7 @@ struct ModelStatsEntry {
 struct LoadOptions {
   std::optional<std::string> config_json;  // the `config` parameter: JSON ModelConfig
   bool has_file_overrides = false;         // a `file:<version>/<name>` parameter was given
+  bool internal = false;  // by kilnd itself (start-up, poller, jobs): allowed in every control mode
 };
 
 class InferenceServer : private ModelPlacer {
@@ -112,6 +119,9 @@ class InferenceServer : private ModelPlacer {
 
   bool Live() const { return true; }
   bool Ready() const { return !shutting_down_.load(std::memory_order_acquire); }
+  // Health readiness (/v2/health/ready, ServerReady): Ready() and, with strict readiness, every
+  // model that should be loaded READY (model_control.h).
+  bool ServerReady() const;
   void BeginShutdown() { shutting_down_.store(true, std::memory_order_release); }
 
   const ServerOptions& options() const { return options_; }
@@ -126,7 +136,8 @@ class InferenceServer : private ModelPlacer {
       const std::string& name, const std::string& version) const;
   std::vector<RepositoryIndexEntry> RepositoryIndex(bool ready_only) const;
   absl::Status LoadModel(const std::string& name, const LoadOptions& options);
-  absl::Status UnloadModel(const std::string& name);
+  // `internal`: kilnd's own call (allowed whatever ServerOptions::model_control_api says).
+  absl::Status UnloadModel(const std::string& name, bool internal = false);
   // name "" = every model; version "" = every READY version of the model.
   absl::StatusOr<std::vector<ModelStatsEntry>> Statistics(const std::string& name,
                                                           const std::string& version) const;

@@ -92,8 +92,10 @@ class ModelRepository {
   // `placer` (may be null; not owned, must outlive the repository) places each model and gives
   // the engine that prepares kiln_graph versions and loads kiln_builtin weights at load, so a
   // model the engine rejects never goes READY.
+  // `strict_model_config` (--strict-model-config): every model needs a complete config.pbtxt;
+  // nothing is completed from model.onnx.
   explicit ModelRepository(std::filesystem::path root, ModelPlacer* placer = nullptr,
-                           bool follow_links = false);
+                           bool follow_links = false, bool strict_model_config = false);
 
   // Loads every model folder under the root. Models that fail stay UNAVAILABLE with a reason
   // (logged); only an unreadable root is an error (NOT_FOUND).
@@ -146,6 +148,7 @@ class ModelRepository {
   const std::filesystem::path root_;
   const RepositoryFiles files_;
   ModelPlacer* const placer_;
+  const bool strict_model_config_;
   absl::Mutex load_mu_;  // serializes Load / Unload
   mutable absl::Mutex mu_;
   std::map<std::string, ModelEntry, std::less<>> models_ ABSL_GUARDED_BY(mu_);
