@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "server/core/classification.h"
 #include "server/core/datatype.h"
 #include "server/core/failpoint.h"
 #include "server/core/guard.h"
@@ -79,6 +80,9 @@ InferenceServer::InferenceServer(ServerOptions options, std::string default_devi
               }),
       repository_(options_.model_repository, this, options_.repository_follow_links,
                   options_.strict_model_config) {
+  if (options_.response_cache_bytes > 0) {
+    response_cache_ = std::make_unique<ResponseCache>(options_.response_cache_bytes);
+  }
   if (default_engine != nullptr) {
     absl::MutexLock lock(&lanes_mu_);
     StartLane(default_device_, std::move(default_engine));
@@ -493,6 +497,8 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
     return absl::DeadlineExceededError(absl::StrCat(
         "the request's deadline passed while it waited in the queue (", times.queue_ns / 1000, " us)"));
   }
+  CacheProbe cached = ProbeCache(response_cache_.get(), version, task.request, task.start, &task.obs);
+  if (cached.hit.has_value()) return *std::move(cached.hit);  // response_cache.h
   absl::StatusOr<InferResponse> response =
       version.builtin != nullptr
           ? ExecuteBuiltin(lane, version, task.request, task.valid, run_options, &times, &task.obs)
@@ -500,6 +506,10 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
           ? ExecuteOnnx(lane, version, task.request, task.valid, run_options, &times, &task.obs)
           : Execute(lane, version, task.request, task.valid, run_options, &times, &task.obs);
   task.obs.compute_infer_ns = times.compute_infer_ns;
+  if (response.ok()) {
+    if (absl::Status s = ApplyClassification(*version.config, task.request, &*response); !s.ok()) response = s;
+  }
+  StoreInCache(response_cache_.get(), cached, version, response, &task.obs);
   if (response.ok()) {
     version.stats->RecordSuccess(NanosSince(task.start), times);
     version.last_compute_ns_per_item->store(

@@ -54,6 +54,7 @@
 #include "server/core/limits.h"
 #include "server/core/model_repository.h"
 #include "server/core/observer.h"
+#include "server/core/response_cache.h"
 #include "server/core/run_policy.h"
 #include "server/core/statistics.h"
 
@@ -77,6 +78,7 @@ struct ServerOptions {
   bool model_control_api = true;
   bool strict_readiness = true;
   bool strict_model_config = false;
+  int64_t response_cache_bytes = 0;  // --cache-config local,size=N (response_cache.h); 0 = none
 };
 
 struct ServerMetadata {
@@ -201,6 +203,8 @@ class InferenceServer : private ModelPlacer {
                   std::unique_ptr<api::Engine> default_engine);
   // ModelPlacer: resolves config's placement, echoes it, and gives the device's engine.
   absl::StatusOr<Placement> Place(inference::ModelConfig* config) override;
+  // ModelPlacer: runs config.model_warmup on the version's device (warmup.cc).
+  absl::Status Warmup(const ModelVersion& version, const RepositoryFiles& files) override;
   // The lane of `device`, created (engine and executor) on first use. Errors from Engine::Create.
   absl::StatusOr<Lane*> LaneFor(const std::string& device);
   Lane* FindLane(const std::string& device) const;
@@ -257,6 +261,7 @@ class InferenceServer : private ModelPlacer {
   InferObserver* observer_ = nullptr;
   ModelRepository repository_;
   std::atomic<bool> shutting_down_{false};
+  std::unique_ptr<ResponseCache> response_cache_;  // null without --cache-config
 };
 
 }  // namespace kiln::server

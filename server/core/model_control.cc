@@ -44,17 +44,6 @@ bool AllModelsReady(const std::vector<RepositoryIndexEntry>& rows) {
   return std::none_of(rows.begin(), rows.end(), CountsForReadiness);
 }
 
-std::vector<std::string> FailedModels(const std::vector<RepositoryIndexEntry>& rows) {
-  std::vector<std::string> failed;
-  for (const RepositoryIndexEntry& row : rows) {
-    if (!CountsForReadiness(row)) continue;
-    const std::string version = row.version.empty() ? "" : absl::StrCat(" version ", row.version);
-    failed.push_back(absl::StrCat("model '", row.name, "'", version, ": ", row.state,
-                                  row.reason.empty() ? "" : absl::StrCat(" (", row.reason, ")")));
-  }
-  return failed;
-}
-
 absl::Status LoadStartupModels(InferenceServer& server, const std::vector<std::string>& models) {
   std::vector<std::string> names;
   for (const std::string& m : models) {
@@ -76,7 +65,7 @@ absl::Status LoadStartupModels(InferenceServer& server, const std::vector<std::s
     if (s.ok()) {
       spdlog::info("model '{}' loaded", name);
     } else {
-      spdlog::warn("--load-model {}: {}", name, std::string(s.message()));
+      spdlog::warn("model '{}' failed to load: {}", name, std::string(s.message()));
       errors.push_back(std::string(s.message()));
     }
   }

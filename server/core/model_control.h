@@ -49,10 +49,7 @@ absl::Status ModelControlRefused();
 // folders never loaded, state "", do not count).
 bool AllModelsReady(const std::vector<RepositoryIndexEntry>& rows);
 
-// The models a failed start-up left not ready, as "name: reason" (empty when all loaded).
-std::vector<std::string> FailedModels(const std::vector<RepositoryIndexEntry>& rows);
-
-// Explicit mode's start: loads each of `models` ('*' = every model folder). Failures are logged
+// kilnd's start: loads each of `models` ('*' = every model folder). Failures are logged
 // and returned joined ("model 'a': ...; model 'b': ..."); OK when all loaded.
 absl::Status LoadStartupModels(InferenceServer& server, const std::vector<std::string>& models);
 

@@ -292,6 +292,12 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     model->graph = std::move(prepared);
     model->builtin = std::move(builtin);
     model->onnx = std::move(onnx);
+    if (absl::Status w = placer_ != nullptr ? placer_->Warmup(*model, files_) : absl::OkStatus(); !w.ok()) {
+      slot.state = ModelState::kUnavailable;  // a failing warm-up fails the load (warmup.h)
+      slot.reason = std::string(w.message());
+      if (first_error.empty()) first_error = absl::StrCat("version ", v, ": ", slot.reason);
+      continue;
+    }
     slot.state = ModelState::kReady;
     slot.model = std::move(model);
   }

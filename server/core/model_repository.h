@@ -85,6 +85,11 @@ class ModelPlacer {
   // May rewrite config->instance_group to the resolved placement (Triton echoes it).
   // INVALID_ARGUMENT naming the field for a device the machine does not have.
   virtual absl::StatusOr<Placement> Place(inference::ModelConfig* config) = 0;
+  // Runs the version's config.model_warmup before it is published READY (warmup.h); an error
+  // fails the version's load. Default: nothing to run.
+  virtual absl::Status Warmup(const ModelVersion& version, const RepositoryFiles& files) {
+    return absl::OkStatus();
+  }
 };
 
 class ModelRepository {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +32,10 @@ ABSL_FLAG(bool, exit_on_error, false,
           "serves the other models unless this is set)");
 ABSL_FLAG(int32_t, log_verbose, 0,
           "Triton's verbose logging level: > 0 logs at debug level (as --debug)");
+ABSL_FLAG(std::string, cache_config, "",
+          "Triton's response cache: local,size=<bytes> gives models with response_cache { enable: "
+          "true } an LRU cache of that many bytes (identical requests answered without running); "
+          "empty = no cache (such models then fail to load)");
 ABSL_FLAG(std::string, http_address, "",
           "host/IP the REST gateway (--http-port) listens on; empty = the --grpc-address host");
 
@@ -57,28 +63,33 @@ absl::StatusOr<ModelControlPlan> ApplyModelControlFlags(ServerOptions* options) 
                                                    " is not a positive number of seconds"));
   }
   plan.exit_on_error = absl::GetFlag(FLAGS_exit_on_error);
-  options->load_all_at_start = plan.mode != ModelControlMode::kExplicit;
+  // Models load in StartModelControl, after the metrics observer is set (warm-up compiles and
+  // start-up loads are observed).
+  options->load_all_at_start = false;
   options->model_control_api =
       plan.mode == ModelControlMode::kDefault || plan.mode == ModelControlMode::kExplicit;
   options->strict_readiness = absl::GetFlag(FLAGS_strict_readiness);
   options->strict_model_config = absl::GetFlag(FLAGS_strict_model_config);
+  absl::StatusOr<int64_t> cache = ParseCacheConfig({absl::GetFlag(FLAGS_cache_config)});
+  if (!cache.ok()) return cache.status();
+  options->response_cache_bytes = *cache;
   return plan;
 }
 
 absl::StatusOr<std::unique_ptr<RepositoryPoller>> StartModelControl(const ModelControlPlan& plan,
                                                                     InferenceServer& server) {
-  if (plan.mode == ModelControlMode::kExplicit) {
-    absl::Status loaded = LoadStartupModels(server, plan.load_models);
-    if (!loaded.ok() && plan.exit_on_error) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--exit-on-error: ", std::string(loaded.message())));
-    }
-  } else if (plan.exit_on_error) {
-    const std::vector<std::string> failed = FailedModels(server.RepositoryIndex(false));
-    if (!failed.empty()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--exit-on-error: ", absl::StrJoin(failed, "; ")));
-    }
+  const std::filesystem::path& root = server.options().model_repository;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(root, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("model repository '", root.string(), "' is not a readable folder"));
+  }
+  absl::Status loaded = LoadStartupModels(
+      server, plan.mode == ModelControlMode::kExplicit ? plan.load_models
+                                                       : std::vector<std::string>{"*"});
+  if (!loaded.ok() && plan.exit_on_error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--exit-on-error: ", std::string(loaded.message())));
   }
   if (plan.mode != ModelControlMode::kPoll) return nullptr;
   auto poller = std::make_unique<RepositoryPoller>(&server, server.options().model_repository,

@@ -26,8 +26,9 @@ struct ModelControlPlan {
 // strict model config). INVALID_ARGUMENT naming the flag for a bad value or combination.
 absl::StatusOr<ModelControlPlan> ApplyModelControlFlags(ServerOptions* options);
 
-// After InferenceServer::Create: explicit mode loads --load-model; with --exit-on-error a model
-// that failed to load is an error (naming it); poll mode returns the started poller (else null).
+// After InferenceServer::Create and its observer: loads the models (explicit mode: --load-model;
+// else all); with --exit-on-error a model that failed to load is an error (naming it); poll mode
+// returns the started poller (else null). NOT_FOUND for an unreadable repository folder.
 absl::StatusOr<std::unique_ptr<RepositoryPoller>> StartModelControl(const ModelControlPlan& plan,
                                                                     InferenceServer& server);
 

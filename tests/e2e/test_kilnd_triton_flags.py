@@ -16,7 +16,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from kilnd_launcher import Kilnd
+from kilnd_launcher import Kilnd as _Kilnd
+
+
+def Kilnd(repo: Path, extra: list[str] | None = None) -> _Kilnd:  # noqa: N802
+    """A kilnd without a metrics endpoint (never the default port 8002)."""
+    return _Kilnd(repo, ["--metrics-port=-1", *(extra or [])])
 
 MODELS = Path(os.environ.get("KILN_MODELS", Path(__file__).resolve().parents[2] / "models"))
 BROKEN = 'platform: "kiln_graph"\ninput [{ name: "X" data_type: TYPE_FP32 dims: [1] }]\n' \
