@@ -50,6 +50,9 @@ struct InferRequest {
   std::string protocol = "grpc";  // the transport, for metrics labels
   std::vector<InferInput> inputs;
   std::vector<std::string> requested_outputs;  // empty = all outputs
+  // Triton's classification extension (classification.h): top-k per requested output, parallel
+  // to requested_outputs (missing or 0 = the raw tensor).
+  std::vector<int64_t> classification;
   int64_t raw_input_count = 0;                 // entries of raw_input_contents (0 = typed form)
   // The client's deadline (InfiniteFuture: none; kilnd caps it by --max-run-seconds) and a token
   // the transport cancels when the client goes away (null: none). A request past its deadline or

@@ -13,11 +13,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "server/core/classification.h"
 #include "server/core/datatype.h"
 #include "server/core/failpoint.h"
 #include "server/core/guard.h"
 #include "server/core/model_artifact.h"
 #include "server/core/model_config.h"
+#include "server/core/model_control.h"
 #include "server/core/placement.h"
 #include "server/core/validate.h"
 #include "spdlog/spdlog.h"
@@ -76,7 +78,11 @@ InferenceServer::InferenceServer(ServerOptions options, std::string default_devi
                 if (!lane.ok()) return lane.status();
                 return (*lane)->engine.get();
               }),
-      repository_(options_.model_repository, this, options_.repository_follow_links) {
+      repository_(options_.model_repository, this, options_.repository_follow_links,
+                  options_.strict_model_config) {
+  if (options_.response_cache_bytes > 0) {
+    response_cache_ = std::make_unique<ResponseCache>(options_.response_cache_bytes);
+  }
   if (default_engine != nullptr) {
     absl::MutexLock lock(&lanes_mu_);
     StartLane(default_device_, std::move(default_engine));
@@ -120,6 +126,7 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Create(ServerO
   }
   std::unique_ptr<InferenceServer> server(
       new InferenceServer(std::move(options), std::move(default_device), *std::move(engine)));
+  if (!server->options_.load_all_at_start) return server;  // explicit mode: LoadStartupModels
   if (absl::Status s = server->repository_.LoadAll(); !s.ok()) return s;
   return server;
 }
@@ -279,6 +286,10 @@ absl::StatusOr<std::shared_ptr<const inference::ModelConfig>> InferenceServer::G
   return (*model)->config;
 }
 
+bool InferenceServer::ServerReady() const {
+  return Ready() && (!options_.strict_readiness || AllModelsReady(repository_.Index(false)));
+}
+
 std::vector<RepositoryIndexEntry> InferenceServer::RepositoryIndex(bool ready_only) const {
   return repository_.Index(ready_only);
 }
@@ -289,6 +300,7 @@ absl::Status InferenceServer::LoadModel(const std::string& name, const LoadOptio
 
 absl::Status InferenceServer::LoadModelUnguarded(const std::string& name, const LoadOptions& options) {
   if (!Ready()) return absl::UnavailableError("the server is shutting down");
+  if (!options.internal && !options_.model_control_api) return ModelControlRefused();
   if (options.has_file_overrides) {
     return absl::InvalidArgumentError(
         "parameters: file:<version>/<name> overrides are not supported by kilnd");
@@ -304,9 +316,10 @@ absl::Status InferenceServer::LoadModelUnguarded(const std::string& name, const 
   return status;
 }
 
-absl::Status InferenceServer::UnloadModel(const std::string& name) {
+absl::Status InferenceServer::UnloadModel(const std::string& name, bool internal) {
   return Guard("RepositoryModelUnload", [&]() -> absl::Status {
     if (!Ready()) return absl::UnavailableError("the server is shutting down");
+    if (!internal && !options_.model_control_api) return ModelControlRefused();
     absl::Status status = repository_.Unload(name);
     PublishModels();
     return status;
@@ -484,6 +497,8 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
     return absl::DeadlineExceededError(absl::StrCat(
         "the request's deadline passed while it waited in the queue (", times.queue_ns / 1000, " us)"));
   }
+  CacheProbe cached = ProbeCache(response_cache_.get(), version, task.request, task.start, &task.obs);
+  if (cached.hit.has_value()) return *std::move(cached.hit);  // response_cache.h
   absl::StatusOr<InferResponse> response =
       version.builtin != nullptr
           ? ExecuteBuiltin(lane, version, task.request, task.valid, run_options, &times, &task.obs)
@@ -493,6 +508,10 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
   task.obs.compute_input_ns = times.compute_input_ns;
   task.obs.compute_infer_ns = times.compute_infer_ns;
   task.obs.compute_output_ns = times.compute_output_ns;
+  if (response.ok()) {
+    if (absl::Status s = ApplyClassification(*version.config, task.request, &*response); !s.ok()) response = s;
+  }
+  StoreInCache(response_cache_.get(), cached, version, response, &task.obs);
   if (response.ok()) {
     version.stats->RecordSuccess(NanosSince(task.start), times);
     version.last_compute_ns_per_item->store(

@@ -54,6 +54,7 @@
 #include "server/core/limits.h"
 #include "server/core/model_repository.h"
 #include "server/core/observer.h"
+#include "server/core/response_cache.h"
 #include "server/core/run_policy.h"
 #include "server/core/statistics.h"
 
@@ -71,6 +72,13 @@ struct ServerOptions {
   size_t prepared_cache_bytes = size_t{64} << 20;  // per device engine: prepared graphs ...
   size_t jit_cache_bytes = size_t{512} << 20;      // ... and JIT traces (bytes their plans allocated)
   bool repository_follow_links = false;  // follow symbolic links below the model repository root
+  // Model control (model_control.h): Create loads every model; the repository load/unload calls
+  // are allowed (Triton: explicit mode only); strict readiness; config.pbtxt required.
+  bool load_all_at_start = true;
+  bool model_control_api = true;
+  bool strict_readiness = true;
+  bool strict_model_config = false;
+  int64_t response_cache_bytes = 0;  // --cache-config local,size=N (response_cache.h); 0 = none
 };
 
 struct ServerMetadata {
@@ -102,6 +110,7 @@ struct ModelStatsEntry {
 struct LoadOptions {
   std::optional<std::string> config_json;  // the `config` parameter: JSON ModelConfig
   bool has_file_overrides = false;         // a `file:<version>/<name>` parameter was given
+  bool internal = false;  // by kilnd itself (start-up, poller, jobs): allowed in every control mode
 };
 
 class InferenceServer : private ModelPlacer {
@@ -112,6 +121,9 @@ class InferenceServer : private ModelPlacer {
 
   bool Live() const { return true; }
   bool Ready() const { return !shutting_down_.load(std::memory_order_acquire); }
+  // Health readiness (/v2/health/ready, ServerReady): Ready() and, with strict readiness, every
+  // model that should be loaded READY (model_control.h).
+  bool ServerReady() const;
   void BeginShutdown() { shutting_down_.store(true, std::memory_order_release); }
 
   const ServerOptions& options() const { return options_; }
@@ -126,7 +138,8 @@ class InferenceServer : private ModelPlacer {
       const std::string& name, const std::string& version) const;
   std::vector<RepositoryIndexEntry> RepositoryIndex(bool ready_only) const;
   absl::Status LoadModel(const std::string& name, const LoadOptions& options);
-  absl::Status UnloadModel(const std::string& name);
+  // `internal`: kilnd's own call (allowed whatever ServerOptions::model_control_api says).
+  absl::Status UnloadModel(const std::string& name, bool internal = false);
   // name "" = every model; version "" = every READY version of the model.
   absl::StatusOr<std::vector<ModelStatsEntry>> Statistics(const std::string& name,
                                                           const std::string& version) const;
@@ -190,6 +203,8 @@ class InferenceServer : private ModelPlacer {
                   std::unique_ptr<api::Engine> default_engine);
   // ModelPlacer: resolves config's placement, echoes it, and gives the device's engine.
   absl::StatusOr<Placement> Place(inference::ModelConfig* config) override;
+  // ModelPlacer: runs config.model_warmup on the version's device (warmup.cc).
+  absl::Status Warmup(const ModelVersion& version, const RepositoryFiles& files) override;
   // The lane of `device`, created (engine and executor) on first use. Errors from Engine::Create.
   absl::StatusOr<Lane*> LaneFor(const std::string& device);
   Lane* FindLane(const std::string& device) const;
@@ -246,6 +261,7 @@ class InferenceServer : private ModelPlacer {
   InferObserver* observer_ = nullptr;
   ModelRepository repository_;
   std::atomic<bool> shutting_down_{false};
+  std::unique_ptr<ResponseCache> response_cache_;  // null without --cache-config
 };
 
 }  // namespace kiln::server

@@ -9,6 +9,7 @@
 #include "google/protobuf/stubs/common.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/json_util.h"
+#include "server/core/config_support.h"
 #include "server/core/datatype.h"
 #include "server/core/limits.h"
 
@@ -198,6 +199,8 @@ absl::Status NormalizeModelConfig(std::string_view model_name, inference::ModelC
   if (const std::string bad = FirstInvalidUtf8(*config, ""); !bad.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("config ", bad, ": not valid UTF-8"));
   }
+  // Config honesty: a field kilnd would not honour fails the load, naming it.
+  if (absl::Status s = CheckImplementedFields(*config); !s.ok()) return s;
   const bool batching = config->max_batch_size() > 0;
   std::set<std::string> input_names;
   std::set<std::string> output_names;

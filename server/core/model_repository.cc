@@ -138,8 +138,10 @@ std::string_view ModelStateName(ModelState state) {
   return "UNKNOWN";
 }
 
-ModelRepository::ModelRepository(std::filesystem::path root, ModelPlacer* placer, bool follow_links)
-    : root_(root), files_(std::move(root), follow_links), placer_(placer) {}
+ModelRepository::ModelRepository(std::filesystem::path root, ModelPlacer* placer, bool follow_links,
+                                 bool strict_model_config)
+    : root_(root), files_(std::move(root), follow_links), placer_(placer),
+      strict_model_config_(strict_model_config) {}
 
 std::vector<std::string> ModelRepository::ListModelFolders() const {
   std::vector<std::string> names;
@@ -183,7 +185,8 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
   if (config_override.has_value()) {
     config = std::move(*config_override);
   } else {
-    if (files_.Stat(name + "/config.pbtxt") == RepositoryFiles::Kind::kMissing && HasOnnxVersion(files_, name)) {
+    if (files_.Stat(name + "/config.pbtxt") == RepositoryFiles::Kind::kMissing && !strict_model_config_ &&
+        HasOnnxVersion(files_, name)) {
       config.set_platform(std::string(kPlatformOnnxruntime));  // no config: completed from model.onnx below
       config.set_backend(std::string(kBackendOnnxruntime));
     } else {
@@ -194,7 +197,7 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
       config = std::move(*parsed);
     }
   }
-  if (IsOnnxConfig(config)) {
+  if (IsOnnxConfig(config) && !strict_model_config_) {
     if (absl::Status s = CompleteOnnxConfig(files_, name, &config); !s.ok()) return s;
   }
   if (absl::Status s = NormalizeModelConfig(name, &config); !s.ok()) return s;
@@ -289,6 +292,12 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     model->graph = std::move(prepared);
     model->builtin = std::move(builtin);
     model->onnx = std::move(onnx);
+    if (absl::Status w = placer_ != nullptr ? placer_->Warmup(*model, files_) : absl::OkStatus(); !w.ok()) {
+      slot.state = ModelState::kUnavailable;  // a failing warm-up fails the load (warmup.h)
+      slot.reason = std::string(w.message());
+      if (first_error.empty()) first_error = absl::StrCat("version ", v, ": ", slot.reason);
+      continue;
+    }
     slot.state = ModelState::kReady;
     slot.model = std::move(model);
   }

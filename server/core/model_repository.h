@@ -85,6 +85,11 @@ class ModelPlacer {
   // May rewrite config->instance_group to the resolved placement (Triton echoes it).
   // INVALID_ARGUMENT naming the field for a device the machine does not have.
   virtual absl::StatusOr<Placement> Place(inference::ModelConfig* config) = 0;
+  // Runs the version's config.model_warmup before it is published READY (warmup.h); an error
+  // fails the version's load. Default: nothing to run.
+  virtual absl::Status Warmup(const ModelVersion& version, const RepositoryFiles& files) {
+    return absl::OkStatus();
+  }
 };
 
 class ModelRepository {
@@ -92,8 +97,10 @@ class ModelRepository {
   // `placer` (may be null; not owned, must outlive the repository) places each model and gives
   // the engine that prepares kiln_graph versions and loads kiln_builtin weights at load, so a
   // model the engine rejects never goes READY.
+  // `strict_model_config` (--strict-model-config): every model needs a complete config.pbtxt;
+  // nothing is completed from model.onnx.
   explicit ModelRepository(std::filesystem::path root, ModelPlacer* placer = nullptr,
-                           bool follow_links = false);
+                           bool follow_links = false, bool strict_model_config = false);
 
   // Loads every model folder under the root. Models that fail stay UNAVAILABLE with a reason
   // (logged); only an unreadable root is an error (NOT_FOUND).
@@ -146,6 +153,7 @@ class ModelRepository {
   const std::filesystem::path root_;
   const RepositoryFiles files_;
   ModelPlacer* const placer_;
+  const bool strict_model_config_;
   absl::Mutex load_mu_;  // serializes Load / Unload
   mutable absl::Mutex mu_;
   std::map<std::string, ModelEntry, std::less<>> models_ ABSL_GUARDED_BY(mu_);

@@ -27,6 +27,9 @@ struct InferObservation {
   uint64_t compute_input_ns = 0;   // request tensors -> engine inputs
   uint64_t compute_infer_ns = 0;
   uint64_t compute_output_ns = 0;  // engine outputs -> response tensors
+  bool cache_hit = false;   // answered from the response cache (no execution)
+  bool cache_miss = false;  // the model caches responses and this one was not cached
+  uint64_t cache_ns = 0;    // lookup (hit) or lookup + insert (miss)
 };
 
 // One engine execution (a model's Infer or a kiln.v1 graph run).

@@ -37,6 +37,19 @@ void ModelStats::RecordFailure(uint64_t total_ns) {
   stats_.fail.Add(total_ns);
 }
 
+void ModelStats::RecordCacheHit(uint64_t total_ns, uint64_t lookup_ns) {
+  const uint64_t now = NowMs();
+  absl::MutexLock lock(&mu_);
+  stats_.last_inference_ms = now;
+  stats_.success.Add(total_ns);
+  stats_.cache_hit.Add(lookup_ns);
+}
+
+void ModelStats::RecordCacheMiss(uint64_t ns) {
+  absl::MutexLock lock(&mu_);
+  stats_.cache_miss.Add(ns);
+}
+
 ModelStatsSnapshot ModelStats::Snapshot() const {
   absl::MutexLock lock(&mu_);
   return stats_;

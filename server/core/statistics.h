@@ -68,6 +68,11 @@ class ModelStats {
   void RecordSuccess(uint64_t total_ns, const ExecutionTimes& times);
   // A request that failed after reaching this version (validation, platform, execution).
   void RecordFailure(uint64_t total_ns);
+  // A request answered from the response cache (response_cache.h): a success and a cache hit,
+  // no inference or execution.
+  void RecordCacheHit(uint64_t total_ns, uint64_t lookup_ns);
+  // A cache miss: its lookup and insertion time (the execution is recorded by RecordSuccess).
+  void RecordCacheMiss(uint64_t ns);
   ModelStatsSnapshot Snapshot() const;
 
  private:

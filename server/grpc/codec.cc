@@ -58,6 +58,22 @@ InferRequest DecodeInferRequest(const inference::ModelInferRequest& wire) {
 
 absl::Status ApplyRequestParameters(const inference::ModelInferRequest& wire,
                                     InferRequest* request) {
+  for (int i = 0; i < wire.outputs_size(); ++i) {  // classification.h
+    auto c = wire.outputs(i).parameters().find("classification");
+    if (c == wire.outputs(i).parameters().end()) continue;
+    const inference::InferParameter& p = c->second;
+    const int64_t k = p.parameter_choice_case() == inference::InferParameter::kInt64Param ? p.int64_param()
+                      : p.parameter_choice_case() == inference::InferParameter::kUint64Param &&
+                              p.uint64_param() <= static_cast<uint64_t>(INT64_MAX)
+                          ? static_cast<int64_t>(p.uint64_param())
+                          : -1;
+    if (k < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "outputs[", i, "].parameters.classification: expected a non-negative int64_param"));
+    }
+    request->classification.resize(wire.outputs_size(), 0);
+    request->classification[i] = k;
+  }
   auto it = wire.parameters().find("timeout");
   if (it == wire.parameters().end()) return absl::OkStatus();
   const inference::InferParameter& p = it->second;

@@ -29,7 +29,7 @@ grpc::ServerUnaryReactor* InferenceService::ServerReady(grpc::CallbackServerCont
                                                         const inference::ServerReadyRequest*,
                                                         inference::ServerReadyResponse* response) {
   return Unary(ctx, gate_, "ServerReady", [&] {
-    response->set_ready(server_->Ready());
+    response->set_ready(server_->ServerReady());
     return absl::OkStatus();
   });
 }

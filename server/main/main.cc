@@ -35,6 +35,7 @@
 #include "server/core/limits.h"
 #include "server/grpc/grpc_server.h"
 #include "server/main/security.h"
+#include "server/main/triton_flags.h"
 #include "server/metrics/metrics.h"
 #include "server/rest/rest_server.h"
 #include "spdlog/spdlog.h"
@@ -142,9 +143,9 @@ ABSL_FLAG(bool, repository_follow_links, false,
 namespace {
 
 // absl flag names use '_'; kilnd also accepts Triton-style dashes (--model-repository).
+// Repeated --load-model flags (Triton's) are merged into one list (absl keeps only the last).
 std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>* storage) {
   storage->reserve(argc);
-  std::vector<char*> out;
   for (int i = 0; i < argc; ++i) {
     std::string arg = argv[i];
     if (i > 0 && arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
@@ -154,8 +155,10 @@ std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::st
       }
     }
     storage->push_back(std::move(arg));
-    out.push_back(storage->back().data());
   }
+  kiln::server::MergeRepeatedListFlag("load_model", storage);
+  std::vector<char*> out;
+  for (std::string& arg : *storage) out.push_back(arg.data());
   return out;
 }
 
@@ -179,7 +182,9 @@ std::unique_ptr<kiln::server::RestServer> StartRest(kiln::server::InferenceServe
   const int port = absl::GetFlag(FLAGS_http_port);
   if (port == 0) return nullptr;
   kiln::server::RestServerOptions options;
-  options.address = kiln::server::ListenAddress(security, absl::GetFlag(FLAGS_grpc_address), "HTTP");
+  std::string http_address = kiln::server::HttpAddress();
+  if (http_address.empty()) http_address = absl::GetFlag(FLAGS_grpc_address);
+  options.address = kiln::server::ListenAddress(security, http_address, "HTTP");
   options.auth = security.auth.get();
   options.tls = security.http_tls;
   options.port = port < 0 ? 0 : port;  // negative = a free port (tests)
@@ -265,7 +270,8 @@ int main(int argc, char** argv) {
     for (const std::string& d : kiln::api::ListDevices()) std::printf("%s\n", d.c_str());
     return 0;
   }
-  spdlog::set_level(absl::GetFlag(FLAGS_debug) ? spdlog::level::debug : spdlog::level::info);
+  spdlog::set_level(absl::GetFlag(FLAGS_debug) || kiln::server::VerboseLogging()
+                        ? spdlog::level::debug : spdlog::level::info);
   const std::string log_format = absl::GetFlag(FLAGS_log_format);
   if (log_format == "ISO8601") {
     spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %l %v", spdlog::pattern_time_type::utc);
@@ -323,6 +329,12 @@ int main(int argc, char** argv) {
   options.inline_max_compute_us = std::max<int64_t>(0, absl::GetFlag(FLAGS_inline_max_compute_us));
   options.max_queue_size = std::max<int64_t>(1, absl::GetFlag(FLAGS_max_queue_size));
   ApplyLimitFlags(&options);
+  absl::StatusOr<kiln::server::ModelControlPlan> control =
+      kiln::server::ApplyModelControlFlags(&options);
+  if (!control.ok()) {
+    std::fprintf(stderr, "kilnd: %s\n", std::string(control.status().message()).c_str());
+    return 2;
+  }
   auto core = kiln::server::InferenceServer::Create(options);
   if (!core.ok()) {
     spdlog::error("kilnd: {}", std::string(core.status().message()));
@@ -343,6 +355,13 @@ int main(int argc, char** argv) {
       spdlog::warn("kilnd: {}; serving without metrics", std::string(started.status().message()));
     }
   }
+  // Explicit mode's --load-model, --exit-on-error, poll mode's poller (triton_flags.h).
+  absl::StatusOr<std::unique_ptr<kiln::server::RepositoryPoller>> poller =
+      kiln::server::StartModelControl(*control, **core);
+  if (!poller.ok()) {
+    spdlog::error("kilnd: {}", std::string(poller.status().message()));
+    return 1;
+  }
 
   std::unique_ptr<kiln::server::JobManager> jobs;
   if (const std::string data_dir = absl::GetFlag(FLAGS_data_dir); !data_dir.empty()) {
@@ -361,7 +380,9 @@ int main(int argc, char** argv) {
     }
     kiln::server::InferenceServer* server = core->get();
     jo.load_model = [server](const std::string& model) {
-      return server->LoadModel(model, kiln::server::LoadOptions{});
+      kiln::server::LoadOptions load;
+      load.internal = true;  // publishing loads in every --model-control-mode
+      return server->LoadModel(model, load);
     };
     auto created = kiln::server::JobManager::Create(std::move(jo));
     if (!created.ok()) {
@@ -427,6 +448,7 @@ int main(int argc, char** argv) {
   }).detach();
 
   (*core)->BeginShutdown();
+  if (*poller != nullptr) (*poller)->Stop();
   (*grpc)->SetNotServing();
   if (rest != nullptr) rest->Stop();
   // The running training job checkpoints at its next step boundary and becomes INTERRUPTED.

@@ -121,7 +121,8 @@ absl::StatusOr<Security> SecurityFromFlags() {
 }
 
 std::string ListenAddress(const Security& security, const std::string& flag_value, const char* listener) {
-  if (security.forced_address.empty() || flag_value == security.forced_address || flag_value == "localhost") {
+  const bool loopback = flag_value == "localhost" || flag_value == "::1" || flag_value.rfind("127.", 0) == 0;
+  if (security.forced_address.empty() || loopback) {
     return flag_value;
   }
   spdlog::info("kilnd: {} listens on {} instead of {} (no API keys)", listener, security.forced_address, flag_value);

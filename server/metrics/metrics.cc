@@ -88,6 +88,22 @@ Metrics::Metrics()
                   .Name("nv_inference_pending_request_count")
                   .Help("Instantaneous number of pending requests awaiting execution per-model.")
                   .Register(*registry_);
+  cache_hits_ = &BuildCounter()
+                     .Name("nv_cache_num_hits_per_model")
+                     .Help("Number of response cache hits per model")
+                     .Register(*registry_);
+  cache_misses_ = &BuildCounter()
+                       .Name("nv_cache_num_misses_per_model")
+                       .Help("Number of response cache misses per model")
+                       .Register(*registry_);
+  cache_hit_us_ = &BuildCounter()
+                       .Name("nv_cache_hit_duration_per_model")
+                       .Help("Total cache hit duration per model, in microseconds")
+                       .Register(*registry_);
+  cache_miss_us_ = &BuildCounter()
+                        .Name("nv_cache_miss_duration_per_model")
+                        .Help("Total cache miss (insert + lookup) duration per model, in microseconds")
+                        .Register(*registry_);
   compile_duration_ = &BuildHistogram()
                            .Name("kiln_compile_duration_seconds")
                            .Help("Kernel lowering and compile time per engine run that compiled")
@@ -175,7 +191,14 @@ void Metrics::ObserveInfer(const InferObservation& o) {
       .Observe(seconds);
   if (!o.reached_model) return;
   const std::map<std::string, std::string> labels = {{"model", o.model}, {"version", o.version}};
-  if (o.code == absl::StatusCode::kOk) {
+  if (o.cache_hit || o.cache_miss) {  // Triton's nv_cache_* (cumulative microseconds)
+    (o.cache_hit ? cache_hits_ : cache_misses_)->Add(labels).Increment();
+    (o.cache_hit ? cache_hit_us_ : cache_miss_us_)->Add(labels).Increment(static_cast<double>(o.cache_ns / 1000));
+  }
+  if (o.code == absl::StatusCode::kOk && o.cache_hit) {  // no inference, no execution
+    success_->Add(labels).Increment();
+    request_us_->Add(labels).Increment(static_cast<double>(o.duration_ns / 1000));
+  } else if (o.code == absl::StatusCode::kOk) {
     success_->Add(labels).Increment();
     inference_count_->Add(labels).Increment(static_cast<double>(o.batch_size));
     exec_count_->Add(labels).Increment();

@@ -117,6 +117,10 @@ class Metrics final : public InferObserver, public TrainingObserver {
   prometheus::Family<prometheus::Counter>* compute_us_;
   prometheus::Family<prometheus::Counter>* compute_output_us_;
   prometheus::Family<prometheus::Gauge>* pending_;
+  prometheus::Family<prometheus::Counter>* cache_hits_;
+  prometheus::Family<prometheus::Counter>* cache_misses_;
+  prometheus::Family<prometheus::Counter>* cache_hit_us_;
+  prometheus::Family<prometheus::Counter>* cache_miss_us_;
   prometheus::Family<prometheus::Histogram>* compile_duration_;
   prometheus::Family<prometheus::Counter>* jit_hits_;
   prometheus::Family<prometheus::Counter>* jit_misses_;

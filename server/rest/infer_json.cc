@@ -323,8 +323,12 @@ absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const 
           if (!b->IsBool()) return Bad(where + ".parameters.binary_data", "expected true or false");
           out->output_binary[name] = b->GetBool();
         }
-        if (Member(*params, "classification") != nullptr) {
-          return Bad(where + ".parameters.classification", "classification is not supported");
+        if (const Value* c = Member(*params, "classification"); c != nullptr) {  // classification.h
+          if (!c->IsInt64() || c->GetInt64() < 0) {
+            return Bad(where + ".parameters.classification", "expected a non-negative integer");
+          }
+          request.classification.resize(outputs->Size(), 0);
+          request.classification[i] = c->GetInt64();
         }
         if (Member(*params, "shared_memory_region") != nullptr) {
           return Bad(where + ".parameters.shared_memory_region", "shared memory is not supported");

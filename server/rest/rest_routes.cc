@@ -223,7 +223,7 @@ void Handle(InferenceServer* core, const Match& m, const HttpRequest& req, std::
       res->status = core->Live() ? 200 : 400;
       return;
     case Route::kReady:
-      res->status = core->Ready() ? 200 : 400;
+      res->status = core->ServerReady() ? 200 : 400;
       return;
     case Route::kModelReady: {
       absl::StatusOr<bool> ready = core->ModelReady(m.model, m.version);
