@@ -8,9 +8,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/api/architectures.h"
 #include "engine/api/engine.h"
 #include "engine/api/engine_state.h"
 #include "engine/api/guard.h"
+#include "engine/base/clock.h"
 #include "engine/base/status.h"
 #include "engine/nn/models.h"
 #include "engine/nn/module.h"
@@ -22,12 +24,6 @@ namespace kiln::api {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-uint64_t NanosSince(Clock::time_point t0) {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
-}
-
-constexpr const char* kArchitectures[] = {"mlp", "mnist_cnn"};
 
 std::string ShapeText(absl::Span<const int64_t> shape) {
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
@@ -114,18 +110,16 @@ uint64_t BuiltinModel::device_bytes() const {
   return bytes;
 }
 
-std::vector<std::string> BuiltinArchitectures() {
-  return std::vector<std::string>(std::begin(kArchitectures), std::end(kArchitectures));
-}
+std::vector<std::string> BuiltinArchitectures() { return ArchitectureNames(); }
 
 absl::StatusOr<std::shared_ptr<const BuiltinModel>> Engine::LoadBuiltin(
     const std::string& architecture, const std::string& weights_path) {
   return GuardEngineCall("Engine::LoadBuiltin", [&]() -> absl::StatusOr<std::shared_ptr<const BuiltinModel>> {
-    const std::vector<std::string> known = BuiltinArchitectures();
-    if (std::find(known.begin(), known.end(), architecture) == known.end()) {
+    const Architecture* arch = FindArchitecture(architecture);
+    if (arch == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("architecture: unknown '",
                                                      architecture.substr(0, 64), "' (known: ",
-                                                     absl::StrJoin(known, ", "), ")"));
+                                                     KnownArchitectures(), ")"));
     }
     absl::StatusOr<std::map<std::string, Tensor>> weights =
         nn::SafeLoad(weights_path, state_->device);
@@ -139,17 +133,13 @@ absl::StatusOr<std::shared_ptr<const BuiltinModel>> Engine::LoadBuiltin(
     auto impl = std::make_unique<BuiltinModel::Impl>();
     impl->architecture = architecture;
     impl->device = state_->device;
-    std::shared_ptr<nn::Module> module;
-    if (architecture == "mnist_cnn") {
-      module = std::make_shared<nn::MnistCnn>(state_->device);
-      impl->input_shape = {1, 28, 28};
-      impl->output_shape = {10};
-    } else {
-      KILN_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, MlpSizes(*weights));
-      module = std::make_shared<nn::Mlp>(sizes, state_->device);
-      impl->input_shape = {sizes.front()};
-      impl->output_shape = {sizes.back()};
+    std::vector<int64_t> sizes = arch->default_sizes;
+    if (arch->sized) {
+      KILN_ASSIGN_OR_RETURN(sizes, MlpSizes(*weights));
     }
+    std::shared_ptr<nn::Module> module = arch->Build(state_->device, sizes);
+    impl->input_shape = arch->InputShape(sizes);
+    impl->output_shape = {arch->NumClasses(sizes)};
     for (const auto& [name, t] : *weights) impl->num_parameters += t.numel();
     if (absl::Status st = nn::LoadStateDict(*module, *weights, /*strict=*/true); !st.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("weights: ", st.message()));

@@ -8,21 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/base/status.h"
+#include "engine/dtype/dtype_names.h"
 #include "engine/schedule/schedule.h"
 
 namespace kiln::api {
 namespace {
-
-constexpr struct {
-  ScalarType type;
-  const char* name;
-} kWireNames[] = {
-    {ScalarType::kBool, "bool"},       {ScalarType::kInt8, "int8"},         {ScalarType::kUInt8, "uint8"},
-    {ScalarType::kInt16, "int16"},     {ScalarType::kUInt16, "uint16"},     {ScalarType::kInt32, "int32"},
-    {ScalarType::kUInt32, "uint32"},   {ScalarType::kInt64, "int64"},       {ScalarType::kUInt64, "uint64"},
-    {ScalarType::kFloat16, "float16"}, {ScalarType::kBFloat16, "bfloat16"}, {ScalarType::kFloat32, "float32"},
-    {ScalarType::kFloat64, "float64"},
-};
 
 // Tensor-level ops a graph from outside kiln may use (besides the pseudo-op INPUT).
 bool AllowedOp(Op op) {
@@ -162,8 +152,9 @@ bool IsAllowedOp(std::string_view op) {
 }
 
 std::string WireDTypeName(DType d) {
-  for (const auto& w : kWireNames) {
-    if (DType(w.type) == d) return w.name;
+  // Value dtypes by engine/dtype's long name (the one name table); others as DType::Name().
+  if (!d.is_ptr && d.count == 1 && d.scalar != ScalarType::kVoid && d.scalar != ScalarType::kIndex) {
+    return std::string(ScalarLongName(d.scalar));
   }
   return d.Name();
 }

@@ -17,6 +17,7 @@
 #include "engine/api/engine_state.h"
 #include "engine/api/guard.h"
 #include "engine/base/sha256.h"
+#include "engine/base/clock.h"
 #include "engine/base/status.h"
 #include "engine/realize/realize.h"
 #include "engine/runtime/buffer.h"
@@ -28,9 +29,6 @@ namespace kiln::api {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-uint64_t NanosSince(Clock::time_point t0) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
-}
 
 void AddField(Sha256& h, std::string_view s) {
   uint64_t n = s.size();

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/api/architectures.h"
 #include "engine/api/engine_state.h"
 #include "engine/base/sha256.h"
 #include "engine/base/status.h"
@@ -131,12 +132,16 @@ absl::StatusOr<std::unique_ptr<Trainer>> Engine::CreateTrainer(const TrainerSpec
   {
     absl::MutexLock init(&g_init_mu);
     Tensor::ManualSeed(spec.seed);
-    if (spec.architecture == "mnist_cnn") {
-      impl->model = std::make_unique<nn::MnistCnn>(state_->device);
-      impl->input_shape = {1, 28, 28};
-      impl->num_classes = 10;
-    } else if (spec.architecture == "mlp") {
-      const auto& s = spec.mlp_sizes;
+    const Architecture* arch = FindArchitecture(spec.architecture);
+    if (arch == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("architecture: unknown '",
+                                                     spec.architecture.substr(0, 64), "' (known: ",
+                                                     KnownArchitectures(), ")"));
+    }
+    std::vector<int64_t> sizes = arch->default_sizes;
+    if (arch->sized) {
+      sizes = spec.mlp_sizes;
+      const auto& s = sizes;
       if (s.size() < 2 || static_cast<int64_t>(s.size()) > kMaxMlpLayers + 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             "mlp_sizes: need 2 to ", kMaxMlpLayers + 1, " sizes (input, hidden..., classes)"));
@@ -147,13 +152,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Engine::CreateTrainer(const TrainerSpec
               absl::StrCat("mlp_sizes[", i, "]: ", s[i], " is not in [1, ", kMaxMlpWidth, "]"));
         }
       }
-      impl->model = std::make_unique<nn::Mlp>(s, state_->device);
-      impl->input_shape = {s.front()};
-      impl->num_classes = s.back();
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "architecture: unknown '", spec.architecture.substr(0, 64), "' (known: mlp, mnist_cnn)"));
     }
+    impl->model = arch->Build(state_->device, sizes);
+    impl->input_shape = arch->InputShape(sizes);
+    impl->num_classes = arch->NumClasses(sizes);
     KILN_RETURN_IF_ERROR(nn::RealizeState(*impl->model));
   }
   if (!spec.init_weights.empty()) {

@@ -17,6 +17,11 @@
 //                          checking that the file holds exactly the trainer's names and shapes;
 //                          returns the metadata. On error nothing is changed.
 //   ExportWeights          the model's state dict alone (tinygrad names): what kiln_builtin loads.
+//   Fit                    the training loop over an ImageDataset (trainer_fit.cc): random
+//                          batches from a seeded data order, periodic evaluation and checkpoints,
+//                          a stop check before every step; the caller's callbacks store progress,
+//                          checkpoints and accuracy (kilnd's JobManager keeps only the job
+//                          bookkeeping).
 //
 // Determinism: on one device, the same spec, seed and batches give bitwise-equal losses, and a
 // trainer restored from a checkpoint continues bitwise-equal to the one that wrote it (the
@@ -26,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,8 +52,8 @@ struct OptimizerSpec {
 };
 
 struct TrainerSpec {
-  std::string architecture;          // "mnist_cnn" or "mlp"
-  std::vector<int64_t> mlp_sizes;    // mlp: {in, hidden..., classes}; ignored for mnist_cnn
+  std::string architecture;          // a name of architectures.h
+  std::vector<int64_t> mlp_sizes;    // sized architectures: {in, hidden..., classes}; else ignored
   std::string init_weights;          // "" = random init from `seed`; else a safetensors state dict
   OptimizerSpec optimizer;
   uint64_t seed = 0;
@@ -70,6 +76,51 @@ absl::StatusOr<ImageDataset> LoadIdxDataset(const std::string& images_path,
 // Lowercase hex SHA-256 of a file's bytes. NOT_FOUND / INTERNAL (read error).
 absl::StatusOr<std::string> FileSha256Hex(const std::string& path);
 
+// What Trainer::Fit runs. Steps are numbered from 0; `step` values below are steps done.
+struct FitSpec {
+  int64_t batch_size = 32;
+  int64_t steps = 0;                // Fit runs until this many steps are done
+  int64_t eval_interval = 0;        // also evaluate after every n-th step (0 = only at the end)
+  int64_t checkpoint_interval = 0;  // also checkpoint after every n-th step (0 = only at the end)
+  int64_t eval_images = 0;          // the first n test items (0 = all)
+  uint64_t seed = 0;                // the data order when `data_order` is empty
+  // Resuming: the restored checkpoint's step and data order (DataOrder state text, as
+  // on_checkpoint received it); 0 and "" for a fresh start.
+  int64_t start_step = 0;
+  std::string data_order;
+  // The step of the newest checkpoint the caller holds: Fit checkpoints at a stop and at the
+  // end only when it has done steps past it.
+  int64_t checkpoint_step = 0;
+};
+
+struct FitProgress {
+  int64_t step = 0;  // steps done, this one included
+  float loss = 0;
+  double examples_per_second = 0;  // exponential moving average over steps
+  double eta_seconds = 0;          // to `steps`, at that rate
+};
+
+// Why Fit stopped before `steps`: should_stop's answer.
+enum class FitStop { kNone, kCancel, kInterrupt };
+
+struct FitCallbacks {
+  // Asked before every step; anything but kNone makes Fit checkpoint (if it has done steps since
+  // the last checkpoint) and return. Unset = never.
+  std::function<FitStop()> should_stop;
+  // After every step. An error ends Fit with it.
+  std::function<absl::Status(const FitProgress&)> on_step;
+  // Write a checkpoint of the trainer (SaveCheckpoint) at `step`, recording `data_order` so that a
+  // resume continues the same batches. An error ends Fit with it.
+  std::function<absl::Status(int64_t step, const std::string& data_order)> on_checkpoint;
+  // The test accuracy (correct / evaluated items), when `test` is given.
+  std::function<absl::Status(double accuracy)> on_eval;
+};
+
+struct FitResult {
+  int64_t step = 0;              // steps done
+  FitStop stopped = FitStop::kNone;  // kNone: reached `steps`, checkpointed and evaluated
+};
+
 class Trainer {
  public:
   ~Trainer();
@@ -87,6 +138,16 @@ class Trainer {
                               const std::map<std::string, std::string>& metadata);
   absl::StatusOr<std::map<std::string, std::string>> LoadCheckpoint(const std::string& path);
   absl::Status ExportWeights(const std::string& path);
+
+  // Trains on `train` from spec.start_step to spec.steps (pixels / the architecture's
+  // pixel_divisor, labels as classes); evaluates on `test` (may be null) every eval_interval steps
+  // and at the end. Bitwise reproducible: the same spec and data give the same losses, and a run
+  // resumed from a checkpoint (start_step, data_order) continues the uninterrupted run's losses.
+  // Errors of Step/Predict and of the callbacks end it with that status.
+  absl::StatusOr<FitResult> Fit(const ImageDataset& train, const ImageDataset* test,
+                                const FitSpec& spec, const FitCallbacks& callbacks);
+  // OK if `text` is a data order state that Fit can resume from; DATA_LOSS otherwise.
+  static absl::Status CheckDataOrder(const std::string& text);
 
   struct Impl;
   explicit Trainer(std::unique_ptr<Impl> impl);

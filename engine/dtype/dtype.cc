@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "engine/dtype/dtype_names.h"
 
 namespace kiln {
 namespace {
@@ -94,6 +95,7 @@ bool DType::IsUnsigned() const {
 }
 
 std::string_view ScalarName(ScalarType s) { return Info(s).name; }
+std::string_view ScalarLongName(ScalarType s) { return Info(s).long_name; }
 
 std::string DType::Name() const {
   std::string s(Info(scalar).name);

@@ -2,33 +2,36 @@
 
 #include <array>
 
+#include "engine/api/engine.h"
+
 namespace kiln::server {
 namespace {
 
 struct DataTypeInfo {
   inference::DataType type;
   std::string_view name;
-  int64_t byte_size;
   ContentsField contents;
   std::string_view kiln;  // kiln dtype name; "" = no kiln dtype (BYTES)
 };
 
-// One row per datatype, in enum order (shared/reference/kserve-v2-protocol.md §7).
+// One row per datatype, in enum order (shared/reference/kserve-v2-protocol.md §7): the KServe
+// side only. Element sizes come from the engine's dtype table through the kiln name
+// (api::DTypeItemSize), the one place that knows them.
 constexpr std::array<DataTypeInfo, 14> kDataTypes = {{
-    {inference::TYPE_BOOL, "BOOL", 1, ContentsField::kBool, "bool"},
-    {inference::TYPE_UINT8, "UINT8", 1, ContentsField::kUint, "uint8"},
-    {inference::TYPE_UINT16, "UINT16", 2, ContentsField::kUint, "uint16"},
-    {inference::TYPE_UINT32, "UINT32", 4, ContentsField::kUint, "uint32"},
-    {inference::TYPE_UINT64, "UINT64", 8, ContentsField::kUint64, "uint64"},
-    {inference::TYPE_INT8, "INT8", 1, ContentsField::kInt, "int8"},
-    {inference::TYPE_INT16, "INT16", 2, ContentsField::kInt, "int16"},
-    {inference::TYPE_INT32, "INT32", 4, ContentsField::kInt, "int32"},
-    {inference::TYPE_INT64, "INT64", 8, ContentsField::kInt64, "int64"},
-    {inference::TYPE_FP16, "FP16", 2, ContentsField::kNone, "float16"},
-    {inference::TYPE_FP32, "FP32", 4, ContentsField::kFp32, "float32"},
-    {inference::TYPE_FP64, "FP64", 8, ContentsField::kFp64, "float64"},
-    {inference::TYPE_STRING, "BYTES", 0, ContentsField::kBytes, ""},
-    {inference::TYPE_BF16, "BF16", 2, ContentsField::kNone, "bfloat16"},
+    {inference::TYPE_BOOL, "BOOL", ContentsField::kBool, "bool"},
+    {inference::TYPE_UINT8, "UINT8", ContentsField::kUint, "uint8"},
+    {inference::TYPE_UINT16, "UINT16", ContentsField::kUint, "uint16"},
+    {inference::TYPE_UINT32, "UINT32", ContentsField::kUint, "uint32"},
+    {inference::TYPE_UINT64, "UINT64", ContentsField::kUint64, "uint64"},
+    {inference::TYPE_INT8, "INT8", ContentsField::kInt, "int8"},
+    {inference::TYPE_INT16, "INT16", ContentsField::kInt, "int16"},
+    {inference::TYPE_INT32, "INT32", ContentsField::kInt, "int32"},
+    {inference::TYPE_INT64, "INT64", ContentsField::kInt64, "int64"},
+    {inference::TYPE_FP16, "FP16", ContentsField::kNone, "float16"},
+    {inference::TYPE_FP32, "FP32", ContentsField::kFp32, "float32"},
+    {inference::TYPE_FP64, "FP64", ContentsField::kFp64, "float64"},
+    {inference::TYPE_STRING, "BYTES", ContentsField::kBytes, ""},
+    {inference::TYPE_BF16, "BF16", ContentsField::kNone, "bfloat16"},
 }};
 
 const DataTypeInfo* Find(inference::DataType type) {
@@ -67,7 +70,7 @@ std::optional<inference::DataType> ParseDataTypeName(std::string_view name) {
 
 int64_t DataTypeByteSize(inference::DataType type) {
   const DataTypeInfo* info = Find(type);
-  return info != nullptr ? info->byte_size : 0;
+  return info != nullptr && !info->kiln.empty() ? api::DTypeItemSize(info->kiln) : 0;
 }
 
 ContentsField ContentsFieldFor(inference::DataType type) {

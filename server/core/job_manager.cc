@@ -2,19 +2,17 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <random>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "engine/api/architectures.h"
 #include "engine/api/status.h"
 #include "engine/api/trainer.h"
 #include "server/core/checkpoint_store.h"
 #include "server/core/guard.h"
 #include "server/core/limits.h"
 #include "server/core/model_config.h"
+#include "server/core/model_repository.h"
 #include "server/core/repository_files.h"
 #include "spdlog/spdlog.h"
 
@@ -25,68 +23,10 @@ using kiln::v1::JobEvent;
 using kiln::v1::JobSpec;
 using kiln::v1::JobState;
 
-namespace {
-
-constexpr int64_t kEvalChunk = 1000;
-
-bool IsHexId(const std::string& id, size_t len) {
-  if (id.size() != len) return false;
-  return std::all_of(id.begin(), id.end(),
-                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
-// `p` lies strictly inside `root` (both canonical).
-bool Inside(const fs::path& p, const fs::path& root) {
-  auto r = root.begin(), q = p.begin();
-  for (; r != root.end(); ++r, ++q) {
-    if (q == p.end() || *q != *r) return false;
-  }
-  return q != p.end();
-}
-
-// The IDX file `stem` in `dir`, raw or ".gz"; empty if neither exists.
-fs::path FindIdx(const fs::path& dir, const std::string& stem) {
-  std::error_code ec;
-  if (fs::is_regular_file(dir / stem, ec)) return dir / stem;
-  if (fs::is_regular_file(dir / (stem + ".gz"), ec)) return dir / (stem + ".gz");
-  return {};
-}
-
-// Float pixels / `divisor` and labels of the items `idx`. The CNN takes raw 0-255 pixels, as
-// tinygrad's beautiful_mnist does (its BatchNorms normalize; [0, 1] inputs measured ~2 points lower
-// after 70 steps), the MLP pixels / 255 (PixelDivisor).
-float PixelDivisor(const std::string& architecture) { return architecture == "mnist_cnn" ? 1.0f : 255.0f; }
-
-void Gather(const api::ImageDataset& d, const std::vector<int64_t>& idx, float divisor, std::string* x,
-            std::string* y) {
-  const int64_t px = d.item_shape[0] * d.item_shape[1];
-  x->resize(idx.size() * px * 4);
-  y->resize(idx.size() * 4);
-  float* xf = reinterpret_cast<float*>(x->data());
-  int32_t* yi = reinterpret_cast<int32_t*>(y->data());
-  for (size_t b = 0; b < idx.size(); ++b) {
-    const uint8_t* src = reinterpret_cast<const uint8_t*>(d.pixels.data()) + idx[b] * px;
-    for (int64_t p = 0; p < px; ++p) xf[b * px + p] = static_cast<float>(src[p]) / divisor;
-    yi[b] = d.labels[idx[b]];
-  }
-}
-
-}  // namespace
-
 struct JobManager::Running {
   std::unique_ptr<api::Trainer> trainer;
-  api::ImageDataset train, test;
-  bool has_test = false;
+  DatasetStore::Loaded data;
 };
-
-std::string JobManager::RandomHex(int bytes) {
-  static std::mutex mu;
-  static std::mt19937_64 rng(std::random_device{}());
-  std::lock_guard<std::mutex> l(mu);
-  std::string out;
-  for (int i = 0; i < bytes; ++i) absl::StrAppendFormat(&out, "%02x", rng() & 0xff);
-  return out;
-}
 
 bool JobManager::IsTerminal(JobState s) {
   return s == kiln::v1::SUCCEEDED || s == kiln::v1::FAILED || s == kiln::v1::CANCELLED;
@@ -101,9 +41,11 @@ int64_t JobManager::NowMs() {
 absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions options) {
   std::error_code ec;
   fs::create_directories(options.data_dir / "jobs", ec);
-  fs::create_directories(options.data_dir / "datasets", ec);
   if (ec) return absl::UnavailableError("--data-dir: cannot create the jobs folder");
   std::unique_ptr<JobManager> m(new JobManager(std::move(options)));
+  KILN_ASSIGN_OR_RETURN(m->datasets_, DatasetStore::Open(m->options_.data_dir / "datasets",
+                                                         m->options_.dataset_roots,
+                                                         m->options_.max_dataset_bytes));
   api::EngineOptions eo;
   eo.device = m->options_.device;
   KILN_ASSIGN_OR_RETURN(m->engine_, api::Engine::Create(eo));
@@ -128,9 +70,6 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(JobManagerOptions
     }
     m->jobs_[job.id()] = job;
   }
-  for (const auto& entry : fs::directory_iterator(m->options_.data_dir / "datasets", ec)) {
-    if (entry.path().filename().string().rfind(".upload-", 0) == 0) fs::remove_all(entry.path(), ec);
-  }
   m->worker_ = std::thread([p = m.get()] { p->WorkerLoop(); });
   return m;
 }
@@ -144,67 +83,6 @@ void JobManager::Shutdown() {
   }
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
-}
-
-absl::StatusOr<fs::path> JobManager::ResolveDataset(const kiln::v1::DatasetRef& ref) const {
-  if (ref.has_dataset_id()) {
-    if (!IsHexId(ref.dataset_id(), 16)) {
-      return absl::InvalidArgumentError("dataset.dataset_id: must be 16 lowercase hex digits");
-    }
-    fs::path dir = options_.data_dir / "datasets" / ref.dataset_id();
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec)) {
-      return absl::NotFoundError(absl::StrCat("dataset.dataset_id: no dataset '", ref.dataset_id(), "'"));
-    }
-    return dir;
-  }
-  if (!ref.has_idx_dir()) return absl::InvalidArgumentError("dataset: set dataset_id or idx_dir");
-  const std::string& rel = ref.idx_dir();
-  if (rel.empty() || rel.size() > kMaxDatasetPath) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dataset.idx_dir: length must be 1..", kMaxDatasetPath));
-  }
-  if (rel.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError("dataset.idx_dir: contains a NUL byte");
-  }
-  const fs::path p(rel);
-  if (p.is_absolute()) {
-    return absl::InvalidArgumentError(
-        "dataset.idx_dir: must be relative to an allowed dataset root, not absolute");
-  }
-  for (const fs::path& part : p) {
-    if (part == "..") {
-      return absl::InvalidArgumentError("dataset.idx_dir: '..' is not allowed");
-    }
-  }
-  std::error_code ec;
-  for (const fs::path& root : options_.dataset_roots) {
-    const fs::path croot = fs::canonical(root, ec);
-    if (ec) continue;
-    const fs::path dir = fs::canonical(croot / p, ec);
-    if (ec) continue;
-    if (!Inside(dir, croot)) {
-      return absl::InvalidArgumentError(
-          "dataset.idx_dir: resolves outside the allowed dataset roots (symlink)");
-    }
-    if (!fs::is_directory(dir, ec)) continue;
-    // Each IDX file, too, must not be a symlink out of the root.
-    for (const char* stem : kIdxFiles) {
-      fs::path f = FindIdx(dir, stem);
-      if (f.empty()) continue;
-      if (!Inside(fs::canonical(f, ec), croot) || ec) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "dataset.idx_dir: ", stem, " resolves outside the allowed dataset roots (symlink)"));
-      }
-    }
-    if (FindIdx(dir, kIdxFiles[0]).empty() || FindIdx(dir, kIdxFiles[1]).empty()) {
-      return absl::InvalidArgumentError(
-          "dataset.idx_dir: needs train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz]");
-    }
-    return dir;
-  }
-  return absl::NotFoundError(
-      absl::StrCat("dataset.idx_dir: no folder '", rel.substr(0, 64), "' under the dataset roots"));
 }
 
 absl::Status JobManager::Validate(const JobSpec& s) const {
@@ -228,9 +106,10 @@ absl::Status JobManager::Validate(const JobSpec& s) const {
     if (!IsValidModelName(arch.substr(6))) {
       return absl::InvalidArgumentError("architecture: model:<name> needs a valid model name");
     }
-  } else if (arch != "mnist_cnn" && arch != "mlp") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "architecture: unknown '", arch.substr(0, 64), "' (known: mnist_cnn, mlp, model:<name>)"));
+  } else if (api::FindArchitecture(arch) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("architecture: unknown '", arch.substr(0, 64),
+                                                   "' (known: ", api::KnownArchitectures(),
+                                                   ", model:<name>)"));
   }
   if (s.mlp_sizes_size() > 0) {
     if (s.mlp_sizes_size() < 2 || s.mlp_sizes_size() > 17) {
@@ -274,7 +153,7 @@ absl::Status JobManager::Validate(const JobSpec& s) const {
                                                    "' is not available (kilnd trains on ",
                                                    engine_->device(), ")"));
   }
-  return ResolveDataset(s.dataset()).status();
+  return datasets_->Resolve(s.dataset()).status();
 }
 
 absl::StatusOr<Job> JobManager::Start(const JobSpec& spec) {
@@ -299,6 +178,10 @@ absl::StatusOr<Job> JobManager::StartUnguarded(const JobSpec& spec) {
   }
   cv_.notify_all();
   return job;
+}
+
+absl::StatusOr<std::unique_ptr<JobManager::Upload>> JobManager::BeginUpload() {
+  return Guard("UploadDataset", [&] { return datasets_->BeginUpload(); });
 }
 
 absl::StatusOr<Job> JobManager::Get(const std::string& id, bool include_losses) const {
@@ -489,33 +372,19 @@ void JobManager::RunJob(const std::string& id) {
 absl::Status JobManager::Train(Job& job, Running& run) {
   const JobSpec& spec = job.spec();
   // ** data **
-  KILN_ASSIGN_OR_RETURN(fs::path dir, ResolveDataset(spec.dataset()));
-  {
-    absl::StatusOr<api::ImageDataset> train = api::LoadIdxDataset(
-        FindIdx(dir, kIdxFiles[0]).string(), FindIdx(dir, kIdxFiles[1]).string());
-    if (!train.ok()) return absl::InvalidArgumentError(absl::StrCat("train ", train.status().message()));
-    run.train = *std::move(train);
-    const fs::path ti = FindIdx(dir, kIdxFiles[2]), tl = FindIdx(dir, kIdxFiles[3]);
-    if (!ti.empty() && !tl.empty()) {
-      absl::StatusOr<api::ImageDataset> test = api::LoadIdxDataset(ti.string(), tl.string());
-      if (!test.ok()) return absl::InvalidArgumentError(absl::StrCat("test ", test.status().message()));
-      run.test = *std::move(test);
-      run.has_test = true;
-    }
-  }
+  KILN_ASSIGN_OR_RETURN(run.data, datasets_->Load(spec.dataset()));
   // ** model and optimizer **
   api::TrainerSpec ts;
   ts.architecture = spec.architecture();
   ts.seed = spec.seed();
-  const int64_t pixels = run.train.item_shape[0] * run.train.item_shape[1];
+  int64_t pixels = 1;
+  for (int64_t d : run.data.train.item_shape) pixels *= d;
   RepositoryFiles::OpenFile init_file;  // open until CreateTrainer has read it
   if (ts.architecture.rfind("model:", 0) == 0) {
     const std::string model = ts.architecture.substr(6);
     // Read as the model repository reads it: nothing below the root through a link, bounded.
     const RepositoryFiles files(options_.model_repository, options_.repository_follow_links);
-    absl::StatusOr<std::string> text = files.Read(model + "/config.pbtxt", kMaxConfigBytes, "config.pbtxt");
-    absl::StatusOr<inference::ModelConfig> cfg =
-        text.ok() ? ParseModelConfigText(*text) : absl::StatusOr<inference::ModelConfig>(text.status());
+    absl::StatusOr<inference::ModelConfig> cfg = ReadModelConfig(files, model);
     if (!cfg.ok() || cfg->platform() != "kiln_builtin" || !cfg->parameters().count("architecture")) {
       return absl::InvalidArgumentError(
           absl::StrCat("architecture: model '", model, "' is not a kiln_builtin repository model"));
@@ -536,9 +405,13 @@ absl::Status JobManager::Train(Job& job, Running& run) {
                                                 absl::StrCat("model file ", best, "/model.safetensors")));
     ts.init_weights = init_file.path();
   }
-  if (ts.architecture == "mlp") {
+  const api::Architecture* arch = api::FindArchitecture(ts.architecture);
+  if (arch != nullptr && arch->sized) {
     ts.mlp_sizes.assign(spec.mlp_sizes().begin(), spec.mlp_sizes().end());
-    if (ts.mlp_sizes.empty()) ts.mlp_sizes = {pixels, 128, 10};
+    if (ts.mlp_sizes.empty()) {
+      ts.mlp_sizes = arch->default_sizes;
+      ts.mlp_sizes.front() = pixels;
+    }
     if (ts.mlp_sizes.front() != pixels) {
       return absl::InvalidArgumentError(absl::StrCat("mlp_sizes[0]: ", ts.mlp_sizes.front(),
                                                      ", the dataset's items have ", pixels, " pixels"));
@@ -555,8 +428,6 @@ absl::Status JobManager::Train(Job& job, Running& run) {
   if (o.eps() > 0) ts.optimizer.eps = o.eps();
   KILN_ASSIGN_OR_RETURN(run.trainer, engine_->CreateTrainer(ts));
   api::Trainer& trainer = *run.trainer;
-  std::vector<int64_t> xshape = {spec.batch_size()};
-  xshape.insert(xshape.end(), trainer.input_shape().begin(), trainer.input_shape().end());
 
   // ** resume **
   CheckpointStore ckpts(options_.data_dir / "jobs" / job.id(), 2,
@@ -564,35 +435,56 @@ absl::Status JobManager::Train(Job& job, Running& run) {
   std::error_code ec;
   fs::create_directories(ckpts.dir(), ec);
   ckpts.Clean();
-  std::mt19937_64 rng(spec.seed());
-  int64_t step = 0;
+  api::FitSpec fit;
+  fit.batch_size = spec.batch_size();
+  fit.steps = spec.steps();
+  fit.eval_interval = spec.eval_interval();
+  fit.checkpoint_interval = spec.checkpoint_interval();
+  fit.eval_images = spec.eval_images();
+  fit.seed = spec.seed();
   absl::StatusOr<CheckpointInfo> latest = ckpts.Latest([&](const CheckpointInfo& info) {
     KILN_ASSIGN_OR_RETURN(auto meta, trainer.LoadCheckpoint(info.data.string()));
     int64_t s = 0;
     if (!absl::SimpleAtoi(meta["step"], &s) || s != info.step || meta["job"] != job.id()) {
       return absl::DataLossError("metadata does not match the manifest");
     }
-    std::istringstream rs(meta["data_rng"]);
-    std::mt19937_64 r;
-    rs >> r;
-    if (rs.fail()) return absl::DataLossError("data_rng is malformed");
-    rng = r;
-    step = s;
+    KILN_RETURN_IF_ERROR(api::Trainer::CheckDataOrder(meta["data_rng"]));
+    fit.data_order = meta["data_rng"];
+    fit.start_step = s;
     return absl::OkStatus();
   });
   if (latest.ok()) {
-    spdlog::info("training: job {} resumes from the checkpoint at step {}", job.id(), step);
-    job.set_checkpoint_step(step);
+    spdlog::info("training: job {} resumes from the checkpoint at step {}", job.id(), fit.start_step);
+    job.set_checkpoint_step(fit.start_step);
   } else if (job.step() > 0) {
     spdlog::warn("training: job {} has no valid checkpoint; starting over", job.id());
   }
-  job.set_step(step);
+  job.set_step(fit.start_step);
+  fit.checkpoint_step = job.checkpoint_step();
 
-  auto checkpoint = [&]() -> absl::Status {
-    std::ostringstream rs;
-    rs << rng;
+  // ** steps: Trainer::Fit; the callbacks keep the job's record **
+  api::FitCallbacks cb;
+  cb.should_stop = [&] {
+    std::lock_guard<std::mutex> l(mu_);
+    if (cancel_running_) return api::FitStop::kCancel;
+    if (stopping_) return api::FitStop::kInterrupt;
+    return api::FitStop::kNone;
+  };
+  cb.on_step = [&](const api::FitProgress& p) -> absl::Status {
+    KILN_RETURN_IF_ERROR(store_->PutLoss(job.id(), p.step - 1, p.loss));
+    job.set_step(p.step);
+    job.set_loss(p.loss);
+    job.set_examples_per_second(p.examples_per_second);
+    job.set_eta_seconds(p.eta_seconds);
+    if (observer_ != nullptr) {
+      observer_->ObserveTrainingStep(job.id(), p.loss, job.examples_per_second());
+    }
+    Update(job, JobEvent::STEP);
+    return absl::OkStatus();
+  };
+  cb.on_checkpoint = [&](int64_t step, const std::string& data_order) -> absl::Status {
     const std::map<std::string, std::string> meta = {
-        {"job", job.id()}, {"step", std::to_string(step)}, {"data_rng", rs.str()},
+        {"job", job.id()}, {"step", std::to_string(step)}, {"data_rng", data_order},
         {"seed", std::to_string(spec.seed())}, {"format", "kiln-checkpoint-1"}};
     KILN_ASSIGN_OR_RETURN(CheckpointInfo info, ckpts.Save(step, [&](const std::string& tmp) {
                             return trainer.SaveCheckpoint(tmp, meta);
@@ -601,80 +493,22 @@ absl::Status JobManager::Train(Job& job, Running& run) {
     Update(job, JobEvent::CHECKPOINT);
     return absl::OkStatus();
   };
-  auto evaluate = [&]() -> absl::Status {
-    if (!run.has_test) return absl::OkStatus();
-    const int64_t n = spec.eval_images() > 0 ? std::min(spec.eval_images(), run.test.count)
-                                             : run.test.count;
-    int64_t correct = 0;
-    std::string x, y;
-    for (int64_t s0 = 0; s0 < n; s0 += kEvalChunk) {
-      const int64_t m = std::min(kEvalChunk, n - s0);
-      std::vector<int64_t> idx(m);
-      for (int64_t i = 0; i < m; ++i) idx[i] = s0 + i;
-      Gather(run.test, idx, PixelDivisor(trainer.architecture()), &x, &y);
-      std::vector<int64_t> shape = {m};
-      shape.insert(shape.end(), trainer.input_shape().begin(), trainer.input_shape().end());
-      KILN_ASSIGN_OR_RETURN(std::vector<int32_t> pred, trainer.Predict({"float32", shape, x}));
-      const int32_t* yi = reinterpret_cast<const int32_t*>(y.data());
-      for (int64_t i = 0; i < m; ++i) correct += pred[i] == yi[i];
-    }
-    job.set_eval_accuracy(static_cast<double>(correct) / static_cast<double>(n));
+  cb.on_eval = [&](double accuracy) -> absl::Status {
+    job.set_eval_accuracy(accuracy);
     Update(job, JobEvent::EVAL);
     return absl::OkStatus();
   };
-
-  // ** steps **
-  std::uniform_int_distribution<int64_t> pick(0, run.train.count - 1);
-  std::vector<int64_t> idx(spec.batch_size());
-  std::string x, y;
-  double ema_seconds = 0;
-  while (step < spec.steps()) {
-    JobState stop = kiln::v1::RUNNING;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      if (cancel_running_) {
-        stop = kiln::v1::CANCELLED;
-      } else if (stopping_) {
-        stop = kiln::v1::INTERRUPTED;
-      }
-    }
-    if (stop != kiln::v1::RUNNING) {
-      // Stopped between steps: keep the progress, so that a resume continues from here.
-      if (step > job.checkpoint_step()) KILN_RETURN_IF_ERROR(checkpoint());
-      job.set_state(stop);
-      job.set_message(stop == kiln::v1::CANCELLED
-                          ? absl::StrCat("cancelled at step ", step, "; ResumeJob continues from there")
-                          : absl::StrCat("kilnd stopped; resumes from step ", step));
-      return absl::OkStatus();
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t& k : idx) k = pick(rng);
-    Gather(run.train, idx, PixelDivisor(trainer.architecture()), &x, &y);
-    KILN_ASSIGN_OR_RETURN(float loss, trainer.Step({"float32", xshape, x},
-                                                   {"int32", {spec.batch_size()}, y}));
-    KILN_RETURN_IF_ERROR(store_->PutLoss(job.id(), step, loss));
-    ++step;
-    const double secs =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ema_seconds = ema_seconds == 0 ? secs : 0.7 * ema_seconds + 0.3 * secs;
-    job.set_step(step);
-    job.set_loss(loss);
-    job.set_examples_per_second(spec.batch_size() / std::max(ema_seconds, 1e-9));
-    job.set_eta_seconds(ema_seconds * static_cast<double>(spec.steps() - step));
-    if (observer_ != nullptr) {
-      observer_->ObserveTrainingStep(job.id(), loss, job.examples_per_second());
-    }
-    Update(job, JobEvent::STEP);
-    if (spec.eval_interval() > 0 && step % spec.eval_interval() == 0 && step < spec.steps()) {
-      KILN_RETURN_IF_ERROR(evaluate());
-    }
-    if (spec.checkpoint_interval() > 0 && step % spec.checkpoint_interval() == 0 &&
-        step < spec.steps()) {
-      KILN_RETURN_IF_ERROR(checkpoint());
-    }
+  KILN_ASSIGN_OR_RETURN(
+      api::FitResult result,
+      trainer.Fit(run.data.train, run.data.has_test ? &run.data.test : nullptr, fit, cb));
+  if (result.stopped != api::FitStop::kNone) {
+    const bool cancelled = result.stopped == api::FitStop::kCancel;
+    job.set_state(cancelled ? kiln::v1::CANCELLED : kiln::v1::INTERRUPTED);
+    job.set_message(cancelled ? absl::StrCat("cancelled at step ", result.step,
+                                             "; ResumeJob continues from there")
+                              : absl::StrCat("kilnd stopped; resumes from step ", result.step));
+    return absl::OkStatus();
   }
-  if (job.checkpoint_step() < step) KILN_RETURN_IF_ERROR(checkpoint());
-  KILN_RETURN_IF_ERROR(evaluate());
   return Publish(job, trainer).status();
 }
 

@@ -1,7 +1,10 @@
 // JobManager: kilnd's training jobs (kiln.v1.Training, proto/kiln/v1/training.proto).
 //
 // Jobs run one at a time on a worker thread, through engine/api's Trainer (its own Engine, so
-// training never holds the inference engine's run lock): the train step runs under TinyJit.
+// training never holds the inference engine's run lock): the train step runs under TinyJit and
+// the loop is Trainer::Fit; JobManager keeps the job bookkeeping (states, events, the job store,
+// checkpoint generations). Datasets (sandboxing, uploads) are DatasetStore's (dataset_store.h);
+// the version folder a job publishes is written by ModelRepository::PublishBuiltin.
 // State lives in <data-dir>: jobs.db (JobStore: job records and every step's loss), jobs/<id>/
 // (CheckpointStore: the last 2 checkpoints, each a safetensors file of weights, optimizer state,
 // step and data-order RNG state, plus a SHA-256 manifest), datasets/<id>/ (uploads).
@@ -26,7 +29,8 @@
 // left on device (ENOSPC) writing <data-dir>/jobs/<id>/<file>"; the previous checkpoint stays.
 //
 // Validation (Start): every JobSpec field, INVALID_ARGUMENT naming the field and the limit;
-// dataset paths must stay inside an allowlisted root (no "..", no absolute path, no symlink out).
+// dataset paths must stay inside an allowlisted root (DatasetStore::Resolve); architectures are
+// engine/api's registry (architectures.h) or model:<name>.
 // Thread safety: every method may be called from any thread.
 #pragma once
 
@@ -47,6 +51,7 @@
 #include "absl/status/statusor.h"
 #include "engine/api/engine.h"
 #include "kiln/v1/training.pb.h"
+#include "server/core/dataset_store.h"
 #include "server/core/job_store.h"
 
 namespace kiln::server {
@@ -54,9 +59,6 @@ namespace kiln::server {
 inline constexpr int32_t kMaxJobBatch = 4096;
 inline constexpr int64_t kMaxJobSteps = 1000000;
 inline constexpr int64_t kMaxEvalImages = 100000;
-inline constexpr int64_t kMaxDatasetChunkBytes = 4 << 20;
-inline constexpr int64_t kDefaultMaxDatasetBytes = 256 << 20;
-inline constexpr size_t kMaxDatasetPath = 256;
 // How long CancelJob waits for a running job to reach its next step boundary.
 inline constexpr std::chrono::seconds kCancelWait{120};
 
@@ -109,9 +111,10 @@ class JobManager {
   absl::StatusOr<uint64_t> Subscribe(const std::string& id, Listener listener);
   void Unsubscribe(uint64_t token);
 
-  // Dataset uploads: Begin, Append per chunk, Finish (validates the IDX files and publishes the
-  // folder) or Abort. INVALID_ARGUMENT / RESOURCE_EXHAUSTED name the field and the limit.
-  class Upload;
+  // Dataset uploads (DatasetStore::Upload): Begin, Append per chunk, Finish (validates the IDX
+  // files and publishes the folder) or Abort. INVALID_ARGUMENT / RESOURCE_EXHAUSTED name the
+  // field and the limit.
+  using Upload = DatasetStore::Upload;
   absl::StatusOr<std::unique_ptr<Upload>> BeginUpload();
   int64_t max_dataset_bytes() const { return options_.max_dataset_bytes; }
 
@@ -130,7 +133,6 @@ class JobManager {
   absl::StatusOr<kiln::v1::Job> CancelUnguarded(const std::string& id);
   absl::StatusOr<kiln::v1::Job> ResumeUnguarded(const std::string& id);
   absl::StatusOr<uint64_t> SubscribeUnguarded(const std::string& id, Listener listener);
-  absl::StatusOr<std::unique_ptr<Upload>> BeginUploadUnguarded();
 
   struct Running;
   explicit JobManager(JobManagerOptions options) : options_(std::move(options)) {}
@@ -138,16 +140,12 @@ class JobManager {
   // Publishing never touches another model: output_model must be a new name or a model that
   // training created (the job store's lineage). ALREADY_EXISTS names the model otherwise.
   absl::Status CheckOutputModel(const kiln::v1::JobSpec& spec) const;
-  // A lineage model's config must describe what `trainer` trains (architecture, input and
-  // output shape); FAILED_PRECONDITION otherwise.
-  static absl::Status CheckPublishedConfig(const std::filesystem::path& config,
-                                           const std::string& name, const api::Trainer& trainer);
-  absl::StatusOr<std::filesystem::path> ResolveDataset(const kiln::v1::DatasetRef& ref) const;
   void WorkerLoop();
   void RunJob(const std::string& id);
   absl::Status Train(kiln::v1::Job& job, Running& run);
-  // Writes the trained weights as the next version of spec.output_model, idempotently: the
-  // version number is recorded in the job (publishing_version) before anything is written, and a
+  // Claims spec.output_model for training's lineage if it is new, then writes the trained
+  // weights as its next version (ModelRepository::PublishBuiltin), idempotently: the version
+  // number is recorded in the job (publishing_version) before anything is written, and a
   // restarted publish that finds that version holding the same bytes only loads and marks it.
   // Sets job.published_version. Failpoints publish.* (failpoint.h) mark each stage.
   absl::StatusOr<int64_t> Publish(kiln::v1::Job& job, class api::Trainer& trainer);
@@ -156,15 +154,10 @@ class JobManager {
   // Stores `job` under mu_, then tells its listeners.
   void Update(const kiln::v1::Job& job, kiln::v1::JobEvent::Kind kind);
   static int64_t NowMs();
-  // BeginUpload's random id (hex digits).
-  static std::string RandomHex(int bytes);
-
-  // The IDX files of a dataset folder, each raw or ".gz": DatasetChunk::File - 1 indexes them.
-  static constexpr const char* kIdxFiles[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
 
   JobManagerOptions options_;
   std::unique_ptr<api::Engine> engine_;
+  std::unique_ptr<DatasetStore> datasets_;
   std::unique_ptr<JobStore> store_;
   TrainingObserver* observer_ = nullptr;
 
@@ -201,30 +194,6 @@ class JobManager::CheckpointFile {
   int64_t step_;
   uint64_t bytes_;
   std::string sha256_;
-};
-
-class JobManager::Upload {
- public:
-  ~Upload();  // removes the staging folder unless finished
-  absl::Status Append(const kiln::v1::DatasetChunk& chunk);
-  absl::StatusOr<kiln::v1::UploadDatasetResponse> Finish();
-  int64_t bytes() const { return bytes_; }  // data bytes accepted so far
-  // True when the last Append failed because the dataset exceeds the byte limit.
-  bool over_limit() const { return bytes_ > max_bytes_; }
-
- private:
-  friend class JobManager;
-  absl::Status AppendUnguarded(const kiln::v1::DatasetChunk& chunk);  // Append's body (guarded)
-  absl::StatusOr<kiln::v1::UploadDatasetResponse> FinishUnguarded();  // Finish's body (guarded)
-  Upload(std::filesystem::path staging, std::filesystem::path final_dir, std::string id,
-         int64_t max_bytes)
-      : staging_(std::move(staging)), final_(std::move(final_dir)), id_(std::move(id)),
-        max_bytes_(max_bytes) {}
-  std::filesystem::path staging_, final_;
-  std::string id_;
-  int64_t max_bytes_;
-  int64_t bytes_ = 0;
-  bool first_ = true, finished_ = false;
 };
 
 }  // namespace kiln::server

@@ -5,14 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/api/architectures.h"
 #include "google/protobuf/text_format.h"
 #include "server/core/limits.h"
 #include "server/core/model_config.h"
 
 namespace kiln::server {
 namespace {
-
-constexpr const char* kBuiltinArchitectures[] = {"mnist_cnn", "mlp"};
 
 // The last component of "<model>/<version>": what messages show of a version folder.
 std::string VersionName(const std::string& version_dir) {
@@ -85,12 +84,10 @@ absl::Status CheckBuiltinModel(const RepositoryFiles& files, const inference::Mo
         "config parameters: kiln_builtin needs parameters { key: \"architecture\" }");
   }
   const std::string& arch = it->second.string_value();
-  bool known = false;
-  for (const char* a : kBuiltinArchitectures) known = known || arch == a;
-  if (!known) {
+  if (api::FindArchitecture(arch) == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("config parameters[architecture]: unknown architecture '", arch,
-                     "' (known: ", absl::StrJoin(kBuiltinArchitectures, ", "), ")"));
+                     "' (known: ", api::KnownArchitectures(), ")"));
   }
   const std::string file = DefaultModelFilename(config);
   return CheckFile(files, version_dir + "/" + file, absl::StrCat("model file ", version_name, "/", file));

@@ -174,6 +174,13 @@ absl::Status ModelRepository::LoadAll() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<inference::ModelConfig> ReadModelConfig(const RepositoryFiles& files,
+                                                       const std::string& name) {
+  absl::StatusOr<std::string> text = files.Read(name + "/config.pbtxt", kMaxConfigBytes, "config.pbtxt");
+  if (!text.ok()) return text.status();
+  return ParseModelConfigText(*text);
+}
+
 absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     const std::string& name, std::optional<inference::ModelConfig> config_override) const {
   if (files_.Stat(name) != RepositoryFiles::Kind::kDir) {
@@ -190,9 +197,7 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
       config.set_platform(std::string(kPlatformOnnxruntime));  // no config: completed from model.onnx below
       config.set_backend(std::string(kBackendOnnxruntime));
     } else {
-      absl::StatusOr<std::string> text = files_.Read(name + "/config.pbtxt", kMaxConfigBytes, "config.pbtxt");
-      if (!text.ok()) return text.status();
-      absl::StatusOr<inference::ModelConfig> parsed = ParseModelConfigText(*text);
+      absl::StatusOr<inference::ModelConfig> parsed = ReadModelConfig(files_, name);
       if (!parsed.ok()) return parsed.status();
       config = std::move(*parsed);
     }

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -92,8 +93,45 @@ class ModelPlacer {
   }
 };
 
+// Reads <name>/config.pbtxt through `files` as Load does (no link out of the root, at most
+// kMaxConfigBytes) and parses it. The reader's status (NOT_FOUND, ...) or INVALID_ARGUMENT.
+absl::StatusOr<inference::ModelConfig> ReadModelConfig(const RepositoryFiles& files,
+                                                       const std::string& name);
+
+// A trained kiln_builtin model to publish as a new version (ModelRepository::PublishBuiltin).
+struct BuiltinPublication {
+  std::string model;         // a valid model name; the caller decided it may be written
+  std::string architecture;  // an architectures.h name
+  std::vector<int64_t> input_shape;
+  int64_t num_classes = 0;
+  std::string staging_tag;       // unique per publisher (a job id): <model>/.staging-<tag>
+  int64_t recorded_version = 0;  // the version this publisher recorded earlier (0 = none)
+  // Writes the weights (safetensors) to `path`; deterministic for a given publisher.
+  std::function<absl::Status(const std::string& path)> write_weights;
+  // Records `version` durably before anything is written (the publisher's intent).
+  std::function<absl::Status(int64_t version)> record_intent;
+};
+
 class ModelRepository {
  public:
+  // Publishes `p` as the next version folder of <root>/<p.model>, idempotently: the weights are
+  // staged and hashed; a recorded version already holding the same bytes is answered as is
+  // (a publisher that crashed after the rename); else the next free number is recorded
+  // (record_intent), the staging folder is fsynced, config.pbtxt is written durably first if
+  // the model is new, and the folder is renamed into place. FAILED_PRECONDITION if an existing
+  // config.pbtxt describes another architecture or shape (nothing is touched). Errors are
+  // prefixed "publish: ". Failpoints publish.after_intent, publish.after_version_write. Does not
+  // load the model (Load does). Needs no repository object: the trainer's process may publish
+  // into the folder another process serves.
+  static absl::StatusOr<int64_t> PublishBuiltin(const std::filesystem::path& root, bool follow_links,
+                                                const BuiltinPublication& p);
+  // OK if <model>/config.pbtxt is a kiln_builtin config of `architecture` with `input_shape`
+  // and `num_classes` outputs; FAILED_PRECONDITION naming the model otherwise.
+  static absl::Status CheckBuiltinConfig(const RepositoryFiles& files, const std::string& model,
+                                         const std::string& architecture,
+                                         const std::vector<int64_t>& input_shape,
+                                         int64_t num_classes);
+
   // `placer` (may be null; not owned, must outlive the repository) places each model and gives
   // the engine that prepares kiln_graph versions and loads kiln_builtin weights at load, so a
   // model the engine rejects never goes READY.

@@ -12,15 +12,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/api/clock.h"
 
 namespace kiln::server {
 
-// Nanoseconds from `start` to now (steady clock).
-inline uint64_t NanosSince(std::chrono::steady_clock::time_point start) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now() - start)
-                                   .count());
-}
+// NanosSince(start): kiln::NanosSince (engine/api/clock.h), the one steady-clock helper.
+using ::kiln::NanosSince;
 
 struct Duration {
   uint64_t count = 0;

@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status.h"
-#include "engine/nn/state/json_lite.h"
+#include "rapidjson/document.h"
+#include "rapidjson/error/en.h"
+#include "rapidjson/memorystream.h"
+#include "rapidjson/reader.h"
 
 namespace kiln::nn {
 namespace {
@@ -28,6 +32,100 @@ absl::Status Bad(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("safetensors: ", what));
 }
 
+// JSON nesting limit of a header: a value inside more containers is an error (the tree's
+// destructor recurses per level).
+constexpr int kMaxHeaderDepth = 64;
+
+// Forwards SAX events to a rapidjson::Document and fails any value nested in more than
+// kMaxHeaderDepth containers.
+class DepthLimit {
+ public:
+  explicit DepthLimit(rapidjson::Document* next) : next_(next) {}
+  bool too_deep() const { return too_deep_; }
+
+  bool Null() { return Value() && next_->Null(); }
+  bool Bool(bool b) { return Value() && next_->Bool(b); }
+  bool Int(int i) { return Value() && next_->Int(i); }
+  bool Uint(unsigned u) { return Value() && next_->Uint(u); }
+  bool Int64(int64_t i) { return Value() && next_->Int64(i); }
+  bool Uint64(uint64_t u) { return Value() && next_->Uint64(u); }
+  bool Double(double d) { return Value() && next_->Double(d); }
+  bool RawNumber(const char* s, rapidjson::SizeType n, bool copy) {
+    return Value() && next_->RawNumber(s, n, copy);
+  }
+  bool String(const char* s, rapidjson::SizeType n, bool copy) {
+    return Value() && next_->String(s, n, copy);
+  }
+  bool Key(const char* s, rapidjson::SizeType n, bool copy) { return next_->Key(s, n, copy); }
+  bool StartObject() { return Enter() && next_->StartObject(); }
+  bool EndObject(rapidjson::SizeType n) {
+    --depth_;
+    return next_->EndObject(n);
+  }
+  bool StartArray() { return Enter() && next_->StartArray(); }
+  bool EndArray(rapidjson::SizeType n) {
+    --depth_;
+    return next_->EndArray(n);
+  }
+
+ private:
+  // A value at the current depth (the number of open containers).
+  bool Value() {
+    if (depth_ > kMaxHeaderDepth) too_deep_ = true;
+    return !too_deep_;
+  }
+  bool Enter() {
+    if (!Value()) return false;
+    ++depth_;
+    return true;
+  }
+  rapidjson::Document* next_;
+  int depth_ = 0;
+  bool too_deep_ = false;
+};
+
+// Parses `text` (RFC 8259, strict: no comments, NaN or trailing commas; the whole text one value)
+// into `doc`. Errors are InvalidArgument "JSON: <what> at byte <offset>".
+absl::Status ParseHeaderJson(std::string_view text, rapidjson::Document* doc) {
+  absl::Status status;
+  auto generator = [&](rapidjson::Document& handler) {
+    rapidjson::MemoryStream stream(text.data(), text.size());
+    DepthLimit limited(&handler);
+    rapidjson::Reader reader;
+    const rapidjson::ParseResult ok = reader.Parse<rapidjson::kParseIterativeFlag>(stream, limited);
+    if (limited.too_deep()) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("JSON: nesting too deep (limit ", kMaxHeaderDepth, ") at byte ",
+                       reader.GetErrorOffset()));
+    } else if (!ok) {
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "JSON: ", rapidjson::GetParseError_En(ok.Code()), " at byte ", ok.Offset()));
+    } else if (stream.Tell() != text.size()) {  // MemoryStream reads a NUL byte as the end
+      status = absl::InvalidArgumentError(
+          absl::StrCat("JSON: unexpected NUL byte at byte ", stream.Tell()));
+    }
+    return status.ok();
+  };
+  doc->Populate(generator);
+  return status;
+}
+
+std::string Text(const rapidjson::Value& v) { return std::string(v.GetString(), v.GetStringLength()); }
+
+// OK if no two members of object `v` share a key.
+absl::Status CheckUniqueKeys(const rapidjson::Value& v) {
+  absl::flat_hash_set<std::string_view> keys;  // O(1) per key: a header may hold 10^7 keys
+  keys.reserve(v.MemberCount());
+  for (const auto& m : v.GetObject()) {
+    const std::string_view key(m.name.GetString(), m.name.GetStringLength());
+    if (!keys.insert(key).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("JSON: duplicate key \"", std::string(key.substr(0, 64)), "\""));
+    }
+  }
+  return absl::OkStatus();
+}
+
 uint64_t ReadLe64(const char* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
@@ -35,36 +133,41 @@ uint64_t ReadLe64(const char* p) {
 }
 
 // A non-negative JSON integer.
-absl::StatusOr<uint64_t> NonNegInt(const json::Value& v, const std::string& what) {
-  if (v.kind != json::Value::Kind::kNumber || !v.is_int || v.integer < 0)
+absl::StatusOr<uint64_t> NonNegInt(const rapidjson::Value& v, const std::string& what) {
+  if (!v.IsInt64() || v.GetInt64() < 0)
     return Bad(absl::StrCat(what, " must be a non-negative integer"));
-  return static_cast<uint64_t>(v.integer);
+  return static_cast<uint64_t>(v.GetInt64());
 }
 
-absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const json::Value& v,
+absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const rapidjson::Value& v,
                                             uint64_t data_size) {
   auto where = [&name](const std::string& what) {
     return absl::StrCat("tensor \"", name, "\": ", what);
   };
-  if (v.kind != json::Value::Kind::kObject) return Bad(where("entry is not an object"));
-  const json::Value* dt = v.Find("dtype");
-  const json::Value* shape = v.Find("shape");
-  const json::Value* offs = v.Find("data_offsets");
-  if (dt == nullptr || shape == nullptr || offs == nullptr || v.object.size() != 3)
+  if (!v.IsObject()) return Bad(where("entry is not an object"));
+  auto find = [&v](const char* key) -> const rapidjson::Value* {
+    auto it = v.FindMember(key);
+    return it == v.MemberEnd() ? nullptr : &it->value;
+  };
+  const rapidjson::Value* dt = find("dtype");
+  const rapidjson::Value* shape = find("shape");
+  const rapidjson::Value* offs = find("data_offsets");
+  // Three members holding the three keys: no key twice.
+  if (dt == nullptr || shape == nullptr || offs == nullptr || v.MemberCount() != 3)
     return Bad(where("entry must have exactly the keys dtype, shape, data_offsets"));
-  if (dt->kind != json::Value::Kind::kString) return Bad(where("dtype is not a string"));
+  if (!dt->IsString()) return Bad(where("dtype is not a string"));
   SafetensorsEntry e;
   e.name = name;
-  absl::StatusOr<DType> d = SafetensorsDTypeFromName(dt->text);
+  absl::StatusOr<DType> d = SafetensorsDTypeFromName(Text(*dt));
   if (!d.ok()) return Bad(where(std::string(d.status().message())));
   e.dtype = *d;
-  if (shape->kind != json::Value::Kind::kArray || shape->array.size() > 64)
+  if (!shape->IsArray() || shape->Size() > 64)
     return Bad(where("shape must be an array of at most 64 dims"));
   // The product of the non-zero dims stays <= 2^62 even when a zero dim makes the tensor empty:
   // every consumer multiplies all the dims (strides, shape inference).
   uint64_t numel = 1;
   bool zero = false;
-  for (const json::Value& dim : shape->array) {
+  for (const rapidjson::Value& dim : shape->GetArray()) {
     KILN_ASSIGN_OR_RETURN(uint64_t n, NonNegInt(dim, where("a dim")));
     if (n > (uint64_t{1} << 62)) return Bad(where("dim too large"));
     e.shape.push_back(static_cast<int64_t>(n));
@@ -76,10 +179,9 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& name, const json:
     numel *= n;
   }
   if (zero) numel = 0;
-  if (offs->kind != json::Value::Kind::kArray || offs->array.size() != 2)
-    return Bad(where("data_offsets must be [begin, end]"));
-  KILN_ASSIGN_OR_RETURN(e.begin, NonNegInt(offs->array[0], where("data_offsets[0]")));
-  KILN_ASSIGN_OR_RETURN(e.end, NonNegInt(offs->array[1], where("data_offsets[1]")));
+  if (!offs->IsArray() || offs->Size() != 2) return Bad(where("data_offsets must be [begin, end]"));
+  KILN_ASSIGN_OR_RETURN(e.begin, NonNegInt((*offs)[0], where("data_offsets[0]")));
+  KILN_ASSIGN_OR_RETURN(e.end, NonNegInt((*offs)[1], where("data_offsets[1]")));
   if (e.begin > e.end || e.end > data_size)
     return Bad(where(absl::StrCat("data_offsets [", e.begin, ", ", e.end,
                                   "] out of range (data section holds ", data_size, " bytes)")));
@@ -120,16 +222,23 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensors(std::string_view file) {
   SafetensorsHeader h;
   h.data_offset = 8 + n;
   const uint64_t data_size = file.size() - h.data_offset;
-  absl::StatusOr<json::Value> root = json::Parse(file.substr(8, n));
-  if (!root.ok()) return Bad(absl::StrCat("bad header: ", root.status().message()));
-  if (root->kind != json::Value::Kind::kObject) return Bad("header is not a JSON object");
-  for (const auto& [key, v] : root->object) {
+  rapidjson::Document root;
+  if (absl::Status st = ParseHeaderJson(file.substr(8, n), &root); !st.ok())
+    return Bad(absl::StrCat("bad header: ", st.message()));
+  if (!root.IsObject()) return Bad("header is not a JSON object");
+  if (absl::Status st = CheckUniqueKeys(root); !st.ok())
+    return Bad(absl::StrCat("bad header: ", st.message()));
+  for (const auto& member : root.GetObject()) {
+    const std::string key = Text(member.name);
+    const rapidjson::Value& v = member.value;
     if (key == "__metadata__") {
-      if (v.kind != json::Value::Kind::kObject) return Bad("__metadata__ is not an object");
-      for (const auto& [mk, mv] : v.object) {
-        if (mv.kind != json::Value::Kind::kString)
-          return Bad(absl::StrCat("__metadata__[\"", mk, "\"] is not a string"));
-        h.metadata[mk] = mv.text;
+      if (!v.IsObject()) return Bad("__metadata__ is not an object");
+      if (absl::Status st = CheckUniqueKeys(v); !st.ok())
+        return Bad(absl::StrCat("bad header: ", st.message()));
+      for (const auto& m : v.GetObject()) {
+        if (!m.value.IsString())
+          return Bad(absl::StrCat("__metadata__[\"", Text(m.name), "\"] is not a string"));
+        h.metadata[Text(m.name)] = Text(m.value);
       }
       continue;
     }
