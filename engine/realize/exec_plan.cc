@@ -186,7 +186,7 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
       KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(item.device));
       devices.insert(dev);
       KILN_ASSIGN_OR_RETURN(std::shared_ptr<realize_internal::LoadedKernel> k,
-                            realize_internal::GetKernel(*dev, item.ast));
+                            realize_internal::GetKernel(CurrentRealizeContext(), *dev, item.ast, nullptr));
       // A kernel that reads none of its item's last buffers takes fewer parameters (codegen::ParamCount).
       const auto params = static_cast<uint32_t>(codegen::ParamCount(k->program));
       if (call.arg_count > params && params >= static_cast<uint32_t>(item.num_outputs)) call.arg_count = params;
