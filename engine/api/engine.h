@@ -14,7 +14,7 @@
 //                         signature builds the graph through UOp::Create and realizes every output
 //                         (schedule -> codegen -> compile (cached) -> run), the second captures, later
 //                         ones replay the captured kernels without scheduling (RunResult::schedules
-//                         0, kernels untimed); a signature the JIT cannot capture runs eagerly. Copies
+//                         0; each launch still timed); a signature the JIT cannot capture runs eagerly. Copies
 //                         the outputs back. Returns per-kernel timings and compile counts.
 //                         Obeys RunOptions (below): limits checked before anything is allocated or
 //                         launched, deadline and cancellation between kernels (eager or replayed).

@@ -33,8 +33,10 @@ inline uint64_t NanosSince(Clock::time_point t0) {
 
 // Adds a realization's statistics to a RunResult: its launches (timed), compiles and schedules.
 void AddRealizeStats(const RealizeStats& stats, RunResult* result);
-// Adds a JIT capture's or replay's launches (a plan's kernel names, untimed; copies left out).
-void AddPlanKernels(const std::vector<std::string>& plan_kernels, const std::string& device, RunResult* result);
+// Adds a JIT capture's or replay's launches (a plan's kernel names; copies left out): timed by
+// `seconds` when given (one per plan call; < 0 = not timed), else untimed.
+void AddPlanKernels(const std::vector<std::string>& plan_kernels, const std::string& device, RunResult* result,
+                    const std::vector<double>& seconds = {});
 // A trace-cache failure's status: RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED / CANCELLED keep their code
 // (the run was refused or stopped), anything else is INTERNAL; `what` prefixes the message.
 absl::Status FromTraceRun(const absl::Status& st, std::string_view what);

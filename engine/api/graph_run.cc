@@ -90,10 +90,13 @@ void AddRealizeStats(const RealizeStats& stats, RunResult* result) {  // engine_
   result->schedules += stats.schedules;
 }
 
-void AddPlanKernels(const std::vector<std::string>& plan_kernels, const std::string& device,
-                    RunResult* result) {  // engine_state.h
-  for (const std::string& name : plan_kernels) {
-    if (name != "copy") result->kernels.push_back({name, device, 0, /*timed=*/false});
+void AddPlanKernels(const std::vector<std::string>& plan_kernels, const std::string& device, RunResult* result,
+                    const std::vector<double>& seconds) {  // engine_state.h
+  for (size_t i = 0; i < plan_kernels.size(); ++i) {
+    if (plan_kernels[i] == "copy") continue;
+    const bool timed = i < seconds.size() && seconds[i] >= 0;
+    result->kernels.push_back(
+        {plan_kernels[i], device, timed ? static_cast<uint64_t>(seconds[i] * 1e9) : 0, timed});
   }
 }
 
@@ -236,6 +239,9 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
       };
       state_->ctx.StartRecording();
       jit::TraceRunInfo info;
+      // A graph's replays are timed per kernel, as its eager runs are (per-kernel metrics of
+      // kiln_graph models; a host clock on CPU). Builtin and ONNX replays stay untimed.
+      info.time_launches = true;  // kernels inside device graphs (JIT=2, CUDA) stay untimed
       absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(g.trace_key, args, fn, &info);
       if (out.ok()) {
         result.jit_hit = info.hit;
@@ -260,7 +266,7 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
           result.kernels_compiled += rec.compiled;
           result.compile_ns += static_cast<uint64_t>(rec.compile_seconds * 1e9);
           result.schedules += rec.schedules;
-          AddPlanKernels(info.plan_kernels, state_->device, &result);
+          AddPlanKernels(info.plan_kernels, state_->device, &result, info.plan_seconds);
         }
       } else if (Stopped(out.status())) {
         AddRealizeStats(rec, &result);

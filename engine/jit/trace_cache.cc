@@ -58,8 +58,12 @@ absl::StatusOr<std::vector<Tensor>> TraceCache::Run(const std::string& model, co
       info->hit = hit;
       info->call = entry->jit->cnt();
     }
+    if (info != nullptr) entry->jit->set_time_launches(info->time_launches);
     out = entry->jit->Call(args);
-    if (info != nullptr && entry->jit->plan() != nullptr) info->plan_kernels = entry->jit->plan()->KernelNames();
+    if (info != nullptr && entry->jit->plan() != nullptr) {
+      info->plan_kernels = entry->jit->plan()->KernelNames();
+      if (info->time_launches && info->call >= 1) info->plan_seconds = entry->jit->plan()->call_seconds();
+    }
     if (entry->jit->plan() != nullptr) bytes = entry->jit->plan()->allocated_bytes();
   }
   absl::MutexLock l(&mu_);

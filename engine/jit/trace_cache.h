@@ -36,9 +36,11 @@ namespace kiln::jit {
 // entry's TinyJit call count before the call (0 = plain run, 1 = capture, >= 2 = replay) and, once
 // captured, the kernel names of its plan in launch order (replays launch exactly these, untimed).
 struct TraceRunInfo {
+  bool time_launches = false;  // in: time every launch of the plan (plan_seconds)
   bool hit = false;
   int call = 0;
   std::vector<std::string> plan_kernels;
+  std::vector<double> plan_seconds;  // with time_launches: per plan call (plan_kernels order; < 0 = untimed)
 };
 
 struct TraceCacheStats {

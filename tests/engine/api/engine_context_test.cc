@@ -176,7 +176,8 @@ TEST(EngineContextTest, GraphModelReplaysItsTraceWithoutScheduling) {
       EXPECT_EQ(run->schedules, 0) << "call " << call;
       EXPECT_EQ(e->stats().schedules, schedules_before) << "call " << call;
       EXPECT_TRUE(run->jit_hit);
-      for (const KernelTiming& k : run->kernels) EXPECT_FALSE(k.timed) << k.name;
+      // Replayed launches of a graph are timed per kernel (as its eager runs were).
+      for (const KernelTiming& k : run->kernels) EXPECT_TRUE(k.timed) << k.name;
     } else {
       EXPECT_GE(run->schedules, 1) << "call " << call;
     }
