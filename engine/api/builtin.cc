@@ -23,7 +23,6 @@
 namespace kiln::api {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 std::string ShapeText(absl::Span<const int64_t> shape) {
   return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
@@ -194,38 +193,27 @@ absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model, const Ho
     {
       absl::MutexLock run_lock(&state_->run_mu);
       ScopedRunControl scope(control);
+      ScopedRealizeContext ctx_scope(state_->ctx);
       Tensor x = Tensor::FromHost(input.data.data(), dtypes::kFloat32, input.shape, state_->device);
       if (!x.ok()) return absl::InternalError(absl::StrCat("input: ", x.status().message()));
       jit::JitArgs args;
       args.positional.push_back(std::move(x));
       jit::TraceRunInfo info;
+      state_->ctx.StartRecording();
       absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(m.trace_key, args, m.fn, &info);
-      if (!out.ok()) {
-        const absl::StatusCode code = out.status().code();
-        const bool keep = code == absl::StatusCode::kResourceExhausted ||
-                          code == absl::StatusCode::kDeadlineExceeded ||
-                          code == absl::StatusCode::kCancelled;
-        return absl::Status(keep ? code : absl::StatusCode::kInternal,
-                            absl::StrCat("run: ", out.status().message()));
-      }
+      const RealizeStats rec = state_->ctx.TakeRecording();
+      if (!out.ok()) return FromTraceRun(out.status(), "run: ");
       if (out->size() != 1) return absl::InternalError("run: the model returned no single output");
       result.jit_hit = info.hit;
       if (info.call == 0) {
         result.jit_event = "run";
-        const RealizeStats& st = LastRealizeStats();
-        for (const KernelLaunch& k : st.launches) {
-          result.kernels.push_back({k.name, k.device, static_cast<uint64_t>(k.seconds * 1e9)});
-        }
-        result.kernels_compiled = st.compiled;
-        result.compile_ns = static_cast<uint64_t>(st.compile_seconds * 1e9);
+        AddRealizeStats(rec, &result);
       } else {
         result.jit_event = info.call == 1 ? "capture" : "replay";
-        for (const std::string& name : info.plan_kernels) {
-          if (name == "copy") continue;
-          result.kernels.push_back({name, state_->device, 0, /*timed=*/false});
-        }
+        result.schedules = rec.schedules;
+        AddPlanKernels(info.plan_kernels, state_->device, &result);
       }
-      // After reading LastRealizeStats: the copy may realize too.
+      // After the recording: the copy may realize too.
       HostTensor host;
       host.name = "output";
       host.dtype = m.dtype;

@@ -9,11 +9,15 @@
 //                         input shapes are all static, built through the validating UOp::Create so
 //                         shape and dtype errors surface here. Prepared graphs are cached by GraphKey
 //                         (SHA-256 of the spec), so preparing the same spec twice returns one object.
-//   Engine::Run           binds host tensors to the inputs, builds the graph through UOp::Create,
-//                         realizes every output (schedule -> codegen -> compile (cached) -> run) and
-//                         copies the outputs back. Returns per-kernel timings and compile counts.
+//   Engine::Run           binds host tensors to the inputs and runs the graph through the engine's
+//                         TraceCache, keyed by (graph, input signature): the first call of a
+//                         signature builds the graph through UOp::Create and realizes every output
+//                         (schedule -> codegen -> compile (cached) -> run), the second captures, later
+//                         ones replay the captured kernels without scheduling (RunResult::schedules
+//                         0; each launch still timed); a signature the JIT cannot capture runs eagerly. Copies
+//                         the outputs back. Returns per-kernel timings and compile counts.
 //                         Obeys RunOptions (below): limits checked before anything is allocated or
-//                         launched, deadline and cancellation between kernels.
+//                         launched, deadline and cancellation between kernels (eager or replayed).
 //   Engine::Warm          one Run on zero-filled inputs (static shapes only): compiles ahead of traffic.
 //                         Obeys the same RunOptions, the zero inputs' bytes included.
 //   Engine::LoadBuiltin   a builtin architecture ("mnist_cnn", "mlp") with its weights from a
@@ -30,6 +34,10 @@
 // of memory), DEADLINE_EXCEEDED / CANCELLED (the run stopped between kernels), UNAVAILABLE (no
 // device), INTERNAL (an engine failure). A bad request never aborts: no exception leaves an Engine
 // method (one that escapes the engine becomes INTERNAL, std::bad_alloc RESOURCE_EXHAUSTED, logged).
+// State: each Engine owns its RealizeContext (engine/realize/realize.h: realized-result memo,
+// loaded-kernel cache, realize statistics), its prepared graphs and its trace cache; two engines in
+// one process share none of them. Process-wide: device buffers, the compiled-binary cache (memory +
+// disk) and the device registry. api::Model (model.h) puts every model kind behind one Run call.
 // Thread safety: every method may be called from any thread; runs execute one at a time per Engine.
 #pragma once
 
@@ -78,7 +86,7 @@ struct RunLimits {
 struct RunOptions {
   absl::Time deadline = absl::InfiniteFuture();
   std::shared_ptr<const CancellationToken> cancellation;  // null = not cancellable
-  // Carried for the request scheduler of issue #18 (higher first); runs do not read it yet.
+  // For the request scheduler (higher first); carried to the engine, runs do not read it yet.
   int priority = 0;
   RunLimits limits;
   // Process-wide memory cap (not owned; null = none): the run reserves its estimated new bytes
@@ -105,6 +113,7 @@ struct KernelTiming {
   std::string device;
   uint64_t duration_ns = 0;
   bool timed = true;   // false: a JIT replay launch, duration unknown (0)
+  bool compiled = false;  // this launch's kernel was compiled by this run
 };
 
 struct RunResult {
@@ -113,7 +122,10 @@ struct RunResult {
   int kernels_compiled = 0;           // kernels lowered + compiled by this run (0 = all cached)
   uint64_t compile_ns = 0;
   uint64_t total_ns = 0;              // wall time of the run (build + realize + copies)
-  // Builtin models: what the trace cache did ("run", "capture" or "replay") and whether the
+  // Schedules this run created (CreateSchedule calls): 0 for a JIT replay, which launches the
+  // captured kernels without scheduling.
+  int schedules = 0;
+  // What the trace cache did ("run", "capture" or "replay"; "" = the run was eager) and whether the
   // signature's trace existed (a cache hit).
   std::string jit_event;
   bool jit_hit = false;
@@ -144,10 +156,12 @@ struct EngineStats {
   uint64_t prepares = 0;          // Prepare calls that decoded a new graph
   uint64_t prepare_hits = 0;      // Prepare calls answered from the prepared-graph cache
   CacheStats prepared;            // this engine's prepared graphs
-  CacheStats traces;              // this engine's JIT traces (builtin models)
-  CacheStats kernels;             // loaded kernels (process-wide, shared by every engine)
+  CacheStats traces;              // this engine's JIT traces (every model kind)
+  CacheStats kernels;             // this engine's loaded kernels (its RealizeContext)
   CacheStats binaries;            // compiled binaries held in memory (process-wide compile cache)
   uint64_t runs = 0;
+  uint64_t realizes = 0;          // Realize calls on this engine's context
+  uint64_t schedules = 0;         // schedules created on this engine's context (JIT replays create none)
   uint64_t kernels_compiled = 0;  // over all runs
   uint64_t compile_ns = 0;        // over all runs
   // The builtin models' JIT trace cache (engine/jit TraceCache).
@@ -190,8 +204,9 @@ class BuiltinModel {
   std::unique_ptr<Impl> impl_;
 };
 
-// Process-wide cache bounds (kilnd flags; call at start-up). Loaded kernels: entries >= 1 and bytes
-// (0 = no byte bound); compiled binaries kept in memory: bytes (the disk cache is unbounded by this).
+// Cache bounds (kilnd flags; call at start-up, before creating engines). Loaded kernels: the bounds of
+// every engine's kernel cache created from now on, entries >= 1 and bytes (0 = no byte bound);
+// compiled binaries kept in memory (process-wide): bytes (the disk cache is unbounded by this).
 void ConfigureProcessCaches(size_t kernel_entries, size_t kernel_bytes, size_t binary_bytes);
 
 // The architectures LoadBuiltin knows.

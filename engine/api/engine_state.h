@@ -2,15 +2,20 @@
 // (builtin models). Internal to engine/api; never included outside it.
 #pragma once
 
-#include <list>
+#include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/api/decode.h"
 #include "engine/api/engine.h"
+#include "engine/base/clock.h"
+#include "engine/base/lru_cache.h"
 #include "engine/jit/trace_cache.h"
+#include "engine/realize/realize.h"
 
 namespace kiln::api {
 
@@ -22,18 +27,51 @@ RunControl ToRunControl(const RunOptions& options, int64_t host_bytes);
 // and the deadline / cancellation token. RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED / CANCELLED.
 absl::Status CheckRunAdmission(const RunOptions& options, int64_t input_bytes, int64_t output_bytes);
 
+using Clock = std::chrono::steady_clock;
+using ::kiln::NanosSince;  // engine/base/clock.h
+
+// Adds a realization's statistics to a RunResult: its launches (timed), compiles and schedules.
+void AddRealizeStats(const RealizeStats& stats, RunResult* result);
+// Adds a JIT capture's or replay's launches (a plan's kernel names; copies left out): timed by
+// `seconds` when given (one per plan call; < 0 = not timed), else untimed.
+void AddPlanKernels(const std::vector<std::string>& plan_kernels, const std::string& device, RunResult* result,
+                    const std::vector<double>& seconds = {});
+// A trace-cache failure's status: RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED / CANCELLED keep their code
+// (the run was refused or stopped), anything else is INTERNAL; `what` prefixes the message.
+absl::Status FromTraceRun(const absl::Status& st, std::string_view what);
+
+
+// Per-graph kernel counters keep at most this many distinct kernels (a graph with run-time dims
+// compiles one kernel per input shape); later ones are counted under kOtherKernels.
+inline constexpr size_t kMaxKernelStatsPerGraph = 256;
+inline constexpr const char* kOtherKernels = "(other kernels)";
+
+struct PreparedGraph::Impl {
+  std::string key;
+  GraphSpec spec;
+  DecodedGraph decoded;
+  int64_t bytes = 0;  // estimated memory of this object (SpecBytes + DecodedBytes), for the cache bound
+  std::string trace_key;  // the graph's model string in the engine's TraceCache ("graph/<key>")
+  // Counters, updated by Run through a const PreparedGraph.
+  mutable absl::Mutex mu;
+  mutable uint64_t runs ABSL_GUARDED_BY(mu) = 0;
+  mutable uint64_t compiled ABSL_GUARDED_BY(mu) = 0;
+  mutable std::map<std::pair<std::string, std::string>, KernelStats> kernels ABSL_GUARDED_BY(mu);
+  // Input signatures (trace keys) the JIT could not capture: they run eagerly.
+  mutable absl::flat_hash_set<std::string> eager ABSL_GUARDED_BY(mu);
+};
 
 struct Engine::State {
   EngineOptions options;
   std::string device;
-  absl::Mutex run_mu;  // one Run / RunBuiltin at a time per Engine
+  absl::Mutex run_mu;  // one Run / RunBuiltin / RunOnnx at a time per Engine
+  // This engine's realize context: its memo, loaded kernels and realize counters (realize.h). Every
+  // run makes it current (ScopedRealizeContext) and records its statistics on it under run_mu.
+  RealizeContext ctx;
   mutable absl::Mutex mu;
-  // Prepared graphs by key, most recent first, bounded by options.prepared_cache_entries and
+  // Prepared graphs by key, bounded by options.prepared_cache_entries and
   // options.prepared_cache_bytes (PreparedGraph::Impl::bytes).
-  std::list<std::pair<std::string, std::shared_ptr<const PreparedGraph>>> lru ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<std::string, decltype(lru)::iterator> index ABSL_GUARDED_BY(mu);
-  int64_t prepared_bytes ABSL_GUARDED_BY(mu) = 0;
-  int64_t prepared_evictions ABSL_GUARDED_BY(mu) = 0;
+  LruCache<std::string, std::shared_ptr<const PreparedGraph>> prepared ABSL_GUARDED_BY(mu){256, 0};
   EngineStats stats ABSL_GUARDED_BY(mu);
   jit::TraceCache traces{64};  // bounds set from options by Engine::Create
   uint64_t next_builtin_id ABSL_GUARDED_BY(mu) = 0;

@@ -21,7 +21,6 @@
 namespace kiln::api {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 OnnxTensorInfo Info(const onnx::ValueInfo& vi) {
   OnnxTensorInfo t;
@@ -188,6 +187,8 @@ absl::StatusOr<RunResult> Engine::RunOnnxUnguarded(const OnnxModel& model,
   {
     absl::MutexLock run_lock(&state_->run_mu);
     ScopedRunControl scope(control);
+    ScopedRealizeContext ctx_scope(state_->ctx);
+    state_->ctx.StartRecording();
     bool eager;
     std::vector<int> value_inputs;
     {
@@ -234,7 +235,13 @@ absl::StatusOr<RunResult> Engine::RunOnnxUnguarded(const OnnxModel& model,
       if (!out.ok()) {
         const std::string msg(out.status().message());
         if (absl::IsInvalidArgument(out.status()) && msg.find("JIT trace cannot capture") == std::string::npos) {
+          (void)state_->ctx.TakeRecording();
           return out.status();  // a model or input error
+        }
+        if (absl::IsDeadlineExceeded(out.status()) || absl::IsCancelled(out.status()) ||
+            absl::IsResourceExhausted(out.status())) {
+          (void)state_->ctx.TakeRecording();
+          return out.status();  // refused or stopped between kernels: not a reason to run eagerly
         }
         // The graph cannot be traced (data-dependent shapes, nothing to capture): run eagerly from now on.
         state_->traces.Erase(key);
@@ -253,20 +260,14 @@ absl::StatusOr<RunResult> Engine::RunOnnxUnguarded(const OnnxModel& model,
         tensors = *std::move(out);
         result.jit_hit = info.hit;
         result.jit_event = info.call == 0 ? "run" : info.call == 1 ? "capture" : "replay";
-        if (info.call >= 1) {
-          for (const std::string& name : info.plan_kernels) {
-            if (name != "copy") result.kernels.push_back({name, m.device, 0, /*timed=*/false});
-          }
-        }
+        if (info.call >= 1) AddPlanKernels(info.plan_kernels, m.device, &result);
       }
     }
+    const RealizeStats rec = state_->ctx.TakeRecording();
     if (result.jit_event == "run" || result.jit_event.empty()) {
-      const RealizeStats& st = LastRealizeStats();
-      for (const KernelLaunch& k : st.launches) {
-        result.kernels.push_back({k.name, k.device, static_cast<uint64_t>(k.seconds * 1e9)});
-      }
-      result.kernels_compiled = st.compiled;
-      result.compile_ns = static_cast<uint64_t>(st.compile_seconds * 1e9);
+      AddRealizeStats(rec, &result);
+    } else {
+      result.schedules = rec.schedules;
     }
     for (size_t i = 0; i < g.outputs.size(); ++i) {
       HostTensor host;
@@ -290,8 +291,7 @@ absl::StatusOr<RunResult> Engine::RunOnnxUnguarded(const OnnxModel& model,
       result.outputs.push_back(std::move(host));
     }
   }
-  result.total_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count());
+  result.total_ns = NanosSince(t0);
   state_->RecordRun(result);
   return result;
 }

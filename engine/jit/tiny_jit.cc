@@ -244,6 +244,7 @@ absl::Status TinyJit::Execute(const Inputs& inputs) {
     const uint32_t key[2] = {k0, k1};
     KILN_RETURN_IF_ERROR(k.buffer->CopyIn(key, sizeof(key)));
   }
+  plan_->set_timed(time_launches_);
   return plan_->Run(input_mem_);
 }
 

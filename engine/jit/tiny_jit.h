@@ -91,6 +91,8 @@ class TinyJit {
   const std::vector<std::string>& expected_names() const { return expected_names_; }
   const std::vector<InputInfo>& expected_input_info() const { return expected_info_; }
   const ExecPlan* plan() const { return plan_.get(); }
+  // Times every launch of the plan's runs (capture and replays; ExecPlan::set_timed).
+  void set_time_launches(bool timed) { time_launches_ = timed; }
   // Appends every device buffer this JIT keeps alive: the plan's held buffers, the random-key buffers and the
   // per-input alias copies (possibly repeating one; callers count unique buffers).
   void CollectBuffers(std::vector<const runtime::Buffer*>* out) const;
@@ -114,6 +116,7 @@ class TinyJit {
 
   JitFunction fn_;
   int cnt_ = 0;
+  bool time_launches_ = false;
   std::unique_ptr<ExecPlan> plan_;
   std::vector<Tensor> ret_;
   std::vector<std::string> expected_names_;

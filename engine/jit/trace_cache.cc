@@ -2,35 +2,18 @@
 #include "engine/jit/trace_cache.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status.h"
 
 namespace kiln::jit {
 
-TraceCache::TraceCache(size_t capacity, size_t max_bytes)
-    : capacity_(capacity == 0 ? 1 : capacity), max_bytes_(max_bytes) {}
+TraceCache::TraceCache(size_t capacity, size_t max_bytes) : cache_(capacity, max_bytes) {}
 
 void TraceCache::SetLimits(size_t capacity, size_t max_bytes) {
   absl::MutexLock l(&mu_);
-  capacity_ = capacity == 0 ? 1 : capacity;
-  max_bytes_ = max_bytes;
-  EvictLocked(nullptr);
-}
-
-void TraceCache::EvictLocked(const Entry* keep) {
-  auto over = [&] {
-    return lru_.size() > capacity_ || (max_bytes_ > 0 && stats_.bytes > static_cast<int64_t>(max_bytes_));
-  };
-  for (auto it = lru_.end(); over() && it != lru_.begin();) {
-    --it;
-    if (it->get() == keep) continue;
-    stats_.bytes -= (*it)->bytes;
-    index_.erase((*it)->key);
-    it = lru_.erase(it);
-    ++stats_.evictions;
-  }
-  stats_.size = static_cast<int64_t>(lru_.size());
+  cache_.SetLimits(capacity, max_bytes);
 }
 
 absl::StatusOr<std::string> TraceCache::KeyOf(const std::string& model, const JitArgs& args) {
@@ -53,13 +36,10 @@ absl::StatusOr<std::vector<Tensor>> TraceCache::Run(const std::string& model, co
   bool hit = false;
   {
     absl::MutexLock l(&mu_);
-    if (auto it = index_.find(key); it != index_.end()) {
-      ++stats_.hits;
+    if (const auto* found = cache_.Get(key)) {  // a hit, most recent now
       hit = true;
-      lru_.splice(lru_.begin(), lru_, it->second);
-      entry = *it->second;
-    } else {
-      ++stats_.misses;
+      entry = *found;
+    } else {  // a miss: the new entry is the newest, so it stays while older ones are evicted
       entry = std::make_shared<Entry>();
       entry->key = key;
       entry->model = model;
@@ -67,9 +47,7 @@ absl::StatusOr<std::vector<Tensor>> TraceCache::Run(const std::string& model, co
         absl::MutexLock el(&entry->mu);
         entry->jit = std::make_unique<TinyJit>(fn);
       }
-      lru_.push_front(entry);
-      index_[key] = lru_.begin();
-      EvictLocked(entry.get());
+      cache_.Put(key, entry, 0);
     }
   }
   int64_t bytes = 0;
@@ -80,23 +58,32 @@ absl::StatusOr<std::vector<Tensor>> TraceCache::Run(const std::string& model, co
       info->hit = hit;
       info->call = entry->jit->cnt();
     }
+    if (info != nullptr) entry->jit->set_time_launches(info->time_launches);
     out = entry->jit->Call(args);
-    if (info != nullptr && entry->jit->plan() != nullptr) info->plan_kernels = entry->jit->plan()->KernelNames();
+    if (info != nullptr && entry->jit->plan() != nullptr) {
+      info->plan_kernels = entry->jit->plan()->KernelNames();
+      if (info->time_launches && info->call >= 1) info->plan_seconds = entry->jit->plan()->call_seconds();
+    }
     if (entry->jit->plan() != nullptr) bytes = entry->jit->plan()->allocated_bytes();
   }
   absl::MutexLock l(&mu_);
-  if (auto it = index_.find(entry->key); it != index_.end() && it->second->get() == entry.get()) {
-    stats_.bytes += bytes - entry->bytes;  // still cached: account its (new) size
-    entry->bytes = bytes;
-    EvictLocked(entry.get());
+  if (const auto* cached = cache_.Peek(entry->key); cached != nullptr && cached->get() == entry.get()) {
+    // Still cached: account its (new) size; as the newest entry it stays while older ones go.
+    cache_.Put(entry->key, entry, static_cast<size_t>(bytes), /*replace=*/true);
   }
   return out;
 }
 
 TraceCacheStats TraceCache::stats() const {
   absl::MutexLock l(&mu_);
-  TraceCacheStats s = stats_;
-  s.max_bytes = static_cast<int64_t>(max_bytes_);
+  const LruCacheStats c = cache_.stats();
+  TraceCacheStats s;
+  s.hits = c.hits;
+  s.misses = c.misses;
+  s.evictions = c.evictions;
+  s.size = c.entries;
+  s.bytes = c.bytes;
+  s.max_bytes = c.max_bytes;
   return s;
 }
 
@@ -105,9 +92,9 @@ void TraceCache::CollectBuffers(const std::string& model,
   std::vector<std::shared_ptr<Entry>> entries;
   {
     absl::MutexLock l(&mu_);
-    for (const auto& e : lru_) {
+    cache_.ForEach([&](const std::string&, const std::shared_ptr<Entry>& e) {
       if (e->model == model) entries.push_back(e);
-    }
+    });
   }
   // Outside mu_: a running entry is waited for, the rest of the cache is not blocked.
   for (const auto& e : entries) {
@@ -116,29 +103,24 @@ void TraceCache::CollectBuffers(const std::string& model,
   }
 }
 
+bool TraceCache::EraseKey(const std::string& key) {
+  absl::MutexLock l(&mu_);
+  return cache_.Erase(key);
+}
+
 int TraceCache::Erase(const std::string& model) {
   absl::MutexLock l(&mu_);
-  int n = 0;
-  for (auto it = lru_.begin(); it != lru_.end();) {
-    if ((*it)->model == model) {
-      stats_.bytes -= (*it)->bytes;
-      index_.erase((*it)->key);
-      it = lru_.erase(it);
-      ++n;
-    } else {
-      ++it;
-    }
-  }
-  stats_.size = static_cast<int64_t>(lru_.size());
-  return n;
+  std::vector<std::string> keys;
+  cache_.ForEach([&](const std::string& key, const std::shared_ptr<Entry>& e) {
+    if (e->model == model) keys.push_back(key);
+  });
+  for (const std::string& key : keys) cache_.Erase(key);
+  return static_cast<int>(keys.size());
 }
 
 void TraceCache::Clear() {
   absl::MutexLock l(&mu_);
-  lru_.clear();
-  index_.clear();
-  stats_.size = 0;
-  stats_.bytes = 0;
+  cache_.Clear();
 }
 
 }  // namespace kiln::jit

@@ -10,8 +10,9 @@
 //
 // Bounded by entries and by bytes: an entry's bytes are the memory its captured plan allocated
 // (ExecPlan::allocated_bytes: intermediates and outputs; weights and inputs are not the trace's), known after the
-// capture call. After each Run the least recently used entries (never the one just run) are evicted while the
-// total exceeds `max_bytes` (0 = no byte bound) or the count exceeds `capacity`; evictions are counted.
+// capture call. After each Run the least recently used entries (never the one just run, which becomes the most
+// recent) are evicted while the total exceeds `max_bytes` (0 = no byte bound) or the count exceeds `capacity`;
+// evictions are counted. The bookkeeping is engine/base's LruCache.
 //
 // Thread safety: all methods are thread-safe. Calls of one entry are serialized by the entry's mutex; different
 // entries run concurrently. An evicted entry that is running finishes its call (entries are shared_ptrs).
@@ -26,6 +27,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/base/lru_cache.h"
 #include "engine/jit/tiny_jit.h"
 
 namespace kiln::jit {
@@ -34,9 +36,11 @@ namespace kiln::jit {
 // entry's TinyJit call count before the call (0 = plain run, 1 = capture, >= 2 = replay) and, once
 // captured, the kernel names of its plan in launch order (replays launch exactly these, untimed).
 struct TraceRunInfo {
+  bool time_launches = false;  // in: time every launch of the plan (plan_seconds)
   bool hit = false;
   int call = 0;
   std::vector<std::string> plan_kernels;
+  std::vector<double> plan_seconds;  // with time_launches: per plan call (plan_kernels order; < 0 = untimed)
 };
 
 struct TraceCacheStats {
@@ -61,13 +65,15 @@ class TraceCache {
   TraceCacheStats stats() const;
   size_t capacity() const {
     absl::MutexLock l(&mu_);
-    return capacity_;
+    return cache_.max_entries();
   }
   // Appends the device buffers the traces of `model` keep alive (TinyJit::CollectBuffers; may repeat a buffer).
   // Waits for a running call of each such entry to finish.
   void CollectBuffers(const std::string& model, std::vector<const runtime::Buffer*>* out) const;
   // Drops every entry whose model is `model` (e.g. on unload); returns how many.
   int Erase(const std::string& model);
+  // Drops the one entry with cache key `key` (KeyOf); whether it was there.
+  bool EraseKey(const std::string& key);
   void Clear();
   // The cache key of a call (for tests and logs): "model|name:(shape=..., dtype=..., device=...)|...".
   static absl::StatusOr<std::string> KeyOf(const std::string& model, const JitArgs& args);
@@ -76,21 +82,14 @@ class TraceCache {
   struct Entry {
     std::string key;
     std::string model;
-    int64_t bytes = 0;  // guarded by the cache's mu_
     absl::Mutex mu;
     std::unique_ptr<TinyJit> jit ABSL_GUARDED_BY(mu);
   };
-  using Lru = std::list<std::shared_ptr<Entry>>;
-
-  // Evicts LRU entries other than `keep` while over a bound.
-  void EvictLocked(const Entry* keep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable absl::Mutex mu_;
-  size_t capacity_ ABSL_GUARDED_BY(mu_);
-  size_t max_bytes_ ABSL_GUARDED_BY(mu_);
-  Lru lru_ ABSL_GUARDED_BY(mu_);  // most recent first
-  absl::flat_hash_map<std::string, Lru::iterator> index_ ABSL_GUARDED_BY(mu_);
-  TraceCacheStats stats_ ABSL_GUARDED_BY(mu_);
+  // Entries by key; an entry's bytes are what its plan allocated, set after each Run (LruCache:
+  // the newest entry -- the one just run -- always stays).
+  LruCache<std::string, std::shared_ptr<Entry>> cache_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kiln::jit

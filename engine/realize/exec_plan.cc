@@ -186,7 +186,7 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
       KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(item.device));
       devices.insert(dev);
       KILN_ASSIGN_OR_RETURN(std::shared_ptr<realize_internal::LoadedKernel> k,
-                            realize_internal::GetKernel(*dev, item.ast));
+                            realize_internal::GetKernel(CurrentRealizeContext(), *dev, item.ast, nullptr));
       // A kernel that reads none of its item's last buffers takes fewer parameters (codegen::ParamCount).
       const auto params = static_cast<uint32_t>(codegen::ParamCount(k->program));
       if (call.arg_count > params && params >= static_cast<uint32_t>(item.num_outputs)) call.arg_count = params;
@@ -255,6 +255,7 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
   runtime::DeviceMemory* args = args_.data();
   const int64_t* vars = vars_.data();
   const int debug = DebugLevel();
+  if (timed_) call_seconds_.assign(calls_.size(), -1.0);
   for (size_t ci = 0; ci < calls_.size(); ++ci) {
     if (absl::Status st = control.Check(); !st.ok()) {
       for (runtime::Device* d : devices_) (void)d->Synchronize();  // nothing of this Run stays in flight
@@ -272,12 +273,13 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
     if (c.program != nullptr) {
       // DEBUG >= 2 times each replayed kernel: the eager step's figures include first-touch page faults of its
       // fresh buffers (a 51 MB copy: 13-17 ms eager, 2-3 ms replayed), the replay's are the steady state.
-      const bool timed = debug >= 2;
+      const bool timed = debug >= 2 || timed_;
       absl::StatusOr<double> r = c.program->Launch(
           absl::Span<const runtime::DeviceMemory>(args + c.arg_begin, c.arg_count),
           absl::Span<const int64_t>(vars + c.var_begin, c.var_count), c.dims, timed);
       if (!r.ok()) return r.status();
-      if (timed)
+      if (timed_) call_seconds_[ci] = *r;
+      if (debug >= 2)
         std::fprintf(stderr, "*** JIT %-6s %4zu %-32s arg %2u tm %10.2fus\n",
                      c.device ? c.device->name().c_str() : "?", ci, c.name.c_str(), c.arg_count,
                      *r * 1e6);

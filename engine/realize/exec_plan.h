@@ -83,6 +83,11 @@ class ExecPlan {
   // Runs every item with `inputs[i]` standing for the i-th input BUFFER of Build (same count; each at least as large
   // as the captured one -- the caller checks signatures). Synchronizes the devices before returning.
   absl::Status Run(absl::Span<const runtime::DeviceMemory> inputs);
+  // Timed runs: each kernel launch of a Run is timed on its device (Launch(..., timed = true); a
+  // host-side clock on CPU, events or a sync on accelerators) into call_seconds(), one entry per call
+  // in KernelNames() order (-1: not timed -- copies, kernels inside a device graph). Off by default.
+  void set_timed(bool timed) { timed_ = timed; }
+  const std::vector<double>& call_seconds() const { return call_seconds_; }
 
   // Device graphs (JIT=2, tinygrad's graph batching). kOff: Run launches kernel by kernel. kDeviceDefault: each run
   // of consecutive kernels on one device whose graphs_by_default() (CUDA) is recorded as one device graph
@@ -98,6 +103,11 @@ class ExecPlan {
   // Whether the plan writes `mem` (an output or intermediate buffer; an input aliasing one must be copied first).
   bool Writes(const runtime::DeviceMemory& mem) const;
   int num_kernels() const { return num_kernels_; }
+ private:
+  bool timed_ = false;
+  std::vector<double> call_seconds_;
+
+ public:
   int num_inputs() const { return num_inputs_; }
   // Names of the kernels in launch order (copies are "copy").
   std::vector<std::string> KernelNames() const;

@@ -34,7 +34,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-thread_local RealizeStats g_stats;
 thread_local const RunControl* t_control = nullptr;
 
 const RunControl& DefaultRunControl() {
@@ -81,71 +80,6 @@ using realize_internal::LoadedKernel;
 // caches bounded to a few entries; of the ~57 KiB difference the source, binary and program account for ~13 KiB.
 constexpr size_t kLoadedKernelOverheadBytes = size_t{44} << 10;
 
-class KernelCache {
- public:
-  static KernelCache& Global() {
-    static KernelCache* c = new KernelCache();
-    return *c;
-  }
-  std::shared_ptr<LoadedKernel> Get(const std::string& key) {
-    absl::MutexLock l(&mu_);
-    auto it = index_.find(key);
-    if (it == index_.end()) {
-      ++stats_.misses;
-      return nullptr;
-    }
-    ++stats_.hits;
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return it->second->second;
-  }
-  // Like Get without counting (for checks that are not lookups on the kernel's behalf).
-  bool Contains(const std::string& key) {
-    absl::MutexLock l(&mu_);
-    return index_.contains(key);
-  }
-  void Put(const std::string& key, std::shared_ptr<LoadedKernel> k) {
-    absl::MutexLock l(&mu_);
-    if (index_.contains(key)) return;
-    stats_.bytes += static_cast<int64_t>(k->bytes);
-    lru_.emplace_front(key, std::move(k));
-    index_[key] = lru_.begin();
-    EvictLocked();
-  }
-  void SetLimits(size_t entries, size_t bytes) {
-    absl::MutexLock l(&mu_);
-    max_entries_ = std::max<size_t>(1, entries);
-    max_bytes_ = bytes;
-    EvictLocked();
-  }
-  KernelCacheStats Stats() {
-    absl::MutexLock l(&mu_);
-    KernelCacheStats s = stats_;
-    s.entries = static_cast<int64_t>(lru_.size());
-    s.max_entries = static_cast<int64_t>(max_entries_);
-    s.max_bytes = static_cast<int64_t>(max_bytes_);
-    return s;
-  }
-
- private:
-  // The newest entry always stays, so a kernel larger than the byte bound is still usable.
-  void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    while (lru_.size() > 1 && (lru_.size() > max_entries_ ||
-                               (max_bytes_ > 0 && static_cast<size_t>(stats_.bytes) > max_bytes_))) {
-      stats_.bytes -= static_cast<int64_t>(lru_.back().second->bytes);
-      index_.erase(lru_.back().first);
-      lru_.pop_back();
-      ++stats_.evictions;
-    }
-  }
-  absl::Mutex mu_;
-  size_t max_entries_ ABSL_GUARDED_BY(mu_) = 2048;
-  size_t max_bytes_ ABSL_GUARDED_BY(mu_) = size_t{128} << 20;
-  KernelCacheStats stats_ ABSL_GUARDED_BY(mu_);
-  std::list<std::pair<std::string, std::shared_ptr<LoadedKernel>>> lru_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::list<std::pair<std::string, std::shared_ptr<LoadedKernel>>>::iterator> index_
-      ABSL_GUARDED_BY(mu_);
-};
-
 }  // namespace
 
 codegen::Target realize_internal::TargetFor(const runtime::Device& dev) {
@@ -171,9 +105,10 @@ std::string realize_internal::KernelKey(const runtime::Device& dev, const UOpPtr
                       GetKnob(Knob::kTc));
 }
 
-absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(runtime::Device& dev, const UOpPtr& ast) {
+absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(RealizeContext& ctx, runtime::Device& dev,
+                                                                         const UOpPtr& ast, RealizeStats* stats) {
   const std::string key = KernelKey(dev, ast);
-  if (auto k = KernelCache::Global().Get(key)) return k;
+  if (auto k = ctx.impl().GetKernel(key)) return k;
   const auto t0 = Clock::now();
   auto k = std::make_shared<LoadedKernel>();
   if (DebugLevel() >= 5) std::fprintf(stderr, "%s\n", PrintGraph(ast).c_str());
@@ -185,70 +120,18 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(runtim
   if (DebugLevel() >= 3 && !k->program.applied_opts.empty())
     std::fprintf(stderr, "%s: %s\n", k->program.name.c_str(), absl::StrJoin(k->program.applied_opts, ", ").c_str());
   if (DebugLevel() >= 4) std::fprintf(stderr, "%s\n", k->source.c_str());
-  KernelCache::Global().Put(key, k);
-  g_stats.compiled += 1;
-  g_stats.compile_seconds += Since(t0);
+  const double secs = Since(t0);
+  ctx.impl().PutKernel(key, k);
+  ctx.impl().NoteCompile(secs);
+  if (stats != nullptr) {
+    stats->compiled += 1;
+    stats->compile_seconds += secs;
+  }
   return k;
 }
 
 namespace {
 using realize_internal::GetKernel;
-
-// ---- realized-result memo: root Key() -> result, held weakly (see realize_internal.h) ----
-
-struct MemoEntry {
-  realize_internal::WeakView result;
-  // UOp::id() of the buffers the value depends on (and its own), for ASSIGN invalidation. Ids, not addresses: the
-  // entry outlives those nodes, and an address may name a later buffer (stable-key rule, uop_key.h).
-  std::vector<uint64_t> reads;
-};
-
-class Memo {
- public:
-  static Memo& Global() {
-    static Memo* m = new Memo();
-    return *m;
-  }
-  UOpPtr Lookup(const Digest& key) {
-    absl::MutexLock l(&mu_);
-    auto it = map_.find(key);
-    if (it == map_.end()) return nullptr;
-    UOpPtr v = it->second.result.Lock();
-    if (v == nullptr) map_.erase(it);
-    return v;
-  }
-  void Insert(const Digest& key, const UOpPtr& result, std::vector<const UOp*> reads) {
-    if (realize_internal::AnyVolatile(reads)) return;  // an ExecPlan overwrites one of them on every Run
-    auto weak = realize_internal::WeakView::Of(result);
-    if (!weak.ok()) return;
-    absl::MutexLock l(&mu_);
-    if (map_.size() >= kPruneAt) Prune();
-    std::vector<uint64_t> ids;
-    for (const UOp* b : reads) ids.push_back(b->id());
-    map_[key] = MemoEntry{*std::move(weak), std::move(ids)};
-  }
-  // Drops every entry that reads or is `buffer` (its contents are being overwritten).
-  void Invalidate(const UOp* buffer) {
-    absl::MutexLock l(&mu_);
-    for (auto it = map_.begin(); it != map_.end();) {
-      auto cur = it++;
-      const auto& r = cur->second.reads;
-      if (std::find(r.begin(), r.end(), buffer->id()) != r.end()) map_.erase(cur);
-    }
-  }
-
- private:
-  static constexpr size_t kPruneAt = 4096;
-  void Prune() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (auto it = map_.begin(); it != map_.end();) {
-      auto cur = it++;
-      if (!cur->second.result.Alive()) map_.erase(cur);
-    }
-    while (map_.size() >= kPruneAt) map_.erase(map_.begin());
-  }
-  absl::Mutex mu_;
-  absl::flat_hash_map<Digest, MemoEntry> map_ ABSL_GUARDED_BY(mu_);
-};
 
 bool Memoizable(const UOpPtr& root) {
   for (const UOp* u : Toposort(root))
@@ -276,8 +159,6 @@ absl::StatusOr<std::shared_ptr<runtime::Buffer>> realize_internal::Materialize(c
   return buf;
 }
 
-void realize_internal::InvalidateMemo(const UOp* buffer) { Memo::Global().Invalidate(buffer); }
-
 namespace {
 using realize_internal::Materialize;
 
@@ -292,7 +173,7 @@ struct PrecompiledKernel {
   bool launched = false;  // its first launch (the one counted as compiled) happened
 };
 using Precompiled = absl::flat_hash_map<std::string, PrecompiledKernel>;
-Precompiled PrecompileKernels(const Schedule& s) {
+Precompiled PrecompileKernels(RealizeContext& ctx, const Schedule& s, RealizeStats& stats) {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Precompiled done;  // keys compiled (or loaded from the disk cache) here
   if (hw < 2) return done;
@@ -303,7 +184,7 @@ Precompiled PrecompileKernels(const Schedule& s) {
     absl::StatusOr<runtime::Device*> dev = runtime::GetDevice(it.device);
     if (!dev.ok()) continue;
     const std::string key = realize_internal::KernelKey(**dev, it.ast);
-    if (KernelCache::Global().Contains(key) || !seen.insert(key).second) continue;
+    if (ctx.impl().HasKernel(key) || !seen.insert(key).second) continue;
     todo.push_back({*dev, it.ast});
   }
   if (todo.size() < 2) return done;
@@ -314,29 +195,28 @@ Precompiled PrecompileKernels(const Schedule& s) {
   int compiled = 0;
   double seconds = 0;
   std::vector<std::shared_ptr<LoadedKernel>> kernels(todo.size());
-  auto compile_all = [&] {
+  auto compile_all = [&](RealizeStats* local) {
     for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
-      absl::StatusOr<std::shared_ptr<LoadedKernel>> k = GetKernel(*todo[i].first, todo[i].second);
+      absl::StatusOr<std::shared_ptr<LoadedKernel>> k = GetKernel(ctx, *todo[i].first, todo[i].second, local);
       if (k.ok()) kernels[i] = *std::move(k);
     }
   };
-  auto worker = [&] {  // counts into this thread's g_stats; handed to the caller's below
-    Context ctx({{Knob::kDebug, knobs[0]}, {Knob::kNoOpt, knobs[1]}, {Knob::kBeam, knobs[2]},
-                 {Knob::kCacheLevel, knobs[3]}});
-    const int c0 = g_stats.compiled;
-    const double s0 = g_stats.compile_seconds;
-    compile_all();
+  auto worker = [&] {  // counts into its own stats; handed to the caller's below
+    Context knob_scope({{Knob::kDebug, knobs[0]}, {Knob::kNoOpt, knobs[1]}, {Knob::kBeam, knobs[2]},
+                        {Knob::kCacheLevel, knobs[3]}});
+    RealizeStats local;
+    compile_all(&local);
     absl::MutexLock l(&mu);
-    compiled += g_stats.compiled - c0;
-    seconds += g_stats.compile_seconds - s0;
+    compiled += local.compiled;
+    seconds += local.compile_seconds;
   };
   std::vector<std::thread> threads;
   const int n = static_cast<int>(std::min<size_t>(todo.size(), static_cast<size_t>(hw)));
   for (int t = 1; t < n; ++t) threads.emplace_back(worker);
-  compile_all();
+  compile_all(&stats);
   for (std::thread& t : threads) t.join();
-  g_stats.compiled += compiled;
-  g_stats.compile_seconds += seconds;
+  stats.compiled += compiled;
+  stats.compile_seconds += seconds;
   for (size_t i = 0; i < todo.size(); ++i) {
     if (kernels[i] != nullptr) {
       done.emplace(realize_internal::KernelKey(*todo[i].first, todo[i].second), PrecompiledKernel{kernels[i]});
@@ -357,11 +237,11 @@ absl::Status RunCopy(const ScheduleItem& item) {
   return dst->device()->allocator().CopyIn(dst->memory(), host.data(), n);
 }
 
-absl::Status RunKernel(const ScheduleItem& item, const Schedule& s, int index, Precompiled& precompiled,
-                       absl::flat_hash_set<runtime::Device*>* used) {
+absl::Status RunKernel(RealizeContext& ctx, const ScheduleItem& item, const Schedule& s, int index,
+                       Precompiled& precompiled, absl::flat_hash_set<runtime::Device*>* used, RealizeStats& stats) {
   KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(item.device));
   used->insert(dev);
-  const int compiled_before = g_stats.compiled;
+  const int compiled_before = stats.compiled;
   // A precompiled kernel counts as compiled at its first launch only, as it would have without precompiling.
   bool compiled = false;
   std::shared_ptr<LoadedKernel> k;
@@ -370,8 +250,8 @@ absl::Status RunKernel(const ScheduleItem& item, const Schedule& s, int index, P
     compiled = !it->second.launched;
     it->second.launched = true;
   } else {
-    KILN_ASSIGN_OR_RETURN(k, GetKernel(*dev, item.ast));
-    compiled = g_stats.compiled != compiled_before;
+    KILN_ASSIGN_OR_RETURN(k, GetKernel(ctx, *dev, item.ast, &stats));
+    compiled = stats.compiled != compiled_before;
   }
   std::vector<std::shared_ptr<runtime::Buffer>> hold;
   std::vector<runtime::DeviceMemory> mems;
@@ -400,7 +280,7 @@ absl::Status RunKernel(const ScheduleItem& item, const Schedule& s, int index, P
   }
   dims.threads = k->program.threads;
   KILN_ASSIGN_OR_RETURN(double secs, k->runner->Launch(mems, vars, dims, /*timed=*/true));
-  g_stats.launches.push_back(KernelLaunch{k->program.name, dev->name(), secs, compiled});
+  stats.launches.push_back(KernelLaunch{k->program.name, dev->name(), secs, compiled});
   if (DebugLevel() >= 2) {
     double gflops = secs > 0 ? static_cast<double>(k->program.flops) / secs * 1e-9 : 0.0;
     double gbs = secs > 0 ? static_cast<double>(k->program.mem_bytes) / secs * 1e-9 : 0.0;
@@ -478,9 +358,13 @@ absl::StatusOr<UOpPtr> FillConstant(const UOpPtr& root) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
+namespace {
+
+// The body of Realize(ctx, roots, control); `stats` is filled as it goes (also on failure).
+absl::StatusOr<std::vector<UOpPtr>> RealizeOn(RealizeContext& ctx, absl::Span<const UOpPtr> roots,
+                                              const RunControl& control, RealizeStats& stats) {
   const auto t0 = Clock::now();
-  g_stats = RealizeStats{};
+  realize_internal::Memo& memo = ctx.impl().memo;
   for (const UOpPtr& r : roots)
     if (!r) return absl::InvalidArgumentError("Realize: null root");
 
@@ -501,7 +385,7 @@ absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
       todo_at.push_back(i);
       continue;
     }
-    if (UOpPtr hit = Memo::Global().Lookup(roots[i]->Key())) {
+    if (UOpPtr hit = memo.Lookup(roots[i]->Key())) {
       out[i] = hit;
       continue;
     }
@@ -524,37 +408,37 @@ absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
     }
   }
   if (todo.empty()) {
-    g_stats.seconds = Since(t0);
+    stats.seconds = Since(t0);
     return out;
   }
 
+  stats.schedules += 1;
   KILN_ASSIGN_OR_RETURN(Schedule s, CreateSchedule(todo));
   const double sched_s = Since(t0);
   int kernels = 0;
   for (const ScheduleItem& it : s.items) kernels += it.kind == ScheduleItem::Kind::kKernel;
   // Admission: nothing is compiled, allocated or launched for a schedule over its limits.
-  const RunControl& control = CurrentRunControl();
-  g_stats.estimate = EstimateSchedule(s);
-  KILN_RETURN_IF_ERROR(CheckWork(g_stats.estimate, control.limits));
+  stats.estimate = EstimateSchedule(s);
+  KILN_RETURN_IF_ERROR(CheckWork(stats.estimate, control.limits));
   KILN_RETURN_IF_ERROR(Stopped(control, 0, s.items.size()));
-  for (const UOpPtr& b : s.assigned) Memo::Global().Invalidate(b.get());
+  for (const UOpPtr& b : s.assigned) realize_internal::InvalidateMemo(b.get());  // every context's
   if (capture != nullptr) {
     realize_internal::AppendCaptured(capture, s);
     for (size_t j = 0; j < todo.size(); ++j) out[todo_at[j]] = s.outputs[j];
-    g_stats.kernels = kernels;
-    g_stats.seconds = Since(t0);
+    stats.kernels = kernels;
+    stats.seconds = Since(t0);
     return out;
   }
 
   Reservation reservation;
-  KILN_RETURN_IF_ERROR(reservation.Reserve(control.memory_budget, g_stats.estimate.new_bytes));
-  Precompiled precompiled = PrecompileKernels(s);
+  KILN_RETURN_IF_ERROR(reservation.Reserve(control.memory_budget, stats.estimate.new_bytes));
+  Precompiled precompiled = PrecompileKernels(ctx, s, stats);
   absl::flat_hash_set<runtime::Device*> used;
   for (size_t i = 0; i < s.items.size(); ++i) {
     KILN_RETURN_IF_ERROR(Stopped(control, i, s.items.size()));
     const ScheduleItem& item = s.items[i];
     absl::Status st = item.kind == ScheduleItem::Kind::kCopy ? RunCopy(item)
-                                                              : RunKernel(item, s, static_cast<int>(i), precompiled, &used);
+                                                              : RunKernel(ctx, item, s, static_cast<int>(i), precompiled, &used, stats);
     if (!st.ok()) return st;
     if (control.progress) control.progress(static_cast<int>(i) + 1, static_cast<int>(s.items.size()));
   }
@@ -571,24 +455,39 @@ absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
     if (Memoizable(todo[j])) {
       std::vector<const UOp*> r = reads;
       if (const UOp* b = BufferOf(s.outputs[j].get())) r.push_back(b);
-      Memo::Global().Insert(todo[j]->Key(), s.outputs[j], std::move(r));
+      memo.Insert(todo[j]->Key(), s.outputs[j], std::move(r));
     }
   }
-  g_stats.kernels = kernels;
-  g_stats.seconds = Since(t0);
+  stats.kernels = kernels;
+  stats.seconds = Since(t0);
   if (DebugLevel() >= 1 && kernels > 0) {
     std::fprintf(stderr, "scheduled %d kernels in %.2f ms, ran in %.2f ms | %.2f MB intermediates (%.2f MB planned)\n",
-                 kernels, sched_s * 1e3, (g_stats.seconds - sched_s) * 1e3, s.intermediate_bytes / 1e6,
+                 kernels, sched_s * 1e3, (stats.seconds - sched_s) * 1e3, s.intermediate_bytes / 1e6,
                  s.planned_bytes / 1e6);
   }
   return out;
 }
 
-const RealizeStats& LastRealizeStats() { return g_stats; }
+}  // namespace
 
-KernelCacheStats GetKernelCacheStats() { return KernelCache::Global().Stats(); }
-void SetKernelCacheLimits(size_t max_entries, size_t max_bytes) {
-  KernelCache::Global().SetLimits(max_entries, max_bytes);
+RealizeResult Realize(RealizeContext& ctx, absl::Span<const UOpPtr> roots, const RunControl& control) {
+  RealizeResult r;
+  ScopedRunControl control_scope(control);  // the Realize calls this one makes (none today) and ExecPlan builds
+  ScopedRealizeContext ctx_scope(ctx);
+  absl::StatusOr<std::vector<UOpPtr>> out = RealizeOn(ctx, roots, control, r.stats);
+  ctx.impl().Finish(r.stats);
+  if (out.ok()) {
+    r.outputs = *std::move(out);
+  } else {
+    r.status = out.status();
+  }
+  return r;
+}
+
+absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots) {
+  RealizeResult r = Realize(CurrentRealizeContext(), roots, CurrentRunControl());
+  if (!r.status.ok()) return r.status;
+  return std::move(r.outputs);
 }
 
 const RunControl& CurrentRunControl() { return t_control != nullptr ? *t_control : DefaultRunControl(); }
@@ -597,8 +496,9 @@ ScopedRunControl::ScopedRunControl(const RunControl& control) : prev_(t_control)
 ScopedRunControl::~ScopedRunControl() { t_control = prev_; }
 
 absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots, const RunControl& control) {
-  ScopedRunControl scope(control);
-  return Realize(roots);
+  RealizeResult r = Realize(CurrentRealizeContext(), roots, control);
+  if (!r.status.ok()) return r.status;
+  return std::move(r.outputs);
 }
 
 absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shape, const std::string& device) {

@@ -11,9 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/base/lru_cache.h"
 #include "engine/codegen/codegen.h"
 #include "engine/codegen/program.h"
+#include "engine/realize/realize.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/device.h"
 #include "engine/schedule/schedule.h"
@@ -68,7 +72,7 @@ class WeakView {
 
 // ---- shared with exec_plan.cc (defined in realize.cc) ----
 
-// A kernel lowered, compiled and loaded for one device (cached process-wide by device, AST key and opt knobs).
+// A kernel lowered, compiled and loaded for one device (cached per RealizeContext by device, AST key and opt knobs).
 struct LoadedKernel {
   codegen::Program program;
   std::string source;
@@ -77,14 +81,70 @@ struct LoadedKernel {
   // cost of the loaded code (realize.cc). What the loaded-kernel cache's byte bound counts.
   size_t bytes = 0;
 };
-absl::StatusOr<std::shared_ptr<LoadedKernel>> GetKernel(runtime::Device& dev, const UOpPtr& ast);
-// The process-wide loaded-kernel cache key of `ast` on `dev` under the current opt knobs.
+// The kernel for `ast` on `dev` from `ctx`'s loaded-kernel cache, lowered + compiled + loaded on a miss (counted in
+// `ctx` and, when non-null, in `stats`).
+absl::StatusOr<std::shared_ptr<LoadedKernel>> GetKernel(RealizeContext& ctx, runtime::Device& dev, const UOpPtr& ast,
+                                                        RealizeStats* stats);
+// The loaded-kernel cache key of `ast` on `dev` under the current opt knobs.
 std::string KernelKey(const runtime::Device& dev, const UOpPtr& ast);
+
+// ---- the realized-result memo: root Key() -> result, held weakly (WeakView) ----
+
+struct MemoEntry {
+  WeakView result;
+  // UOp::id() of the buffers the value depends on (and its own), for ASSIGN invalidation. Ids, not addresses: the
+  // entry outlives those nodes, and an address may name a later buffer (stable-key rule, uop_key.h).
+  std::vector<uint64_t> reads;
+};
+
+class Memo {
+ public:
+  UOpPtr Lookup(const Digest& key);
+  void Insert(const Digest& key, const UOpPtr& result, std::vector<const UOp*> reads);
+  // Drops every entry that reads or is `buffer` (its contents are being overwritten).
+  void Invalidate(const UOp* buffer);
+
+ private:
+  static constexpr size_t kPruneAt = 4096;
+  void Prune() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Mutex mu_;
+  absl::flat_hash_map<Digest, MemoEntry> map_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kiln::realize_internal
+
+namespace kiln {
+
+// The state behind a RealizeContext (context.cc).
+struct RealizeContext::Impl {
+  Impl(size_t max_entries, size_t max_bytes) : kernels(max_entries, max_bytes) {}
+
+  std::shared_ptr<realize_internal::LoadedKernel> GetKernel(const std::string& key) ABSL_LOCKS_EXCLUDED(mu);
+  bool HasKernel(const std::string& key) const ABSL_LOCKS_EXCLUDED(mu);
+  void PutKernel(const std::string& key, std::shared_ptr<realize_internal::LoadedKernel> k) ABSL_LOCKS_EXCLUDED(mu);
+  // One kernel compiled on this context (GetKernel; JIT plan builds included).
+  void NoteCompile(double seconds) ABSL_LOCKS_EXCLUDED(mu);
+  // A finished Realize: counters, last stats, recording (its compiles were counted by NoteCompile).
+  void Finish(const RealizeStats& stats) ABSL_LOCKS_EXCLUDED(mu);
+
+  realize_internal::Memo memo;  // its own lock
+  mutable absl::Mutex mu;
+  LruCache<std::string, std::shared_ptr<realize_internal::LoadedKernel>> kernels ABSL_GUARDED_BY(mu);
+  RealizeCounters counters ABSL_GUARDED_BY(mu);
+  RealizeStats last ABSL_GUARDED_BY(mu);
+  bool recording ABSL_GUARDED_BY(mu) = false;
+  RealizeStats recorded ABSL_GUARDED_BY(mu);
+};
+
+}  // namespace kiln
+
+namespace kiln::realize_internal {
 
 // The Buffer attached to a BUFFER node, allocated (and attached) on first use.
 absl::StatusOr<std::shared_ptr<runtime::Buffer>> Materialize(const UOpPtr& buffer);
 
-// Capture state of this thread (exec_plan.cc): non-null while a CaptureScope is alive.
+// Capture state of this thread (exec_plan.cc): non-null while a CaptureScope is alive. Thread-scoped on purpose
+// (docs/architecture.md, "Engine context"): it is an input scope, as in tinygrad, never a result channel.
 struct CaptureState;
 CaptureState* ActiveCapture();
 // Appends a schedule's items (with its variable values) to the active capture.
@@ -92,7 +152,8 @@ void AppendCaptured(CaptureState* capture, const Schedule& schedule);
 
 // Buffers whose contents a live ExecPlan overwrites on every Run: the memo never remembers a value that reads one.
 bool AnyVolatile(const std::vector<const UOp*>& buffers);
-// Drops every memo entry that reads or is `buffer` (realize.cc).
+// Drops every memo entry that reads or is `buffer`, in every live RealizeContext (context.cc): buffers are
+// process-wide, so a JIT plan that starts overwriting one makes every context's entries over it stale.
 void InvalidateMemo(const UOp* buffer);
 
 }  // namespace kiln::realize_internal

@@ -38,6 +38,8 @@ bool IsFatalSqlite(int rc) {
 
 CompileCache::CompileCache(Options options) : options_(std::move(options)) {
   db_path_ = options_.db_path.empty() ? DefaultPath() : options_.db_path;
+  absl::MutexLock lock(&mem_mu_);
+  memory_.SetLimits(options_.memory_entries, options_.memory_bytes);
 }
 
 CompileCache::~CompileCache() {
@@ -165,10 +167,9 @@ void CompileCache::DiskPut(const std::string& key, const std::string& binary) {
 
 bool CompileCache::MemGet(const std::string& key, std::string* out) {
   absl::MutexLock lock(&mem_mu_);
-  auto it = index_.find(key);
-  if (it == index_.end()) return false;
-  lru_.splice(lru_.begin(), lru_, it->second);
-  *out = it->second->second;
+  const std::string* hit = memory_.Get(key);
+  if (hit == nullptr) return false;
+  *out = *hit;
   ++stats_.memory_hits;
   return true;
 }
@@ -176,21 +177,9 @@ bool CompileCache::MemGet(const std::string& key, std::string* out) {
 void CompileCache::MemPut(const std::string& key, const std::string& binary) {
   if (options_.memory_entries == 0) return;
   absl::MutexLock lock(&mem_mu_);
-  auto it = index_.find(key);
-  if (it != index_.end()) {
-    lru_.splice(lru_.begin(), lru_, it->second);
-    return;
-  }
-  lru_.emplace_front(key, binary);
-  index_[key] = lru_.begin();
-  mem_bytes_ += key.size() + binary.size();
-  while (lru_.size() > options_.memory_entries ||
-         (options_.memory_bytes > 0 && mem_bytes_ > options_.memory_bytes && lru_.size() > 1)) {
-    mem_bytes_ -= lru_.back().first.size() + lru_.back().second.size();
-    index_.erase(lru_.back().first);
-    lru_.pop_back();
-    ++stats_.memory_evictions;
-  }
+  const int64_t before = memory_.stats().evictions;
+  memory_.Put(key, binary, key.size() + binary.size());
+  stats_.memory_evictions += memory_.stats().evictions - before;
 }
 
 absl::StatusOr<std::string> CompileCache::GetOrCompile(Compiler& compiler, const std::string& renderer,
@@ -223,17 +212,15 @@ absl::StatusOr<std::string> CompileCache::GetOrCompile(Compiler& compiler, const
 CompileCacheStats CompileCache::stats() const {
   absl::MutexLock lock(&mem_mu_);
   CompileCacheStats s = stats_;
-  s.memory_entries = static_cast<int64_t>(lru_.size());
-  s.memory_bytes = static_cast<int64_t>(mem_bytes_);
+  s.memory_entries = static_cast<int64_t>(memory_.size());
+  s.memory_bytes = static_cast<int64_t>(memory_.bytes());
   s.memory_max_bytes = static_cast<int64_t>(options_.memory_bytes);
   return s;
 }
 
 void CompileCache::ClearMemory() {
   absl::MutexLock lock(&mem_mu_);
-  lru_.clear();
-  index_.clear();
-  mem_bytes_ = 0;
+  memory_.Clear();
 }
 
 absl::StatusOr<CompiledKernel> CompileKernel(Device& device, const codegen::Program& program, CompileCache* cache) {

@@ -23,6 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/base/lru_cache.h"
 #include "engine/codegen/program.h"
 #include "engine/runtime/device.h"
 
@@ -91,11 +92,9 @@ class CompileCache {
   std::string db_path_;
 
   mutable absl::Mutex mem_mu_;
-  std::list<std::pair<std::string, std::string>> lru_ ABSL_GUARDED_BY(mem_mu_);  // front = most recent
-  absl::flat_hash_map<std::string, std::list<std::pair<std::string, std::string>>::iterator> index_
-      ABSL_GUARDED_BY(mem_mu_);
+  // Binaries by key; an entry's bytes are its key's and its binary's.
+  LruCache<std::string, std::string> memory_ ABSL_GUARDED_BY(mem_mu_){1, 0};
   CompileCacheStats stats_ ABSL_GUARDED_BY(mem_mu_);
-  size_t mem_bytes_ ABSL_GUARDED_BY(mem_mu_) = 0;
 
   absl::Mutex disk_mu_;
   sqlite3* db_ ABSL_GUARDED_BY(disk_mu_) = nullptr;

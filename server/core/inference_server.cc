@@ -17,6 +17,7 @@
 #include "server/core/datatype.h"
 #include "server/core/failpoint.h"
 #include "server/core/guard.h"
+#include "server/core/inference_lanes.h"
 #include "server/core/model_artifact.h"
 #include "server/core/model_config.h"
 #include "server/core/model_control.h"
@@ -72,37 +73,22 @@ InferenceServer::InferenceServer(ServerOptions options, std::string default_devi
         return p;
       }()),
       default_engine_(default_engine.get()),
+      lanes_([this](const std::string& device) { return api::Engine::Create(EngineOptionsFor(options_, device)); }),
       graphs_(default_engine.get(), &policy_,
               [this](const std::string& device) -> absl::StatusOr<api::Engine*> {
-                absl::StatusOr<Lane*> lane = LaneFor(device);
+                absl::StatusOr<DeviceLane*> lane = lanes_.For(device);
                 if (!lane.ok()) return lane.status();
-                return (*lane)->engine.get();
+                return &(*lane)->engine();
               }),
       repository_(options_.model_repository, this, options_.repository_follow_links,
                   options_.strict_model_config) {
   if (options_.response_cache_bytes > 0) {
     response_cache_ = std::make_unique<ResponseCache>(options_.response_cache_bytes);
   }
-  if (default_engine != nullptr) {
-    absl::MutexLock lock(&lanes_mu_);
-    StartLane(default_device_, std::move(default_engine));
-  }
+  if (default_engine != nullptr) lanes_.Start(default_device_, std::move(default_engine));
 }
 
-InferenceServer::~InferenceServer() {
-  std::vector<Lane*> lanes;
-  {
-    absl::MutexLock lock(&lanes_mu_);
-    for (auto& [device, lane] : lanes_) lanes.push_back(lane.get());
-  }
-  for (Lane* lane : lanes) {
-    {
-      absl::MutexLock lock(&lane->mu);
-      lane->stop = true;
-    }
-    lane->executor.join();
-  }
-}
+InferenceServer::~InferenceServer() { lanes_.StopAll(); }
 
 absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Create(ServerOptions options) {
   std::string default_device = "CPU";
@@ -131,46 +117,13 @@ absl::StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::Create(ServerO
   return server;
 }
 
-InferenceServer::Lane* InferenceServer::StartLane(std::string device,
-                                                  std::unique_ptr<api::Engine> engine) {
-  auto lane = std::make_unique<Lane>();
-  Lane* raw = lane.get();
-  raw->device = device;
-  raw->engine = std::move(engine);
-  raw->executor = std::thread([this, raw] { ExecutorLoop(raw); });
-  lanes_.emplace(std::move(device), std::move(lane));
-  return raw;
-}
-
-InferenceServer::Lane* InferenceServer::FindLane(const std::string& device) const {
-  absl::MutexLock lock(&lanes_mu_);
-  auto it = lanes_.find(device);
-  return it == lanes_.end() ? nullptr : it->second.get();
-}
-
-absl::StatusOr<InferenceServer::Lane*> InferenceServer::LaneFor(const std::string& device) {
-  absl::MutexLock lock(&lanes_mu_);
-  if (auto it = lanes_.find(device); it != lanes_.end()) return it->second.get();
-  // Engine creation (a device context) is rare; it runs under lanes_mu_ so one device gets one.
-  absl::StatusOr<std::unique_ptr<api::Engine>> engine =
-      api::Engine::Create(EngineOptionsFor(options_, device));
-  if (!engine.ok()) return engine.status();
-  spdlog::info("device {}: engine and executor started", device);
-  return StartLane(device, *std::move(engine));
-}
-
 std::vector<std::string> InferenceServer::Devices() {
   absl::MutexLock lock(&devices_mu_);
   if (!devices_.has_value()) devices_ = api::ListDevices();
   return *devices_;
 }
 
-std::vector<std::string> InferenceServer::ActiveDevices() const {
-  absl::MutexLock lock(&lanes_mu_);
-  std::vector<std::string> out;
-  for (const auto& [device, lane] : lanes_) out.push_back(device);
-  return out;
-}
+std::vector<std::string> InferenceServer::ActiveDevices() const { return lanes_.Devices(); }
 
 absl::StatusOr<ModelPlacer::Placement> InferenceServer::Place(inference::ModelConfig* config) {
   const bool default_is_cpu_like =
@@ -185,12 +138,12 @@ absl::StatusOr<ModelPlacer::Placement> InferenceServer::Place(inference::ModelCo
   if (*device == default_device_ && default_engine_ == nullptr) {
     return placement;  // no engine on the default device: the versions load but cannot run
   }
-  absl::StatusOr<Lane*> lane = LaneFor(*device);
+  absl::StatusOr<DeviceLane*> lane = lanes_.For(*device);
   if (!lane.ok()) {
     return absl::UnavailableError(absl::StrCat("instance_group: device ", *device,
                                                " cannot run models: ", lane.status().message()));
   }
-  placement.engine = (*lane)->engine.get();
+  placement.engine = &(*lane)->engine();
   return placement;
 }
 
@@ -223,11 +176,8 @@ std::vector<ModelMemoryObservation> InferenceServer::ModelMemory() const {
 void InferenceServer::PublishModels() {
   if (observer_ == nullptr) return;
   std::vector<api::DeviceMemoryUsage> devices;
-  {
-    absl::MutexLock lock(&lanes_mu_);
-    for (const auto& [device, lane] : lanes_) {
-      for (const api::DeviceMemoryUsage& m : lane->engine->DeviceMemory()) devices.push_back(m);
-    }
+  for (DeviceLane* lane : lanes_.All()) {
+    for (const api::DeviceMemoryUsage& m : lane->engine().DeviceMemory()) devices.push_back(m);
   }
   observer_->ObserveModels(ModelMemory(), devices);
 }
@@ -371,7 +321,7 @@ void InferenceServer::InferAsync(const InferRequest& request, InferCallback done
     Finish(task, admitted);
     return;
   }
-  Lane& lane = *task.lane;
+  DeviceLane& lane = *task.lane;
   // Expected engine time from the version's latest run; unknown (0) means queue: first runs
   // compile, which must not hold a transport thread.
   const uint64_t per_item = task.model->last_compute_ns_per_item->load(std::memory_order_relaxed);
@@ -379,15 +329,8 @@ void InferenceServer::InferAsync(const InferRequest& request, InferCallback done
       per_item > 0 && per_item * static_cast<uint64_t>(task.valid.batch_size) <=
                           static_cast<uint64_t>(options_.inline_max_compute_us) * 1000;
   task.admitted = std::chrono::steady_clock::now();
-  {
-    absl::MutexLock lock(&lane.mu);
-    if (!options_.inline_execution || !short_enough || lane.busy || !lane.queue.empty()) {
-      lane.queue.push_back(std::move(task));  // FIFO behind what runs or waits
-      return;
-    }
-    lane.busy = true;  // the device is ours: the executor waits until we release it
-  }
-  RunTask(task);
+  lane.Submit([this, task = std::move(task)]() mutable { RunTask(task); },
+              /*may_inline=*/options_.inline_execution && short_enough);
 }
 
 absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
@@ -409,7 +352,7 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
   absl::StatusOr<ValidatedRequest> valid =
       ValidateInferRequest(*version.config, request, options_.max_request_bytes);
   if (!valid.ok()) return valid.status();
-  task->lane = version.device.empty() ? nullptr : FindLane(version.device);
+  task->lane = version.device.empty() ? nullptr : lanes_.Find(version.device);
   const bool runnable = task->lane != nullptr &&
                         ((version.config->platform() == kPlatformGraph && version.graph) ||
                          (version.config->platform() == kPlatformBuiltin && version.builtin) ||
@@ -447,39 +390,17 @@ void InferenceServer::Finish(Task& task, absl::StatusOr<InferResponse> response)
   GuardVoid("ModelInfer (answer)", [&] { done(std::move(response)); });
 }
 
-void InferenceServer::ExecutorLoop(Lane* lane) {
-  for (;;) {
-    Task task;
-    {
-      absl::MutexLock lock(&lane->mu);
-      lane->mu.Await(absl::Condition(
-          +[](Lane* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu) {
-            return !l->busy && (!l->queue.empty() || l->stop);
-          },
-          lane));
-      if (lane->queue.empty()) return;  // stopping and drained
-      task = std::move(lane->queue.front());
-      lane->queue.pop_front();
-      lane->busy = true;
-    }
-    RunTask(task);
-  }
-}
-
 void InferenceServer::RunTask(Task& task) {
   absl::StatusOr<InferResponse> response = Guard("ModelInfer", [&] { return ExecuteTask(task); });
-  {
-    absl::MutexLock lock(&task.lane->mu);
-    // Before answering: the device is free for the next request (the executor takes over anything
-    // queued while an inline run held it).
-    task.lane->busy = false;
-  }
+  // Before answering: the device is free for the next request (the executor takes over anything
+  // queued while an inline run held it).
+  task.lane->Release();
   Finish(task, std::move(response));
 }
 
 absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
   const ModelVersion& version = *task.model;
-  Lane& lane = *task.lane;
+  DeviceLane& lane = *task.lane;
   version.pending->fetch_sub(1);
   if (observer_ != nullptr) observer_->ObservePending(task.obs.model, task.obs.version, -1);
   ExecutionTimes times;
@@ -500,11 +421,7 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
   CacheProbe cached = ProbeCache(response_cache_.get(), version, task.request, task.start, &task.obs);
   if (cached.hit.has_value()) return *std::move(cached.hit);  // response_cache.h
   absl::StatusOr<InferResponse> response =
-      version.builtin != nullptr
-          ? ExecuteBuiltin(lane, version, task.request, task.valid, run_options, &times, &task.obs)
-      : version.onnx != nullptr
-          ? ExecuteOnnx(lane, version, task.request, task.valid, run_options, &times, &task.obs)
-          : Execute(lane, version, task.request, task.valid, run_options, &times, &task.obs);
+      Execute(lane, version, task.request, task.valid, run_options, &times, &task.obs);
   task.obs.compute_input_ns = times.compute_input_ns;
   task.obs.compute_infer_ns = times.compute_infer_ns;
   task.obs.compute_output_ns = times.compute_output_ns;

@@ -1,6 +1,9 @@
-// InferenceServer: the one API that transports (server/grpc, server/rest) call. It owns the
-// model repository, answers health/metadata/config/index/statistics queries, validates
-// inference requests and runs them through engine/api.
+// InferenceServer: the one API that transports (server/grpc, server/rest) call -- a facade over
+// the model repository (model_repository.h), the scheduling module (inference_lanes.h: one lane
+// per device, FIFO queue, inline execution, where a dynamic batcher will live), the tensor binder
+// (inference_binder.h) and the one execute path (inference_execute.cc: every model kind through
+// api::Model). It answers health/metadata/config/index/statistics queries, validates inference
+// requests and runs them through engine/api.
 //
 // Placement: each model runs on the device its config's instance_group names (placement.h;
 // default ServerOptions::device). Every device that a loaded model uses gets, lazily, its own
@@ -48,9 +51,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/api/engine.h"
+#include "engine/api/model.h"
 #include "inference/model_config.pb.h"
 #include "server/core/graph_service.h"
 #include "server/core/infer_request.h"
+#include "server/core/inference_lanes.h"
 #include "server/core/limits.h"
 #include "server/core/model_repository.h"
 #include "server/core/observer.h"
@@ -175,10 +180,9 @@ class InferenceServer : private ModelPlacer {
   std::vector<ModelMemoryObservation> ModelMemory() const;
 
  private:
-  struct Lane;
   struct Task {
     std::shared_ptr<const ModelVersion> model;
-    Lane* lane = nullptr;  // the device the version runs on
+    DeviceLane* lane = nullptr;  // the device the version runs on
     InferRequest request;
     ValidatedRequest valid;
     std::chrono::steady_clock::time_point start;     // arrival
@@ -186,61 +190,36 @@ class InferenceServer : private ModelPlacer {
     InferObservation obs;
     InferCallback done;
   };
-  // One device in use: its engine and its executor. Created on first use, destroyed with the
-  // server. `busy` is true while one of its requests executes (on the executor or inline).
-  struct Lane {
-    std::string device;
-    std::unique_ptr<api::Engine> engine;
-    std::atomic<int64_t> seen_jit_evictions{0};
-    absl::Mutex mu;
-    std::deque<Task> queue ABSL_GUARDED_BY(mu);
-    bool busy ABSL_GUARDED_BY(mu) = false;
-    bool stop ABSL_GUARDED_BY(mu) = false;
-    std::thread executor;
-  };
-
   InferenceServer(ServerOptions options, std::string default_device,
                   std::unique_ptr<api::Engine> default_engine);
   // ModelPlacer: resolves config's placement, echoes it, and gives the device's engine.
   absl::StatusOr<Placement> Place(inference::ModelConfig* config) override;
   // ModelPlacer: runs config.model_warmup on the version's device (warmup.cc).
   absl::Status Warmup(const ModelVersion& version, const RepositoryFiles& files) override;
-  // The lane of `device`, created (engine and executor) on first use. Errors from Engine::Create.
-  absl::StatusOr<Lane*> LaneFor(const std::string& device);
-  Lane* FindLane(const std::string& device) const;
-  Lane* StartLane(std::string device, std::unique_ptr<api::Engine> engine)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(lanes_mu_);
   // The machine's devices (api::ListDevices), discovered on first use.
   std::vector<std::string> Devices();
   // Resolves, validates and admits; on refusal returns the error (obs filled).
   absl::Status Admit(const InferRequest& request, Task* task);
   void Finish(Task& task, absl::StatusOr<InferResponse> response);
-  void ExecutorLoop(Lane* lane);
   // Runs a task whose lane it holds (busy): ExecuteTask, release the lane, then Finish.
   void RunTask(Task& task);
   // Executes an admitted task (statistics included).
   absl::StatusOr<InferResponse> ExecuteTask(Task& task);
-  absl::StatusOr<InferResponse> Execute(Lane& lane, const ModelVersion& version,
+  // The one execute path of every model kind (inference_execute.cc).
+  absl::StatusOr<InferResponse> Execute(DeviceLane& lane, const ModelVersion& version,
                                         const InferRequest& request, const ValidatedRequest& valid,
                                         const api::RunOptions& run_options, ExecutionTimes* times,
                                         InferObservation* obs);
-  absl::StatusOr<InferResponse> ExecuteOnnx(Lane& lane, const ModelVersion& version,
-                                            const InferRequest& request, const ValidatedRequest& valid,
-                                            const api::RunOptions& run_options, ExecutionTimes* times,
-                                            InferObservation* obs);
-  absl::StatusOr<InferResponse> ExecuteBuiltin(Lane& lane, const ModelVersion& version,
-                                               const InferRequest& request,
-                                               const ValidatedRequest& valid,
-                                               const api::RunOptions& run_options,
-                                               ExecutionTimes* times, InferObservation* obs);
+  // The version's engine model behind the one api::Model interface (a small adapter).
+  static std::shared_ptr<api::Model> ModelFor(DeviceLane& lane, const ModelVersion& version);
   absl::Status LoadModelUnguarded(const std::string& name, const LoadOptions& options);
-  void ObserveRun(Lane& lane, const std::string& model, const api::RunResult& run);
+  void ObserveRun(DeviceLane& lane, const std::string& model, const api::RunResult& run);
   // Tells the observer the loaded versions' and the devices' memory (after start, load, unload).
   void PublishModels();
-  // The engine call of Execute / ExecuteBuiltin, timed into times->compute_infer_ns and observed;
+  // The engine call of Execute, timed into times->compute_infer_ns and observed;
   // a failure other than INVALID_ARGUMENT marks obs->engine_failure.
   absl::StatusOr<api::RunResult> TimedRun(
-      Lane& lane, const std::function<absl::StatusOr<api::RunResult>()>& run_engine,
+      DeviceLane& lane, const std::function<absl::StatusOr<api::RunResult>()>& run_engine,
       ExecutionTimes* times, InferObservation* obs);
   // A response naming the model version and echoing the request id, with no outputs yet.
   static InferResponse ResponseFor(const ModelVersion& version, const InferRequest& request);
@@ -251,10 +230,9 @@ class InferenceServer : private ModelPlacer {
   const std::string default_device_;
   std::unique_ptr<api::MemoryBudget> memory_budget_;  // null when global_memory_bytes <= 0
   RunPolicy policy_;  // options_.run with memory_budget_
-  // Before repository_: versions hold the engines' models. Lanes are never removed.
-  mutable absl::Mutex lanes_mu_;
-  std::map<std::string, std::unique_ptr<Lane>> lanes_ ABSL_GUARDED_BY(lanes_mu_);
   api::Engine* default_engine_ = nullptr;  // owned by its lane; null when it could not start
+  // Before repository_: versions hold the engines' models. Lanes are never removed.
+  DeviceLanes lanes_;
   absl::Mutex devices_mu_;
   std::optional<std::vector<std::string>> devices_ ABSL_GUARDED_BY(devices_mu_);
   GraphService graphs_;

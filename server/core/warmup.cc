@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/core/datatype.h"
+#include "absl/synchronization/notification.h"
 #include "server/core/inference_server.h"
 #include "server/core/limits.h"
 #include "server/core/model_config.h"
@@ -144,7 +145,7 @@ absl::Status InferenceServer::Warmup(const ModelVersion& version, const Reposito
   absl::StatusOr<std::vector<std::unique_ptr<WarmupSample>>> samples =
       BuildWarmupSamples(*version.config, version.name, files);
   if (!samples.ok()) return samples.status();
-  Lane* lane = version.device.empty() ? nullptr : FindLane(version.device);
+  DeviceLane* lane = version.device.empty() ? nullptr : lanes_.Find(version.device);
   if (lane == nullptr) {
     return absl::UnavailableError("model_warmup: no engine to run the warm-up on in this build");
   }
@@ -155,25 +156,20 @@ absl::Status InferenceServer::Warmup(const ModelVersion& version, const Reposito
       return absl::InvalidArgumentError(absl::StrCat(s->label, ": ", valid.status().message()));
     }
     for (int64_t k = 0; k < s->count; ++k) {
-      {  // hold the device as a request does: one run at a time
-        absl::MutexLock lock(&lane->mu);
-        lane->mu.Await(absl::Condition(
-            +[](Lane* l) ABSL_EXCLUSIVE_LOCKS_REQUIRED(l->mu) { return !l->busy; }, lane));
-        lane->busy = true;
-      }
+      // Through the device's lane as a request: one run at a time, in order with the others.
       ExecutionTimes times;
       InferObservation obs;
       const api::RunOptions run_options = policy_.For(absl::InfiniteFuture(), nullptr, 0);
-      absl::StatusOr<InferResponse> response =
-          version.builtin != nullptr
-              ? ExecuteBuiltin(*lane, version, s->request, *valid, run_options, &times, &obs)
-          : version.onnx != nullptr
-              ? ExecuteOnnx(*lane, version, s->request, *valid, run_options, &times, &obs)
-              : Execute(*lane, version, s->request, *valid, run_options, &times, &obs);
-      {
-        absl::MutexLock lock(&lane->mu);
-        lane->busy = false;
-      }
+      absl::StatusOr<InferResponse> response = absl::UnknownError("warm-up did not run");
+      absl::Notification done;
+      lane->Submit(
+          [&] {
+            response = Execute(*lane, version, s->request, *valid, run_options, &times, &obs);
+            lane->Release();
+            done.Notify();
+          },
+          /*may_inline=*/true);
+      done.WaitForNotification();
       if (!response.ok()) {
         return absl::Status(response.status().code(),
                             absl::StrCat(s->label, ": ", response.status().message()));
