@@ -184,6 +184,19 @@ RealizeStats RealizeContext::TakeRecording() {
   return std::exchange(impl_->recorded, RealizeStats{});
 }
 
+void RealizeContext::SetPassHooks(std::shared_ptr<const codegen::PassHooks> hooks) {
+  absl::MutexLock l(&impl_->mu);
+  impl_->hooks = std::move(hooks);
+  impl_->kernels.Clear();
+}
+
+std::shared_ptr<const codegen::PassHooks> RealizeContext::pass_hooks() const {
+  absl::MutexLock l(&impl_->mu);
+  return impl_->hooks;
+}
+
+RewriteStats& RealizeContext::rewrite_stats() const { return impl_->rewrite_stats; }
+
 void SetDefaultKernelCacheLimits(size_t max_entries, size_t max_bytes) {
   g_default_kernel_entries = std::max<size_t>(1, max_entries);
   g_default_kernel_bytes = max_bytes;

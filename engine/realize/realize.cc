@@ -112,7 +112,11 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
   const auto t0 = Clock::now();
   auto k = std::make_shared<LoadedKernel>();
   if (DebugLevel() >= 5) std::fprintf(stderr, "%s\n", PrintGraph(ast).c_str());
-  KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, realize_internal::TargetFor(dev)));
+  codegen::LowerOptions lower;
+  const std::shared_ptr<const codegen::PassHooks> hooks = ctx.pass_hooks();  // held for the lowering
+  lower.hooks = hooks.get();
+  lower.stats = &ctx.rewrite_stats();
+  KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, realize_internal::TargetFor(dev), lower));
   KILN_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, runtime::CompileKernel(dev, k->program));
   k->source = std::move(ck.source);
   k->runner = std::move(ck.program);

@@ -31,6 +31,11 @@
 
 namespace kiln {
 
+namespace codegen {
+struct PassHooks;
+}  // namespace codegen
+class RewriteStats;
+
 // One kernel launch of a Realize, in launch order (timed on the device: Launch(..., timed = true)).
 struct KernelLaunch {
   std::string name;    // generated kernel name (E_..., r_...)
@@ -103,6 +108,14 @@ class RealizeContext {
   // its runs on the context (api::Engine) and runs code that realizes without returning stats (Tensor API, TinyJit).
   void StartRecording();
   RealizeStats TakeRecording();
+
+  // The extension point of the lowering (issue #18): user rule tables before or after named stages
+  // (codegen::PassHooks, engine/codegen/codegen.h) for every kernel this context lowers from now on. Setting
+  // them empties this context's kernel cache, so no kernel lowered without them is reused. Null = none.
+  void SetPassHooks(std::shared_ptr<const codegen::PassHooks> hooks);
+  std::shared_ptr<const codegen::PassHooks> pass_hooks() const;
+  // The named passes and rule hits of every kernel this context lowered (engine/rewrite/rewrite_stats.h).
+  RewriteStats& rewrite_stats() const;
 
   struct Impl;  // realize.cc
   Impl& impl() const { return *impl_; }

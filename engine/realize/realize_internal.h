@@ -128,6 +128,8 @@ struct RealizeContext::Impl {
   void Finish(const RealizeStats& stats) ABSL_LOCKS_EXCLUDED(mu);
 
   realize_internal::Memo memo;  // its own lock
+  RewriteStats rewrite_stats;   // its own lock
+  std::shared_ptr<const codegen::PassHooks> hooks ABSL_GUARDED_BY(mu);
   mutable absl::Mutex mu;
   LruCache<std::string, std::shared_ptr<realize_internal::LoadedKernel>> kernels ABSL_GUARDED_BY(mu);
   RealizeCounters counters ABSL_GUARDED_BY(mu);
