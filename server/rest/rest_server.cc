@@ -105,9 +105,9 @@ class RestRouter : public Router {
   }
 
  private:
-  const Authenticator* const auth_;
   const KserveRoutes* const kserve_;
   const TrainingRoutes* const training_;
+  const Authenticator* const auth_;
 };
 
 HttpLimits LimitsOf(const RestServerOptions& o) {

@@ -77,8 +77,12 @@ TEST(EnvTest, KnobNames) {
 
 TEST(EnvTest, DefaultsWhenUnset) {
   // The CTest environment does not set JIT/CACHELEVEL; tinygrad's defaults are JIT=1, CACHELEVEL=2.
-  if (std::getenv("JIT") == nullptr) EXPECT_EQ(GetKnob(Knob::kJit), 1);
-  if (std::getenv("CACHELEVEL") == nullptr) EXPECT_EQ(GetKnob(Knob::kCacheLevel), 2);
+  if (std::getenv("JIT") == nullptr) {
+    EXPECT_EQ(GetKnob(Knob::kJit), 1);
+  }
+  if (std::getenv("CACHELEVEL") == nullptr) {
+    EXPECT_EQ(GetKnob(Knob::kCacheLevel), 2);
+  }
 }
 
 TEST(Sha256Test, KnownVectors) {
