@@ -43,14 +43,14 @@
 namespace kiln {
 
 struct RewriteOptions {
+  // (Initialized, so designated initializers that omit it stay complete for -Wmissing-field-initializers.)
+  std::string name = "";                // pass name, recorded for DEBUG/VIZ ("initial symbolic")
   bool bottom_up = false;               // tinygrad bottom_up=True: pm applied before children, to a fixed point
   const PatternMatcher* bpm = nullptr;  // both modes: bpm top-down + pm bottom-up (tinygrad's pm+bpm)
   bool walk = false;                    // single pass, no fixed point, no re-traversal of replacements
   void* ctx = nullptr;                  // passed to every callback (Bindings::ctx<T>())
   int64_t step_limit = 250000;          // exceeded -> error Status "infinite loop in graph_rewrite"
   RewriteStats* stats = nullptr;        // caller-owned per-pass, per-rule hit counters (null = none)
-  // Last, so designated initializers that name only the flags above stay complete (-Wmissing-field-initializers).
-  std::string name;                     // pass name, recorded for DEBUG/VIZ ("initial symbolic")
 };
 
 // Returns the rewritten root. InvalidArgument if both bottom_up and bpm are set.
