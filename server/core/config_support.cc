@@ -18,9 +18,8 @@ struct FieldRule {
   const char* reason;  // "" = implemented; else why it is refused
 };
 
-// Every field kilnd reads or whose meaning it keeps. Scheduling hints that running each request
-// as it comes already satisfies (dynamic_batching's delay bound, preferred sizes, ordering;
-// instance_group.count -- one instance per model and device) are accepted.
+// Every field kilnd reads or whose meaning it keeps. dynamic_batching is implemented whole
+// (dynamic_batcher.h); instance_group.count -- one instance per model and device -- is accepted.
 constexpr FieldRule kFieldRules[] = {
     {"name", ""},
     {"platform", ""},
@@ -54,15 +53,12 @@ constexpr FieldRule kFieldRules[] = {
     {"dynamic_batching.preserve_ordering", ""},
     {"dynamic_batching.default_queue_policy", ""},
     {"dynamic_batching.default_queue_policy.max_queue_size", ""},
-    {"dynamic_batching.default_queue_policy.timeout_action",
-     "not implemented by kilnd (queue timeouts; use the request's timeout parameter)"},
-    {"dynamic_batching.default_queue_policy.default_timeout_microseconds",
-     "not implemented by kilnd (queue timeouts; use the request's timeout parameter)"},
-    {"dynamic_batching.default_queue_policy.allow_timeout_override",
-     "not implemented by kilnd (queue timeouts; use the request's timeout parameter)"},
-    {"dynamic_batching.priority_levels", "not implemented by kilnd (request priorities)"},
-    {"dynamic_batching.default_priority_level", "not implemented by kilnd (request priorities)"},
-    {"dynamic_batching.priority_queue_policy", "not implemented by kilnd (request priorities)"},
+    {"dynamic_batching.default_queue_policy.timeout_action", ""},
+    {"dynamic_batching.default_queue_policy.default_timeout_microseconds", ""},
+    {"dynamic_batching.default_queue_policy.allow_timeout_override", ""},
+    {"dynamic_batching.priority_levels", ""},
+    {"dynamic_batching.default_priority_level", ""},
+    {"dynamic_batching.priority_queue_policy", ""},
     {"sequence_batching", "not implemented by kilnd (stateful sequences, sequence_id)"},
     {"ensemble_scheduling", "not implemented by kilnd (ensembles)"},
     {"instance_group", ""},

@@ -3,10 +3,12 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -24,8 +26,9 @@ constexpr std::string_view kPoints[] = {
 };
 
 struct Point {
-  bool kill = true;              // else: throw
-  int64_t fire_at = 1;           // the hit that fires
+  bool kill = true;              // else: throw (or sleep when sleep_ms > 0)
+  int64_t sleep_ms = 0;          // sleep<ms>: hold the thread that long, then go on
+  int64_t fire_at = 1;           // the hit that fires; 0 = every hit (sleep without @n)
   std::atomic<int64_t> hits{0};  // hits so far
 };
 
@@ -44,20 +47,29 @@ Table* Parse() {
     const std::string name = text.substr(0, eq);
     std::string action = eq == std::string::npos ? "" : text.substr(eq + 1);
     int64_t at = 1;
+    bool explicit_at = false;
     if (const size_t a = action.find('@'); a != std::string::npos) {
       if (!absl::SimpleAtoi(action.substr(a + 1), &at) || at < 1) at = -1;
       action = action.substr(0, a);
+      explicit_at = true;
     }
-    if (!IsKnown(name) || (action != "kill" && action != "throw") || at < 1) {
+    int64_t sleep_ms = 0;
+    const bool sleep = action.rfind("sleep", 0) == 0 && absl::SimpleAtoi(action.substr(5), &sleep_ms) &&
+                       sleep_ms > 0 && sleep_ms <= 600000;
+    if (!IsKnown(name) || (action != "kill" && action != "throw" && !sleep) || at < 1) {
       spdlog::error(
-          "KILN_FAILPOINTS: ignoring '{}' (want <point>=kill|throw[@n], n >= 1, point one of {})", text,
+          "KILN_FAILPOINTS: ignoring '{}' (want <point>=kill|throw|sleep<ms>[@n], n >= 1, ms in "
+          "[1, 600000], point one of {})",
+          text,
           absl::StrJoin(kPoints, ", ",
                         [](std::string* out, std::string_view p) { out->append(p); }));
       continue;
     }
-    table->points[name].fire_at = at;
+    table->points[name].fire_at = sleep && !explicit_at ? 0 : at;
     table->points[name].kill = action == "kill";
-    spdlog::warn("KILN_FAILPOINTS: {} armed: {} at hit {}", name, action, at);
+    table->points[name].sleep_ms = sleep ? sleep_ms : 0;
+    spdlog::warn("KILN_FAILPOINTS: {} armed: {} at hit {}", name, action,
+                 sleep && !explicit_at ? std::string("every") : std::to_string(at));
   }
   if (table->points.empty()) {
     delete table;
@@ -91,7 +103,11 @@ void Hit(std::string_view name) {
   auto it = table->points.find(name);
   if (it == table->points.end()) return;
   const int64_t hit = it->second.hits.fetch_add(1) + 1;
-  if (hit != it->second.fire_at) return;
+  if (it->second.fire_at != 0 && hit != it->second.fire_at) return;
+  if (it->second.sleep_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(it->second.sleep_ms));
+    return;
+  }
   if (!it->second.kill) {
     spdlog::warn("failpoint {}: throw (hit {})", std::string(name), hit);
     throw std::runtime_error(absl::StrCat("failpoint ", std::string(name), " fired"));

@@ -8,8 +8,10 @@
 //     action  kill   raise(SIGKILL) at that point (no destructors, no flush: a crash)
 //             throw  throw std::runtime_error there (proves that no exception ends the process:
 //                    the request gets INTERNAL with a request id, guard.h)
-//     @n      fire on the n-th time the point is reached in this process (1-based; default 1);
-//             earlier hits pass
+//             sleep<ms>  hold the thread that many milliseconds, then go on (a slow execution
+//                    that keeps the device busy: how the batching tests fill a queue on cue)
+//     @n      fire on the n-th time the point is reached in this process (1-based; default 1;
+//             sleep without @n fires on every hit); earlier hits pass
 //   e.g. KILN_FAILPOINTS=checkpoint.after_temp_fsync=kill@3
 //   A malformed value, an unknown point name or an unknown action is logged once and ignored
 //   (the daemon never fails to start because of it).
@@ -29,8 +31,8 @@
 //                                   (and config.pbtxt written); not loaded, the job not marked
 //   publish.after_mark              the job store records published_version; the job not yet
 //                                   SUCCEEDED
-//   infer.execute                   a model request is about to execute (on the device's executor
-//                                   thread, or inline on the transport's)
+//   infer.execute                   a model request (or a dynamic batch, once) is about to execute
+//                                   (on the device's executor thread, or inline on the transport's)
 //   graph.execute                   a kiln.v1.Engine graph is about to run
 // Thread safety: Hit() may be called from any thread.
 #pragma once

@@ -58,18 +58,25 @@ struct InferRequest {
   // the transport cancels when the client goes away (null: none). A request past its deadline or
   // cancelled while queued is answered DEADLINE_EXCEEDED / CANCELLED without running; a running
   // one stops between kernels.
-  // Both transports also take Triton's request parameter `timeout` (microseconds, 0 = none): the
-  // deadline is the earlier of the call's and now + timeout (ApplyTimeoutParameter).
+  // Both transports also take Triton's request parameter `timeout` (microseconds, 0 = none) into
+  // timeout_us: for a model without dynamic batching InferenceServer makes the deadline the
+  // earlier of the call's and arrival + timeout; with it, the model's queue policy decides what
+  // the timeout means (dynamic_batcher.h: it may override the default queue timeout, or be
+  // ignored), as in Triton.
   absl::Time deadline = absl::InfiniteFuture();
+  // Triton's request parameters `timeout` (microseconds, 0 = none; see ApplyTimeoutParameter) and
+  // `priority` (0 = the model's default level; dynamic_batcher.h).
+  int64_t timeout_us = 0;
+  uint64_t priority = 0;
   std::shared_ptr<const api::CancellationToken> cancellation;
   // The transport's own cap on the outputs' bytes (e.g. REST's JSON grows a tensor several times);
   // 0 = the server's (--max-response-bytes). The smaller one applies.
   int64_t max_response_bytes = 0;
 };
 
-// The request parameter `timeout` (Triton's: microseconds, 0 = none) applied to `request`: its
-// deadline becomes the earlier of the current one and now + timeout. A negative value, or one
-// over a year, is InvalidArgument naming parameters.timeout.
+// The request parameter `timeout` (Triton's: microseconds, 0 = none) stored in
+// request->timeout_us (see above). A negative value, or one over a year, is InvalidArgument
+// naming parameters.timeout.
 inline absl::Status ApplyTimeoutParameter(int64_t micros, InferRequest* request) {
   constexpr int64_t kMaxTimeoutMicros = int64_t{366} * 24 * 3600 * 1000000;
   if (micros < 0 || micros > kMaxTimeoutMicros) {
@@ -77,9 +84,7 @@ inline absl::Status ApplyTimeoutParameter(int64_t micros, InferRequest* request)
         absl::StrCat("parameters.timeout: ", micros, " microseconds is outside [0, ",
                      kMaxTimeoutMicros, "]"));
   }
-  if (micros > 0) {
-    request->deadline = std::min(request->deadline, absl::Now() + absl::Microseconds(micros));
-  }
+  request->timeout_us = micros;
   return absl::OkStatus();
 }
 

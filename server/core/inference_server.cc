@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "server/core/classification.h"
 #include "server/core/datatype.h"
+#include "server/core/dynamic_batcher.h"
 #include "server/core/failpoint.h"
 #include "server/core/guard.h"
 #include "server/core/inference_lanes.h"
@@ -321,6 +322,10 @@ void InferenceServer::InferAsync(const InferRequest& request, InferCallback done
     Finish(task, admitted);
     return;
   }
+  if (task.model->batcher != nullptr) {  // dynamic batching: the batcher decides when it runs
+    Enqueue(std::move(task));
+    return;
+  }
   DeviceLane& lane = *task.lane;
   // Expected engine time from the version's latest run; unknown (0) means queue: first runs
   // compile, which must not hold a transport thread.
@@ -362,10 +367,21 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
                                                " for model ", version.name,
                                                " is not available in this build"));
   }
+  if (version.batcher != nullptr) {
+    if (absl::StatusOr<uint32_t> level = version.batcher->LevelOf(request.priority); !level.ok()) {
+      return level.status();
+    }
+  }
   task->request = request;  // before the pending count: nothing below may fail
-  const uint32_t configured =
-      version.config->dynamic_batching().default_queue_policy().max_queue_size();
-  const int64_t limit = configured > 0 ? configured : options_.max_queue_size;
+  if (version.batcher == nullptr && request.timeout_us > 0) {  // else the queue policy's (infer_request.h)
+    task->request.deadline = std::min(
+        task->request.deadline,
+        absl::Now() - absl::FromChrono(std::chrono::steady_clock::now() - task->start) +
+            absl::Microseconds(request.timeout_us));
+  }
+  // The server's bound on every version's waiting requests; a dynamic batcher's queue policy
+  // bounds each priority level on its own (DynamicBatcher::Push, UNAVAILABLE as in Triton).
+  const int64_t limit = options_.max_queue_size;
   if (version.pending->fetch_add(1) >= limit) {
     version.pending->fetch_sub(1);
     task->obs.rejected = true;
@@ -398,30 +414,33 @@ void InferenceServer::RunTask(Task& task) {
   Finish(task, std::move(response));
 }
 
-absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
+std::optional<absl::StatusOr<InferResponse>> InferenceServer::BeginTask(Task& task, CacheProbe* cached,
+                                                                        ExecutionTimes* times) {
   const ModelVersion& version = *task.model;
-  DeviceLane& lane = *task.lane;
   version.pending->fetch_sub(1);
   if (observer_ != nullptr) observer_->ObservePending(task.obs.model, task.obs.version, -1);
-  ExecutionTimes times;
-  times.batch_size = static_cast<uint64_t>(task.valid.batch_size);
-  times.queue_ns = NanosSince(task.admitted);
-  task.obs.batch_size = times.batch_size;
-  task.obs.queue_ns = times.queue_ns;
-  KILN_FAILPOINT("infer.execute");
-  const api::RunOptions run_options =
-      policy_.For(task.request.deadline, task.request.cancellation, task.request.max_response_bytes);
+  times->batch_size = static_cast<uint64_t>(task.valid.batch_size);
+  times->queue_ns = NanosSince(task.admitted);
+  task.obs.batch_size = times->batch_size;
+  task.obs.queue_ns = times->queue_ns;
+  // The deadline first: a transport cancels a call whose deadline passed, too.
+  if (absl::Now() >= task.request.deadline) {
+    task.obs.dropped = true;
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the request's deadline passed while it waited in the queue (", times->queue_ns / 1000, " us)"));
+  }
   if (task.request.cancellation != nullptr && task.request.cancellation->cancelled()) {
+    task.obs.dropped = true;
     return absl::CancelledError("the request was cancelled while it waited in the queue");
   }
-  if (absl::Now() >= run_options.deadline) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "the request's deadline passed while it waited in the queue (", times.queue_ns / 1000, " us)"));
-  }
-  CacheProbe cached = ProbeCache(response_cache_.get(), version, task.request, task.start, &task.obs);
-  if (cached.hit.has_value()) return *std::move(cached.hit);  // response_cache.h
-  absl::StatusOr<InferResponse> response =
-      Execute(lane, version, task.request, task.valid, run_options, &times, &task.obs);
+  *cached = ProbeCache(response_cache_.get(), version, task.request, task.start, &task.obs);
+  if (cached->hit.has_value()) return *std::move(cached->hit);  // response_cache.h
+  return std::nullopt;
+}
+
+void InferenceServer::EndTask(Task& task, const CacheProbe& cached, const ExecutionTimes& times,
+                              bool count_execution, absl::StatusOr<InferResponse>& response) {
+  const ModelVersion& version = *task.model;
   task.obs.compute_input_ns = times.compute_input_ns;
   task.obs.compute_infer_ns = times.compute_infer_ns;
   task.obs.compute_output_ns = times.compute_output_ns;
@@ -429,8 +448,25 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
     if (absl::Status s = ApplyClassification(*version.config, task.request, &*response); !s.ok()) response = s;
   }
   StoreInCache(response_cache_.get(), cached, version, response, &task.obs);
+  if (!response.ok()) return;
+  version.stats->RecordRequest(NanosSince(task.start), times);
+  if (count_execution) version.stats->RecordExecution(times);
+}
+
+absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
+  const ModelVersion& version = *task.model;
+  DeviceLane& lane = *task.lane;
+  ExecutionTimes times;
+  CacheProbe cached;
+  if (auto answer = BeginTask(task, &cached, &times); answer.has_value()) return *std::move(answer);
+  KILN_FAILPOINT("infer.execute");
+  const api::RunOptions run_options =
+      policy_.For(task.request.deadline, task.request.cancellation, task.request.max_response_bytes);
+  absl::StatusOr<InferResponse> response =
+      Execute(lane, version, task.request, task.valid, run_options, &times, &task.obs);
+  task.obs.executed_rows = times.batch_size;
+  EndTask(task, cached, times, /*count_execution=*/true, response);
   if (response.ok()) {
-    version.stats->RecordSuccess(NanosSince(task.start), times);
     version.last_compute_ns_per_item->store(
         std::max<uint64_t>(1, times.compute_infer_ns / std::max<uint64_t>(1, times.batch_size)),
         std::memory_order_relaxed);

@@ -55,6 +55,7 @@
 #include "inference/model_config.pb.h"
 #include "server/core/graph_service.h"
 #include "server/core/infer_request.h"
+#include "server/core/infer_task.h"
 #include "server/core/inference_lanes.h"
 #include "server/core/limits.h"
 #include "server/core/model_repository.h"
@@ -149,7 +150,7 @@ class InferenceServer : private ModelPlacer {
   absl::StatusOr<std::vector<ModelStatsEntry>> Statistics(const std::string& name,
                                                           const std::string& version) const;
 
-  using InferCallback = std::function<void(absl::StatusOr<InferResponse>)>;
+  using InferCallback = server::InferCallback;
 
   // Validates `request` fully, then executes it through its device's engine (kiln_graph and
   // kiln_builtin models): inline when the device is idle, else queued (see above). `done` runs
@@ -180,16 +181,7 @@ class InferenceServer : private ModelPlacer {
   std::vector<ModelMemoryObservation> ModelMemory() const;
 
  private:
-  struct Task {
-    std::shared_ptr<const ModelVersion> model;
-    DeviceLane* lane = nullptr;  // the device the version runs on
-    InferRequest request;
-    ValidatedRequest valid;
-    std::chrono::steady_clock::time_point start;     // arrival
-    std::chrono::steady_clock::time_point admitted;  // queue time starts here
-    InferObservation obs;
-    InferCallback done;
-  };
+  using Task = InferTask;
   InferenceServer(ServerOptions options, std::string default_device,
                   std::unique_ptr<api::Engine> default_engine);
   // ModelPlacer: resolves config's placement, echoes it, and gives the device's engine.
@@ -203,8 +195,27 @@ class InferenceServer : private ModelPlacer {
   void Finish(Task& task, absl::StatusOr<InferResponse> response);
   // Runs a task whose lane it holds (busy): ExecuteTask, release the lane, then Finish.
   void RunTask(Task& task);
-  // Executes an admitted task (statistics included).
+  // Executes an admitted task (statistics included): BeginTask, Execute, EndTask.
   absl::StatusOr<InferResponse> ExecuteTask(Task& task);
+  // What happens to a task when its execution starts: leaves the pending count, queue time
+  // measured, refused if cancelled or past its deadline, answered from the response cache if it
+  // can be. A value = the task's answer (no execution); nullopt = execute it.
+  std::optional<absl::StatusOr<InferResponse>> BeginTask(Task& task, CacheProbe* cached,
+                                                         ExecutionTimes* times);
+  // After an execution: classification, response cache, statistics. `count_execution`: this task
+  // also records the execution (false for every request of a batch but one, which records it).
+  void EndTask(Task& task, const CacheProbe& cached, const ExecutionTimes& times,
+               bool count_execution, absl::StatusOr<InferResponse>& response);
+  // Dynamic batching (inference_batching.cc, dynamic_batcher.h): queues an admitted task of a
+  // version with a batcher, scheduling a pull on its lane when none is.
+  void Enqueue(Task task);
+  // A pull: forms the version's next batch (waiting for it on the lane) and runs it, answers what
+  // the batcher refused, schedules the next pull while requests wait, releases the lane.
+  void RunBatches(const std::shared_ptr<const ModelVersion>& version, DeviceLane* lane);
+  // Runs `tasks` (at least two, equal non-batch shapes) as one execution: inputs concatenated
+  // along dim 0, outputs split back; one answer per task, in order.
+  std::vector<absl::StatusOr<InferResponse>> ExecuteBatch(DeviceLane& lane, const ModelVersion& version,
+                                                          std::vector<std::unique_ptr<Task>>& tasks);
   // The one execute path of every model kind (inference_execute.cc).
   absl::StatusOr<InferResponse> Execute(DeviceLane& lane, const ModelVersion& version,
                                         const InferRequest& request, const ValidatedRequest& valid,

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/core/datatype.h"
+#include "server/core/dynamic_batcher.h"
 #include "server/core/graph_spec_codec.h"
 #include "server/core/limits.h"
 #include "server/core/model_artifact.h"
@@ -297,6 +298,16 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     model->graph = std::move(prepared);
     model->builtin = std::move(builtin);
     model->onnx = std::move(onnx);
+    if (shared_config->has_dynamic_batching()) {
+      absl::StatusOr<BatchingPolicy> policy = BatchingPolicy::FromConfig(*shared_config);
+      if (!policy.ok()) {
+        slot.state = ModelState::kUnavailable;
+        slot.reason = std::string(policy.status().message());
+        if (first_error.empty()) first_error = absl::StrCat("version ", v, ": ", slot.reason);
+        continue;
+      }
+      model->batcher = std::make_shared<DynamicBatcher>(*std::move(policy));
+    }
     if (absl::Status w = placer_ != nullptr ? placer_->Warmup(*model, files_) : absl::OkStatus(); !w.ok()) {
       slot.state = ModelState::kUnavailable;  // a failing warm-up fails the load (warmup.h)
       slot.reason = std::string(w.message());

@@ -40,6 +40,8 @@
 
 namespace kiln::server {
 
+class DynamicBatcher;  // dynamic_batcher.h
+
 enum class ModelState { kUnknown, kReady, kUnavailable, kLoading, kUnloading };
 
 std::string_view ModelStateName(ModelState state);
@@ -58,6 +60,9 @@ struct ModelVersion {
   std::shared_ptr<const api::BuiltinModel> builtin;
   // ONNX (onnx_config.h): the model loaded by the engine (null without an engine).
   std::shared_ptr<const api::OnnxModel> onnx;
+  // Dynamic batching (dynamic_batcher.h): the version's batch queue; null when the config has no
+  // dynamic_batching block (each request then runs as it comes).
+  std::shared_ptr<DynamicBatcher> batcher;
   // Requests of this version waiting for execution (bounded by InferenceServer).
   std::shared_ptr<std::atomic<int64_t>> pending = std::make_shared<std::atomic<int64_t>>(0);
   // Engine time per batch item of the version's latest successful run (0 = none yet); how

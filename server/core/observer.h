@@ -21,6 +21,12 @@ struct InferObservation {
   bool reached_model = false;  // the request resolved to a READY model version
   bool engine_failure = false; // failed inside execution (not validation)
   bool rejected = false;       // refused by the model's full queue (Triton reason REJECTED)
+  // Dropped from the queue without running: its client cancelled, its deadline passed, or its
+  // dynamic-batching queue timeout expired under REJECT (the code tells which).
+  bool dropped = false;
+  // The one request of each execution that reports it: the execution's rows (a dynamic batch's
+  // summed batch dims); 0 on the other requests of a batch and on requests that did not run.
+  uint64_t executed_rows = 0;
   uint64_t batch_size = 0;
   uint64_t duration_ns = 0;    // whole request
   uint64_t queue_ns = 0;

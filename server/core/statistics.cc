@@ -13,17 +13,21 @@ uint64_t NowMs() {
 
 }  // namespace
 
-void ModelStats::RecordSuccess(uint64_t total_ns, const ExecutionTimes& times) {
+void ModelStats::RecordRequest(uint64_t total_ns, const ExecutionTimes& times) {
   const uint64_t now = NowMs();
   absl::MutexLock lock(&mu_);
   stats_.last_inference_ms = now;
   stats_.inference_count += times.batch_size;
-  stats_.execution_count += 1;
   stats_.success.Add(total_ns);
   stats_.queue.Add(times.queue_ns);
   stats_.compute_input.Add(times.compute_input_ns);
   stats_.compute_infer.Add(times.compute_infer_ns);
   stats_.compute_output.Add(times.compute_output_ns);
+}
+
+void ModelStats::RecordExecution(const ExecutionTimes& times) {
+  absl::MutexLock lock(&mu_);
+  stats_.execution_count += 1;
   BatchStats& batch = stats_.batch[times.batch_size];
   batch.compute_input.Add(times.compute_input_ns);
   batch.compute_infer.Add(times.compute_infer_ns);

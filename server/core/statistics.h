@@ -61,8 +61,12 @@ struct ExecutionTimes {
 
 class ModelStats {
  public:
-  // A request that succeeded end to end in `total_ns`, after `times`.
-  void RecordSuccess(uint64_t total_ns, const ExecutionTimes& times);
+  // A request that succeeded end to end in `total_ns`, after `times` (times.batch_size: the
+  // request's own rows; the compute times: those of the execution that ran it).
+  void RecordRequest(uint64_t total_ns, const ExecutionTimes& times);
+  // One model execution of times.batch_size rows (a dynamic batch counts once, however many
+  // requests it merged): execution_count and the per-batch-size statistics.
+  void RecordExecution(const ExecutionTimes& times);
   // A request that failed after reaching this version (validation, platform, execution).
   void RecordFailure(uint64_t total_ns);
   // A request answered from the response cache (response_cache.h): a success and a cache hit,

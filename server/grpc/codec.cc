@@ -74,6 +74,18 @@ absl::Status ApplyRequestParameters(const inference::ModelInferRequest& wire,
     request->classification.resize(wire.outputs_size(), 0);
     request->classification[i] = k;
   }
+  if (auto pr = wire.parameters().find("priority"); pr != wire.parameters().end()) {
+    const inference::InferParameter& p = pr->second;
+    if (p.parameter_choice_case() == inference::InferParameter::kUint64Param) {
+      request->priority = p.uint64_param();
+    } else if (p.parameter_choice_case() == inference::InferParameter::kInt64Param &&
+               p.int64_param() >= 0) {
+      request->priority = static_cast<uint64_t>(p.int64_param());
+    } else {
+      return absl::InvalidArgumentError(
+          "parameters.priority: expected a non-negative uint64_param or int64_param");
+    }
+  }
   auto it = wire.parameters().find("timeout");
   if (it == wire.parameters().end()) return absl::OkStatus();
   const inference::InferParameter& p = it->second;

@@ -50,7 +50,8 @@ ABSL_FLAG(int64_t, max_request_bytes, kiln::server::kDefaultMaxRequestBytes,
           "largest gRPC message and total input bytes accepted per request");
 ABSL_FLAG(int64_t, max_queue_size, kiln::server::kDefaultMaxQueueSize,
           "requests waiting per model version before new ones get RESOURCE_EXHAUSTED (a model's "
-          "dynamic_batching.default_queue_policy.max_queue_size overrides it)");
+          "dynamic_batching queue policy max_queue_size also bounds each priority level, "
+          "answering UNAVAILABLE as Triton does)");
 ABSL_FLAG(int32_t, exit_timeout_secs, 30,
           "on SIGTERM/SIGINT, seconds for calls in flight to finish before exit");
 ABSL_FLAG(std::string, device, "",

@@ -8,6 +8,10 @@
 namespace kiln::server {
 namespace {
 
+prometheus::Histogram::BucketBoundaries BatchBuckets() {
+  return {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+}
+
 prometheus::Histogram::BucketBoundaries SecondsBuckets() {
   return {1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1, 5, 10};
 }
@@ -64,6 +68,14 @@ Metrics::Metrics()
                      .Name("nv_inference_exec_count")
                      .Help("Number of model executions performed")
                      .Register(*registry_);
+  batch_size_ = &BuildHistogram()
+                     .Name("kiln_inference_batch_size")
+                     .Help("Rows (summed batch dims) of each model execution")
+                     .Register(*registry_);
+  dropped_ = &BuildCounter()
+                  .Name("kiln_inference_dropped_total")
+                  .Help("Requests dropped from the queue without running (cancelled, deadline, timeout)")
+                  .Register(*registry_);
   request_us_ = &BuildCounter()
                      .Name("nv_inference_request_duration_us")
                      .Help("Cumulative inference request duration in microseconds")
@@ -201,7 +213,10 @@ void Metrics::ObserveInfer(const InferObservation& o) {
   } else if (o.code == absl::StatusCode::kOk) {
     success_->Add(labels).Increment();
     inference_count_->Add(labels).Increment(static_cast<double>(o.batch_size));
-    exec_count_->Add(labels).Increment();
+    if (o.executed_rows > 0) {  // the one request of its execution that reports it
+      exec_count_->Add(labels).Increment();
+      batch_size_->Add(labels, BatchBuckets()).Observe(static_cast<double>(o.executed_rows));
+    }
     request_us_->Add(labels).Increment(static_cast<double>(o.duration_ns / 1000));
     queue_us_->Add(labels).Increment(static_cast<double>(o.queue_ns / 1000));
     compute_input_us_->Add(labels).Increment(static_cast<double>(o.compute_input_ns / 1000));
@@ -209,7 +224,16 @@ void Metrics::ObserveInfer(const InferObservation& o) {
     compute_output_us_->Add(labels).Increment(static_cast<double>(o.compute_output_ns / 1000));
     queue_duration_->Add(labels, SecondsBuckets()).Observe(static_cast<double>(o.queue_ns) * 1e-9);
   } else {
-    const char* reason = o.rejected ? "REJECTED" : o.engine_failure ? "BACKEND" : "OTHER";
+    const char* reason = o.rejected                                ? "REJECTED"
+                         : o.code == absl::StatusCode::kCancelled ? "CANCELED"
+                         : o.engine_failure                       ? "BACKEND"
+                                                                  : "OTHER";
+    if (o.dropped) {
+      const char* why = o.code == absl::StatusCode::kCancelled          ? "cancelled"
+                        : o.code == absl::StatusCode::kDeadlineExceeded ? "deadline"
+                                                                        : "timeout";
+      dropped_->Add({{"model", o.model}, {"version", o.version}, {"reason", why}}).Increment();
+    }
     failure_->Add({{"model", o.model}, {"version", o.version}, {"reason", reason}}).Increment();
   }
 }

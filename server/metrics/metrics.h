@@ -23,9 +23,14 @@
 //                                   version holds (weights + JIT-captured buffers; 0 for kiln_graph);
 //                                   the series goes away when the version is unloaded
 //   nv_inference_request_success    counter   {model, version}           Triton's names and labels
-//   nv_inference_request_failure    counter   {model, version, reason}   (reason BACKEND or OTHER)
+//   nv_inference_request_failure    counter   {model, version, reason}   (reason REJECTED: full
+//                                   queue or queue timeout; CANCELED; BACKEND; OTHER)
 //   nv_inference_count              counter   {model, version}           batch elements
-//   nv_inference_exec_count         counter   {model, version}
+//   nv_inference_exec_count         counter   {model, version}   executions: a dynamic batch
+//                                   counts once, so request_success / exec_count is the batching ratio
+//   kiln_inference_batch_size       histogram {model, version}   rows of each execution
+//   kiln_inference_dropped_total    counter   {model, version, reason}  requests dropped from the
+//                                   queue unexecuted: reason cancelled, deadline or timeout
 //   nv_inference_request_duration_us, nv_inference_queue_duration_us,
 //   nv_inference_compute_input_duration_us, nv_inference_compute_infer_duration_us,
 //   nv_inference_compute_output_duration_us  counters {model, version} (successful requests)
@@ -111,6 +116,8 @@ class Metrics final : public InferObserver, public TrainingObserver {
   prometheus::Family<prometheus::Counter>* failure_;
   prometheus::Family<prometheus::Counter>* inference_count_;
   prometheus::Family<prometheus::Counter>* exec_count_;
+  prometheus::Family<prometheus::Histogram>* batch_size_;
+  prometheus::Family<prometheus::Counter>* dropped_;
   prometheus::Family<prometheus::Counter>* request_us_;
   prometheus::Family<prometheus::Counter>* queue_us_;
   prometheus::Family<prometheus::Counter>* compute_input_us_;

@@ -270,6 +270,10 @@ absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const 
       if (!b->IsBool()) return Bad("parameters.binary_data_output", "expected true or false");
       out->binary_output_default = b->GetBool();
     }
+    if (const Value* pr = Member(*params, "priority"); pr != nullptr) {
+      if (!pr->IsUint64()) return Bad("parameters.priority", "expected a non-negative integer");
+      request.priority = pr->GetUint64();
+    }
     if (const Value* t = Member(*params, "timeout"); t != nullptr) {
       if (!t->IsInt64()) return Bad("parameters.timeout", "expected an integer (microseconds)");
       if (absl::Status s = ApplyTimeoutParameter(t->GetInt64(), &request); !s.ok()) return s;

@@ -25,19 +25,23 @@ REFUSED = {
               'config parameters["execution_mode"]: not a parameter kilnd reads'),
     "decoupled": ("model_transaction_policy { decoupled: true }",
                   "config model_transaction_policy.decoupled: not implemented by kilnd"),
-    "priority": ("dynamic_batching { priority_levels: 2 }",
-                 "config dynamic_batching.priority_levels: not implemented by kilnd"),
-    "queue_timeout": ("dynamic_batching { default_queue_policy { default_timeout_microseconds: 5 } }",
-                      "config dynamic_batching.default_queue_policy.default_timeout_microseconds"),
+    "priority_default": ("dynamic_batching { priority_levels: 2 default_priority_level: 3 }",
+                         "dynamic_batching.default_priority_level: 3 is outside [1, priority_levels 2]"),
+    "preferred_big": ("dynamic_batching { preferred_batch_size: [4, 16] }",
+                      "dynamic_batching.preferred_batch_size[1]: 16 is outside [1, max_batch_size 8]"),
     "tags": ('metric_tags { key: "team" value: "a" }', "config metric_tags: not implemented by kilnd"),
     "tensorrt": ('platform: "tensorrt_plan"', "unknown platform 'tensorrt_plan'"),
     "cache_on": ("response_cache { enable: true }",  # this kilnd has no --cache-config
                  "config response_cache.enable: kilnd runs without a response cache"),
 }
-# implemented (or a hint running each request at once satisfies): these load
+# implemented: these load
 ACCEPTED = {
     "hints": "dynamic_batching { max_queue_delay_microseconds: 100 preferred_batch_size: [4, 8] "
              "default_queue_policy { max_queue_size: 16 } }",
+    "priority": "dynamic_batching { priority_levels: 2 default_priority_level: 2 "
+                "priority_queue_policy { key: 1 value { max_queue_size: 4 } } }",
+    "queue_timeout": "dynamic_batching { default_queue_policy { timeout_action: DELAY "
+                     "default_timeout_microseconds: 5 allow_timeout_override: true } }",
     "cache_off": "response_cache { enable: false }",
     "not_decoupled": "model_transaction_policy { decoupled: false }",
 }

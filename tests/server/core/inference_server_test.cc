@@ -58,8 +58,8 @@ class TempRepository {
     std::error_code ec;
     fs::remove_all(root_, ec);
   }
-  // models/<from> as <name>: its version folders, and its config without its name and
-  // instance_group lines plus `extra` (e.g. an instance_group).
+  // models/<from> as <name>: its version folders, and its config without its name,
+  // instance_group and dynamic_batching lines plus `extra` (e.g. an instance_group).
   void Add(const std::string& name, const std::string& from, const std::string& extra = "") {
     const fs::path src = fs::path(KILN_MODELS_DIR) / from;
     fs::create_directories(root_ / name);
@@ -67,7 +67,11 @@ class TempRepository {
     std::istringstream config(ReadFile(src / "config.pbtxt"));
     std::string out, line;
     while (std::getline(config, line)) {
-      if (line.rfind("name:", 0) == 0 || line.rfind("instance_group", 0) == 0) continue;
+      // The copies run unbatched unless `extra` says otherwise (add_sub's config batches).
+      if (line.rfind("name:", 0) == 0 || line.rfind("instance_group", 0) == 0 ||
+          line.rfind("dynamic_batching", 0) == 0) {
+        continue;
+      }
       out += line + "\n";
     }
     std::ofstream(root_ / name / "config.pbtxt") << out << extra << "\n";
