@@ -78,7 +78,11 @@ def test_perf_analyzer_unchanged(perf_analyzer, kilnd, client, tmp_path, model, 
 
     assert float(row["Inferences/Second"]) > 0
     assert int(row["p50 latency"]) > 0
-    assert f["server_inferences"] == f["server_executions"] == f["server_successes"]
+    assert f["server_inferences"] == f["server_successes"]  # batch-1 requests
+    if model == "add_sub":  # its config batches dynamically: executions merge requests
+        assert 0 < f["server_executions"] <= f["server_successes"]
+    else:
+        assert f["server_executions"] == f["server_successes"]
     # perf_analyzer reads the statistics over another connection while the load keeps running, so a few
     # requests that complete during those reads land on either side of the window edges.
     slack = max(2 * CONCURRENCY, f["client_requests"] // 100)
