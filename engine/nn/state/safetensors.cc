@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "engine/base/json_limits.h"
 #include "engine/base/status.h"
 #include "rapidjson/document.h"
 #include "rapidjson/error/en.h"
@@ -32,57 +33,9 @@ absl::Status Bad(const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("safetensors: ", what));
 }
 
-// JSON nesting limit of a header: a value inside more containers is an error (the tree's
-// destructor recurses per level).
+// JSON nesting limit of a header: more nested containers are an error (the tree's destructor
+// recurses per level).
 constexpr int kMaxHeaderDepth = 64;
-
-// Forwards SAX events to a rapidjson::Document and fails any value nested in more than
-// kMaxHeaderDepth containers.
-class DepthLimit {
- public:
-  explicit DepthLimit(rapidjson::Document* next) : next_(next) {}
-  bool too_deep() const { return too_deep_; }
-
-  bool Null() { return Value() && next_->Null(); }
-  bool Bool(bool b) { return Value() && next_->Bool(b); }
-  bool Int(int i) { return Value() && next_->Int(i); }
-  bool Uint(unsigned u) { return Value() && next_->Uint(u); }
-  bool Int64(int64_t i) { return Value() && next_->Int64(i); }
-  bool Uint64(uint64_t u) { return Value() && next_->Uint64(u); }
-  bool Double(double d) { return Value() && next_->Double(d); }
-  bool RawNumber(const char* s, rapidjson::SizeType n, bool copy) {
-    return Value() && next_->RawNumber(s, n, copy);
-  }
-  bool String(const char* s, rapidjson::SizeType n, bool copy) {
-    return Value() && next_->String(s, n, copy);
-  }
-  bool Key(const char* s, rapidjson::SizeType n, bool copy) { return next_->Key(s, n, copy); }
-  bool StartObject() { return Enter() && next_->StartObject(); }
-  bool EndObject(rapidjson::SizeType n) {
-    --depth_;
-    return next_->EndObject(n);
-  }
-  bool StartArray() { return Enter() && next_->StartArray(); }
-  bool EndArray(rapidjson::SizeType n) {
-    --depth_;
-    return next_->EndArray(n);
-  }
-
- private:
-  // A value at the current depth (the number of open containers).
-  bool Value() {
-    if (depth_ > kMaxHeaderDepth) too_deep_ = true;
-    return !too_deep_;
-  }
-  bool Enter() {
-    if (!Value()) return false;
-    ++depth_;
-    return true;
-  }
-  rapidjson::Document* next_;
-  int depth_ = 0;
-  bool too_deep_ = false;
-};
 
 // Parses `text` (RFC 8259, strict: no comments, NaN or trailing commas; the whole text one value)
 // into `doc`. Errors are InvalidArgument "JSON: <what> at byte <offset>".
@@ -90,7 +43,7 @@ absl::Status ParseHeaderJson(std::string_view text, rapidjson::Document* doc) {
   absl::Status status;
   auto generator = [&](rapidjson::Document& handler) {
     rapidjson::MemoryStream stream(text.data(), text.size());
-    DepthLimit limited(&handler);
+    JsonLimits<rapidjson::Document> limited(&handler, kMaxHeaderDepth);
     rapidjson::Reader reader;
     const rapidjson::ParseResult ok = reader.Parse<rapidjson::kParseIterativeFlag>(stream, limited);
     if (limited.too_deep()) {

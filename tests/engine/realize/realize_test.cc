@@ -52,7 +52,7 @@ class RealizeTest : public ::testing::TestWithParam<std::string> {
   void Check(const UOpPtr& root, int kernels = -1, double tol = 1e-4) {
     auto r = Realize({root});
     ASSERT_TRUE(r.ok()) << r.status();
-    if (kernels >= 0) EXPECT_EQ(LastRealizeStats().kernels, kernels);
+    if (kernels >= 0) { EXPECT_EQ(LastRealizeStats().kernels, kernels); }
     std::vector<float> got = Read((*r)[0]);
     const Shape& shape = root->shape();
     for (int64_t flat = 0; flat < root->Numel(); ++flat) {

@@ -30,7 +30,7 @@ class Semantics : public ::testing::Test {
   void Check(std::vector<UOpPtr> roots, int expected_kernels = -1) {
     auto s = CreateSchedule(roots);
     ASSERT_TRUE(s.ok()) << s.status();
-    if (expected_kernels >= 0) EXPECT_EQ(static_cast<int>(s->items.size()), expected_kernels);
+    if (expected_kernels >= 0) { EXPECT_EQ(static_cast<int>(s->items.size()), expected_kernels); }
     RunSchedule(*s, bufs_);
     ASSERT_EQ(s->outputs.size(), roots.size());
     for (size_t r = 0; r < roots.size(); ++r) {

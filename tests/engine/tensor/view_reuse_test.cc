@@ -72,7 +72,7 @@ TEST_P(ViewReuseTest, FlipReshapedTwoWaysAndAdded) {
     for (int64_t i = 0; i < n; ++i)  // f[i] + f[j], f = x[::-1]
       for (int64_t j = 0; j < n; ++j)
         for (int64_t k = 0; k < m; ++k) want.push_back(x[(n - 1 - i) * m + k] + x[(n - 1 - j) * m + k]);
-    if (round == 0) ASSERT_EQ(want, issue);
+    if (round == 0) { ASSERT_EQ(want, issue); }
     Tensor f = Tensor::FromVector(x, {n, m}, GetParam()).Flip(0);
     auto got = (f.Reshape({n, 1, m}) + f.Reshape({1, n, m})).ToVector<float>();
     ASSERT_TRUE(got.ok()) << got.status();
@@ -92,7 +92,7 @@ TEST_P(ViewReuseTest, FlipTimesItsTranspose) {
         for (int64_t k = 0; k < m; ++k) s += x[(n - 1 - i) * m + k] * x[(n - 1 - j) * m + k];
         want.push_back(s);
       }
-    if (round == 0) ASSERT_EQ(want, issue);
+    if (round == 0) { ASSERT_EQ(want, issue); }
     Tensor f = Tensor::FromVector(x, {n, m}, GetParam()).Flip(0);
     auto got = f.Matmul(f.Transpose(0, 1)).ToVector<float>();
     ASSERT_TRUE(got.ok()) << got.status();
