@@ -205,12 +205,13 @@ def test_merge_and_split_exact_http(server, weights):
     xs = [images(1, seed=40 + i) for i in range(8)]
     before = stats(grpcclient.InferenceServerClient(url=server.url), "cnn_batched")
 
-    def infer(client, x):
+    def infer(client, x, binary):
         inp = httpclient.InferInput("INPUT", list(x.shape), "FP32")
-        inp.set_data_from_numpy(x, binary_data=True)
+        inp.set_data_from_numpy(x, binary_data=binary)
         return client.infer("cnn_batched", [inp]).as_numpy("OUTPUT")
 
-    got = concurrent(infer, list(zip(clients, xs)))
+    # Binary and JSON tensor data in one batch (raw bytes and typed contents are merged alike).
+    got = concurrent(infer, [(c, x, i % 2 == 0) for i, (c, x) in enumerate(zip(clients, xs))])
     after = stats(grpcclient.InferenceServerClient(url=server.url), "cnn_batched")
     for g in got:
         assert not isinstance(g, Exception), g
@@ -394,3 +395,28 @@ def test_cancelled_and_expired_requests_never_execute(slow):
     # The next request is served normally.
     r = client.infer("drop", add_sub_inputs(grpcclient, ones(7), ones()))
     np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), ones(7) - ones())
+
+
+def test_stream_requests_are_batched(server, weights):
+    """ModelStreamInfer: requests sent back to back on one stream merge, and each answer (by id)
+    carries its own rows."""
+    client = grpcclient.InferenceServerClient(url=server.url)
+    before = stats(client, "cnn_batched")
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: answers.put((result, error)))
+    xs = {f"s{i}": images(1, seed=70 + i) for i in range(8)}
+    try:
+        for rid, x in xs.items():
+            inp = grpcclient.InferInput("INPUT", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            client.async_stream_infer("cnn_batched", [inp], request_id=rid)
+        got = [answers.get(timeout=60) for _ in xs]
+    finally:
+        client.stop_stream()
+    after = stats(client, "cnn_batched")
+    assert all(e is None for _, e in got), [str(e) for _, e in got]
+    for r, _ in got:
+        rid = r.get_response().id
+        np.testing.assert_allclose(r.as_numpy("OUTPUT"), mnist_cnn_forward(weights, xs[rid]), rtol=1e-4, atol=1e-4)
+    success, executions, _ = (a - b for a, b in zip(after, before))
+    assert success == 8 and executions < 8
