@@ -118,8 +118,8 @@ absl::StatusOr<bool> DynamicBatcher::Push(std::unique_ptr<InferTask>* task, Cloc
   l.waiting.push_back(std::move(e));
   ++queued_;
   arrived_.Signal();
-  if (pull_scheduled_) return false;
-  pull_scheduled_ = true;
+  if (pulls_ >= max_pulls_) return false;
+  ++pulls_;
   return true;
 }
 
@@ -248,7 +248,7 @@ DynamicBatcher::Step DynamicBatcher::Next(const std::atomic<bool>& stop) {
 bool DynamicBatcher::ContinueOrStop() {
   absl::MutexLock lock(&mu_);
   if (!EmptyLocked()) return true;
-  pull_scheduled_ = false;
+  --pulls_;
   return false;
 }
 

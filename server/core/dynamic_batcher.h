@@ -34,13 +34,15 @@
 // Every queued request is also dropped, unexecuted, when its client cancelled or its deadline
 // passed (answered CANCELLED / DEADLINE_EXCEEDED; InferObservation::dropped counts it).
 //
-// The batcher owns its queue and one "pull" flag: at most one pull (the work that forms and runs
-// batches on the version's device lane) is scheduled at a time, so a version's batches run one
-// after another in queue order. A pull holds its device while it waits for the delay.
+// The batcher owns its queue and counts its "pulls" (the work that forms and runs batches on one
+// of the version's lanes): at most one per instance is scheduled at a time, so with one instance
+// a version's batches run one after another in queue order. A pull holds its lane while it waits
+// for the delay.
 //
 // Thread safety: every method may be called from any thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -85,7 +87,10 @@ struct BatchingPolicy {
 class DynamicBatcher {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit DynamicBatcher(BatchingPolicy policy) : policy_(std::move(policy)) {}
+  // `max_pulls`: pulls that may run at once (the version's instance count: each pull holds one
+  // instance's lane).
+  explicit DynamicBatcher(BatchingPolicy policy, int max_pulls = 1)
+      : policy_(std::move(policy)), max_pulls_(std::max(1, max_pulls)) {}
 
   const BatchingPolicy& policy() const { return policy_; }
 
@@ -94,7 +99,8 @@ class DynamicBatcher {
   absl::StatusOr<uint32_t> LevelOf(uint64_t priority) const;
 
   // Queues `*task` (admitted and validated; task->request.priority checked by LevelOf). Returns
-  // true when the caller must schedule a pull (none was). UNAVAILABLE, with `*task` left to the
+  // true when the caller must schedule a pull (fewer than max_pulls were). UNAVAILABLE, with
+  // `*task` left to the
   // caller, when the level's queue holds max_queue_size requests.
   absl::StatusOr<bool> Push(std::unique_ptr<InferTask>* task, Clock::time_point now);
 
@@ -117,7 +123,7 @@ class DynamicBatcher {
   Step Next(const std::atomic<bool>& stop);
 
   // After a pull ran a batch: true when requests still wait (the caller schedules the next
-  // pull), else the pull flag is cleared and false returned.
+  // pull), else the pull ends (its count is released) and false is returned.
   bool ContinueOrStop();
 
   int64_t queued() const;
@@ -146,7 +152,8 @@ class DynamicBatcher {
   mutable absl::Mutex mu_;
   absl::CondVar arrived_;
   std::vector<Level> levels_ ABSL_GUARDED_BY(mu_) = std::vector<Level>(policy_.levels.size());
-  bool pull_scheduled_ ABSL_GUARDED_BY(mu_) = false;
+  const int max_pulls_;
+  int pulls_ ABSL_GUARDED_BY(mu_) = 0;  // scheduled or running
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

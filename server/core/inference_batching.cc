@@ -21,7 +21,6 @@ namespace kiln::server {
 
 void InferenceServer::Enqueue(Task task) {
   const std::shared_ptr<const ModelVersion> version = task.model;
-  DeviceLane* lane = task.lane;
   auto owned = std::make_unique<Task>(std::move(task));
   owned->admitted = std::chrono::steady_clock::now();
   absl::StatusOr<bool> pushed = version->batcher->Push(&owned, owned->admitted);
@@ -32,7 +31,8 @@ void InferenceServer::Enqueue(Task task) {
     Finish(*owned, pushed.status());
     return;
   }
-  if (*pushed) {
+  if (*pushed) {  // a new pull, on the least busy instance
+    DeviceLane* lane = PickLane(*version);
     lane->Submit([this, version, lane] { RunBatches(version, lane); }, /*may_inline=*/false);
   }
 }

@@ -55,12 +55,20 @@ InferResponse InferenceServer::ResponseFor(const ModelVersion& version, const In
 }
 
 std::shared_ptr<api::Model> InferenceServer::ModelFor(DeviceLane& lane, const ModelVersion& version) {
+  const int instance = lane.instance();
+  const ModelVersion::Instance* more =
+      instance > 0 && static_cast<size_t>(instance) <= version.more_instances.size()
+          ? &version.more_instances[static_cast<size_t>(instance - 1)]
+          : nullptr;
+  if (instance > 0 && more == nullptr && version.graph == nullptr) return nullptr;
   if (version.builtin != nullptr) {
     api::ModelIo io;
     if (version.config->output_size() > 0) io.output_name = version.config->output(0).name();
-    return api::OpenBuiltinModel(lane.engine(), version.builtin, std::move(io));
+    return api::OpenBuiltinModel(lane.engine(), more != nullptr ? more->builtin : version.builtin, std::move(io));
   }
-  if (version.onnx != nullptr) return api::OpenOnnxModel(lane.engine(), version.onnx);
+  if (version.onnx != nullptr) {
+    return api::OpenOnnxModel(lane.engine(), more != nullptr ? more->onnx : version.onnx);
+  }
   return api::OpenGraphModel(lane.engine(), version.graph);
 }
 

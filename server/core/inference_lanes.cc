@@ -7,8 +7,8 @@
 
 namespace kiln::server {
 
-DeviceLane::DeviceLane(std::string device, std::unique_ptr<api::Engine> engine)
-    : device_(std::move(device)), engine_(std::move(engine)) {
+DeviceLane::DeviceLane(std::string device, std::unique_ptr<api::Engine> engine, int instance)
+    : device_(std::move(device)), instance_(instance), engine_(std::move(engine)) {
   executor_ = std::thread([this] { ExecutorLoop(); });
 }
 
@@ -24,6 +24,11 @@ void DeviceLane::Submit(Work work, bool may_inline) {
     busy_ = true;  // the device is ours: the executor waits until we release it
   }
   work();
+}
+
+int64_t DeviceLane::load() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(queue_.size()) + (busy_ ? 1 : 0);
 }
 
 void DeviceLane::Release() {
@@ -62,40 +67,42 @@ DeviceLane* DeviceLanes::Start(const std::string& device, std::unique_ptr<api::E
   absl::MutexLock lock(&mu_);
   auto lane = std::make_unique<DeviceLane>(device, std::move(engine));
   DeviceLane* raw = lane.get();
-  lanes_[device] = std::move(lane);
+  lanes_[{device, 0}] = std::move(lane);
   return raw;
 }
 
-DeviceLane* DeviceLanes::Find(const std::string& device) const {
+DeviceLane* DeviceLanes::Find(const std::string& device, int instance) const {
   absl::MutexLock lock(&mu_);
-  auto it = lanes_.find(device);
+  auto it = lanes_.find({device, instance});
   return it == lanes_.end() ? nullptr : it->second.get();
 }
 
-absl::StatusOr<DeviceLane*> DeviceLanes::For(const std::string& device) {
+absl::StatusOr<DeviceLane*> DeviceLanes::For(const std::string& device, int instance) {
   absl::MutexLock lock(&mu_);
-  if (auto it = lanes_.find(device); it != lanes_.end()) return it->second.get();
-  // Engine creation (a device context) is rare; it runs under mu_ so one device gets one.
+  if (auto it = lanes_.find({device, instance}); it != lanes_.end()) return it->second.get();
+  // Engine creation (a device context) is rare; it runs under mu_ so one lane gets one.
   absl::StatusOr<std::unique_ptr<api::Engine>> engine = factory_(device);
   if (!engine.ok()) return engine.status();
-  spdlog::info("device {}: engine and executor started", device);
-  auto lane = std::make_unique<DeviceLane>(device, *std::move(engine));
+  spdlog::info("device {} instance {}: engine and executor started", device, instance);
+  auto lane = std::make_unique<DeviceLane>(device, *std::move(engine), instance);
   DeviceLane* raw = lane.get();
-  lanes_.emplace(device, std::move(lane));
+  lanes_.emplace(std::make_pair(device, instance), std::move(lane));
   return raw;
 }
 
 std::vector<std::string> DeviceLanes::Devices() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> out;
-  for (const auto& [device, lane] : lanes_) out.push_back(device);
+  for (const auto& [key, lane] : lanes_) {
+    if (key.second == 0) out.push_back(key.first);
+  }
   return out;
 }
 
 std::vector<DeviceLane*> DeviceLanes::All() const {
   absl::MutexLock lock(&mu_);
   std::vector<DeviceLane*> out;
-  for (const auto& [device, lane] : lanes_) out.push_back(lane.get());
+  for (const auto& [key, lane] : lanes_) out.push_back(lane.get());
   return out;
 }
 

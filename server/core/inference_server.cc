@@ -133,6 +133,8 @@ absl::StatusOr<ModelPlacer::Placement> InferenceServer::Place(inference::ModelCo
   if (PlacementNeedsDevices(*config) || !default_is_cpu_like) devices = Devices();
   absl::StatusOr<std::string> device = ResolvePlacement(*config, devices, default_device_);
   if (!device.ok()) return device.status();
+  absl::StatusOr<int> instances = InstanceCount(*config);
+  if (!instances.ok()) return instances.status();
   EchoPlacement(*device, devices, config);
   Placement placement;
   placement.device = *device;
@@ -145,6 +147,14 @@ absl::StatusOr<ModelPlacer::Placement> InferenceServer::Place(inference::ModelCo
                                                " cannot run models: ", lane.status().message()));
   }
   placement.engine = &(*lane)->engine();
+  for (int i = 1; i < *instances; ++i) {
+    absl::StatusOr<DeviceLane*> more = lanes_.For(*device, i);
+    if (!more.ok()) {
+      return absl::UnavailableError(absl::StrCat("instance_group: instance ", i, " on device ", *device,
+                                                 " cannot start: ", more.status().message()));
+    }
+    placement.more_engines.push_back(&(*more)->engine());
+  }
   return placement;
 }
 
@@ -169,6 +179,9 @@ std::vector<ModelMemoryObservation> InferenceServer::ModelMemory() const {
     o.version = std::to_string(m->version);
     o.device = m->device;
     o.bytes = m->builtin != nullptr ? m->builtin->device_bytes() : 0;
+    for (const ModelVersion::Instance& more : m->more_instances) {
+      if (more.builtin != nullptr) o.bytes += more.builtin->device_bytes();
+    }
     out.push_back(std::move(o));
   }
   return out;
@@ -178,6 +191,7 @@ void InferenceServer::PublishModels() {
   if (observer_ == nullptr) return;
   std::vector<api::DeviceMemoryUsage> devices;
   for (DeviceLane* lane : lanes_.All()) {
+    if (lane->instance() != 0) continue;  // instances share their device's memory
     for (const api::DeviceMemoryUsage& m : lane->engine().DeviceMemory()) devices.push_back(m);
   }
   observer_->ObserveModels(ModelMemory(), devices);
@@ -338,6 +352,22 @@ void InferenceServer::InferAsync(const InferRequest& request, InferCallback done
               /*may_inline=*/options_.inline_execution && short_enough);
 }
 
+DeviceLane* InferenceServer::PickLane(const ModelVersion& version) const {
+  DeviceLane* best = lanes_.Find(version.device);
+  if (version.instance_count <= 1 || best == nullptr) return best;
+  int64_t best_load = best->load();
+  for (int i = 1; i < version.instance_count && best_load > 0; ++i) {
+    DeviceLane* lane = lanes_.Find(version.device, i);
+    if (lane == nullptr) continue;
+    const int64_t load = lane->load();
+    if (load < best_load) {
+      best = lane;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
 absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
   if (!Ready()) return absl::UnavailableError("the server is shutting down");
   if (request.model_name.empty()) return absl::InvalidArgumentError("model_name: empty");
@@ -357,7 +387,7 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
   absl::StatusOr<ValidatedRequest> valid =
       ValidateInferRequest(*version.config, request, options_.max_request_bytes);
   if (!valid.ok()) return valid.status();
-  task->lane = version.device.empty() ? nullptr : lanes_.Find(version.device);
+  task->lane = version.device.empty() ? nullptr : PickLane(version);
   const bool runnable = task->lane != nullptr &&
                         ((version.config->platform() == kPlatformGraph && version.graph) ||
                          (version.config->platform() == kPlatformBuiltin && version.builtin) ||

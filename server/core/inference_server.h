@@ -8,7 +8,9 @@
 // Placement: each model runs on the device its config's instance_group names (placement.h;
 // default ServerOptions::device). Every device that a loaded model uses gets, lazily, its own
 // api::Engine and its own executor ("lane"), so models on different devices run concurrently;
-// requests of one device run one at a time, in admission order.
+// requests of one lane run one at a time, in admission order. A model whose instance_group counts
+// N instances runs on N lanes of its device (instances 1.. have their own engines and executors);
+// each request goes to the least busy one, each dynamic batch to a free one.
 //
 // Execution: InferAsync validates on the caller's thread and admits the request against its
 // model version's bound (config dynamic_batching.default_queue_policy.max_queue_size, else
@@ -221,7 +223,10 @@ class InferenceServer : private ModelPlacer {
                                         const InferRequest& request, const ValidatedRequest& valid,
                                         const api::RunOptions& run_options, ExecutionTimes* times,
                                         InferObservation* obs);
-  // The version's engine model behind the one api::Model interface (a small adapter).
+  // The lane of the version's least busy instance (an idle one if any; instance 0 first).
+  DeviceLane* PickLane(const ModelVersion& version) const;
+  // The version's engine model behind the one api::Model interface (a small adapter), the copy
+  // of the lane's instance.
   static std::shared_ptr<api::Model> ModelFor(DeviceLane& lane, const ModelVersion& version);
   absl::Status LoadModelUnguarded(const std::string& name, const LoadOptions& options);
   void ObserveRun(DeviceLane& lane, const std::string& model, const api::RunResult& run);

@@ -298,6 +298,35 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     model->graph = std::move(prepared);
     model->builtin = std::move(builtin);
     model->onnx = std::move(onnx);
+    model->instance_count = 1 + static_cast<int>(placement.more_engines.size());
+    for (api::Engine* more : placement.more_engines) {  // each instance its own engine model
+      ModelVersion::Instance instance;
+      if (model->builtin != nullptr) {
+        absl::StatusOr<std::shared_ptr<const api::BuiltinModel>> b =
+            LoadBuiltinModel(*more, files_, *shared_config, version_dir);
+        if (!b.ok()) {
+          status = b.status();
+          break;
+        }
+        instance.builtin = *std::move(b);
+      }
+      if (model->onnx != nullptr) {
+        absl::StatusOr<std::shared_ptr<const api::OnnxModel>> o =
+            more->LoadOnnx((files_.root() / absl::StrCat(version_dir, "/", DefaultModelFilename(*shared_config))).string());
+        if (!o.ok()) {
+          status = o.status();
+          break;
+        }
+        instance.onnx = *std::move(o);
+      }
+      model->more_instances.push_back(std::move(instance));
+    }
+    if (!status.ok()) {
+      slot.state = ModelState::kUnavailable;
+      slot.reason = absl::StrCat("instance ", model->more_instances.size() + 1, ": ", status.message());
+      if (first_error.empty()) first_error = absl::StrCat("version ", v, ": ", slot.reason);
+      continue;
+    }
     if (shared_config->has_dynamic_batching()) {
       absl::StatusOr<BatchingPolicy> policy = BatchingPolicy::FromConfig(*shared_config);
       if (!policy.ok()) {
@@ -306,7 +335,7 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
         if (first_error.empty()) first_error = absl::StrCat("version ", v, ": ", slot.reason);
         continue;
       }
-      model->batcher = std::make_shared<DynamicBatcher>(*std::move(policy));
+      model->batcher = std::make_shared<DynamicBatcher>(*std::move(policy), model->instance_count);
     }
     if (absl::Status w = placer_ != nullptr ? placer_->Warmup(*model, files_) : absl::OkStatus(); !w.ok()) {
       slot.state = ModelState::kUnavailable;  // a failing warm-up fails the load (warmup.h)

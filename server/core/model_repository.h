@@ -60,6 +60,16 @@ struct ModelVersion {
   std::shared_ptr<const api::BuiltinModel> builtin;
   // ONNX (onnx_config.h): the model loaded by the engine (null without an engine).
   std::shared_ptr<const api::OnnxModel> onnx;
+  // Instances (instance_group count, placement.h): how many executors run the version, each on
+  // its own lane of `device` (instance 0 uses the fields above). Instances 1.. of kiln_builtin and
+  // ONNX versions hold their own copy of the model, loaded by their own engine (an engine model is
+  // not shared between engines); kiln_graph instances share `graph`.
+  int instance_count = 1;
+  struct Instance {
+    std::shared_ptr<const api::BuiltinModel> builtin;
+    std::shared_ptr<const api::OnnxModel> onnx;
+  };
+  std::vector<Instance> more_instances;  // instances 1 .. instance_count - 1
   // Dynamic batching (dynamic_batcher.h): the version's batch queue; null when the config has no
   // dynamic_batching block (each request then runs as it comes).
   std::shared_ptr<DynamicBatcher> batcher;
@@ -86,6 +96,8 @@ class ModelPlacer {
     std::string device;             // canonical device name
     api::Engine* engine = nullptr;  // not owned; outlives the repository. Null: no engine (the
                                     // versions load, checked by their files only, and cannot run)
+    // The engines of instances 1.. (instance_group count - 1 of them; placement.h), not owned.
+    std::vector<api::Engine*> more_engines;
   };
   virtual ~ModelPlacer() = default;
   // May rewrite config->instance_group to the resolved placement (Triton echoes it).

@@ -105,11 +105,30 @@ absl::StatusOr<std::string> ResolvePlacement(const inference::ModelConfig& confi
   return placed.empty() ? default_device : placed;
 }
 
+absl::StatusOr<int> InstanceCount(const inference::ModelConfig& config) {
+  int64_t total = 0;
+  for (int k = 0; k < config.instance_group_size(); ++k) {
+    const int count = config.instance_group(k).count();
+    if (count < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("instance_group[", k, "].count: ", count, " is negative"));
+    }
+    total += std::max(1, count);
+    if (total > kMaxInstances) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "instance_group[", k, "].count: the model's instances add up to ", total,
+          ", over the limit of ", kMaxInstances));
+    }
+  }
+  return static_cast<int>(std::max<int64_t>(1, total));
+}
+
 void EchoPlacement(const std::string& device, absl::Span<const std::string> devices,
                    inference::ModelConfig* config) {
   Group group;
   if (config->instance_group_size() > 0) group = config->instance_group(0);
-  group.set_count(std::max(1, group.count()));
+  const absl::StatusOr<int> count = InstanceCount(*config);
+  group.set_count(count.ok() ? *count : 1);
   group.clear_gpus();
   const std::vector<std::string> gpus = AcceleratorOrder(devices);
   const auto it = std::find(gpus.begin(), gpus.end(), device);

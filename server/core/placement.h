@@ -7,14 +7,15 @@
 //                                              first, then OpenCL ones, each by index
 //                                              (AcceleratorOrder); no gpus = gpus: [0]
 //
-// Every group and every listed GPU must name the same device: kilnd runs one instance per model
-// on one device (`count` is accepted and ignored). A GPU index the machine does not have is
+// Every group and every listed GPU must name the same device: kilnd runs a model on one device,
+// with as many instances (executors) as the groups' counts add up to (InstanceCount). A GPU index
+// the machine does not have is
 // INVALID_ARGUMENT naming "instance_group[k].gpus" and the devices present (Triton refuses such a
 // model too); so is KIND_GPU on a machine without accelerators.
 //
 // EchoPlacement rewrites instance_group to what was resolved (Triton echoes its normalized
 // instance groups in ModelConfig): one group, KIND_CPU or KIND_GPU with the device's index, count
-// at least 1. Pure functions; thread-safe.
+// the total instance count. Pure functions; thread-safe.
 #pragma once
 
 #include <string>
@@ -38,6 +39,14 @@ bool PlacementNeedsDevices(const inference::ModelConfig& config);
 absl::StatusOr<std::string> ResolvePlacement(const inference::ModelConfig& config,
                                              absl::Span<const std::string> devices,
                                              const std::string& default_device);
+
+// The most instances (executors, each with its own engine) one model version may have.
+inline constexpr int kMaxInstances = 16;
+
+// The model's instance count: the sum of its groups' `count` (0 counts as 1; no group = 1).
+// INVALID_ARGUMENT naming instance_group[k].count when the sum exceeds kMaxInstances or a count is
+// negative.
+absl::StatusOr<int> InstanceCount(const inference::ModelConfig& config);
 
 // Rewrites config->instance_group to the one group that places it on `device` (see above). A
 // device that is neither CPU-like nor in `devices`' accelerators keeps KIND_CPU (INTERP).

@@ -70,7 +70,7 @@ def cnn_model(repo: Path, name: str, weights: dict, batching: str) -> None:
         'parameters { key: "architecture" value { string_value: "mnist_cnn" } }\n' + batching)
 
 
-def add_sub_model(repo: Path, name: str, max_batch: int, batching: str) -> None:
+def add_sub_model(repo: Path, name: str, max_batch: int, batching: str, extra: str = "") -> None:
     """The bundled add_sub graph (elementwise) under a new config."""
     shutil.copytree(MODELS / "add_sub" / "1", repo / name / "1")
     (repo / name / "config.pbtxt").write_text(
@@ -78,7 +78,7 @@ def add_sub_model(repo: Path, name: str, max_batch: int, batching: str) -> None:
         'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },'
         ' { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] }]\n'
         'output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },'
-        ' { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }]\n' + batching)
+        ' { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] }]\n' + batching + extra)
 
 
 def vardim_model(repo: Path, name: str, batching: str) -> None:
@@ -135,6 +135,11 @@ def server(tmp_path_factory, weights):
     cnn_model(repo, "cnn_plain", weights, "")
     vardim_model(repo, "vardim",
                  "dynamic_batching { max_queue_delay_microseconds: 300000 preferred_batch_size: [4] }\n")
+    # Two instances each: their own engine and (kiln_builtin, ONNX) their own copy of the model.
+    cnn_model(repo, "cnn_two", weights,
+              "instance_group [{ kind: KIND_CPU count: 2 }]\n"
+              "dynamic_batching { max_queue_delay_microseconds: 2000 }\n")
+    vardim_model(repo, "vardim_two", "instance_group [{ kind: KIND_CPU count: 2 }]\n")
     port = _free_port()
     s = Kilnd(repo, [f"--metrics-port={port}"])
     s.metrics_url = f"http://127.0.0.1:{port}/metrics"
@@ -272,6 +277,10 @@ def slow(tmp_path_factory):
     add_sub_model(repo, "delay", 1, "dynamic_batching { default_queue_policy { timeout_action: DELAY "
                   "allow_timeout_override: true } }\n")
     add_sub_model(repo, "drop", 1, "dynamic_batching { }\n")
+    two = "instance_group [{ kind: KIND_CPU count: 2 }]\n"
+    add_sub_model(repo, "two_plain", 1, "", two)
+    add_sub_model(repo, "two_batched", 1, "dynamic_batching { }\n", two)
+    add_sub_model(repo, "one_plain", 1, "")
     port = _free_port()
     env = dict(os.environ, KILN_FAILPOINTS="infer.execute=sleep400")
     old = os.environ.get("KILN_FAILPOINTS")
@@ -420,3 +429,60 @@ def test_stream_requests_are_batched(server, weights):
         np.testing.assert_allclose(r.as_numpy("OUTPUT"), mnist_cnn_forward(weights, xs[rid]), rtol=1e-4, atol=1e-4)
     success, executions, _ = (a - b for a, b in zip(after, before))
     assert success == 8 and executions < 8
+
+
+# ---------------------------------------------------------------------------------------------
+# instances
+
+
+def test_instances_config_echo_and_results(server, weights):
+    client = grpcclient.InferenceServerClient(url=server.url)
+    config = client.get_model_config("cnn_two", as_json=True)["config"]
+    assert [(g["kind"], int(g["count"])) for g in config["instance_group"]] == [("KIND_CPU", 2)]
+    xs = [images(1 + i % 3, seed=90 + i) for i in range(12)]
+
+    def infer(x):
+        c = grpcclient.InferenceServerClient(url=server.url)
+        inp = grpcclient.InferInput("INPUT", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        return c.infer("cnn_two", [inp]).as_numpy("OUTPUT")
+
+    for x, g in zip(xs, concurrent(infer, [(x,) for x in xs])):
+        assert not isinstance(g, Exception), str(g)
+        np.testing.assert_allclose(g, mnist_cnn_forward(weights, x), rtol=1e-4, atol=1e-4)
+
+    rng = np.random.default_rng(9)
+    pairs = [(rng.random((2, 5), dtype=np.float32), rng.random((2, 5), dtype=np.float32)) for _ in range(8)]
+
+    def infer_onnx(a, b):
+        c = grpcclient.InferenceServerClient(url=server.url)
+        r = c.infer("vardim_two", add_sub_inputs(grpcclient, a, b))
+        return r.as_numpy("OUTPUT0"), r.as_numpy("OUTPUT1")
+
+    for (a, b), g in zip(pairs, concurrent(infer_onnx, pairs)):
+        assert not isinstance(g, Exception), str(g)
+        np.testing.assert_array_equal(g[0], a + b)
+        np.testing.assert_array_equal(g[1], a - b)
+
+
+@pytest.mark.parametrize("model", ["two_plain", "two_batched"])
+def test_two_instances_run_at_once(slow, model):
+    """Every execution is held 400 ms: two requests to a model with two instances finish together
+    (about 400 ms), where one instance runs them one after the other (about 800 ms)."""
+    def elapsed(name):
+        clients = [grpcclient.InferenceServerClient(url=slow.url) for _ in range(2)]
+        client_results = concurrent(
+            lambda c, v: (time.monotonic(), c.infer(name, add_sub_inputs(grpcclient, ones(v), ones())),
+                          time.monotonic()),
+            [(clients[0], 1), (clients[1], 2)])
+        for r in client_results:
+            assert not isinstance(r, Exception), str(r)
+        for (t0, r, t1), v in zip(client_results, (1, 2)):
+            np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), ones(v) + ones())
+        return max(t1 for _, _, t1 in client_results) - min(t0 for t0, _, _ in client_results)
+
+    elapsed(model)  # first runs compile
+    elapsed("one_plain")
+    two, one = elapsed(model), elapsed("one_plain")
+    assert one >= 2 * HOLD_S  # serial on one instance
+    assert two < 2 * HOLD_S, (two, one)  # the two instances overlapped
