@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -16,6 +17,7 @@
 #include "absl/types/span.h"
 #include "engine/api/engine.h"
 #include "server/core/datatype.h"
+#include "server/core/shared_memory.h"
 
 namespace kiln::server {
 
@@ -40,7 +42,16 @@ struct InferInput {
   // Element counts per typed field (index = static_cast<int>(ContentsField)).
   std::array<int64_t, kContentsFieldCount> typed_counts{};
   TypedContents typed;   // the typed values (when has_contents)
-  std::string_view raw;  // raw bytes; meaningful iff the request uses raw form
+  std::string_view raw;  // raw bytes; meaningful iff the request uses raw form (or shared memory)
+  // The bytes come from a registered shared memory region (shared_memory.h): `raw` views the
+  // window named by shared_memory_byte_size, whatever form the other inputs use.
+  bool shared_memory = false;
+};
+
+// A requested output to be written into a shared memory region instead of the response.
+struct SharedMemoryOutput {
+  std::string name;  // the output
+  SharedMemoryBlock block;
 };
 
 struct InferRequest {
@@ -72,6 +83,11 @@ struct InferRequest {
   // The transport's own cap on the outputs' bytes (e.g. REST's JSON grows a tensor several times);
   // 0 = the server's (--max-response-bytes). The smaller one applies.
   int64_t max_response_bytes = 0;
+  // Triton's shared memory extension (shared_memory.h): the mappings that inputs' `raw` views point
+  // into (held until the answer is sent, so an unregister meanwhile unmaps nothing in use), and
+  // the requested outputs to write into regions (InferenceServer does, after the run).
+  std::vector<std::shared_ptr<const void>> shared_memory_holds;
+  std::vector<SharedMemoryOutput> shared_memory_outputs;
 };
 
 // The request parameter `timeout` (Triton's: microseconds, 0 = none) stored in
@@ -106,7 +122,8 @@ struct InferOutput {
   std::string name;
   std::string datatype;
   std::vector<int64_t> shape;
-  std::string raw;
+  std::string raw;  // empty when written into shared memory
+  bool in_shared_memory = false;  // the bytes went to the request's region: send none
 };
 
 struct InferResponse {

@@ -73,7 +73,7 @@ absl::Status BindInputs(const inference::ModelConfig& config, const InferRequest
     v.name = config_input.name();
     v.view.dtype = std::string(dtype);
     v.view.shape.assign(in.shape.begin(), in.shape.end());
-    if (request.raw_input_count > 0) {
+    if (request.raw_input_count > 0 || in.shared_memory) {
       v.view.data = in.raw;
     } else {
       absl::StatusOr<std::string> bytes = PackTypedContents(in, config_input.data_type());

@@ -35,7 +35,8 @@ namespace {
 
 // Protocol extensions kilnd implements (shared/reference/kserve-v2-protocol.md §8).
 // Advertise nothing that is not served: perf_analyzer keys off "statistics".
-constexpr const char* kExtensions[] = {"model_repository", "model_configuration", "statistics"};
+constexpr const char* kExtensions[] = {"model_repository", "model_configuration", "statistics",
+                                       "logging"};
 
 template <typename Tensor>
 TensorMetadata ToMetadata(const Tensor& t, bool batching) {
@@ -82,7 +83,8 @@ InferenceServer::InferenceServer(ServerOptions options, std::string default_devi
                 return &(*lane)->engine();
               }),
       repository_(options_.model_repository, this, options_.repository_follow_links,
-                  options_.strict_model_config) {
+                  options_.strict_model_config),
+      shared_memory_(options_.allow_client_shm) {
   if (options_.response_cache_bytes > 0) {
     response_cache_ = std::make_unique<ResponseCache>(options_.response_cache_bytes);
   }
@@ -202,6 +204,7 @@ ServerMetadata InferenceServer::Metadata() const {
   m.name = "kiln";
   m.version = KILN_VERSION;
   for (const char* e : kExtensions) m.extensions.emplace_back(e);
+  if (options_.allow_client_shm) m.extensions.emplace_back("system_shared_memory");
   return m;
 }
 
@@ -425,6 +428,9 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
 }
 
 void InferenceServer::Finish(Task& task, absl::StatusOr<InferResponse> response) {
+  if (response.ok() && !task.request.shared_memory_outputs.empty()) {
+    if (absl::Status s = WriteSharedMemoryOutputs(task.request, &*response); !s.ok()) response = s;
+  }
   const uint64_t total_ns = NanosSince(task.start);
   if (task.model != nullptr && !response.ok()) task.model->stats->RecordFailure(total_ns);
   if (observer_ != nullptr) {
@@ -434,6 +440,31 @@ void InferenceServer::Finish(Task& task, absl::StatusOr<InferResponse> response)
   }
   InferCallback done = std::move(task.done);
   GuardVoid("ModelInfer (answer)", [&] { done(std::move(response)); });
+}
+
+absl::Status InferenceServer::WriteSharedMemoryOutputs(const InferRequest& request,
+                                                       InferResponse* response) {
+  for (const SharedMemoryOutput& target : request.shared_memory_outputs) {
+    for (InferOutput& out : response->outputs) {
+      if (out.name != target.name) continue;
+      if (out.raw.size() > target.block.size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "outputs['", out.name, "'].parameters.shared_memory_byte_size: ", target.block.size,
+            " bytes in region '", target.block.region, "' cannot hold the output's ",
+            out.raw.size(), " bytes"));
+      }
+    }
+  }
+  for (const SharedMemoryOutput& target : request.shared_memory_outputs) {
+    for (InferOutput& out : response->outputs) {
+      if (out.name != target.name) continue;
+      if (!out.raw.empty()) std::memcpy(target.block.data, out.raw.data(), out.raw.size());
+      out.raw.clear();
+      out.raw.shrink_to_fit();
+      out.in_shared_memory = true;
+    }
+  }
+  return absl::OkStatus();
 }
 
 void InferenceServer::RunTask(Task& task) {

@@ -31,6 +31,13 @@
 // guard.h, so an escaped exception answers INTERNAL (or RESOURCE_EXHAUSTED for std::bad_alloc)
 // with a request id and is logged.
 //
+// Shared memory (Triton's system_shared_memory extension): a transport resolves the parameters
+// of inputs into InferInput::raw views of mapped regions and of requested outputs into
+// InferRequest::shared_memory_outputs; the request holds the mappings until it is answered.
+// Finish writes such outputs into their regions (after classification and the response cache,
+// so cached answers are written too) and sends only their shape and datatype; an output larger
+// than its window fails the request with INVALID_ARGUMENT naming the parameter.
+//
 // Thread safety: every method may be called concurrently from any thread.
 // Shutdown: BeginShutdown() makes Ready() false and refuses new inference and repository calls
 // with UNAVAILABLE at once; requests already admitted still execute and answer normally.
@@ -64,6 +71,7 @@
 #include "server/core/observer.h"
 #include "server/core/response_cache.h"
 #include "server/core/run_policy.h"
+#include "server/core/shared_memory.h"
 #include "server/core/statistics.h"
 
 namespace kiln::server {
@@ -87,6 +95,9 @@ struct ServerOptions {
   bool strict_readiness = true;
   bool strict_model_config = false;
   int64_t response_cache_bytes = 0;  // --cache-config local,size=N (response_cache.h); 0 = none
+  // Triton's system shared memory extension (shared_memory.h): clients may register regions
+  // (--allow-client-shm, default off as in Triton).
+  bool allow_client_shm = false;
 };
 
 struct ServerMetadata {
@@ -172,6 +183,10 @@ class InferenceServer : private ModelPlacer {
   // kiln.v1.Engine's core: graphs run directly on the default device's engine.
   GraphService& graphs() { return graphs_; }
 
+  // Registered system shared memory regions (shared_memory.h): transports register, resolve the
+  // inputs' and outputs' shared memory parameters against it; Finish writes such outputs.
+  SharedMemoryManager& shared_memory() { return shared_memory_; }
+
   // The canonical default device ("CPU" unless ServerOptions::device says otherwise).
   const std::string& default_device() const { return default_device_; }
   // Devices with an engine and an executor, sorted.
@@ -195,6 +210,8 @@ class InferenceServer : private ModelPlacer {
   // Resolves, validates and admits; on refusal returns the error (obs filled).
   absl::Status Admit(const InferRequest& request, Task* task);
   void Finish(Task& task, absl::StatusOr<InferResponse> response);
+  // Writes the outputs that the request directs into shared memory (see above); all or none.
+  static absl::Status WriteSharedMemoryOutputs(const InferRequest& request, InferResponse* response);
   // Runs a task whose lane it holds (busy): ExecuteTask, release the lane, then Finish.
   void RunTask(Task& task);
   // Executes an admitted task (statistics included): BeginTask, Execute, EndTask.
@@ -256,6 +273,7 @@ class InferenceServer : private ModelPlacer {
   ModelRepository repository_;
   std::atomic<bool> shutting_down_{false};
   std::unique_ptr<ResponseCache> response_cache_;  // null without --cache-config
+  SharedMemoryManager shared_memory_;
 };
 
 }  // namespace kiln::server

@@ -1,5 +1,6 @@
 #include "server/core/validate.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -58,8 +59,39 @@ absl::StatusOr<int64_t> CountBytesElements(std::string_view raw, const std::stri
   return count;
 }
 
+// A shared memory input (shared_memory.h): the window's size must be what the shape needs.
+absl::Status CheckSharedMemory(const InferInput& in, int i, inference::DataType type,
+                               int64_t elements, int64_t* byte_size) {
+  const std::string where = absl::StrCat("inputs[", i, "]");
+  if (in.has_contents) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ".contents: set together with parameters.shared_memory_region (use one form)"));
+  }
+  const std::string size_field = absl::StrCat(where, ".parameters.shared_memory_byte_size");
+  if (type == inference::TYPE_STRING) {
+    auto count = CountBytesElements(in.raw, size_field);
+    if (!count.ok()) return count.status();
+    if (*count != elements) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          size_field, ": the region's ", in.raw.size(), " bytes hold ", *count,
+          " BYTES elements, shape ", ShapeString(in.shape), " of input '", Shown(in.name),
+          "' needs ", elements));
+    }
+    *byte_size = static_cast<int64_t>(in.raw.size());
+    return absl::OkStatus();
+  }
+  if (static_cast<int64_t>(in.raw.size()) != *byte_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(size_field, ": ", in.raw.size(), " bytes for input '", Shown(in.name),
+                     "' does not match shape ", ShapeString(in.shape), " x ",
+                     std::string(DataTypeName(type)), ": expected ", *byte_size, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckContents(const InferInput& in, int i, inference::DataType type, int64_t elements,
                            bool raw_form, int64_t* byte_size) {
+  if (in.shared_memory) return CheckSharedMemory(in, i, type, elements, byte_size);
   const std::string where = absl::StrCat("inputs[", i, "]");
   if (raw_form) {
     if (in.has_contents) {
@@ -217,11 +249,16 @@ absl::StatusOr<ValidatedRequest> ValidateInferRequest(const inference::ModelConf
     }
   }
 
+  // Inputs in shared memory take no raw_input_contents entry (as in Triton).
+  const int64_t shm_inputs = std::count_if(request.inputs.begin(), request.inputs.end(),
+                                           [](const InferInput& in) { return in.shared_memory; });
+  const int64_t wire_inputs = static_cast<int64_t>(request.inputs.size()) - shm_inputs;
   const bool raw_form = request.raw_input_count > 0;
-  if (raw_form && request.raw_input_count != static_cast<int64_t>(request.inputs.size())) {
+  if (raw_form && request.raw_input_count != wire_inputs) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "raw_input_contents: ", request.raw_input_count, " entries for ", request.inputs.size(),
-        " inputs (give raw contents for every input or for none)"));
+        "raw_input_contents: ", request.raw_input_count, " entries for ", wire_inputs,
+        " inputs", shm_inputs > 0 ? " not in shared memory" : "",
+        " (give raw contents for every input or for none)"));
   }
   int64_t total = 0;
   for (int i = 0; i < static_cast<int>(request.inputs.size()); ++i) {

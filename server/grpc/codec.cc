@@ -27,6 +27,43 @@ void CountContents(const inference::InferTensorContents& c, InferInput* in) {
   in->typed.fp64s = span(c.fp64_contents());
 }
 
+bool HasSharedMemoryParameters(const google::protobuf::Map<std::string, inference::InferParameter>& p) {
+  return p.contains("shared_memory_region") || p.contains("shared_memory_byte_size") ||
+         p.contains("shared_memory_offset");
+}
+
+// The shared memory parameters of one tensor (string region, int64 or uint64 offset and size).
+absl::StatusOr<SharedMemoryParams> DecodeSharedMemoryParameters(
+    const google::protobuf::Map<std::string, inference::InferParameter>& params,
+    const std::string& where) {
+  SharedMemoryParams out;
+  if (auto it = params.find("shared_memory_region"); it != params.end()) {
+    if (it->second.parameter_choice_case() != inference::InferParameter::kStringParam) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".shared_memory_region: expected a string_param"));
+    }
+    out.region = it->second.string_param();
+  }
+  auto integer = [&](const char* key, std::optional<int64_t>* value) -> absl::Status {
+    auto it = params.find(key);
+    if (it == params.end()) return absl::OkStatus();
+    const inference::InferParameter& p = it->second;
+    if (p.parameter_choice_case() == inference::InferParameter::kInt64Param) {
+      *value = p.int64_param();
+    } else if (p.parameter_choice_case() == inference::InferParameter::kUint64Param &&
+               p.uint64_param() <= static_cast<uint64_t>(INT64_MAX)) {
+      *value = static_cast<int64_t>(p.uint64_param());
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".", key, ": expected a non-negative int64_param"));
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = integer("shared_memory_offset", &out.offset); !s.ok()) return s;
+  if (absl::Status s = integer("shared_memory_byte_size", &out.byte_size); !s.ok()) return s;
+  return out;
+}
+
 void EncodeDuration(const Duration& d, inference::StatisticDuration* wire) {
   wire->set_count(d.count);
   wire->set_ns(d.ns);
@@ -41,6 +78,7 @@ InferRequest DecodeInferRequest(const inference::ModelInferRequest& wire) {
   request.id = wire.id();
   request.raw_input_count = wire.raw_input_contents_size();
   request.inputs.reserve(wire.inputs_size());
+  int raw_index = 0;
   for (int i = 0; i < wire.inputs_size(); ++i) {
     const auto& t = wire.inputs(i);
     InferInput in;
@@ -49,7 +87,11 @@ InferRequest DecodeInferRequest(const inference::ModelInferRequest& wire) {
     in.shape = absl::Span<const int64_t>(t.shape().data(), t.shape_size());
     in.has_contents = t.has_contents();
     if (in.has_contents) CountContents(t.contents(), &in);
-    if (i < wire.raw_input_contents_size()) in.raw = wire.raw_input_contents(i);
+    // raw_input_contents are, in order, those of the inputs not in shared memory (as Triton's).
+    in.shared_memory = HasSharedMemoryParameters(t.parameters());
+    if (!in.shared_memory && raw_index < wire.raw_input_contents_size()) {
+      in.raw = wire.raw_input_contents(raw_index++);
+    }
     request.inputs.push_back(std::move(in));
   }
   for (const auto& out : wire.outputs()) request.requested_outputs.push_back(out.name());
@@ -57,7 +99,32 @@ InferRequest DecodeInferRequest(const inference::ModelInferRequest& wire) {
 }
 
 absl::Status ApplyRequestParameters(const inference::ModelInferRequest& wire,
-                                    InferRequest* request) {
+                                    InferRequest* request, const SharedMemoryManager* shared_memory) {
+  for (int i = 0; i < wire.inputs_size(); ++i) {  // shared_memory.h
+    if (i >= static_cast<int>(request->inputs.size()) || !request->inputs[i].shared_memory) continue;
+    const std::string where = absl::StrCat("inputs[", i, "].parameters");
+    if (shared_memory == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": shared memory is not supported here"));
+    }
+    absl::StatusOr<SharedMemoryParams> params = DecodeSharedMemoryParameters(wire.inputs(i).parameters(), where);
+    if (!params.ok()) return params.status();
+    absl::StatusOr<SharedMemoryBlock> block = shared_memory->Resolve(*params, where);
+    if (!block.ok()) return block.status();
+    request->inputs[i].raw = std::string_view(block->data, block->size);
+    request->shared_memory_holds.push_back(std::move(block->hold));
+  }
+  for (int i = 0; i < wire.outputs_size(); ++i) {
+    if (!HasSharedMemoryParameters(wire.outputs(i).parameters())) continue;
+    const std::string where = absl::StrCat("outputs[", i, "].parameters");
+    if (shared_memory == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": shared memory is not supported here"));
+    }
+    absl::StatusOr<SharedMemoryParams> params = DecodeSharedMemoryParameters(wire.outputs(i).parameters(), where);
+    if (!params.ok()) return params.status();
+    absl::StatusOr<SharedMemoryBlock> block = shared_memory->Resolve(*params, where);
+    if (!block.ok()) return block.status();
+    request->shared_memory_outputs.push_back({wire.outputs(i).name(), *std::move(block)});
+  }
   for (int i = 0; i < wire.outputs_size(); ++i) {  // classification.h
     auto c = wire.outputs(i).parameters().find("classification");
     if (c == wire.outputs(i).parameters().end()) continue;
@@ -110,7 +177,7 @@ void EncodeInferResponse(const InferResponse& response, inference::ModelInferRes
     t->set_name(out.name);
     t->set_datatype(out.datatype);
     for (int64_t d : out.shape) t->add_shape(d);
-    wire->add_raw_output_contents(out.raw);
+    wire->add_raw_output_contents(out.raw);  // empty for an output in shared memory, as Triton's
   }
 }
 
@@ -158,6 +225,17 @@ void EncodeRepositoryIndex(const std::vector<RepositoryIndexEntry>& index,
     m->set_version(e.version);
     m->set_state(e.state);
     m->set_reason(e.reason);
+  }
+}
+
+void EncodeSharedMemoryStatus(const std::vector<SharedMemoryRegionStatus>& regions,
+                              inference::SystemSharedMemoryStatusResponse* wire) {
+  for (const SharedMemoryRegionStatus& r : regions) {
+    auto& status = (*wire->mutable_regions())[r.name];
+    status.set_name(r.name);
+    status.set_key(r.key);
+    status.set_offset(r.offset);
+    status.set_byte_size(r.byte_size);
   }
 }
 

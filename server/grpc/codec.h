@@ -11,10 +11,16 @@
 
 namespace kiln::server {
 
+// Inputs with shared memory parameters are marked (InferInput::shared_memory) and take no
+// raw_input_contents entry; ApplyRequestParameters resolves them.
 InferRequest DecodeInferRequest(const inference::ModelInferRequest& wire);
 // The request parameters kilnd acts on: `timeout` (int64_param or uint64_param, microseconds, as
 // Triton's) tightens request->deadline (ApplyTimeoutParameter). Others are ignored, as Triton does.
-absl::Status ApplyRequestParameters(const inference::ModelInferRequest& wire, InferRequest* request);
+// Tensor parameters: shared_memory_region / _offset / _byte_size of inputs and requested outputs
+// are resolved against `shared_memory` (shared_memory.h; null: INVALID_ARGUMENT), inputs viewing
+// the mapped bytes, the request holding the mappings; `classification` of outputs.
+absl::Status ApplyRequestParameters(const inference::ModelInferRequest& wire, InferRequest* request,
+                                    const SharedMemoryManager* shared_memory = nullptr);
 void EncodeInferResponse(const InferResponse& response, inference::ModelInferResponse* wire);
 
 // `config` (string: JSON ModelConfig) and `file:*` parameters of RepositoryModelLoad.
@@ -26,6 +32,8 @@ void EncodeServerMetadata(const ServerMetadata& metadata, inference::ServerMetad
 void EncodeModelMetadata(const ModelMetadata& metadata, inference::ModelMetadataResponse* wire);
 void EncodeRepositoryIndex(const std::vector<RepositoryIndexEntry>& index,
                            inference::RepositoryIndexResponse* wire);
+void EncodeSharedMemoryStatus(const std::vector<SharedMemoryRegionStatus>& regions,
+                              inference::SystemSharedMemoryStatusResponse* wire);
 void EncodeStatistics(const std::vector<ModelStatsEntry>& stats,
                       inference::ModelStatisticsResponse* wire);
 

@@ -6,11 +6,14 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <variant>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
 #include "absl/synchronization/mutex.h"
 #include "server/core/guard.h"
+#include "server/core/log_settings.h"
 #include "server/grpc/codec.h"
 #include "server/grpc/status_map.h"
 #include "spdlog/spdlog.h"
@@ -98,7 +101,7 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     InferRequest r = DecodeInferRequest(*request);
     r.deadline = CallDeadline(*ctx);
     r.cancellation = CallCancellation(ctx);
-    if (absl::Status s = ApplyRequestParameters(*request, &r); !s.ok()) return s;
+    if (absl::Status s = ApplyRequestParameters(*request, &r, &server_->shared_memory()); !s.ok()) return s;
     return r;
   });
   if (!decoded.ok()) {
@@ -178,7 +181,7 @@ class StreamInferReactor final
           InferRequest r = DecodeInferRequest(*message);
           r.deadline = CallDeadline(*ctx_);
           r.cancellation = shared_->cancellation;
-          if (absl::Status s = ApplyRequestParameters(*message, &r); !s.ok()) return s;
+          if (absl::Status s = ApplyRequestParameters(*message, &r, &server_->shared_memory()); !s.ok()) return s;
           return r;
         });
     if (decoded.ok()) {
@@ -346,6 +349,70 @@ grpc::ServerUnaryReactor* InferenceService::RepositoryModelLoad(
     absl::StatusOr<LoadOptions> options = DecodeLoadParameters(request->parameters());
     if (!options.ok()) return options.status();
     return server_->LoadModel(request->model_name(), *options);
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryStatus(
+    grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryStatusRequest* request,
+    inference::SystemSharedMemoryStatusResponse* response) {
+  return Unary(ctx, gate_, "SystemSharedMemoryStatus", [&]() -> absl::Status {
+    auto regions = server_->shared_memory().Status(request->name());
+    if (!regions.ok()) return regions.status();
+    EncodeSharedMemoryStatus(*regions, response);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryRegister(
+    grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryRegisterRequest* request,
+    inference::SystemSharedMemoryRegisterResponse*) {
+  return Unary(ctx, gate_, "SystemSharedMemoryRegister", [&] {
+    return server_->shared_memory().Register(request->name(), request->key(), request->offset(),
+                                             request->byte_size());
+  });
+}
+
+grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
+    grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryUnregisterRequest* request,
+    inference::SystemSharedMemoryUnregisterResponse*) {
+  return Unary(ctx, gate_, "SystemSharedMemoryUnregister",
+               [&] { return server_->shared_memory().Unregister(request->name()); });
+}
+
+grpc::ServerUnaryReactor* InferenceService::LogSettings(grpc::CallbackServerContext* ctx,
+                                                        const inference::LogSettingsRequest* request,
+                                                        inference::LogSettingsResponse* response) {
+  return Unary(ctx, gate_, "LogSettings", [&]() -> absl::Status {
+    std::vector<std::pair<std::string, LogSettingValue>> updates;
+    for (const auto& [key, value] : request->settings()) {
+      switch (value.parameter_choice_case()) {
+        case inference::LogSettingsRequest::SettingValue::kBoolParam:
+          updates.emplace_back(key, value.bool_param());
+          break;
+        case inference::LogSettingsRequest::SettingValue::kUint32Param:
+          updates.emplace_back(key, static_cast<int64_t>(value.uint32_param()));
+          break;
+        case inference::LogSettingsRequest::SettingValue::kStringParam:
+          updates.emplace_back(key, value.string_param());
+          break;
+        default:
+          return absl::InvalidArgumentError(
+              absl::StrCat("settings[", key.substr(0, 64), "]: no value (bool_param, uint32_param or string_param)"));
+      }
+    }
+    absl::StatusOr<std::vector<std::pair<std::string, LogSettingValue>>> current = UpdateLogSettings(updates);
+    if (!current.ok()) return current.status();
+    for (const auto& [key, value] : *current) {
+      auto& out = (*response->mutable_settings())[key];
+      if (const bool* b = std::get_if<bool>(&value)) {
+        out.set_bool_param(*b);
+      } else if (const int64_t* n = std::get_if<int64_t>(&value)) {
+        out.set_uint32_param(static_cast<uint32_t>(*n));
+      } else {
+        out.set_string_param(std::get<std::string>(value));
+      }
+    }
+    return absl::OkStatus();
   });
 }
 

@@ -2,7 +2,8 @@
 // (codec.h), calls InferenceServer, encodes the answer, maps errors with ToGrpcStatus.
 // Implemented: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer,
 // ModelStreamInfer, ModelConfig, ModelStatistics, RepositoryIndex, RepositoryModelLoad,
-// RepositoryModelUnload. The rest (shared memory, trace, log settings) answer UNIMPLEMENTED.
+// RepositoryModelUnload, SystemSharedMemory{Status,Register,Unregister}, LogSettings. The rest
+// (CUDA shared memory, trace settings) answer UNIMPLEMENTED.
 // ModelInfer and ModelStreamInfer never block a gRPC thread on execution: the request is queued
 // in the core (InferAsync) and the answer is sent from the core's executor. The client's deadline
 // and cancellation reach the engine (a run stops between kernels). On a stream every request gets
@@ -67,6 +68,20 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* RepositoryModelUnload(
       grpc::CallbackServerContext* ctx, const inference::RepositoryModelUnloadRequest* request,
       inference::RepositoryModelUnloadResponse* response) override;
+  // Triton's system_shared_memory extension (server/core/shared_memory.h).
+  grpc::ServerUnaryReactor* SystemSharedMemoryStatus(
+      grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryRegister(
+      grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
+      grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response) override;
+  // Triton's logging extension (server/core/log_settings.h).
+  grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx,
+                                        const inference::LogSettingsRequest* request,
+                                        inference::LogSettingsResponse* response) override;
 
  private:
   InferenceServer* const server_;

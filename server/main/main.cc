@@ -33,6 +33,7 @@
 #include "server/core/inference_server.h"
 #include "server/core/job_manager.h"
 #include "server/core/limits.h"
+#include "server/core/log_settings.h"
 #include "server/grpc/grpc_server.h"
 #include "server/main/security.h"
 #include "server/main/triton_flags.h"
@@ -271,16 +272,16 @@ int main(int argc, char** argv) {
     for (const std::string& d : kiln::api::ListDevices()) std::printf("%s\n", d.c_str());
     return 0;
   }
-  spdlog::set_level(absl::GetFlag(FLAGS_debug) || kiln::server::VerboseLogging()
-                        ? spdlog::level::debug : spdlog::level::info);
   const std::string log_format = absl::GetFlag(FLAGS_log_format);
-  if (log_format == "ISO8601") {
-    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%fZ %l %v", spdlog::pattern_time_type::utc);
-  } else if (log_format != "default") {
+  if (log_format != "default" && log_format != "ISO8601") {
     std::fprintf(stderr, "kilnd: --log-format must be default or ISO8601, not '%s'\n",
                  log_format.c_str());
     return 2;
   }
+  // Level and pattern, and the logging extension's switches (server/core/log_settings.h).
+  kiln::server::InitLogSettings(
+      absl::GetFlag(FLAGS_debug) ? std::max(1, kiln::server::VerboseLevel()) : kiln::server::VerboseLevel(),
+      log_format);
   // KILN_FAILPOINTS (tests only) is parsed once, here, so a typo is logged at start.
   kiln::server::failpoint::Armed();
   const int64_t max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
@@ -329,6 +330,7 @@ int main(int argc, char** argv) {
   options.inline_execution = absl::GetFlag(FLAGS_inline_execution);
   options.inline_max_compute_us = std::max<int64_t>(0, absl::GetFlag(FLAGS_inline_max_compute_us));
   options.max_queue_size = std::max<int64_t>(1, absl::GetFlag(FLAGS_max_queue_size));
+  options.allow_client_shm = kiln::server::AllowClientShm();
   ApplyLimitFlags(&options);
   absl::StatusOr<kiln::server::ModelControlPlan> control =
       kiln::server::ApplyModelControlFlags(&options);

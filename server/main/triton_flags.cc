@@ -32,6 +32,10 @@ ABSL_FLAG(bool, exit_on_error, false,
           "serves the other models unless this is set)");
 ABSL_FLAG(int32_t, log_verbose, 0,
           "Triton's verbose logging level: > 0 logs at debug level (as --debug)");
+ABSL_FLAG(bool, allow_client_shm, false,
+          "Triton's flag: clients may register system shared memory regions (any POSIX shared "
+          "memory object kilnd can open, read and written with kilnd's permissions) and pass "
+          "tensors through them; off = the register/unregister calls are refused");
 ABSL_FLAG(std::string, cache_config, "",
           "Triton's response cache: local,size=<bytes> gives models with response_cache { enable: "
           "true } an LRU cache of that many bytes (identical requests answered without running); "
@@ -127,6 +131,10 @@ void MergeRepeatedListFlag(const std::string& name, std::vector<std::string>* ar
 }
 
 bool VerboseLogging() { return absl::GetFlag(FLAGS_log_verbose) > 0; }
+
+int VerboseLevel() { return std::max(0, absl::GetFlag(FLAGS_log_verbose)); }
+
+bool AllowClientShm() { return absl::GetFlag(FLAGS_allow_client_shm); }
 
 std::string HttpAddress() { return absl::GetFlag(FLAGS_http_address); }
 

@@ -1,6 +1,6 @@
 // Triton's server flags with Triton's meaning (README "Flags"): --model-control-mode,
 // --load-model, --repository-poll-secs, --strict-model-config, --strict-readiness,
-// --exit-on-error, --log-verbose, --http-address. The model-control machinery itself is
+// --exit-on-error, --log-verbose, --http-address, --allow-client-shm. The model-control machinery itself is
 // server/core/model_control.h; this file only reads the flags and starts it.
 #pragma once
 
@@ -38,6 +38,10 @@ void MergeRepeatedListFlag(const std::string& name, std::vector<std::string>* ar
 
 // --log-verbose > 0 (Triton's verbose logging): debug-level logs.
 bool VerboseLogging();
+// --log-verbose, clamped to >= 0 (the logging extension's starting log_verbose_level).
+int VerboseLevel();
+// --allow-client-shm (Triton's): clients may register system shared memory regions.
+bool AllowClientShm();
 
 // The REST gateway's host: --http-address, or "" when it is unset (then --grpc-address serves).
 std::string HttpAddress();

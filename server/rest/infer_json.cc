@@ -164,8 +164,27 @@ int64_t ElementCount(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// The shared memory parameters of a tensor's `parameters` object (null: none).
+absl::StatusOr<SharedMemoryParams> SharedMemoryParamsOf(const Value* params, const std::string& where) {
+  SharedMemoryParams p;
+  if (params == nullptr) return p;
+  if (const Value* r = Member(*params, "shared_memory_region"); r != nullptr) {
+    if (!r->IsString()) return Bad(where + ".shared_memory_region", "expected a string");
+    p.region = std::string(r->GetString(), r->GetStringLength());
+  }
+  if (const Value* o = Member(*params, "shared_memory_offset"); o != nullptr) {
+    if (!o->IsInt64()) return Bad(where + ".shared_memory_offset", "expected an integer");
+    p.offset = o->GetInt64();
+  }
+  if (const Value* b = Member(*params, "shared_memory_byte_size"); b != nullptr) {
+    if (!b->IsInt64()) return Bad(where + ".shared_memory_byte_size", "expected an integer");
+    p.byte_size = b->GetInt64();
+  }
+  return p;
+}
+
 absl::Status DecodeInput(const Value& in, size_t i, std::string_view* binary,
-                         HttpInferRequest* out) {
+                         const SharedMemoryManager* shared_memory, HttpInferRequest* out) {
   const std::string where = absl::StrCat("inputs[", i, "]");
   if (!in.IsObject()) return Bad(where, "expected an object");
   InferInput input;
@@ -194,12 +213,21 @@ absl::Status DecodeInput(const Value& in, size_t i, std::string_view* binary,
   if (params != nullptr) {
     if (!params->IsObject()) return Bad(where + ".parameters", "expected an object");
     binary_size = Member(*params, "binary_data_size");
-    if (Member(*params, "shared_memory_region") != nullptr) {
-      return Bad(where + ".parameters.shared_memory_region", "shared memory is not supported");
-    }
   }
   const Value* data = Member(in, "data");
-  if (binary_size != nullptr) {
+  absl::StatusOr<SharedMemoryParams> shm = SharedMemoryParamsOf(params, where + ".parameters");
+  if (!shm.ok()) return shm.status();
+  if (shm->any()) {  // shared_memory.h
+    if (data != nullptr || binary_size != nullptr) {
+      return Bad(where, "has shared memory parameters and also data or parameters.binary_data_size (use one)");
+    }
+    if (shared_memory == nullptr) return Bad(where + ".parameters", "shared memory is not supported here");
+    absl::StatusOr<SharedMemoryBlock> block = shared_memory->Resolve(*shm, where + ".parameters");
+    if (!block.ok()) return block.status();
+    input.raw = std::string_view(block->data, block->size);
+    input.shared_memory = true;
+    out->request.shared_memory_holds.push_back(std::move(block->hold));
+  } else if (binary_size != nullptr) {
     if (data != nullptr) return Bad(where, "has both data and parameters.binary_data_size");
     if (!binary_size->IsUint64()) {
       return Bad(where + ".parameters.binary_data_size", "expected a non-negative integer");
@@ -235,7 +263,8 @@ absl::Status DecodeInput(const Value& in, size_t i, std::string_view* binary,
 }  // namespace
 
 absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const std::string& model,
-                                const std::string& version, HttpInferRequest* out) {
+                                const std::string& version, HttpInferRequest* out,
+                                const SharedMemoryManager* shared_memory) {
   std::string_view binary;
   std::string header;  // the JSON part when binary data follows it (in-place parsing needs a NUL)
   std::string* json = body;
@@ -291,7 +320,7 @@ absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const 
   request.inputs.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     if (absl::Status s =
-            DecodeInput((*inputs)[static_cast<rapidjson::SizeType>(i)], i, &binary, out);
+            DecodeInput((*inputs)[static_cast<rapidjson::SizeType>(i)], i, &binary, shared_memory, out);
         !s.ok()) {
       return s;
     }
@@ -302,12 +331,15 @@ absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const 
                                             "input's parameters.binary_data_size"));
   }
   // Storage is final: point the inputs at it.
+  int64_t wire_inputs = 0;  // not in shared memory
   for (size_t i = 0; i < n; ++i) {
     InferInput& in = request.inputs[i];
     in.shape = absl::MakeConstSpan(out->shapes[i]);
+    if (in.shared_memory) continue;
+    ++wire_inputs;
     if (in.raw.data() == nullptr) in.raw = out->converted[i];
   }
-  request.raw_input_count = static_cast<int64_t>(n);
+  request.raw_input_count = wire_inputs;
 
   if (const Value* outputs = Member(doc, "outputs"); outputs != nullptr) {
     if (!outputs->IsArray()) return Bad("outputs", "expected an array");
@@ -334,8 +366,15 @@ absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const 
           request.classification.resize(outputs->Size(), 0);
           request.classification[i] = c->GetInt64();
         }
-        if (Member(*params, "shared_memory_region") != nullptr) {
-          return Bad(where + ".parameters.shared_memory_region", "shared memory is not supported");
+        absl::StatusOr<SharedMemoryParams> shm = SharedMemoryParamsOf(params, where + ".parameters");
+        if (!shm.ok()) return shm.status();
+        if (shm->any()) {  // written into the region by the core; the answer has no data for it
+          if (shared_memory == nullptr) {
+            return Bad(where + ".parameters", "shared memory is not supported here");
+          }
+          absl::StatusOr<SharedMemoryBlock> block = shared_memory->Resolve(*shm, where + ".parameters");
+          if (!block.ok()) return block.status();
+          request.shared_memory_outputs.push_back({name, *std::move(block)});
         }
       }
       request.requested_outputs.push_back(std::move(name));
@@ -482,7 +521,9 @@ HttpInferResponse EncodeInferResponse(const InferResponse& response,
     w.StartArray();
     for (int64_t d : out.shape) w.Int64(d);
     w.EndArray();
-    if (WantsBinary(out, request)) {
+    if (out.in_shared_memory) {
+      // The bytes are in the request's region: neither data nor binary_data_size, as Triton's.
+    } else if (WantsBinary(out, request)) {
       w.Key("parameters");
       w.StartObject();
       w.Key("binary_data_size");

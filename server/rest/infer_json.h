@@ -33,9 +33,13 @@ struct HttpInferRequest {
 };
 
 // `body` must outlive `out`; its JSON part is parsed in place (modified). `header_length` is
-// Inference-Header-Content-Length (-1 = absent: the whole body is JSON).
+// Inference-Header-Content-Length (-1 = absent: the whole body is JSON). Tensors whose parameters
+// name shared_memory_region / _offset / _byte_size are resolved against `shared_memory`
+// (shared_memory.h; null: INVALID_ARGUMENT): such inputs view the region's bytes (and take no
+// binary data), such outputs are written there by the core and answered without data.
 absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const std::string& model,
-                                const std::string& version, HttpInferRequest* out);
+                                const std::string& version, HttpInferRequest* out,
+                                const SharedMemoryManager* shared_memory = nullptr);
 
 // The binary extension's raw form (Inference-Header-Content-Length: 0): the whole body is the
 // one input of a single-input model, batch 1 (a leading -1 of the metadata shape becomes 1; any

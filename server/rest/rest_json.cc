@@ -1,7 +1,9 @@
 #include "server/rest/rest_json.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -262,6 +264,86 @@ absl::StatusOr<bool> DecodeIndexBody(const std::string& body) {
   if (ready == doc.MemberEnd()) return false;
   if (!ready->value.IsBool()) return absl::InvalidArgumentError("ready: expected true or false");
   return ready->value.GetBool();
+}
+
+std::string SharedMemoryStatusJson(const std::vector<SharedMemoryRegionStatus>& regions) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartArray();
+  for (const SharedMemoryRegionStatus& r : regions) {
+    w.StartObject();
+    Field(&w, "name", r.name);
+    Field(&w, "key", r.key);
+    w.Key("offset");
+    w.Uint64(r.offset);
+    w.Key("byte_size");
+    w.Uint64(r.byte_size);
+    w.EndObject();
+  }
+  w.EndArray();
+  return Done(buffer);
+}
+
+absl::StatusOr<SharedMemoryRegistration> DecodeSharedMemoryRegisterBody(const std::string& body) {
+  rapidjson::Document doc;
+  if (absl::Status s = ParseJson(body, "request body", &doc); !s.ok()) return s;
+  if (!doc.IsObject()) return absl::InvalidArgumentError("request body: expected a JSON object");
+  SharedMemoryRegistration r;
+  auto key = doc.FindMember("key");
+  if (key == doc.MemberEnd() || !key->value.IsString()) {
+    return absl::InvalidArgumentError("key: missing or not a string (the shared memory object's name)");
+  }
+  r.key.assign(key->value.GetString(), key->value.GetStringLength());
+  if (auto offset = doc.FindMember("offset"); offset != doc.MemberEnd()) {
+    if (!offset->value.IsUint64()) return absl::InvalidArgumentError("offset: expected a non-negative integer");
+    r.offset = offset->value.GetUint64();
+  }
+  auto size = doc.FindMember("byte_size");
+  if (size == doc.MemberEnd() || !size->value.IsUint64()) {
+    return absl::InvalidArgumentError("byte_size: missing or not a non-negative integer");
+  }
+  r.byte_size = size->value.GetUint64();
+  return r;
+}
+
+absl::StatusOr<LogSettingList> DecodeLogSettingsBody(const std::string& body) {
+  LogSettingList updates;
+  if (body.empty()) return updates;
+  rapidjson::Document doc;
+  if (absl::Status s = ParseJson(body, "request body", &doc); !s.ok()) return s;
+  if (!doc.IsObject()) return absl::InvalidArgumentError("request body: expected a JSON object");
+  for (const auto& m : doc.GetObject()) {
+    std::string key(m.name.GetString(), std::min<size_t>(m.name.GetStringLength(), 64));
+    if (m.value.IsBool()) {
+      updates.emplace_back(std::move(key), m.value.GetBool());
+    } else if (m.value.IsInt64()) {
+      updates.emplace_back(std::move(key), m.value.GetInt64());
+    } else if (m.value.IsString()) {
+      updates.emplace_back(std::move(key), std::string(m.value.GetString(), m.value.GetStringLength()));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("settings.", key, ": expected a boolean, an integer or a string"));
+    }
+  }
+  return updates;
+}
+
+std::string LogSettingsJson(const LogSettingList& settings) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  for (const auto& [key, value] : settings) {
+    w.Key(key.data(), static_cast<rapidjson::SizeType>(key.size()));
+    if (const bool* b = std::get_if<bool>(&value)) {
+      w.Bool(*b);
+    } else if (const int64_t* n = std::get_if<int64_t>(&value)) {
+      w.Int64(*n);
+    } else {
+      Str(&w, std::get<std::string>(value));
+    }
+  }
+  w.EndObject();
+  return Done(buffer);
 }
 
 }  // namespace kiln::server

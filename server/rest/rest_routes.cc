@@ -33,17 +33,25 @@ enum class Route {
   kLoad,
   kUnload,
   kGraphExecute,
+  kShmStatusAll,
+  kShmStatusRegion,
+  kShmRegister,
+  kShmUnregisterAll,
+  kShmUnregisterRegion,
+  kLogging,  // GET reads, POST updates
 };
 
 struct Match {
   Route route = Route::kNone;
   std::string model;
   std::string version;
+  std::string region;  // system shared memory routes
 };
 
 bool IsPost(Route r) {
   return r == Route::kInfer || r == Route::kIndex || r == Route::kLoad || r == Route::kUnload ||
-         r == Route::kGraphExecute;
+         r == Route::kGraphExecute || r == Route::kShmRegister || r == Route::kShmUnregisterAll ||
+         r == Route::kShmUnregisterRegion;
 }
 
 // Splits the (already percent-decoded) path into segments; no route has empty segments.
@@ -72,6 +80,21 @@ Match MatchPath(std::string_view path) {
   if (s[1] == "health" && n == 3) {
     if (s[2] == "live") m.route = Route::kLive;
     if (s[2] == "ready") m.route = Route::kReady;
+    return m;
+  }
+  if (s[1] == "logging" && n == 2) {
+    m.route = Route::kLogging;
+    return m;
+  }
+  if (s[1] == "systemsharedmemory") {
+    if (n == 3 && s[2] == "status") m.route = Route::kShmStatusAll;
+    if (n == 3 && s[2] == "unregister") m.route = Route::kShmUnregisterAll;
+    if (n == 5 && s[2] == "region") {
+      m.region = std::string(s[3]);
+      if (s[4] == "status") m.route = Route::kShmStatusRegion;
+      if (s[4] == "register") m.route = Route::kShmRegister;
+      if (s[4] == "unregister") m.route = Route::kShmUnregisterRegion;
+    }
     return m;
   }
   if (s[1] == "repository") {
@@ -122,6 +145,12 @@ std::string_view EndpointOf(Route route) {
     case Route::kLoad: return "POST /v2/repository/models/{m}/load";
     case Route::kUnload: return "POST /v2/repository/models/{m}/unload";
     case Route::kGraphExecute: return "POST /v1/graphs:execute";
+    case Route::kShmStatusAll: return "GET /v2/systemsharedmemory/status";
+    case Route::kShmStatusRegion: return "GET /v2/systemsharedmemory/region/{r}/status";
+    case Route::kShmRegister: return "POST /v2/systemsharedmemory/region/{r}/register";
+    case Route::kShmUnregisterAll: return "POST /v2/systemsharedmemory/unregister";
+    case Route::kShmUnregisterRegion: return "POST /v2/systemsharedmemory/region/{r}/unregister";
+    case Route::kLogging: return "* /v2/logging";
   }
   return "";
 }
@@ -150,7 +179,8 @@ void Infer(InferenceServer* core, const Match& m, const HttpRequest& req, std::s
       return SetStatus(res, s);
     }
   } else if (absl::Status s =
-                 DecodeInferRequest(&body, *header_length, m.model, m.version, &request);
+                 DecodeInferRequest(&body, *header_length, m.model, m.version, &request,
+                                    &core->shared_memory());
              !s.ok()) {
     return SetStatus(res, s);
   }
@@ -276,6 +306,38 @@ void Handle(InferenceServer* core, const Match& m, const HttpRequest& req, std::
     }
     case Route::kGraphExecute:
       return GraphExecute(core, body, res);
+    case Route::kShmStatusAll:
+    case Route::kShmStatusRegion: {
+      auto regions = core->shared_memory().Status(m.region);
+      if (!regions.ok()) return SetStatus(res, regions.status());
+      return SetJson(res, SharedMemoryStatusJson(*regions));
+    }
+    case Route::kShmRegister: {
+      absl::StatusOr<SharedMemoryRegistration> r = DecodeSharedMemoryRegisterBody(body);
+      if (!r.ok()) return SetStatus(res, r.status());
+      if (absl::Status s = core->shared_memory().Register(m.region, r->key, r->offset, r->byte_size);
+          !s.ok()) {
+        return SetStatus(res, s);
+      }
+      res->status = 200;
+      return;
+    }
+    case Route::kShmUnregisterAll:
+    case Route::kShmUnregisterRegion:
+      if (absl::Status s = core->shared_memory().Unregister(m.region); !s.ok()) return SetStatus(res, s);
+      res->status = 200;
+      return;
+    case Route::kLogging: {
+      LogSettingList updates;
+      if (req.method == "POST") {
+        absl::StatusOr<LogSettingList> decoded = DecodeLogSettingsBody(body);
+        if (!decoded.ok()) return SetStatus(res, decoded.status());
+        updates = *std::move(decoded);
+      }
+      absl::StatusOr<LogSettingList> current = UpdateLogSettings(updates);
+      if (!current.ok()) return SetStatus(res, current.status());
+      return SetJson(res, LogSettingsJson(*current));
+    }
     case Route::kNone:
       break;
   }
@@ -297,9 +359,12 @@ RoutePlan KserveRoutes::Plan(const HttpRequest& req) const {
     return plan;
   }
   const bool post = IsPost(m.route);
-  const bool allowed = post ? req.method == "POST" : (req.method == "GET" || req.method == "HEAD");
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  const bool allowed = m.route == Route::kLogging ? get || req.method == "POST"
+                       : post                     ? req.method == "POST"
+                                                  : get;
   if (!allowed) {
-    plan.answer = MethodNotAllowed(req, post ? "POST" : "GET");
+    plan.answer = MethodNotAllowed(req, m.route == Route::kLogging ? "GET, POST" : post ? "POST" : "GET");
     return plan;
   }
   if (req.has_body() && req.IsMultipart()) {

@@ -5,6 +5,9 @@
 //        /v2/models/stats
 //   POST /v2/models/{m}[/versions/{v}]/infer (JSON, or the binary tensor data extension),
 //        /v2/repository/index, /v2/repository/models/{m}/{load,unload}, /v1/graphs:execute
+//   Triton's system shared memory: GET /v2/systemsharedmemory[/region/{r}]/status,
+//        POST /v2/systemsharedmemory/region/{r}/register, POST /v2/systemsharedmemory[/region/{r}]/unregister
+//   Triton's logging: GET (read) and POST (update) /v2/logging
 //
 // HEAD is GET without the body; other methods on a known path are 405 naming what to use.
 // Plan routes from the head alone (no core call); the handler it returns runs on a worker

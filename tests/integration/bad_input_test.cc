@@ -494,8 +494,8 @@ TEST_F(BadInputTest, RepositoryErrors) {
 }
 
 TEST_F(BadInputTest, UnimplementedRpcsSayUnimplemented) {
-  inference::SystemSharedMemoryStatusResponse resp;
-  EXPECT_EQ(server_->Stub()->SystemSharedMemoryStatus(Context().get(), {}, &resp).error_code(),
+  inference::CudaSharedMemoryStatusResponse resp;
+  EXPECT_EQ(server_->Stub()->CudaSharedMemoryStatus(Context().get(), {}, &resp).error_code(),
             grpc::StatusCode::UNIMPLEMENTED);
 }
 

@@ -73,7 +73,8 @@ TEST_F(KilndTest, ServerMetadata) {
   EXPECT_EQ(resp.name(), "kiln");
   EXPECT_FALSE(resp.version().empty());
   EXPECT_THAT(resp.extensions(), ::testing::UnorderedElementsAre(
-                                     "model_repository", "model_configuration", "statistics"));
+                                     "model_repository", "model_configuration", "statistics",
+                                     "logging"));
 }
 
 TEST_F(KilndTest, ModelMetadataAddSub) {
