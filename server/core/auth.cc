@@ -79,6 +79,8 @@ constexpr Endpoint kEndpoints[] = {
     {H, "POST /v2/systemsharedmemory/unregister", kInfer, "shared-memory"},
     {H, "POST /v2/systemsharedmemory/region/{r}/unregister", kInfer, "shared-memory"},
     {H, "* /v2/logging", kAdmin, "logging"},
+    {H, "* /v2/trace/setting", kAdmin, "trace"},
+    {H, "* /v2/models/{m}/trace/setting", kAdmin, "trace"},
     {H, "POST /v1/graphs:execute", kAdmin, "kiln-graph"},
     {H, "* /v1/training/...", kAdmin, "kiln-training"},
     {H, "GET /metrics", Role::kMetrics, "metrics"},

@@ -28,6 +28,10 @@ struct InferTask {
   std::chrono::steady_clock::time_point admitted;  // queue time starts here
   InferObservation obs;
   InferCallback done;
+  // Triton's trace extension (trace.h): the trace id (0 = not traced) and the run's bounds.
+  uint64_t trace_id = 0;
+  std::chrono::steady_clock::time_point compute_start{};
+  std::chrono::steady_clock::time_point compute_end{};
 };
 
 }  // namespace kiln::server

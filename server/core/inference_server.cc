@@ -36,7 +36,7 @@ namespace {
 // Protocol extensions kilnd implements (shared/reference/kserve-v2-protocol.md §8).
 // Advertise nothing that is not served: perf_analyzer keys off "statistics".
 constexpr const char* kExtensions[] = {"model_repository", "model_configuration", "statistics",
-                                       "logging"};
+                                       "logging", "trace"};
 
 template <typename Tensor>
 TensorMetadata ToMetadata(const Tensor& t, bool batching) {
@@ -84,7 +84,8 @@ InferenceServer::InferenceServer(ServerOptions options, std::string default_devi
               }),
       repository_(options_.model_repository, this, options_.repository_follow_links,
                   options_.strict_model_config),
-      shared_memory_(options_.allow_client_shm) {
+      shared_memory_(options_.allow_client_shm),
+      trace_(options_.trace_file) {
   if (options_.response_cache_bytes > 0) {
     response_cache_ = std::make_unique<ResponseCache>(options_.response_cache_bytes);
   }
@@ -424,6 +425,7 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
   }
   if (observer_ != nullptr) observer_->ObservePending(task->obs.model, task->obs.version, +1);
   task->valid = *std::move(valid);
+  task->trace_id = trace_.Sample(version.name);
   return absl::OkStatus();
 }
 
@@ -433,6 +435,7 @@ void InferenceServer::Finish(Task& task, absl::StatusOr<InferResponse> response)
   }
   const uint64_t total_ns = NanosSince(task.start);
   if (task.model != nullptr && !response.ok()) task.model->stats->RecordFailure(total_ns);
+  if (task.trace_id != 0) RecordTrace(task);
   if (observer_ != nullptr) {
     task.obs.code = response.status().code();
     task.obs.duration_ns = total_ns;
@@ -467,6 +470,27 @@ absl::Status InferenceServer::WriteSharedMemoryOutputs(const InferRequest& reque
   return absl::OkStatus();
 }
 
+void InferenceServer::RecordTrace(const Task& task) {
+  using Clock = std::chrono::steady_clock;
+  auto ns = [](Clock::time_point t) {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+  };
+  TraceRecord r;
+  r.id = task.trace_id;
+  r.model_name = task.obs.model;
+  r.model_version = task.obs.version;
+  r.request_id = task.request.id;
+  r.timestamps.emplace_back("REQUEST_START", ns(task.start));
+  if (task.admitted != Clock::time_point{}) r.timestamps.emplace_back("QUEUE_START", ns(task.admitted));
+  if (task.compute_start != Clock::time_point{}) {
+    r.timestamps.emplace_back("COMPUTE_START", ns(task.compute_start));
+    if (task.compute_end != Clock::time_point{}) r.timestamps.emplace_back("COMPUTE_END", ns(task.compute_end));
+  }
+  r.timestamps.emplace_back("REQUEST_END", ns(Clock::now()));
+  trace_.Record(std::move(r));
+}
+
 void InferenceServer::RunTask(Task& task) {
   absl::StatusOr<InferResponse> response = Guard("ModelInfer", [&] { return ExecuteTask(task); });
   // Before answering: the device is free for the next request (the executor takes over anything
@@ -496,11 +520,13 @@ std::optional<absl::StatusOr<InferResponse>> InferenceServer::BeginTask(Task& ta
   }
   *cached = ProbeCache(response_cache_.get(), version, task.request, task.start, &task.obs);
   if (cached->hit.has_value()) return *std::move(cached->hit);  // response_cache.h
+  task.compute_start = std::chrono::steady_clock::now();
   return std::nullopt;
 }
 
 void InferenceServer::EndTask(Task& task, const CacheProbe& cached, const ExecutionTimes& times,
                               bool count_execution, absl::StatusOr<InferResponse>& response) {
+  task.compute_end = std::chrono::steady_clock::now();
   const ModelVersion& version = *task.model;
   task.obs.compute_input_ns = times.compute_input_ns;
   task.obs.compute_infer_ns = times.compute_infer_ns;

@@ -73,6 +73,7 @@
 #include "server/core/run_policy.h"
 #include "server/core/shared_memory.h"
 #include "server/core/statistics.h"
+#include "server/core/trace.h"
 
 namespace kiln::server {
 
@@ -98,6 +99,7 @@ struct ServerOptions {
   // Triton's system shared memory extension (shared_memory.h): clients may register regions
   // (--allow-client-shm, default off as in Triton).
   bool allow_client_shm = false;
+  std::string trace_file;  // Triton's trace extension (trace.h): where traces go; "" = none
 };
 
 struct ServerMetadata {
@@ -187,6 +189,10 @@ class InferenceServer : private ModelPlacer {
   // inputs' and outputs' shared memory parameters against it; Finish writes such outputs.
   SharedMemoryManager& shared_memory() { return shared_memory_; }
 
+  // Triton's trace extension (trace.h): the settings the transports read and update. Admitted
+  // requests are sampled; a traced one's timestamps are recorded when it is answered.
+  TraceManager& trace() { return trace_; }
+
   // The canonical default device ("CPU" unless ServerOptions::device says otherwise).
   const std::string& default_device() const { return default_device_; }
   // Devices with an engine and an executor, sorted.
@@ -212,6 +218,8 @@ class InferenceServer : private ModelPlacer {
   void Finish(Task& task, absl::StatusOr<InferResponse> response);
   // Writes the outputs that the request directs into shared memory (see above); all or none.
   static absl::Status WriteSharedMemoryOutputs(const InferRequest& request, InferResponse* response);
+  // Hands a traced task's timestamps to trace_ (trace.h), REQUEST_END = now.
+  void RecordTrace(const Task& task);
   // Runs a task whose lane it holds (busy): ExecuteTask, release the lane, then Finish.
   void RunTask(Task& task);
   // Executes an admitted task (statistics included): BeginTask, Execute, EndTask.
@@ -274,6 +282,7 @@ class InferenceServer : private ModelPlacer {
   std::atomic<bool> shutting_down_{false};
   std::unique_ptr<ResponseCache> response_cache_;  // null without --cache-config
   SharedMemoryManager shared_memory_;
+  TraceManager trace_;
 };
 
 }  // namespace kiln::server

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -377,6 +378,31 @@ grpc::ServerUnaryReactor* InferenceService::SystemSharedMemoryUnregister(
     inference::SystemSharedMemoryUnregisterResponse*) {
   return Unary(ctx, gate_, "SystemSharedMemoryUnregister",
                [&] { return server_->shared_memory().Unregister(request->name()); });
+}
+
+grpc::ServerUnaryReactor* InferenceService::TraceSetting(grpc::CallbackServerContext* ctx,
+                                                         const inference::TraceSettingRequest* request,
+                                                         inference::TraceSettingResponse* response) {
+  return Unary(ctx, gate_, "TraceSetting", [&]() -> absl::Status {
+    if (!request->model_name().empty()) {  // a model's settings: the model must be served
+      if (auto m = server_->GetModelMetadata(request->model_name(), ""); !m.ok()) return m.status();
+    }
+    TraceSettingUpdate updates;
+    for (const auto& [key, value] : request->settings()) {
+      if (value.value_size() == 0) {
+        updates.emplace_back(key, std::nullopt);  // no value: clear (the global one applies)
+      } else {
+        updates.emplace_back(key, std::vector<std::string>(value.value().begin(), value.value().end()));
+      }
+    }
+    absl::StatusOr<TraceSettingMap> current = server_->trace().Update(request->model_name(), updates);
+    if (!current.ok()) return current.status();
+    for (const auto& [key, values] : *current) {
+      auto& out = (*response->mutable_settings())[key];
+      for (const std::string& v : values) out.add_value(v);
+    }
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* InferenceService::LogSettings(grpc::CallbackServerContext* ctx,

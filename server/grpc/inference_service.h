@@ -2,8 +2,8 @@
 // (codec.h), calls InferenceServer, encodes the answer, maps errors with ToGrpcStatus.
 // Implemented: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer,
 // ModelStreamInfer, ModelConfig, ModelStatistics, RepositoryIndex, RepositoryModelLoad,
-// RepositoryModelUnload, SystemSharedMemory{Status,Register,Unregister}, LogSettings. The rest
-// (CUDA shared memory, trace settings) answer UNIMPLEMENTED.
+// RepositoryModelUnload, SystemSharedMemory{Status,Register,Unregister}, LogSettings,
+// TraceSetting. CUDA shared memory answers UNIMPLEMENTED.
 // ModelInfer and ModelStreamInfer never block a gRPC thread on execution: the request is queued
 // in the core (InferAsync) and the answer is sent from the core's executor. The client's deadline
 // and cancellation reach the engine (a run stops between kernels). On a stream every request gets
@@ -78,6 +78,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   grpc::ServerUnaryReactor* SystemSharedMemoryUnregister(
       grpc::CallbackServerContext* ctx, const inference::SystemSharedMemoryUnregisterRequest* request,
       inference::SystemSharedMemoryUnregisterResponse* response) override;
+  // Triton's trace extension (server/core/trace.h).
+  grpc::ServerUnaryReactor* TraceSetting(grpc::CallbackServerContext* ctx,
+                                         const inference::TraceSettingRequest* request,
+                                         inference::TraceSettingResponse* response) override;
   // Triton's logging extension (server/core/log_settings.h).
   grpc::ServerUnaryReactor* LogSettings(grpc::CallbackServerContext* ctx,
                                         const inference::LogSettingsRequest* request,

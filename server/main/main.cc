@@ -331,6 +331,7 @@ int main(int argc, char** argv) {
   options.inline_max_compute_us = std::max<int64_t>(0, absl::GetFlag(FLAGS_inline_max_compute_us));
   options.max_queue_size = std::max<int64_t>(1, absl::GetFlag(FLAGS_max_queue_size));
   options.allow_client_shm = kiln::server::AllowClientShm();
+  options.trace_file = kiln::server::TraceFile();
   ApplyLimitFlags(&options);
   absl::StatusOr<kiln::server::ModelControlPlan> control =
       kiln::server::ApplyModelControlFlags(&options);

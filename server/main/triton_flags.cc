@@ -36,6 +36,10 @@ ABSL_FLAG(bool, allow_client_shm, false,
           "Triton's flag: clients may register system shared memory regions (any POSIX shared "
           "memory object kilnd can open, read and written with kilnd's permissions) and pass "
           "tensors through them; off = the register/unregister calls are refused");
+ABSL_FLAG(std::string, trace_file, "",
+          "Triton's trace extension: the file the sampled requests' timestamps are written to "
+          "(JSON, Triton's format; log_frequency N writes <file>.<index>); tracing is turned on "
+          "through TraceSetting / /v2/trace/setting; empty = tracing cannot be turned on");
 ABSL_FLAG(std::string, cache_config, "",
           "Triton's response cache: local,size=<bytes> gives models with response_cache { enable: "
           "true } an LRU cache of that many bytes (identical requests answered without running); "
@@ -135,6 +139,8 @@ bool VerboseLogging() { return absl::GetFlag(FLAGS_log_verbose) > 0; }
 int VerboseLevel() { return std::max(0, absl::GetFlag(FLAGS_log_verbose)); }
 
 bool AllowClientShm() { return absl::GetFlag(FLAGS_allow_client_shm); }
+
+std::string TraceFile() { return absl::GetFlag(FLAGS_trace_file); }
 
 std::string HttpAddress() { return absl::GetFlag(FLAGS_http_address); }
 

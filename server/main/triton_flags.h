@@ -42,6 +42,8 @@ bool VerboseLogging();
 int VerboseLevel();
 // --allow-client-shm (Triton's): clients may register system shared memory regions.
 bool AllowClientShm();
+// --trace-file (Triton's): where the trace extension writes the traces ("" = none).
+std::string TraceFile();
 
 // The REST gateway's host: --http-address, or "" when it is unset (then --grpc-address serves).
 std::string HttpAddress();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <utility>
 #include <variant>
 
@@ -340,6 +341,62 @@ std::string LogSettingsJson(const LogSettingList& settings) {
       w.Int64(*n);
     } else {
       Str(&w, std::get<std::string>(value));
+    }
+  }
+  w.EndObject();
+  return Done(buffer);
+}
+
+absl::StatusOr<TraceSettingUpdate> DecodeTraceSettingsBody(const std::string& body) {
+  TraceSettingUpdate updates;
+  if (body.empty()) return updates;
+  rapidjson::Document doc;
+  if (absl::Status s = ParseJson(body, "request body", &doc); !s.ok()) return s;
+  if (!doc.IsObject()) return absl::InvalidArgumentError("request body: expected a JSON object");
+  auto scalar = [](const rapidjson::Value& v, std::string* out) {
+    if (v.IsString()) {
+      out->assign(v.GetString(), v.GetStringLength());
+    } else if (v.IsInt64()) {
+      *out = std::to_string(v.GetInt64());
+    } else {
+      return false;
+    }
+    return true;
+  };
+  for (const auto& m : doc.GetObject()) {
+    std::string key(m.name.GetString(), std::min<size_t>(m.name.GetStringLength(), 64));
+    if (m.value.IsNull()) {
+      updates.emplace_back(std::move(key), std::nullopt);
+      continue;
+    }
+    std::vector<std::string> values;
+    bool ok = true;
+    if (m.value.IsArray()) {
+      for (const auto& v : m.value.GetArray()) ok = ok && scalar(v, &values.emplace_back());
+    } else {
+      ok = scalar(m.value, &values.emplace_back());
+    }
+    if (!ok || values.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "settings.", key, ": expected a string, an integer, a list of them, or null"));
+    }
+    updates.emplace_back(std::move(key), std::move(values));
+  }
+  return updates;
+}
+
+std::string TraceSettingsJson(const TraceSettingMap& settings) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  for (const auto& [key, values] : settings) {
+    w.Key(key.data(), static_cast<rapidjson::SizeType>(key.size()));
+    if (key == "trace_level") {  // a list, as Triton's; the others one string
+      w.StartArray();
+      for (const std::string& v : values) Str(&w, v);
+      w.EndArray();
+    } else {
+      Str(&w, values.empty() ? std::string() : values.front());
     }
   }
   w.EndObject();

@@ -12,6 +12,7 @@
 #include "server/core/inference_server.h"
 #include "server/core/log_settings.h"
 #include "server/core/shared_memory.h"
+#include "server/core/trace.h"
 
 namespace kiln::server {
 
@@ -41,5 +42,11 @@ absl::StatusOr<SharedMemoryRegistration> DecodeSharedMemoryRegisterBody(const st
 // the answer with every setting.
 absl::StatusOr<LogSettingList> DecodeLogSettingsBody(const std::string& body);
 std::string LogSettingsJson(const LogSettingList& settings);
+
+// The trace extension (trace.h): a POST body {"trace_level": ["TIMESTAMPS"], "trace_rate": "1",
+// "trace_count": null, ...} (a string, a number, a list of them, or null = clear; empty = read)
+// and the answer {"trace_level": ["TIMESTAMPS"], "trace_rate": "1", ...}.
+absl::StatusOr<TraceSettingUpdate> DecodeTraceSettingsBody(const std::string& body);
+std::string TraceSettingsJson(const TraceSettingMap& settings);
 
 }  // namespace kiln::server

@@ -39,6 +39,8 @@ enum class Route {
   kShmUnregisterAll,
   kShmUnregisterRegion,
   kLogging,  // GET reads, POST updates
+  kTrace,       // GET reads, POST updates the global trace settings
+  kModelTrace,  // ... a model's
 };
 
 struct Match {
@@ -86,6 +88,10 @@ Match MatchPath(std::string_view path) {
     m.route = Route::kLogging;
     return m;
   }
+  if (s[1] == "trace" && n == 3 && s[2] == "setting") {
+    m.route = Route::kTrace;
+    return m;
+  }
   if (s[1] == "systemsharedmemory") {
     if (n == 3 && s[2] == "status") m.route = Route::kShmStatusAll;
     if (n == 3 && s[2] == "unregister") m.route = Route::kShmUnregisterAll;
@@ -117,7 +123,9 @@ Match MatchPath(std::string_view path) {
     m.version = std::string(s[4]);
     next = 5;
   }
-  if (next == n) {
+  if (next == 3 && n == 5 && s[3] == "trace" && s[4] == "setting") {
+    m.route = Route::kModelTrace;
+  } else if (next == n) {
     m.route = Route::kModelMetadata;
   } else if (next + 1 == n) {
     const std::string_view action = s[next];
@@ -151,6 +159,8 @@ std::string_view EndpointOf(Route route) {
     case Route::kShmUnregisterAll: return "POST /v2/systemsharedmemory/unregister";
     case Route::kShmUnregisterRegion: return "POST /v2/systemsharedmemory/region/{r}/unregister";
     case Route::kLogging: return "* /v2/logging";
+    case Route::kTrace: return "* /v2/trace/setting";
+    case Route::kModelTrace: return "* /v2/models/{m}/trace/setting";
   }
   return "";
 }
@@ -338,6 +348,21 @@ void Handle(InferenceServer* core, const Match& m, const HttpRequest& req, std::
       if (!current.ok()) return SetStatus(res, current.status());
       return SetJson(res, LogSettingsJson(*current));
     }
+    case Route::kTrace:
+    case Route::kModelTrace: {
+      if (m.route == Route::kModelTrace) {  // a model's settings: the model must be served
+        if (auto md = core->GetModelMetadata(m.model, ""); !md.ok()) return SetStatus(res, md.status());
+      }
+      TraceSettingUpdate updates;
+      if (req.method == "POST") {
+        absl::StatusOr<TraceSettingUpdate> decoded = DecodeTraceSettingsBody(body);
+        if (!decoded.ok()) return SetStatus(res, decoded.status());
+        updates = *std::move(decoded);
+      }
+      absl::StatusOr<TraceSettingMap> current = core->trace().Update(m.model, updates);
+      if (!current.ok()) return SetStatus(res, current.status());
+      return SetJson(res, TraceSettingsJson(*current));
+    }
     case Route::kNone:
       break;
   }
@@ -360,11 +385,10 @@ RoutePlan KserveRoutes::Plan(const HttpRequest& req) const {
   }
   const bool post = IsPost(m.route);
   const bool get = req.method == "GET" || req.method == "HEAD";
-  const bool allowed = m.route == Route::kLogging ? get || req.method == "POST"
-                       : post                     ? req.method == "POST"
-                                                  : get;
+  const bool both = m.route == Route::kLogging || m.route == Route::kTrace || m.route == Route::kModelTrace;
+  const bool allowed = both ? get || req.method == "POST" : post ? req.method == "POST" : get;
   if (!allowed) {
-    plan.answer = MethodNotAllowed(req, m.route == Route::kLogging ? "GET, POST" : post ? "POST" : "GET");
+    plan.answer = MethodNotAllowed(req, both ? "GET, POST" : post ? "POST" : "GET");
     return plan;
   }
   if (req.has_body() && req.IsMultipart()) {

@@ -8,6 +8,7 @@
 //   Triton's system shared memory: GET /v2/systemsharedmemory[/region/{r}]/status,
 //        POST /v2/systemsharedmemory/region/{r}/register, POST /v2/systemsharedmemory[/region/{r}]/unregister
 //   Triton's logging: GET (read) and POST (update) /v2/logging
+//   Triton's trace: GET (read) and POST (update) /v2[/models/{m}]/trace/setting
 //
 // HEAD is GET without the body; other methods on a known path are 405 naming what to use.
 // Plan routes from the head alone (no core call); the handler it returns runs on a worker

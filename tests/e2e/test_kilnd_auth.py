@@ -29,7 +29,7 @@ KEYS = {"infer": "k-infer-0123", "admin": "k-admin-4567", "metrics": "k-metrics-
 REFUSED_GRPC = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
 # Declared by the KServe proto but not served by kilnd: no handler runs, so every caller gets
 # UNIMPLEMENTED and nothing else.
-UNSERVED = re.compile(r"/inference\.GRPCInferenceService/(CudaSharedMemory|TraceSetting)")
+UNSERVED = re.compile(r"/inference\.GRPCInferenceService/CudaSharedMemory")
 
 
 def _free_port() -> int:

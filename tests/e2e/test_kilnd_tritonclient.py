@@ -25,7 +25,7 @@ def test_server_metadata(client):
     md = client.get_server_metadata(as_json=True)
     assert md["name"] == "kiln"
     assert md["version"]
-    assert set(md["extensions"]) == {"model_repository", "model_configuration", "statistics", "logging"}
+    assert set(md["extensions"]) == {"model_repository", "model_configuration", "statistics", "logging", "trace"}
 
 
 def test_model_metadata(client):

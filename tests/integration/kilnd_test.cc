@@ -74,7 +74,7 @@ TEST_F(KilndTest, ServerMetadata) {
   EXPECT_FALSE(resp.version().empty());
   EXPECT_THAT(resp.extensions(), ::testing::UnorderedElementsAre(
                                      "model_repository", "model_configuration", "statistics",
-                                     "logging"));
+                                     "logging", "trace"));
 }
 
 TEST_F(KilndTest, ModelMetadataAddSub) {
