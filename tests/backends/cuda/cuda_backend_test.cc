@@ -197,7 +197,7 @@ TEST(TensorCores, TensorMatmulTakesTcRendersThroughNullAndMatchesCpu) {
     auto ptx = c.Compile(ck->source, prog->name);
     ASSERT_TRUE(ptx.ok()) << ptx.status() << "\n" << ck->source;
     auto cubin = c.CompileCubin(ck->source, prog->name);
-    if (cubin.status().code() != absl::StatusCode::kUnimplemented) ASSERT_TRUE(cubin.ok()) << cubin.status();
+    if (cubin.status().code() != absl::StatusCode::kUnimplemented) { ASSERT_TRUE(cubin.ok()) << cubin.status(); }
     // Run the TC program on INTERP (emulated warps) with the realized inputs; compare with the CPU matmul.
     auto want = y.ToVector<float>();
     ASSERT_TRUE(want.ok()) << want.status();

@@ -103,7 +103,7 @@ TEST(InterpLowerTest, SumOverAxis) {
     std::vector<std::vector<uint8_t>> bufs = {Bytes(std::vector<float>(16)), Bytes(a)};
     Program p;
     ASSERT_TRUE(LowerAndRun(ReduceKernel(Op::ADD, 16, 32), Cpu(), {}, bufs, &p).ok());
-    if (noopt) EXPECT_EQ(p.name, "r_16_32");
+    if (noopt) { EXPECT_EQ(p.name, "r_16_32"); }
     std::vector<float> out = As<float>(bufs[0]);
     for (int i = 0; i < 16; ++i) EXPECT_EQ(out[i], ref[i]) << "noopt=" << noopt << " i=" << i;
   }
@@ -207,7 +207,7 @@ TEST(InterpLowerTest, PaddedGatedLoad) {
     std::vector<float> o = As<float>(bufs[0]);
     for (int i = 0; i < 12; ++i) EXPECT_EQ(o[i], (i >= 2 && i < 10 ? av[i - 2] : 0.0f) + 1.0f) << i;
     for (const UOpPtr& u : p.uops)
-      if (u->op() == Op::INDEX) EXPECT_EQ(u->num_src(), 2u) << "gates move to the LOAD";
+      if (u->op() == Op::INDEX) { EXPECT_EQ(u->num_src(), 2u) << "gates move to the LOAD"; }
   }
 }
 

@@ -60,7 +60,7 @@ TEST(LowerTest, LoopStructureAndHoisting) {
     for (const UOpPtr& s : u->src()) EXPECT_LT(Pos(*p, s), static_cast<int>(i));
     if (u->op() == Op::RANGE && first_range < 0) first_range = static_cast<int>(i);
     if (u->op() == Op::PARAM && first_range >= 0) ++params_after;
-    if (u->op() == Op::RANGE) EXPECT_EQ(u->dtype(), dtypes::kInt32);
+    if (u->op() == Op::RANGE) { EXPECT_EQ(u->dtype(), dtypes::kInt32); }
   }
   EXPECT_EQ(params_after, 0);
   std::vector<int> range_pos, end_pos;
@@ -339,7 +339,7 @@ TEST(LowerTest, ReduceLoopNarrowsToThePaddedWindow) {
       EXPECT_NE(u->src(0)->op(), Op::CONST);
     }
     EXPECT_NE(u->op(), Op::WHERE);
-    if (u->op() == Op::INDEX || u->op() == Op::LOAD) EXPECT_LT(u->num_src(), 3u);
+    if (u->op() == Op::INDEX || u->op() == Op::LOAD) { EXPECT_LT(u->num_src(), 3u); }
   }
   EXPECT_EQ(reduce_loops, 1);
   // Terms that are not 0 outside the window keep the whole loop and the gate.
@@ -385,7 +385,7 @@ TEST(LowerTest, WideIndexUsesInt64) {
   auto p = NoOpt(UOp::Sink({End(St(Idx(out, r0), UOp::Const(dtypes::kUInt8, int64_t{1})), {r0})}));
   ASSERT_TRUE(p.ok()) << p.status();
   for (const UOpPtr& u : p->uops)
-    if (u->op() == Op::RANGE) EXPECT_EQ(u->dtype(), dtypes::kInt64);
+    if (u->op() == Op::RANGE) { EXPECT_EQ(u->dtype(), dtypes::kInt64); }
   EXPECT_EQ(p->buffers[0].size, int64_t{3} << 30);
 }
 

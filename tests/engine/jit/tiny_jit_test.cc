@@ -452,7 +452,7 @@ TEST_F(JitTest, GraphReplayUpdatesChangedInputsOnly) {
     if (i >= 1 && DeviceHasGraphs()) {
       ASSERT_NE(jit.plan(), nullptr);
       EXPECT_GE(jit.plan()->num_graphs(), 1) << "JIT=2 on " << TestDevice() << " recorded no device graph";
-      if (i >= 2) EXPECT_GT(jit.plan()->graph_updates(), updates) << "new inputs did not update the graph";
+      if (i >= 2) { EXPECT_GT(jit.plan()->graph_updates(), updates) << "new inputs did not update the graph"; }
       updates = jit.plan()->graph_updates();
     }
   }
@@ -462,8 +462,8 @@ TEST_F(JitTest, GraphReplayUpdatesChangedInputsOnly) {
     ASSERT_TRUE(out.ok()) << out.status();
     auto va = Vals(a), vb = Vals(b), vo = Vals((*out)[0]);
     for (int j = 0; j < 32; ++j) EXPECT_NEAR(vo[j], (va[j] + 1) * 3 + vb[j], 1e-5);
-    if (i == 1) EXPECT_EQ(jit.plan()->graph_updates(), updates) << "same inputs, yet the graph was updated";
-    if (!DeviceHasGraphs()) EXPECT_EQ(jit.plan()->num_graphs(), 0);
+    if (i == 1) { EXPECT_EQ(jit.plan()->graph_updates(), updates) << "same inputs, yet the graph was updated"; }
+    if (!DeviceHasGraphs()) { EXPECT_EQ(jit.plan()->num_graphs(), 0); }
     updates = jit.plan()->graph_updates();
   }
   EXPECT_EQ(jit.num_kernels(), 3);

@@ -49,9 +49,9 @@ TEST_F(DevicePoolTest, Selection) {
   EXPECT_EQ(pool_->Select("not a device!").status().code(), absl::StatusCode::kInvalidArgument);
   if (Has("CL:0")) {
     EXPECT_EQ(*pool_->Select("cl"), "CL:0");
-    if (!Has("CUDA:0")) EXPECT_EQ(*pool_->Select("GPU"), "CL:0");
+    if (!Has("CUDA:0")) { EXPECT_EQ(*pool_->Select("GPU"), "CL:0"); }
   }
-  if (Has("CUDA:0")) EXPECT_EQ(*pool_->Select("gpu"), "CUDA:0");
+  if (Has("CUDA:0")) { EXPECT_EQ(*pool_->Select("gpu"), "CUDA:0"); }
   auto dev = pool_->Get("cpu");
   ASSERT_TRUE(dev.ok()) << dev.status();
   EXPECT_EQ((*dev)->name(), "CPU");

@@ -112,7 +112,7 @@ TEST_P(ViewReuseTest, SlicedPairwiseSquaredDistance) {
         for (int64_t k = 0; k < m; ++k) s += (x[i * m + k] - x[j * m + k]) * (x[i * m + k] - x[j * m + k]);
         want.push_back(s);
       }
-    if (round == 0) ASSERT_EQ(want, issue);
+    if (round == 0) { ASSERT_EQ(want, issue); }
     Tensor a = Tensor::FromVector(x, {n, m}, GetParam()).Slice({SliceArg::Range(1, std::nullopt)});
     auto got = (a.Unsqueeze(1) - a.Unsqueeze(0)).Square().Sum(-1).ToVector<float>();
     ASSERT_TRUE(got.ok()) << got.status();
