@@ -4,13 +4,13 @@ Triton Inference Server itself: the `tritonserver` binary, its Python backend
 (backends/python/libtriton_python.so) and the backend stubs (one per Python minor version) ship in
 PyPI's `nvidia-pytriton` wheel. They are installed on demand into <repo>/.venv-bench (pinned in
 tests/bench/requirements-bench.txt; gitignored, never part of .venv or CI), made with Debian's
-/usr/bin/python3: the 3.11 stub links Debian's libpython3.11.so.1.0, so the venv's packages
-(numpy, onnxruntime) match the interpreter that runs model.py. What running it takes here:
+/usr/bin/python3: the stub of its version (3.11 on Debian 12) links Debian's libpython3.X.so.1.0, so
+the venv's packages (numpy, onnxruntime) match the interpreter that runs model.py. What running it takes here:
   - the wheel's bundled libraries (nvidia_pytriton.libs) are found through the binaries' RPATH,
     which is relative to the installed files, so the binaries run in place (LD_LIBRARY_PATH is set
     as well, as PyTriton does);
   - the Python backend starts `triton_python_backend_stub` from its own directory; the wheel keeps
-    the stubs under python_backend_stubs/<X.Y>/, so the 3.11 one is copied next to
+    the stubs under python_backend_stubs/<X.Y>/, so the venv's one is copied next to
     libtriton_python.so once, at install;
   - the stub imports model.py's packages from the bench venv (PYTHONPATH = its site-packages);
   - CPU-only: tritonserver starts without a GPU (it logs that CUDA is unavailable) and the model
@@ -39,8 +39,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_VENV = ROOT / ".venv-bench"
 REQUIREMENTS = ROOT / "tests" / "bench" / "requirements-bench.txt"
-BENCH_PYTHON = "/usr/bin/python3"
-STUB_PYTHON = "3.11"
+BENCH_PYTHON = "/usr/bin/python3"  # the system interpreter: the stub links the system's libpython3.X
 
 
 class Unavailable(Exception):
@@ -76,12 +75,8 @@ def ensure_bench_venv(log=print) -> Path:
     python = BENCH_VENV / "bin" / "python"
     if not (python.exists() and stamp.exists() and stamp.read_text().strip() == want):
         if not os.access(BENCH_PYTHON, os.X_OK):
-            raise Unavailable(f"{BENCH_PYTHON} is missing (Triton's Python backend stub for "
-                              f"{STUB_PYTHON} links Debian's libpython{STUB_PYTHON})")
-        ver = subprocess.run([BENCH_PYTHON, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             capture_output=True, text=True).stdout.strip()
-        if ver != STUB_PYTHON:
-            raise Unavailable(f"{BENCH_PYTHON} is Python {ver}; the bench venv wants {STUB_PYTHON}")
+            raise Unavailable(f"{BENCH_PYTHON} is missing (Triton's Python backend stub links the "
+                              "system's libpython3.X)")
         log(f"bench venv: installing {REQUIREMENTS.relative_to(ROOT)} into {BENCH_VENV} (PyPI)")
         if not python.exists():
             shutil.rmtree(BENCH_VENV, ignore_errors=True)
@@ -97,10 +92,17 @@ def ensure_bench_venv(log=print) -> Path:
     tdir = tritonserver_dir()
     stub = tdir / "backends" / "python" / "triton_python_backend_stub"
     if not stub.exists():
-        src = tdir / "python_backend_stubs" / STUB_PYTHON / "triton_python_backend_stub"
+        ver = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True).stdout.strip()
+        src = tdir / "python_backend_stubs" / ver / "triton_python_backend_stub"
         if not src.exists():
-            raise Unavailable(f"the nvidia-pytriton wheel has no {STUB_PYTHON} stub at {src}")
+            raise Unavailable(f"the nvidia-pytriton wheel has no Python backend stub for Python {ver} ({src})")
         shutil.copy2(src, stub)
+    missing = [l.split()[0] for l in subprocess.run(["ldd", str(stub)], capture_output=True, text=True)
+               .stdout.splitlines() if "not found" in l]
+    if missing:
+        raise Unavailable(f"Triton's Python backend stub needs {', '.join(missing)} (Debian: the "
+                          "libpython3.X package of /usr/bin/python3's version)")
     return BENCH_VENV
 
 

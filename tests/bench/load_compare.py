@@ -153,13 +153,13 @@ def model_config_text(batching: str) -> str:
     return "\n".join(lines) + "\n" + batching
 
 
-def start_kiln(name: str, batching: str, scratch: Path) -> Running:
+def start_kiln(name: str, batching: str, scratch: Path, extra: list[str]) -> Running:
     repo = scratch / f"repo_{name}"
     (repo / MODEL / "1").mkdir(parents=True)
     shutil.copy2(ROOT / "models" / MODEL / "1" / "model.safetensors", repo / MODEL / "1" / "model.safetensors")
     (repo / MODEL / "config.pbtxt").write_text(model_config_text(batching))
     metrics_port = free_port()
-    k = Kilnd(repo, [f"--metrics-port={metrics_port}", f"--max-queue-size={4 * MAX_BATCH}"])
+    k = Kilnd(repo, [f"--metrics-port={metrics_port}", f"--max-queue-size={4 * MAX_BATCH}", *extra])
     return Running(name, k.url, k.http_url, lambda: k.stop(), metrics_url=f"http://127.0.0.1:{metrics_port}/metrics",
                    notes=[f"pid {k.proc.pid}"])
 
@@ -281,6 +281,7 @@ def main() -> int:
                     help="onnxruntime intra-op threads in Triton's model.py (0 = onnxruntime's default)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the batch-size 1..64 sweep")
     ap.add_argument("--kilnd", default="", help="kilnd binary (default $KILN_BUILD_DIR/server/main/kilnd)")
+    ap.add_argument("--kilnd-args", default="", help="more kilnd flags, e.g. '--inline-execution=false'")
     args = ap.parse_args()
 
     build = Path(os.environ.get("KILN_BUILD_DIR", "build/release"))
@@ -325,7 +326,8 @@ def main() -> int:
                 elif not kilnd.is_file():
                     raise Unavailable(f"kilnd binary {kilnd} is missing (build the release preset)")
                 else:
-                    server = start_kiln(name, batching if name == "kiln-batched" else "", scratch)
+                    server = start_kiln(name, batching if name == "kiln-batched" else "", scratch,
+                                        args.kilnd_args.split())
             except (Unavailable, RuntimeError) as e:
                 msg = f"{name}: NOT RUN: {e}"
                 print(msg)

@@ -1,8 +1,8 @@
 """Bounded soak and overload of kilnd serving fashion_mnist with dynamic batching (kiln issue #20).
 
 kilnd is started here on loopback (a temporary repository holding models/fashion_mnist with a
-dynamic_batching block, --max-request-bytes 1 MiB, --max-queue-size 256 so that the Python sender's
-bursts on shared cores fit) and stopped with SIGTERM at the end. Phases:
+dynamic_batching block, --max-request-bytes 1 MiB, --max-queue-size 1024 so that the bursts of a
+Python sender that shares the cores with kilnd fit) and stopped with SIGTERM at the end. Phases:
 
   1. warm-up: one request of each batch size 1..64, so that no JIT compile falls inside the soak;
   2. peak: closed loop at each --peak-concurrency level (8, 32, 64 requests in flight) for
@@ -227,9 +227,10 @@ class Load:
         return done[0]
 
     def open_loop(self, phase: str, rate: float, seconds: float, mixed: bool, timeout: float,
-                  max_outstanding: int = 20000, seed: int = 2) -> dict:
+                  max_outstanding: int = 20000, seed: int = 2, progress=None, progress_s: float = 60) -> dict:
         """Sends at `rate` per second for `seconds` (on schedule: a late sender catches up in a burst).
-        mixed: every 100 requests hold 5 malformed and 1 cancelled, shuffled."""
+        mixed: every 100 requests hold 5 malformed and 1 cancelled, shuffled. progress(elapsed s) is
+        called every progress_s."""
         rng = random.Random(seed)
         start = time.monotonic()
         end = start + seconds
@@ -238,8 +239,12 @@ class Load:
         cancels: list[tuple[float, int, grpc.Future]] = []
         block: list[str] = []
         m = c = 0
+        next_progress = start + progress_s
         while True:
             now = time.monotonic()
+            if progress and now >= next_progress:
+                progress(now - start)
+                next_progress += progress_s
             while cancels and cancels[0][0] <= now:
                 heapq.heappop(cancels)[2].cancel()
             due = start + n / rate
@@ -295,14 +300,14 @@ def test_images(n: int = 16) -> np.ndarray:
     return np.random.default_rng(0).random((n, 1, 28, 28), dtype=np.float32)
 
 
-def write_repo(repo: Path, queue_delay_us: int, preferred: list[int]) -> None:
+def write_repo(repo: Path, queue_delay_us: int, preferred: list[int], batching: bool = True) -> None:
     (repo / MODEL / "1").mkdir(parents=True)
     shutil.copy2(ROOT / "models" / MODEL / "1" / "model.safetensors", repo / MODEL / "1" / "model.safetensors")
     lines = [l for l in (ROOT / "models" / MODEL / "config.pbtxt").read_text().splitlines()
              if not l.startswith("#") and not l.startswith("dynamic_batching")]
     pref = f" preferred_batch_size: [{', '.join(map(str, preferred))}]" if preferred else ""
-    (repo / MODEL / "config.pbtxt").write_text(
-        "\n".join(lines) + f"\ndynamic_batching {{ max_queue_delay_microseconds: {queue_delay_us}{pref} }}\n")
+    block = f"dynamic_batching {{ max_queue_delay_microseconds: {queue_delay_us}{pref} }}\n" if batching else ""
+    (repo / MODEL / "config.pbtxt").write_text("\n".join(lines) + "\n" + block)
 
 
 def p99_ms(windows: list[array], first: int, last: int) -> float | None:
@@ -323,6 +328,8 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=30, help="soak length (default 30)")
     ap.add_argument("--overload-seconds", type=float, default=30, help="overload phase at 4x peak (default 30)")
     ap.add_argument("--rate", type=float, default=0, help="soak offered load per second (default 80%% of the peak)")
+    ap.add_argument("--load-fraction", type=float, default=0.8,
+                    help="soak offered load as a fraction of the measured peak (default 0.8)")
     ap.add_argument("--peak-seconds", type=float, default=3, help="per closed-loop level (default 3)")
     ap.add_argument("--peak-concurrency", default="8,32,64",
                     help="closed-loop levels; the peak is the best one's served rate (default 8,32,64)")
@@ -330,9 +337,11 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=30, help="deadline of a valid soak request, s")
     ap.add_argument("--overload-timeout", type=float, default=10, help="deadline of an overload request, s")
     ap.add_argument("--queue-delay-us", type=int, default=500)
-    ap.add_argument("--max-queue-size", type=int, default=256,
-                    help="kilnd --max-queue-size: room for the Python sender's bursts (default 256)")
+    ap.add_argument("--max-queue-size", type=int, default=1024,
+                    help="kilnd --max-queue-size: room for the Python sender's bursts (default 1024)")
     ap.add_argument("--preferred-batch-sizes", default="8,16,32,64")
+    ap.add_argument("--no-dynamic-batching", action="store_true",
+                    help="serve the model without its dynamic_batching block (the comparison run)")
     ap.add_argument("--max-rss-growth-mib", type=float, default=32)
     ap.add_argument("--max-overload-rss-mib", type=float, default=512,
                     help="bound on kilnd's RSS growth in the overload (default 512: measured, kilnd's RSS rises "
@@ -354,12 +363,14 @@ def main() -> int:
     reference = mnist_cnn_forward(weights, images)
 
     scratch = Path(tempfile.mkdtemp(prefix="kiln_soak_"))
-    write_repo(scratch / "repo", args.queue_delay_us, preferred)
+    write_repo(scratch / "repo", args.queue_delay_us, preferred, not args.no_dynamic_batching)
     server = Kilnd(scratch / "repo", ["--metrics-port=-1", f"--max-request-bytes={MAX_REQUEST_BYTES}",
                                       f"--max-queue-size={args.max_queue_size}"])
     pid = server.proc.pid
-    print(f"soak: kilnd pid {pid} at {server.url}, {MODEL} with dynamic_batching "
-          f"{{ max_queue_delay_microseconds: {args.queue_delay_us} preferred_batch_size: {preferred} }}", flush=True)
+    print(f"soak: kilnd pid {pid} at {server.url}, {MODEL} "
+          + ("without dynamic_batching" if args.no_dynamic_batching else
+             f"with dynamic_batching {{ max_queue_delay_microseconds: {args.queue_delay_us} "
+             f"preferred_batch_size: {preferred} }}"), flush=True)
     summary: dict = {"kilnd": os.environ["KILND"], "minutes": args.minutes, "overload_seconds": args.overload_seconds}
     problems: list[str] = []
     load = None
@@ -383,12 +394,12 @@ def main() -> int:
                 load.wait_idle(30)
                 levels[conc] = done / args.peak_seconds
             peak = max(levels.values())
-            rate = 0.8 * peak
+            rate = args.load_fraction * peak
             summary["peak_per_s"], summary["peak_levels"] = peak, levels
             pc = load.phase_counts("peak").get("valid", {})
             print("peak: closed loop, served/s by requests in flight: "
                   + ", ".join(f"{c}: {r:.0f}" for c, r in levels.items())
-                  + f" ({pc}); soak rate 80% of {peak:.0f}/s = {rate:.0f}/s", flush=True)
+                  + f" ({pc}); soak rate {args.load_fraction:.0%} of {peak:.0f}/s = {rate:.0f}/s", flush=True)
             if set(pc) - {"OK"}:
                 problems.append(f"peak phase: valid requests not served: {pc}")
         summary["soak_rate_per_s"] = rate
@@ -399,7 +410,14 @@ def main() -> int:
         load.start_phase("soak", warm_s)
         print(f"soak: {args.minutes:g} min at {rate:.0f}/s (94% valid, 5% malformed, 1% cancelled); "
               f"windows of {warm_s:.0f} s", flush=True)
-        sent = load.open_loop("soak", rate, soak_s, mixed=True, timeout=args.timeout)
+        def progress(elapsed: float) -> None:
+            valid = load.phase_counts("soak").get("valid", {})
+            rss = read_rss_bytes(pid)
+            print(f"  {elapsed:5.0f} s: valid {dict(sorted(valid.items()))}, kilnd RSS "
+                  f"{(rss or 0) / MiB:.1f} MiB", flush=True)
+
+        sent = load.open_loop("soak", rate, soak_s, mixed=True, timeout=args.timeout, progress=progress,
+                              progress_s=max(10.0, min(60.0, soak_s / 10)))
         soak_end = time.monotonic() - sampler.t0
         drained = load.wait_idle(args.timeout + 10)
         counts = load.phase_counts("soak")
@@ -441,7 +459,7 @@ def main() -> int:
 
         # --- overload
         if args.overload_seconds > 0:
-            base = summary.get("peak_per_s") or rate / 0.8
+            base = summary.get("peak_per_s") or rate / args.load_fraction
             over_rate = args.overload_factor * base
             rss_before = read_rss_bytes(pid)
             t_over = time.monotonic() - sampler.t0

@@ -1,6 +1,7 @@
 """A one-minute version of tests/bench/soak.py (kiln issue #20) against a real kilnd serving fashion_mnist
-with dynamic batching: open-loop gRPC load at 80% of the measured peak with 5% malformed and 1% cancelled
-requests, then 10 s at 4x the peak, then a batch of normal requests.
+with dynamic batching: open-loop gRPC load with 5% malformed and 1% cancelled requests, then 10 s at 4x
+the measured peak, then a batch of normal requests. The soak offers 50% of the peak rather than soak.py's
+80%: the peak is measured over a few seconds on cores that CI shares, and this test asserts no failure.
 
 Asserted (no timing thresholds: the deadlines are generous, so a miss means a request hung): no valid
 request failed or got a wrong answer (numpy reference), no malformed request was served, every overload
@@ -23,7 +24,7 @@ SOAK = ROOT / "tests" / "bench" / "soak.py"
 def test_soak_one_minute(tmp_path):
     out = tmp_path / "soak.json"
     proc = subprocess.run(
-        [sys.executable, str(SOAK), "--minutes", "1", "--overload-seconds", "10", "--peak-seconds", "3",
+        [sys.executable, str(SOAK), "--minutes", "1", "--overload-seconds", "10", "--load-fraction", "0.5",
          "--timeout", "60", "--overload-timeout", "60", "--json", str(out)],
         capture_output=True, text=True, timeout=400, env=os.environ.copy())
     text = proc.stdout + proc.stderr
