@@ -19,8 +19,10 @@ stock perf_analyzer (.venv/bin/perf_analyzer, 2.41.0; three windows of --seconds
 also from the C++ grpc_infer_bench (build/release/tests/bench/grpc_infer_bench, clients/cpp). Around
 every run the model's KServe v2 statistics are read: inference_count / execution_count is the mean batch
 each server executed. For kiln, kilnd's Prometheus counters kiln_jit_cache_misses_total and
-kiln_compile_duration_seconds_count are read before and after a sweep that sends one request of each
-batch size 1..64 (before the load: it also warms every batch size up), and again around the load.
+kiln_compile_duration_seconds_count are read before and after a sweep that sends three requests of
+each batch size 1..64 (before the load: kiln's JIT runs a new batch size, captures it on its second
+request and replays it from the third, so the sweep leaves every size the batcher may form captured),
+and again around the load.
 
 Client and servers share this machine's cores: the figures compare servers under the same client,
 not absolute capacity.
@@ -132,13 +134,17 @@ def infer(client, x: np.ndarray) -> np.ndarray:
     return client.infer(MODEL, [inp]).as_numpy("OUTPUT")
 
 
-def batch_sweep(server: Running, images: np.ndarray) -> None:
-    """One request of each batch size 1..64 (tiles of the test images)."""
+def batch_sweep(server: Running, images: np.ndarray, reps: int) -> None:
+    """reps requests of each batch size 1..64 (tiles of the test images). kiln's JIT runs a new input
+    signature once, captures it on the second call and replays from the third: three requests per
+    size leave every batch size the dynamic batcher may form captured, so the load windows measure
+    replays (one request per size would leave a capture of each size inside the measured load)."""
     c = grpcclient.InferenceServerClient(url=server.url)
     try:
         for b in range(1, MAX_BATCH + 1):
             x = np.resize(images, (b, 1, 28, 28)).astype(np.float32)
-            infer(c, x)
+            for _ in range(reps):
+                infer(c, x)
     finally:
         c.close()
 
@@ -275,11 +281,16 @@ def main() -> int:
     ap.add_argument("--queue-delay-us", type=int, default=500, help="dynamic_batching max_queue_delay_microseconds")
     ap.add_argument("--preferred-batch-sizes", default="8,16,32,64",
                     help="dynamic_batching preferred_batch_size list ('' for none)")
-    ap.add_argument("--pa-sync", action="store_true",
-                    help="perf_analyzer in sync mode (one thread per request in flight); default --async")
+    ap.add_argument("--pa-grpc-mode", choices=["async", "sync"], default="async",
+                    help="perf_analyzer over gRPC: --async (default) or sync (a thread per request in flight)")
+    ap.add_argument("--pa-http-mode", choices=["async", "sync"], default="sync",
+                    help="perf_analyzer over HTTP: sync (default: 2.41.0's --async over HTTP died with SIGSEGV "
+                         "and 'received CURLMsg=0' at 64 in flight against tritonserver) or async")
     ap.add_argument("--ort-threads", type=int, default=0,
                     help="onnxruntime intra-op threads in Triton's model.py (0 = onnxruntime's default)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the batch-size 1..64 sweep")
+    ap.add_argument("--sweep-reps", type=int, default=3,
+                    help="requests per batch size in the sweep (default 3: run, capture, replay)")
     ap.add_argument("--kilnd", default="", help="kilnd binary (default $KILN_BUILD_DIR/server/main/kilnd)")
     ap.add_argument("--kilnd-args", default="", help="more kilnd flags, e.g. '--inline-execution=false'")
     args = ap.parse_args()
@@ -306,7 +317,7 @@ def main() -> int:
     print(f"load_compare: model {MODEL} (kiln_builtin mnist_cnn, trained weights), batch-1 requests, "
           f"concurrency {levels}, {args.seconds:g} s per level, protocols {protocols}")
     print(f"  batched servers: {batching.strip()}")
-    print(f"  perf_analyzer {'sync' if args.pa_sync else 'async'} ({PERF_ANALYZER}); "
+    print(f"  perf_analyzer gRPC {args.pa_grpc_mode}, HTTP {args.pa_http_mode} ({PERF_ANALYZER}); "
           f"grpc_infer_bench: {cpp if cpp.is_file() else 'not built (' + str(cpp) + ')'}")
     if "perf_analyzer" in tools and not os.access(PERF_ANALYZER, os.X_OK):
         print(f"load_compare: {PERF_ANALYZER} is missing (deploy/install-deps.sh installs it)")
@@ -352,15 +363,17 @@ def main() -> int:
                 if not args.no_sweep:
                     before = compile_counts(server)
                     t0 = time.monotonic()
-                    batch_sweep(server, images)
+                    batch_sweep(server, images, args.sweep_reps)
                     dt = time.monotonic() - t0
                     after = compile_counts(server)
                     if before and after:
                         delta = {k: after[k] - before[k] for k in COMPILE_METRICS}
-                        line = (f"{name}: sweep of batch sizes 1..{MAX_BATCH} (one request each, {dt:.1f} s): "
+                        line = (f"{name}: sweep of batch sizes 1..{MAX_BATCH} ({args.sweep_reps} requests each, "
+                                f"{dt:.1f} s): "
                                 + ", ".join(f"{k} +{v:g}" for k, v in delta.items()))
                     else:
-                        line = (f"{name}: sweep of batch sizes 1..{MAX_BATCH} (one request each): {dt:.1f} s"
+                        line = (f"{name}: sweep of batch sizes 1..{MAX_BATCH} ({args.sweep_reps} requests each): "
+                                f"{dt:.1f} s"
                                 + ("" if name == "triton" else "; compile metrics not readable"))
                     print("  " + line)
                     compile_report.append(line)
@@ -372,8 +385,9 @@ def main() -> int:
                         for conc in levels:
                             i0, e0 = model_stats(c)
                             if tool == "perf_analyzer":
+                                mode = args.pa_grpc_mode if protocol == "grpc" else args.pa_http_mode
                                 row = run_perf_analyzer(server, protocol, conc, args.seconds, scratch,
-                                                        not args.pa_sync)
+                                                        mode == "async")
                             else:
                                 row = run_grpc_infer_bench(cpp, server, conc, args.seconds)
                             i1, e1 = model_stats(c)

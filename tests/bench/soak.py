@@ -4,7 +4,8 @@ kilnd is started here on loopback (a temporary repository holding models/fashion
 dynamic_batching block, --max-request-bytes 1 MiB, --max-queue-size 1024 so that the bursts of a
 Python sender that shares the cores with kilnd fit) and stopped with SIGTERM at the end. Phases:
 
-  1. warm-up: one request of each batch size 1..64, so that no JIT compile falls inside the soak;
+  1. warm-up: three requests of each batch size 1..64 (run, capture, replay), so that no JIT capture
+     falls inside the soak;
   2. peak: closed loop at each --peak-concurrency level (8, 32, 64 requests in flight) for
      --peak-seconds each; the best level's served rate is the peak (unless --rate);
   3. soak (--minutes, default 30): open-loop gRPC load at 80% of that peak (or --rate). Every block of
@@ -316,11 +317,16 @@ def p99_ms(windows: list[array], first: int, last: int) -> float | None:
 
 
 def warm_up(url: str, images: np.ndarray) -> None:
+    """Three requests of each batch size 1..64: kiln's JIT runs a new batch size, captures it on the
+    second request (lowering every kernel again, and keeping the buffers its replays use) and replays
+    from the third. Without this the captures of the sizes the batcher forms fall inside the soak:
+    seconds of a busy device lane, and RSS steps that are not leaks."""
     with grpc.insecure_channel(url) as ch:
         stub = pbg.GRPCInferenceServiceStub(ch)
         for b in range(1, MAX_BATCH + 1):
             x = np.resize(images, (b, 1, 28, 28)).astype(np.float32)
-            stub.ModelInfer(request([b, 1, 28, 28], x.tobytes()), timeout=300)
+            for _ in range(3):
+                stub.ModelInfer(request([b, 1, 28, 28], x.tobytes()), timeout=300)
 
 
 def main() -> int:
@@ -377,8 +383,12 @@ def main() -> int:
     sampler = None
     try:
         t = time.monotonic()
+        rss0 = read_rss_bytes(pid) or 0
         warm_up(server.url, images)
-        print(f"warm-up: batch sizes 1..{MAX_BATCH} in {time.monotonic() - t:.1f} s", flush=True)
+        rss1 = read_rss_bytes(pid) or 0
+        summary["rss_before_warm_up_mib"], summary["rss_after_warm_up_mib"] = rss0 / MiB, rss1 / MiB
+        print(f"warm-up: batch sizes 1..{MAX_BATCH}, 3 requests each, in {time.monotonic() - t:.1f} s; kilnd RSS "
+              f"{rss0 / MiB:.1f} -> {rss1 / MiB:.1f} MiB", flush=True)
         load = Load(server.url, images, reference)
 
         # --- peak
