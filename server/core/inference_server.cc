@@ -357,17 +357,23 @@ void InferenceServer::InferAsync(const InferRequest& request, InferCallback done
 }
 
 DeviceLane* InferenceServer::PickLane(const ModelVersion& version) const {
-  DeviceLane* best = lanes_.Find(version.device);
-  if (version.instance_count <= 1 || best == nullptr) return best;
-  int64_t best_load = best->load();
-  for (int i = 1; i < version.instance_count && best_load > 0; ++i) {
-    DeviceLane* lane = lanes_.Find(version.device, i);
+  const int n = version.instance_count;
+  if (n <= 1) return lanes_.Find(version.device);
+  // The scan starts at the next instance in turn: picks made at the same moment (before either
+  // has submitted its work) land on different idle instances.
+  const int start = static_cast<int>(version.next_instance->fetch_add(1, std::memory_order_relaxed) %
+                                     static_cast<uint32_t>(n));
+  DeviceLane* best = nullptr;
+  int64_t best_load = 0;
+  for (int k = 0; k < n; ++k) {
+    DeviceLane* lane = lanes_.Find(version.device, (start + k) % n);
     if (lane == nullptr) continue;
     const int64_t load = lane->load();
-    if (load < best_load) {
+    if (best == nullptr || load < best_load) {
       best = lane;
       best_load = load;
     }
+    if (best_load == 0) break;
   }
   return best;
 }

@@ -248,7 +248,8 @@ class InferenceServer : private ModelPlacer {
                                         const InferRequest& request, const ValidatedRequest& valid,
                                         const api::RunOptions& run_options, ExecutionTimes* times,
                                         InferObservation* obs);
-  // The lane of the version's least busy instance (an idle one if any; instance 0 first).
+  // The lane of the version's least busy instance (an idle one if any; the scan starts at the
+  // next instance in turn).
   DeviceLane* PickLane(const ModelVersion& version) const;
   // The version's engine model behind the one api::Model interface (a small adapter), the copy
   // of the lane's instance.

@@ -70,6 +70,9 @@ struct ModelVersion {
     std::shared_ptr<const api::OnnxModel> onnx;
   };
   std::vector<Instance> more_instances;  // instances 1 .. instance_count - 1
+  // Where InferenceServer::PickLane starts its scan (round robin), so that requests arriving
+  // together at idle instances spread over them.
+  std::shared_ptr<std::atomic<uint32_t>> next_instance = std::make_shared<std::atomic<uint32_t>>(0);
   // Dynamic batching (dynamic_batcher.h): the version's batch queue; null when the config has no
   // dynamic_batching block (each request then runs as it comes).
   std::shared_ptr<DynamicBatcher> batcher;
