@@ -143,10 +143,7 @@ std::vector<absl::StatusOr<InferResponse>> InferenceServer::ExecuteBatch(
       for (size_t i : run) tasks[i]->obs.engine_failure = lead.engine_failure;
       return result.status();
     }
-    if (observer_ != nullptr && model->kind() != "kiln_graph" && result->jit_event != "replay") {
-      observer_->ObserveModelMemory({version.name, std::to_string(version.version), version.device,
-                                     model->device_bytes()});
-    }
+    ObserveModelGrowth(version, *model, *result);
 
     // Outputs: every output's first dim is the batch; each request gets its own rows.
     const auto output_start = std::chrono::steady_clock::now();

@@ -54,6 +54,15 @@ InferResponse InferenceServer::ResponseFor(const ModelVersion& version, const In
   return response;
 }
 
+void InferenceServer::ObserveModelGrowth(const ModelVersion& version, const api::Model& model,
+                                         const api::RunResult& run) {
+  // A plain run or a capture may have grown what the version holds (weights uploaded, a new
+  // trace's buffers); replays allocate nothing, so the hot path skips the walk.
+  if (observer_ == nullptr || model.kind() == "kiln_graph" || run.jit_event == "replay") return;
+  observer_->ObserveModelMemory({version.name, std::to_string(version.version), version.device,
+                                 model.device_bytes()});
+}
+
 std::shared_ptr<api::Model> InferenceServer::ModelFor(DeviceLane& lane, const ModelVersion& version) {
   const int instance = lane.instance();
   const ModelVersion::Instance* more =
@@ -91,12 +100,7 @@ absl::StatusOr<InferResponse> InferenceServer::Execute(DeviceLane& lane, const M
   absl::StatusOr<api::RunResult> run =
       TimedRun(lane, [&] { return model->Run(bound.views, run_options); }, times, obs);
   if (!run.ok()) return run.status();
-  if (observer_ != nullptr && model->kind() != "kiln_graph" && run->jit_event != "replay") {
-    // A plain run or a capture may have grown what the version holds (weights uploaded, a new
-    // trace's buffers); replays allocate nothing, so the hot path skips the walk.
-    observer_->ObserveModelMemory({version.name, std::to_string(version.version), version.device,
-                                   model->device_bytes()});
-  }
+  ObserveModelGrowth(version, *model, *run);
 
   const auto output_start = std::chrono::steady_clock::now();
   InferResponse response = ResponseFor(version, request);

@@ -248,6 +248,9 @@ class InferenceServer : private ModelPlacer {
                                         const InferRequest& request, const ValidatedRequest& valid,
                                         const api::RunOptions& run_options, ExecutionTimes* times,
                                         InferObservation* obs);
+  // Reports the version's memory after a run that may have grown it (not a replay, not kiln_graph).
+  void ObserveModelGrowth(const ModelVersion& version, const api::Model& model,
+                          const api::RunResult& run);
   // The lane of the version's least busy instance (an idle one if any; the scan starts at the
   // next instance in turn).
   DeviceLane* PickLane(const ModelVersion& version) const;
