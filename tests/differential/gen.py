@@ -11,6 +11,7 @@ import numpy as np
 from expr import E, V, _eval, fits_exactly, FLOAT_DTYPES, INT_DTYPES, NP
 
 MAX_NUMEL = 4096
+BLOCK_NUMEL = 16384  # model-shaped blocks (Gen.block): an attention head set at sequence 64 needs 8192 scores
 DTYPE_WEIGHTS = [("float32", 0.55), ("int32", 0.15), ("int8", 0.06), ("uint8", 0.06), ("int64", 0.06),
                  ("int16", 0.04), ("bool", 0.08)]
 INT_RANGES = {"int8": (-10, 10), "uint8": (0, 20), "int16": (-100, 100), "int32": (-1000, 1000),
@@ -396,6 +397,50 @@ class Gen:
         e, v = self.pick()
         return E("contig", (e,))
 
+    def block(self):
+        """A model-shaped block at a realistic size, as the whole case: the kernels a transformer or an MLP produces
+        (big upcasted reduces, head-split views, fused epilogues) rarely come out of small random steps. Issue #17: the
+        fused "softmax @ (V + b)" kernel of MiniLM's attention was miscompiled by LLVM's SLP vectorizer at 512-bit
+        width, which 16000 random small cases never hit and this family finds at once."""
+        f32 = "float32"
+
+        def inp(shape, lo=-2.0, hi=2.0):
+            arr = self.rng.uniform(lo, hi, size=shape).astype(np.float32)
+            self.inputs.append((f32, arr, fits_exactly(arr.astype(np.float64))))
+            return E("in", (), (len(self.inputs) - 1,))
+
+        kind = self.choice(["attention", "attention", "layernorm", "linear"])
+        if kind == "attention":  # softmax(scores [+ mask]) @ (V + b) split into heads, as the ONNX import lays it out
+            b, h, s, d = self.choice([1, 2]), self.choice([1, 2, 4, 12]), self.choice([8, 16, 32, 64]), \
+                self.choice([16, 32, 64])
+            while b * h * s * max(s, d) > BLOCK_NUMEL:
+                h = max(1, h // 2) if h > 1 else h
+                if b * h * s * max(s, d) > BLOCK_NUMEL:
+                    s //= 2
+            scores = inp((b, h, s, s), -4.0, 4.0)
+            if self.chance(0.5):  # an additive padding mask per key
+                scores = E("add", (scores, inp((b, 1, 1, s), -3.0, 0.0)))
+            ex = E("exp", (E("sub", (scores, E("rmax", (scores,), (1, 3)))),))
+            probs = E("div", (ex, E("sum", (ex,), (1, 3))))
+            vals = E("add", (inp((b, s, h * d)), inp((h * d,), -1.0, 1.0)))
+            heads = E("permute", (E("reshape", (vals,), (b, s, h, d)),), (0, 2, 1, 3))
+            out = E("matmul", (probs, heads))
+            if self.chance(0.5):  # merge the heads back
+                out = E("reshape", (E("permute", (out,), (0, 2, 1, 3)),), (b, s, h * d))
+            return out
+        if kind == "layernorm":  # (x - mean) / sqrt(mean((x - mean)^2) + eps) * g + b over the hidden size
+            n, c = self.choice([1, 2, 8, 16, 32]), self.choice([64, 128, 384])
+            x = inp((n, c))
+            xc = E("sub", (x, E("mean", (x,), (1, 1))))
+            var = E("mean", (E("square", (xc,)),), (1, 1))
+            inv = E("recip", (E("sqrt", (E("add", (var, self.const(f32, 1e-5))),)),))
+            return E("add", (E("mul", (E("mul", (xc, inv)), inp((c,), 0.5, 1.5))), inp((c,), -1.0, 1.0)))
+        n, k, m = self.choice([1, 2, 8, 16, 32]), self.choice([64, 128, 384]), self.choice([32, 64, 128, 384])
+        while n * max(k, m) > BLOCK_NUMEL or k * m > BLOCK_NUMEL * 4:
+            m //= 2
+        y = E("add", (E("matmul", (inp((n, k), -1.0, 1.0), inp((k, m), -0.2, 0.2))), inp((m,), -1.0, 1.0)))
+        return E(self.choice(["tanh", "relu", "sigmoid"]), (y,))
+
     FAMILIES = [("unary", 3), ("binary", 4), ("reduce", 3), ("movement", 4), ("twice", 3), ("matmul", 1),
                 ("cast", 1), ("contig", 1), ("multi", 1)]
 
@@ -415,6 +460,9 @@ class Gen:
 def generate(seed):
     """One case: (inputs, expression tree)."""
     g = Gen(seed)
+    if g.chance(0.08):
+        root = g.block()
+        return list(g.inputs), root
     for _ in range(1 + g.r(3)):
         g.add_input(g.shape(big=g.chance(0.2)))
     want, done, tries = 2 + g.r(8), 0, 0
