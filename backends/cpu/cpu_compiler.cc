@@ -45,10 +45,12 @@ CpuCompiler::CpuCompiler(std::string cpu, std::string features)
   if (cpu_.empty()) cpu_ = llvm::sys::getHostCPUName().str();
   if (features_.empty()) {
     std::vector<std::string> f;
-    // AVX-512 only when KILN_CPU_AVX512=1: with it, kiln's kernels for MiniLM at seq 64/128 give
-    // wrong embeddings on a Zen 4 (cosine 0.83 / 0.72 against onnxruntime,
-    // tests/onnx/test_real_models.py) and right ones without it; until the cause is found the
-    // host's AVX2/FMA code path is the default (issue #17).
+    // AVX-512 only when KILN_CPU_AVX512=1. At 512-bit width LLVM 19.1's SLP vectorizer rewrites the
+    // fused attention kernel (softmax @ (V + b), head-split; MiniLM's r_2_12_8_32_8_2_16_2) wrongly:
+    // opt -opt-bisect-limit names SLPVectorizerPass as the first bad pass, and the same IR at -O0,
+    // or optimized without AVX-512, is right. MiniLM's embeddings came out with cosine 0.72-0.91
+    // against onnxruntime on a Zen 4 (issue #17); tests/engine/tensor/attention_kernel_test.cc
+    // fails with the knob on.
     const char* avx512 = std::getenv("KILN_CPU_AVX512");
     const bool allow512 = avx512 != nullptr && std::string_view(avx512) == "1";
     for (const auto& kv : llvm::sys::getHostCPUFeatures()) {
