@@ -75,6 +75,14 @@ constexpr CommandHelp kCommands[] = {
     {"train", "train SUBCOMMAND ...", "training jobs on kilnd (kiln.v1.Training; kilnd --data-dir)",
      nullptr},
     {"jobs", "jobs SUBCOMMAND ...", "the same as `kiln train`", nullptr},
+    {"viz", "viz MODEL.onnx [--input NAME=FILE.npy ...] [--output OUT.html] [--device D]",
+     "run a model here with VIZ on and write a self-contained HTML page of its compile trace",
+     "Runs MODEL.onnx once on this machine (no server) with the VIZ recording on: inputs not given\n"
+     "are zeros (symbolic dims 1). Writes OUT.html (default: MODEL.viz.html in the current folder),\n"
+     "a page that needs no server and no network: the kernel compiles, each rewrite pass of their\n"
+     "lowering stepped match by match on Graphviz drawings of the UOp graph, the generated source,\n"
+     "the applied opts and the launches. kilnd serves the same page live at /viz when started\n"
+     "with VIZ=1. Runs the kiln-onnx program installed next to kiln (or $KILN_ONNX_TOOL).\n"},
     {"onnx", "onnx inspect|run|bench MODEL.onnx ...",
      "ONNX models on this machine, without a server (runs kiln-onnx)",
      "  onnx inspect MODEL.onnx [--json]    IR version, opsets, inputs/outputs, the ops used and\n"
@@ -510,16 +518,19 @@ int main(int argc, char** argv) {
   // `kiln onnx ...` is local (the first positional argument decides), unless help is asked for.
   bool help = false;
   int onnx_at = 0;
+  int viz_at = 0;  // `kiln viz ...` is kiln-onnx's `viz` command
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     help |= a == "--help" || a == "-h";
-    if (onnx_at == 0 && a.rfind("-", 0) != 0) {
+    if (onnx_at == 0 && viz_at == 0 && a.rfind("-", 0) != 0) {
       if (a == "onnx") onnx_at = i;
-      if (a != "onnx") break;
+      if (a == "viz") viz_at = i;
+      if (a != "onnx" && a != "viz") break;
     }
     if (a == "--address" || a == "--timeout-ms") ++i;
   }
   if (onnx_at != 0 && !help) return ExecOnnxTool(argc, argv, onnx_at + 1);
+  if (viz_at != 0 && !help) return ExecOnnxTool(argc, argv, viz_at);
   Args args;
   if (std::string e = ParseArgs(argc, argv, &args); !e.empty()) return Usage(e);
   if (!args.help && !args.positional.empty() && args.positional[0] == "help") {
