@@ -96,9 +96,9 @@ std::vector<const UOp*> NodesOf(const UOpPtr& root) {
 }
 
 absl::Status CheckSize(size_t nodes) {
-  if (nodes > kMaxVizGraphNodes) {
-    return absl::ResourceExhaustedError(absl::StrCat("graph: ", nodes, " nodes, over the viewer's limit of ",
-                                                     kMaxVizGraphNodes));
+  if (nodes > kMaxVizJsonNodes) {
+    return absl::OutOfRangeError(absl::StrCat("graph: ", nodes, " nodes, over the viewer's limit of ",
+                                                     kMaxVizJsonNodes));
   }
   return absl::OkStatus();
 }
@@ -158,7 +158,10 @@ constexpr size_t kMaxOtherPasses = 2000;
 
 bool Enabled() { return KernelLog::Enabled(); }
 
-void SetCapacity(size_t kernels) { KernelLog::Get().SetCapacity(kernels); }
+void SetCapacity(size_t kernels) {
+  KernelLog::Get().SetCapacity(kernels);
+  RewriteTrace::Get().SetCapacity(std::max<size_t>(4096, 64 * kernels), std::max<size_t>(65536, 1024 * kernels));
+}
 
 std::string KernelsJson() {
   const std::vector<LoggedKernel> kernels = KernelLog::Get().Kernels();

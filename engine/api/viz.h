@@ -12,7 +12,8 @@
 //
 // Node ids in every document are UOp::id() (never reused within the process), so a match's
 // `before` / `after` can be found in a pass's input / output graph. Graphs larger than
-// kMaxVizGraphNodes are refused (RESOURCE_EXHAUSTED naming the count and the limit).
+// kMaxVizJsonNodes (JSON) or kMaxVizGraphNodes (SVG) are refused (OUT_OF_RANGE, HTTP 400, naming
+// the count and the limit).
 //
 // JSON documents:
 //   KernelsJson   {"enabled", "capacity", "dropped", "kernels": [{id, name, device, renderer,
@@ -37,11 +38,14 @@
 
 namespace kiln::api::viz {
 
-inline constexpr size_t kMaxVizGraphNodes = 3000;
+inline constexpr size_t kMaxVizGraphNodes = 800;    // drawn as SVG (dot's layout of ~4000 nodes takes minutes)
+inline constexpr size_t kMaxVizJsonNodes = 100000;  // listed in a pass's JSON
 
 // Whether compiles are being recorded (the VIZ knob).
 bool Enabled();
-// The kernel log's ring size (kilnd --viz-kernels); >= 1.
+// The kernel log's ring size (kilnd --viz-kernels; >= 1), and the rewrite trace's with it: 64
+// passes and 1024 matches per kernel, at least 4096 and 65536 (a kernel's lowering runs tens to
+// a thousand passes, most of them nested ones that rewrite nothing).
 void SetCapacity(size_t kernels);
 
 std::string KernelsJson();
@@ -50,7 +54,7 @@ absl::StatusOr<std::string> KernelJson(int64_t id);
 absl::StatusOr<std::string> PassJson(int64_t pass_id);
 // The pass's input (output = false) or output graph as SVG; each node's <g> has id="n<UOp id>"
 // and class "node", so the page can highlight it. NOT_FOUND for an unknown pass (or a failed
-// pass's output), RESOURCE_EXHAUSTED over kMaxVizGraphNodes, INTERNAL when Graphviz fails.
+// pass's output), OUT_OF_RANGE over kMaxVizGraphNodes, INTERNAL when Graphviz fails.
 absl::StatusOr<std::string> PassSvg(int64_t pass_id, bool output);
 std::string TimelineJson();
 

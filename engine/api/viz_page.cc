@@ -30,8 +30,14 @@ constexpr char kHighlightCss[] =
     ".hljs-comment{color:#a0a1a7;font-style:italic}.hljs-title,.hljs-variable{color:#4078f2}"
     ".hljs-built_in,.hljs-meta{color:#c18401}</style>\n";
 
-// Text safe inside a <script> element: no "</" (a JSON or JS string keeps its meaning with "<\/").
+// JSON safe inside a <script> element: no "</" (a JSON string keeps its meaning with "<\/").
 std::string ScriptSafe(const std::string& text) { return absl::StrReplaceAll(text, {{"</", "<\\/"}}); }
+
+// A script's text safe inside a <script> element. Only the sequences that end or re-enter the element are
+// changed (a general "</" would break regex literals such as /</g): highlight.js holds none of them.
+std::string InlineScript(const std::string& js) {
+  return absl::StrReplaceAll(js, {{"</script", "<\\/script"}, {"</SCRIPT", "<\\/SCRIPT"}, {"<!--", "<\\!--"}});
+}
 
 std::string Fill(const std::string& config, const std::string& hljs_block) {
   return absl::StrReplaceAll(VizPageTemplate(), {{"/*KILN_VIZ_CONFIG*/", config}, {"<!--KILN_HLJS-->", hljs_block}});
@@ -100,7 +106,7 @@ absl::StatusOr<std::string> StandaloneHtml(const std::string& title, const std::
   w.EndObject();
   w.EndObject();
   std::string hljs;
-  if (!highlight_js.empty()) hljs = absl::StrCat("<script>", ScriptSafe(highlight_js), "</script>\n", kHighlightCss);
+  if (!highlight_js.empty()) hljs = absl::StrCat("<script>", InlineScript(highlight_js), "</script>\n", kHighlightCss);
   return Fill(ScriptSafe(std::string(b.GetString(), b.GetSize())), hljs);
 }
 

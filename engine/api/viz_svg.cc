@@ -111,7 +111,7 @@ absl::StatusOr<std::string> PassSvg(int64_t pass_id, bool output) {
   if (!root) return absl::NotFoundError(absl::StrCat("pass ", pass_id, ": has no ", output ? "output" : "input"));
   const size_t nodes = Toposort(absl::Span<const UOpPtr>(&root, 1)).size();
   if (nodes > kMaxVizGraphNodes) {
-    return absl::ResourceExhaustedError(
+    return absl::OutOfRangeError(
         absl::StrCat("graph: ", nodes, " nodes, over the viewer's limit of ", kMaxVizGraphNodes));
   }
   return RenderSvg(Dot(root));

@@ -346,6 +346,13 @@ int Viz(const std::string& path, const std::vector<std::string>& inputs, const s
       std::cerr << "kiln viz: " << r.status().message() << "\n";
       return kFailed;
     }
+    for (size_t i = 0; i < r->outputs.size(); ++i) {  // outputs are lazy: realize them under VIZ
+      auto h = kiln::onnx::ValueToHost(r->outputs[i]);
+      if (!h.ok()) {
+        std::cerr << "kiln viz: output " << i << ": " << h.status().message() << "\n";
+        return kFailed;
+      }
+    }
   }
   absl::StatusOr<std::string> html = kiln::api::viz::StandaloneHtml(base, kiln::api::viz::HighlightJs());
   if (!html.ok()) {
