@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -143,7 +144,19 @@ def start_chromium(profile: Path) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
-async def browse(http_port: int, devtools_port: int, out: Path, kernels_doc: dict, api) -> dict:
+def infer_add_sub(grpc_url: str, times: int, delay: float) -> None:
+    time.sleep(delay)
+    c = grpcclient.InferenceServerClient(url=grpc_url)
+    a = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+    a.set_data_from_numpy(np.zeros((1, 16), np.float32))
+    b = grpcclient.InferInput("INPUT1", [1, 16], "FP32")
+    b.set_data_from_numpy(np.ones((1, 16), np.float32))
+    for _ in range(times):
+        c.infer("add_sub", [a, b])
+    c.close()
+
+
+async def browse(http_port: int, devtools_port: int, out: Path, kernels_doc: dict, api, grpc_url: str) -> dict:
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{devtools_port}/json/list") as r:
             targets = await r.json()
@@ -217,6 +230,19 @@ async def browse(http_port: int, devtools_port: int, out: Path, kernels_doc: dic
             await dt.wait_for("document.querySelectorAll('#timeline rect.launch').length > 0")
             seen["timeline_bars"] = await dt.eval("document.querySelectorAll('#timeline rect.launch').length")
             await dt.screenshot(out / "viz_timeline.png")
+            # The profile tab: a 2-second kernel profile of add_sub while 3 requests run.
+            await dt.eval("document.getElementById('tab-profile').click()")
+            await dt.eval("document.getElementById('profile-model').value = 'add_sub'")
+            await dt.eval("document.getElementById('profile-take').click()")
+            worker = threading.Thread(target=infer_add_sub, args=(grpc_url, 3, 0.7))
+            worker.start()
+            await dt.wait_for("document.querySelectorAll('#profile rect.launch').length > 0", timeout=60)
+            worker.join(30)
+            seen["profile_runs"] = await dt.eval("document.querySelectorAll('#profile rect.run').length")
+            seen["profile_launches"] = await dt.eval("document.querySelectorAll('#profile rect.launch').length")
+            seen["profile_note"] = await dt.eval("document.getElementById('profile-note').textContent")
+            seen["profile_link"] = await dt.eval("document.getElementById('profile-download').href")
+            await dt.screenshot(out / "viz_profile.png")
             seen["errors"] = list(dt.errors)
             dt.reader.cancel()
             return seen
@@ -238,7 +264,7 @@ def test_viz_page_in_chromium(viz_kilnd, tmp_path):
     proc, devtools_port = start_chromium(tmp_path / "profile")
     try:
         out = artifacts_dir()
-        seen = asyncio.run(browse(port, devtools_port, out, kernels_doc, api))
+        seen = asyncio.run(browse(port, devtools_port, out, kernels_doc, api, viz_kilnd.url))
     finally:
         proc.kill()
         proc.wait()
@@ -265,6 +291,10 @@ def test_viz_page_in_chromium(viz_kilnd, tmp_path):
     assert seen["after_back"] == f"step {len(steps) - 1} of {len(steps)}"
     assert re.match(r"#\d+\s+[A-Z_]+\s+\S+", seen["nodeinfo"]), seen["nodeinfo"]
     assert seen["timeline_bars"] > 0
+    # add_sub runs two kernels per request (OUTPUT0, OUTPUT1): 3 runs, 6 launches.
+    assert seen["profile_runs"] == 3 and seen["profile_launches"] == 6, seen["profile_note"]
+    assert seen["profile_note"].startswith("(3 runs, 6 kernel launches")
+    assert seen["profile_link"].startswith("blob:")
     for name in ("viz_rewrite.png", "viz_kernel.png", "viz_timeline.png"):
         data = (artifacts_dir() / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10000, name
