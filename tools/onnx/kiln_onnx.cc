@@ -402,7 +402,7 @@ int main(int argc, char** argv) {
       pos.push_back(a);
     }
   }
-  if (pos.size() != 2) return Usage("expected: inspect|run MODEL.onnx");
+  if (pos.size() != 2) return Usage("expected: inspect|run|bench|viz MODEL.onnx");
   if (pos[0] == "inspect") {
     if (!inputs.empty() || !outputs.empty()) return Usage("inspect takes no --input/--output");
     return Inspect(pos[1], json);
