@@ -1,17 +1,20 @@
 // The VIZ kernel log (issue #22): off unless VIZ; with it, each compile is recorded with its AST,
 // opts, source, the rewrite passes of its lowering and its launches; the ring keeps the last N.
 // The recorded passes of a kernel chain: each top-level pass starts from the graph the previous
-// one produced, beginning at the kernel's AST, so stepping through them replays the lowering.
+// one produced, beginning at the kernel's AST, so stepping through them replays the lowering; and
+// within a rule-driven pass every new node is explained by a recorded match.
 #include "engine/realize/kernel_log.h"
 
 #include <string>
 #include <vector>
 
 #include "backends/register_all.h"
+#include "absl/container/flat_hash_set.h"
 #include "engine/base/env.h"
 #include "engine/realize/realize.h"
 #include "engine/rewrite/trace.h"
 #include "engine/tensor/tensor.h"
+#include "engine/uop/printer.h"
 #include "gtest/gtest.h"
 
 namespace kiln {
@@ -90,6 +93,28 @@ TEST_F(KernelLogTest, RecordsCompileSourcePassesAndLaunches) {
   bool any_match = false;
   for (const TracedPass& p : passes) any_match = any_match || p.num_matches > 0;
   EXPECT_TRUE(any_match) << RewriteTrace::Get().Format();
+
+  // The recorded matches account for every change of a rule-driven pass: a node of the output that
+  // the input lacks is either rebuilt around a changed source, or lies in some match's replacement.
+  int checked = 0;
+  for (const TracedPass* p : top) {
+    if (p->matcher == "codegen" || p->num_matches == 0 || !p->output) continue;  // imperative steps
+    absl::flat_hash_set<const UOp*> old_nodes;
+    for (const UOp* u : Toposort(absl::Span<const UOpPtr>(&p->input, 1))) old_nodes.insert(u);
+    absl::flat_hash_set<const UOp*> replacements;
+    for (const TracedMatch& m : RewriteTrace::Get().MatchesOf(p->id)) {
+      for (const UOp* u : Toposort(absl::Span<const UOpPtr>(&m.after, 1))) replacements.insert(u);
+    }
+    for (const UOp* u : Toposort(absl::Span<const UOpPtr>(&p->output, 1))) {
+      if (old_nodes.contains(u)) continue;
+      bool rebuilt = false;
+      for (const UOpPtr& src : u->src()) rebuilt = rebuilt || !old_nodes.contains(src.get());
+      EXPECT_TRUE(rebuilt || replacements.contains(u))
+          << "pass '" << p->name << "' produced " << PrintNode(*u) << " that no recorded match explains";
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 0) << "no rule-driven pass rewrote anything";
 }
 
 TEST_F(KernelLogTest, RingKeepsTheLastCompiles) {
