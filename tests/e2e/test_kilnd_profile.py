@@ -218,3 +218,31 @@ def test_unfiltered_profile_sees_graph_model(kilnd, client):
     runs = [e for e in events if e["ph"] == "X" and e["cat"] == "run"]
     assert [r["name"] for r in runs] == ["add_sub"]
     assert any(e["cat"] == "kernel" and e["args"]["model"] == "add_sub" for e in events if e["ph"] == "X")
+
+
+def test_kiln_profile_command(kilnd, client, tmp_path):
+    """`kiln profile SECONDS [MODEL] -o FILE`: the same JSON through the command line."""
+    import os
+    import subprocess
+    from pathlib import Path
+    kiln = Path(os.environ["KILND"]).resolve().parents[2] / "clients" / "cpp" / "kiln"
+    out = tmp_path / "profile.json"
+    proc = subprocess.Popen([str(kiln), "--http-address", f"127.0.0.1:{kilnd.http_port}", "profile", "3",
+                             "add_sub", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    a = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+    a.set_data_from_numpy(np.zeros((1, 16), np.float32))
+    b = grpcclient.InferInput("INPUT1", [1, 16], "FP32")
+    b.set_data_from_numpy(np.ones((1, 16), np.float32))
+    for _ in range(2):
+        client.infer("add_sub", [a, b])
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert f"wrote {out}" in stderr
+    events = validate_chrome_trace(json.loads(out.read_text()))
+    runs = [e for e in events if e["ph"] == "X" and e["cat"] == "run"]
+    assert [r["name"] for r in runs] == ["add_sub", "add_sub"]
+    # A bad window is the server's 400, passed on with exit code 1.
+    r = subprocess.run([str(kiln), "--http-address", f"127.0.0.1:{kilnd.http_port}", "profile", "99"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "HTTP 400" in r.stderr and "seconds" in r.stderr, r.stderr
