@@ -44,6 +44,9 @@ packages=(
   python3-torch python3-torchvision
   # Triton's perf_analyzer (from PyPI's tritonclient 2.41.0 wheel, see setup_perf_analyzer) links libb64
   libb64-0d
+  # the VIZ page (server/viz, issue #22): Graphviz's layout engine renders UOp graphs as SVG, highlight.js
+  # (served by kilnd from /usr/share/javascript) colours kernel source; headless Chromium runs its browser test
+  libgraphviz-dev libjs-highlight.js chromium
 )
 
 log() { printf '[install-deps] %s\n' "$*"; }

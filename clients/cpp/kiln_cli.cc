@@ -9,8 +9,12 @@
 // Output is for people by default; --json prints one JSON document on stdout.
 // Exit codes: 0 ok (and --help); 1 the server or the request failed (message on stderr, with the
 // gRPC code); 2 usage error (unknown command or option, unreadable or malformed local file).
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -75,6 +79,20 @@ constexpr CommandHelp kCommands[] = {
     {"train", "train SUBCOMMAND ...", "training jobs on kilnd (kiln.v1.Training; kilnd --data-dir)",
      nullptr},
     {"jobs", "jobs SUBCOMMAND ...", "the same as `kiln train`", nullptr},
+    {"profile", "profile SECONDS [MODEL] [-o FILE] [--http-address HOST:PORT]",
+     "a kernel profile of kilnd's next SECONDS, as Chrome trace JSON (Perfetto, chrome://tracing)",
+     "Calls GET /v2/profile on kilnd's HTTP port (--http-address; default: the host of --address,\n"
+     "port 8000), which waits SECONDS (at most 60) and answers with the kernel launches of the runs\n"
+     "of MODEL (every model when none is named) that started meanwhile. Writes the JSON to FILE\n"
+     "(-o), else to stdout; open it in Perfetto (\"Open trace file\") or chrome://tracing.\n"},
+    {"viz", "viz MODEL.onnx [--input NAME=FILE.npy ...] [--output OUT.html] [--device D]",
+     "run a model here with VIZ on and write a self-contained HTML page of its compile trace",
+     "Runs MODEL.onnx once on this machine (no server) with the VIZ recording on: inputs not given\n"
+     "are zeros (symbolic dims 1). Writes OUT.html (default: MODEL.viz.html in the current folder),\n"
+     "a page that needs no server and no network: the kernel compiles, each rewrite pass of their\n"
+     "lowering stepped match by match on Graphviz drawings of the UOp graph, the generated source,\n"
+     "the applied opts and the launches. kilnd serves the same page live at /viz when started\n"
+     "with VIZ=1. Runs the kiln-onnx program installed next to kiln (or $KILN_ONNX_TOOL).\n"},
     {"onnx", "onnx inspect|run|bench MODEL.onnx ...",
      "ONNX models on this machine, without a server (runs kiln-onnx)",
      "  onnx inspect MODEL.onnx [--json]    IR version, opsets, inputs/outputs, the ops used and\n"
@@ -138,6 +156,7 @@ int Failed(const absl::Status& status) {
 
 struct Args {
   std::string address = "localhost:8001";
+  std::string http_address;  // `kiln profile`: kilnd's HTTP port ("" = the host of address, 8000)
   bool json = false;
   bool help = false;
   int64_t timeout_ms = 60000;
@@ -173,6 +192,8 @@ std::string ParseArgs(int argc, char** argv, Args* args) {
       args->help = true;
     } else if (value("--address", &v)) {
       args->address = v;
+    } else if (value("--http-address", &v)) {
+      args->http_address = v;
     } else if (value("--timeout-ms", &v)) {
       if (!absl::SimpleAtoi(v, &args->timeout_ms) || args->timeout_ms <= 0) {
         return "--timeout-ms needs a positive integer";
@@ -467,6 +488,85 @@ int ExecOnnxTool(int argc, char** argv, int first) {
   return kFailed;
 }
 
+std::string PercentEncode(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += absl::StrFormat("%%%02X", c);
+    }
+  }
+  return out;
+}
+
+// `kiln profile SECONDS [MODEL]`: GET /v2/profile on kilnd's HTTP port. Plain HTTP/1.1 over a socket
+// (the CLI links no HTTP library; kilnd answers with Content-Length and closes on Connection: close).
+int Profile(const Args& args) {
+  std::string hostport = args.http_address;
+  if (hostport.empty()) hostport = args.address.substr(0, args.address.rfind(':')) + ":8000";
+  const size_t colon = hostport.rfind(':');
+  if (colon == std::string::npos) return Usage("--http-address: expected HOST:PORT");
+  std::string host = hostport.substr(0, colon);
+  const std::string port = hostport.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+    return Failed(absl::UnavailableError(absl::StrCat("cannot resolve ", hostport)));
+  }
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (fd < 0) return Failed(absl::UnavailableError(absl::StrCat("cannot connect to ", hostport)));
+  std::string query = absl::StrCat("seconds=", PercentEncode(args.positional[1]));
+  if (args.positional.size() > 2) absl::StrAppend(&query, "&model=", PercentEncode(args.positional[2]));
+  const std::string request = absl::StrCat("GET /v2/profile?", query, " HTTP/1.1\r\nHost: ", hostport,
+                                           "\r\nConnection: close\r\n\r\n");
+  timeval tv{};  // the window (at most 60 s) plus --timeout-ms
+  tv.tv_sec = 60 + args.timeout_ms / 1000;
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  for (size_t sent = 0; sent < request.size();) {
+    const ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) {
+      close(fd);
+      return Failed(absl::UnavailableError("the request could not be sent"));
+    }
+    sent += static_cast<size_t>(n);
+  }
+  std::string response;
+  char buf[65536];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) response.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const size_t head_end = response.find("\r\n\r\n");
+  int status = 0;
+  if (head_end == std::string::npos || std::sscanf(response.c_str(), "HTTP/1.%*d %d", &status) != 1) {
+    return Failed(absl::UnavailableError("no HTTP response from kilnd"));
+  }
+  std::string body = response.substr(head_end + 4);
+  if (status != 200) {
+    std::cerr << "kiln: HTTP " << status << ": " << body << "\n";
+    return kFailed;
+  }
+  if (args.outputs.empty()) {
+    std::cout << body << "\n";
+    return kOk;
+  }
+  std::ofstream f(args.outputs[0], std::ios::binary | std::ios::trunc);
+  f << body;
+  f.close();
+  if (!f) return Failed(absl::PermissionDeniedError(absl::StrCat("cannot write ", args.outputs[0])));
+  if (!args.json) std::cerr << "wrote " << args.outputs[0] << " (" << body.size() << " bytes)\n";
+  return kOk;
+}
+
 // Runs the command in `args`; the exit code.
 int Dispatch(const Args& args) {
   const std::string& command = args.positional[0];
@@ -483,6 +583,9 @@ int Dispatch(const Args& args) {
     return Usage(absl::StrCat("--", args.train.begin()->first, " is a `kiln train` option"));
   }
   if (command == "status" && n == 1 && no_io()) return Status(client, args);
+  if (command == "profile" && (n == 2 || n == 3) && args.inputs.empty() && args.outputs.size() <= 1) {
+    return Profile(args);
+  }
   if (command == "models" && n == 1 && no_io()) return Models(client, args);
   if ((command == "load" || command == "unload") && n == 2 && no_io()) {
     const absl::Status s =
@@ -510,16 +613,19 @@ int main(int argc, char** argv) {
   // `kiln onnx ...` is local (the first positional argument decides), unless help is asked for.
   bool help = false;
   int onnx_at = 0;
+  int viz_at = 0;  // `kiln viz ...` is kiln-onnx's `viz` command
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     help |= a == "--help" || a == "-h";
-    if (onnx_at == 0 && a.rfind("-", 0) != 0) {
+    if (onnx_at == 0 && viz_at == 0 && a.rfind("-", 0) != 0) {
       if (a == "onnx") onnx_at = i;
-      if (a != "onnx") break;
+      if (a == "viz") viz_at = i;
+      if (a != "onnx" && a != "viz") break;
     }
     if (a == "--address" || a == "--timeout-ms") ++i;
   }
   if (onnx_at != 0 && !help) return ExecOnnxTool(argc, argv, onnx_at + 1);
+  if (viz_at != 0 && !help) return ExecOnnxTool(argc, argv, viz_at);
   Args args;
   if (std::string e = ParseArgs(argc, argv, &args); !e.empty()) return Usage(e);
   if (!args.help && !args.positional.empty() && args.positional[0] == "help") {

@@ -164,6 +164,8 @@ absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model, const Ho
   return GuardEngineCall("Engine::RunBuiltin", [&]() -> absl::StatusOr<RunResult> {
     const auto t0 = Clock::now();
     const BuiltinModel::Impl& m = model.impl();
+    std::optional<ScopedKernelLogLabel> viz_label;
+    if (KernelLog::Enabled()) viz_label.emplace(options.label.empty() ? m.trace_key : options.label);
     if (input.dtype != m.dtype) {
       return absl::InvalidArgumentError(
           absl::StrCat("input: dtype ", input.dtype, ", the model needs ", m.dtype));
@@ -199,6 +201,7 @@ absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model, const Ho
       jit::JitArgs args;
       args.positional.push_back(std::move(x));
       jit::TraceRunInfo info;
+      info.time_launches = options.time_kernels;
       state_->ctx.StartRecording();
       absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(m.trace_key, args, m.fn, &info);
       const RealizeStats rec = state_->ctx.TakeRecording();
@@ -211,7 +214,7 @@ absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model, const Ho
       } else {
         result.jit_event = info.call == 1 ? "capture" : "replay";
         result.schedules = rec.schedules;
-        AddPlanKernels(info.plan_kernels, state_->device, &result);
+        AddPlanKernels(info, state_->device, &result);
       }
       // After the recording: the copy may realize too.
       HostTensor host;

@@ -1,5 +1,5 @@
 // Clock helpers for code above the engine (server/*), which may include only engine/api.
-// Re-exports kiln::NanosSince (engine/base/clock.h).
+// Re-exports kiln::NanosSince and kiln::SteadyNowNs (engine/base/clock.h).
 #pragma once
 
 #include "engine/base/clock.h"

@@ -92,6 +92,13 @@ struct RunOptions {
   // Process-wide memory cap (not owned; null = none): the run reserves its estimated new bytes
   // against live device buffers plus other runs' reservations, or is refused.
   MemoryBudget* memory_budget = nullptr;
+  // Time every kernel launch, JIT replays of builtin and ONNX models included (they are untimed
+  // otherwise; kiln.v1 graph runs are always timed). For profiles (server/core/profiler.h): timing
+  // a launch waits for it to finish, so it costs the overlap of consecutive launches.
+  bool time_kernels = false;
+  // What the run is for, in the VIZ kernel log (kilnd: the model's name); "" = the engine's own
+  // name for the graph or model. Read only while VIZ is on.
+  std::string label;
 };
 
 // A host tensor handed to Run; `data` is not owned and must outlive the call.
@@ -114,6 +121,10 @@ struct KernelTiming {
   uint64_t duration_ns = 0;
   bool timed = true;   // false: a JIT replay launch, duration unknown (0)
   bool compiled = false;  // this launch's kernel was compiled by this run
+  int64_t start_ns = 0;   // timed launches: host steady clock (nanoseconds since its epoch, the
+                          // clock of std::chrono::steady_clock) just before the launch; 0 = unknown
+  int64_t flops = 0;      // the kernel's FLOPs and bytes moved as codegen estimates them
+  int64_t bytes = 0;
 };
 
 struct RunResult {

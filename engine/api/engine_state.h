@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "engine/base/clock.h"
 #include "engine/base/lru_cache.h"
 #include "engine/jit/trace_cache.h"
+#include "engine/realize/kernel_log.h"
 #include "engine/realize/realize.h"
 
 namespace kiln::api {
@@ -32,10 +34,11 @@ using ::kiln::NanosSince;  // engine/base/clock.h
 
 // Adds a realization's statistics to a RunResult: its launches (timed), compiles and schedules.
 void AddRealizeStats(const RealizeStats& stats, RunResult* result);
-// Adds a JIT capture's or replay's launches (a plan's kernel names; copies left out): timed by
-// `seconds` when given (one per plan call; < 0 = not timed), else untimed.
-void AddPlanKernels(const std::vector<std::string>& plan_kernels, const std::string& device, RunResult* result,
-                    const std::vector<double>& seconds = {});
+// Adds a JIT capture's or replay's launches (a plan's kernels; copies left out): timed where
+// info.plan_seconds says so (one per plan call; < 0 = not timed), else untimed.
+// `info` (a jit::TraceRunInfo) carries the names, the costs and, when timed, the per-call seconds
+// and start times.
+void AddPlanKernels(const jit::TraceRunInfo& info, const std::string& device, RunResult* result);
 // A trace-cache failure's status: RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED / CANCELLED keep their code
 // (the run was refused or stopped), anything else is INTERNAL; `what` prefixes the message.
 absl::Status FromTraceRun(const absl::Status& st, std::string_view what);

@@ -83,20 +83,26 @@ absl::Status CheckRunAdmission(const RunOptions& options, int64_t input_bytes, i
 
 void AddRealizeStats(const RealizeStats& stats, RunResult* result) {  // engine_state.h
   for (const KernelLaunch& k : stats.launches) {
-    result->kernels.push_back({k.name, k.device, static_cast<uint64_t>(k.seconds * 1e9), true, k.compiled});
+    result->kernels.push_back({k.name, k.device, static_cast<uint64_t>(k.seconds * 1e9), true, k.compiled,
+                               k.start_ns, k.flops, k.bytes});
   }
   result->kernels_compiled += stats.compiled;
   result->compile_ns += static_cast<uint64_t>(stats.compile_seconds * 1e9);
   result->schedules += stats.schedules;
 }
 
-void AddPlanKernels(const std::vector<std::string>& plan_kernels, const std::string& device, RunResult* result,
-                    const std::vector<double>& seconds) {  // engine_state.h
-  for (size_t i = 0; i < plan_kernels.size(); ++i) {
-    if (plan_kernels[i] == "copy") continue;
+void AddPlanKernels(const jit::TraceRunInfo& info, const std::string& device, RunResult* result) {  // engine_state.h
+  const std::vector<double>& seconds = info.plan_seconds;
+  for (size_t i = 0; i < info.plan_kernels.size(); ++i) {
+    if (info.plan_kernels[i] == "copy") continue;
     const bool timed = i < seconds.size() && seconds[i] >= 0;
-    result->kernels.push_back(
-        {plan_kernels[i], device, timed ? static_cast<uint64_t>(seconds[i] * 1e9) : 0, timed});
+    KernelTiming k{info.plan_kernels[i], device, timed ? static_cast<uint64_t>(seconds[i] * 1e9) : 0, timed};
+    if (timed && i < info.plan_start_ns.size()) k.start_ns = info.plan_start_ns[i];
+    if (i < info.plan_costs.size()) {
+      k.flops = info.plan_costs[i].flops;
+      k.bytes = info.plan_costs[i].bytes;
+    }
+    result->kernels.push_back(std::move(k));
   }
 }
 
@@ -173,6 +179,8 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
   return GuardEngineCall("Engine::Run", [&]() -> absl::StatusOr<RunResult> {
     const auto t0 = Clock::now();
     const PreparedGraph::Impl& g = graph.impl();
+    std::optional<ScopedKernelLogLabel> viz_label;
+    if (KernelLog::Enabled()) viz_label.emplace(options.label.empty() ? absl::StrCat("graph ", g.key.substr(0, 12)) : options.label);
     const GraphLimits& limits = state_->options.limits;
     KILN_RETURN_IF_ERROR(CheckInputs(g.decoded, limits, inputs));
 
@@ -266,7 +274,7 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
           result.kernels_compiled += rec.compiled;
           result.compile_ns += static_cast<uint64_t>(rec.compile_seconds * 1e9);
           result.schedules += rec.schedules;
-          AddPlanKernels(info.plan_kernels, state_->device, &result, info.plan_seconds);
+          AddPlanKernels(info, state_->device, &result);
         }
       } else if (Stopped(out.status())) {
         AddRealizeStats(rec, &result);

@@ -148,6 +148,8 @@ absl::StatusOr<RunResult> Engine::RunOnnxUnguarded(const OnnxModel& model,
                                                    const RunOptions& options) {
   const auto t0 = Clock::now();
   OnnxModel::Impl& m = model.impl();
+  std::optional<ScopedKernelLogLabel> viz_label;
+  if (KernelLog::Enabled()) viz_label.emplace(options.label.empty() ? m.trace_key : options.label);
   const auto& g = *m.model->graph;
   // Inputs in graph order, checked (dtype, byte size); onnx::Run checks ranks and declared dims.
   std::vector<onnx::HostArrayPtr> hosts(g.inputs.size());
@@ -230,6 +232,7 @@ absl::StatusOr<RunResult> Engine::RunOnnxUnguarded(const OnnxModel& model,
       }
       m.current = &hosts;
       jit::TraceRunInfo info;
+      info.time_launches = options.time_kernels;
       absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(key, args, m.fn, &info);
       m.current = nullptr;
       if (!out.ok()) {
@@ -260,7 +263,7 @@ absl::StatusOr<RunResult> Engine::RunOnnxUnguarded(const OnnxModel& model,
         tensors = *std::move(out);
         result.jit_hit = info.hit;
         result.jit_event = info.call == 0 ? "run" : info.call == 1 ? "capture" : "replay";
-        if (info.call >= 1) AddPlanKernels(info.plan_kernels, m.device, &result);
+        if (info.call >= 1) AddPlanKernels(info, m.device, &result);
       }
     }
     const RealizeStats rec = state_->ctx.TakeRecording();

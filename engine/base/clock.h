@@ -13,4 +13,12 @@ inline uint64_t NanosSince(std::chrono::steady_clock::time_point start) {
                                    .count());
 }
 
+// Now on the steady clock, in nanoseconds since its epoch: the time base of launch start times
+// (KernelLaunch::start_ns, api::KernelTiming::start_ns) and of the server's profile windows.
+inline int64_t SteadyNowNs() {
+  return static_cast<int64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now().time_since_epoch())
+                                  .count());
+}
+
 }  // namespace kiln

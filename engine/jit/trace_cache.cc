@@ -62,7 +62,11 @@ absl::StatusOr<std::vector<Tensor>> TraceCache::Run(const std::string& model, co
     out = entry->jit->Call(args);
     if (info != nullptr && entry->jit->plan() != nullptr) {
       info->plan_kernels = entry->jit->plan()->KernelNames();
-      if (info->time_launches && info->call >= 1) info->plan_seconds = entry->jit->plan()->call_seconds();
+      info->plan_costs = entry->jit->plan()->CallCosts();
+      if (info->time_launches && info->call >= 1) {
+        info->plan_seconds = entry->jit->plan()->call_seconds();
+        info->plan_start_ns = entry->jit->plan()->call_start_ns();
+      }
     }
     if (entry->jit->plan() != nullptr) bytes = entry->jit->plan()->allocated_bytes();
   }

@@ -41,6 +41,8 @@ struct TraceRunInfo {
   int call = 0;
   std::vector<std::string> plan_kernels;
   std::vector<double> plan_seconds;  // with time_launches: per plan call (plan_kernels order; < 0 = untimed)
+  std::vector<int64_t> plan_start_ns;  // with time_launches: ExecPlan::call_start_ns()
+  std::vector<ExecPlan::CallCost> plan_costs;  // once captured: ExecPlan::CallCosts()
 };
 
 struct TraceCacheStats {

@@ -9,8 +9,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/base/clock.h"
 #include "engine/base/env.h"
 #include "engine/base/status.h"
+#include "engine/realize/kernel_log.h"
 #include "engine/realize/realize.h"
 #include "engine/realize/realize_internal.h"
 #include "engine/runtime/registry.h"
@@ -213,6 +215,8 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
       call.program = k->runner.get();
       call.device = dev;
       call.name = k->program.name;
+      call.cost = {k->program.flops, k->program.mem_bytes};
+      call.log_id = k->log_id;
       plan->kernels_.push_back(std::move(k));
       ++plan->num_kernels_;
     }
@@ -255,7 +259,10 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
   runtime::DeviceMemory* args = args_.data();
   const int64_t* vars = vars_.data();
   const int debug = DebugLevel();
-  if (timed_) call_seconds_.assign(calls_.size(), -1.0);
+  if (timed_) {
+    call_seconds_.assign(calls_.size(), -1.0);
+    call_start_ns_.assign(calls_.size(), 0);
+  }
   for (size_t ci = 0; ci < calls_.size(); ++ci) {
     if (absl::Status st = control.Check(); !st.ok()) {
       for (runtime::Device* d : devices_) (void)d->Synchronize();  // nothing of this Run stays in flight
@@ -273,12 +280,15 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
     if (c.program != nullptr) {
       // DEBUG >= 2 times each replayed kernel: the eager step's figures include first-touch page faults of its
       // fresh buffers (a 51 MB copy: 13-17 ms eager, 2-3 ms replayed), the replay's are the steady state.
-      const bool timed = debug >= 2 || timed_;
+      const bool timed = debug >= 2 || timed_ || c.log_id != 0;
+      const int64_t start_ns = timed ? SteadyNowNs() : 0;
+      if (timed_) call_start_ns_[ci] = start_ns;
       absl::StatusOr<double> r = c.program->Launch(
           absl::Span<const runtime::DeviceMemory>(args + c.arg_begin, c.arg_count),
           absl::Span<const int64_t>(vars + c.var_begin, c.var_count), c.dims, timed);
       if (!r.ok()) return r.status();
       if (timed_) call_seconds_[ci] = *r;
+      if (c.log_id != 0) KernelLog::Get().RecordLaunch(c.log_id, start_ns, *r);
       if (debug >= 2)
         std::fprintf(stderr, "*** JIT %-6s %4zu %-32s arg %2u tm %10.2fus\n",
                      c.device ? c.device->name().c_str() : "?", ci, c.name.c_str(), c.arg_count,
@@ -378,6 +388,13 @@ bool ExecPlan::Writes(const runtime::DeviceMemory& mem) const {
 std::vector<std::string> ExecPlan::KernelNames() const {
   std::vector<std::string> out;
   for (const Call& c : calls_) out.push_back(c.name);
+  return out;
+}
+
+std::vector<ExecPlan::CallCost> ExecPlan::CallCosts() const {
+  std::vector<CallCost> out;
+  out.reserve(calls_.size());
+  for (const Call& c : calls_) out.push_back(c.cost);
   return out;
 }
 

@@ -88,6 +88,15 @@ class ExecPlan {
   // in KernelNames() order (-1: not timed -- copies, kernels inside a device graph). Off by default.
   void set_timed(bool timed) { timed_ = timed; }
   const std::vector<double>& call_seconds() const { return call_seconds_; }
+  // With timing: the host steady clock (SteadyNowNs) just before each timed call was issued (0 where
+  // call_seconds() is -1), in KernelNames() order.
+  const std::vector<int64_t>& call_start_ns() const { return call_start_ns_; }
+  // The codegen estimates of each call's kernel (flops, bytes; 0 for copies), in KernelNames() order.
+  struct CallCost {
+    int64_t flops = 0;
+    int64_t bytes = 0;
+  };
+  std::vector<CallCost> CallCosts() const;
 
   // Device graphs (JIT=2, tinygrad's graph batching). kOff: Run launches kernel by kernel. kDeviceDefault: each run
   // of consecutive kernels on one device whose graphs_by_default() (CUDA) is recorded as one device graph
@@ -106,6 +115,7 @@ class ExecPlan {
  private:
   bool timed_ = false;
   std::vector<double> call_seconds_;
+  std::vector<int64_t> call_start_ns_;
 
  public:
   int num_inputs() const { return num_inputs_; }
@@ -133,6 +143,8 @@ class ExecPlan {
     runtime::Device* device = nullptr;  // kernels: the device that loaded `program`
     size_t copy_bytes = 0;
     std::string name;
+    CallCost cost;  // kernels: codegen::Program's flops and mem_bytes
+    int64_t log_id = 0;  // kernels: the KernelLog entry (VIZ), 0 = none
   };
   struct Patch {
     uint32_t arg;    // index into args_

@@ -17,11 +17,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "engine/base/clock.h"
 #include "engine/base/env.h"
 #include "engine/base/status.h"
 #include "engine/codegen/codegen.h"
 #include "engine/codegen/render/renderer.h"
+#include "engine/realize/kernel_log.h"
 #include "engine/realize/realize_internal.h"
+#include "engine/rewrite/trace.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/compile_cache.h"
 #include "engine/runtime/registry.h"
@@ -116,7 +121,11 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
   const std::shared_ptr<const codegen::PassHooks> hooks = ctx.pass_hooks();  // held for the lowering
   lower.hooks = hooks.get();
   lower.stats = &ctx.rewrite_stats();
-  KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, realize_internal::TargetFor(dev), lower));
+  k->log_id = KernelLog::Get().Reserve();  // 0 unless VIZ
+  {
+    ScopedTraceGroup group(k->log_id);  // the lowering's rewrite passes belong to this kernel
+    KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, realize_internal::TargetFor(dev), lower));
+  }
   KILN_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, runtime::CompileKernel(dev, k->program));
   k->source = std::move(ck.source);
   k->runner = std::move(ck.program);
@@ -125,6 +134,21 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
     std::fprintf(stderr, "%s: %s\n", k->program.name.c_str(), absl::StrJoin(k->program.applied_opts, ", ").c_str());
   if (DebugLevel() >= 4) std::fprintf(stderr, "%s\n", k->source.c_str());
   const double secs = Since(t0);
+  if (k->log_id != 0) {
+    LoggedKernel lk;
+    lk.id = k->log_id;
+    lk.name = k->program.name;
+    lk.device = dev.name();
+    lk.renderer = dev.renderer();
+    lk.compiled_unix_ms = absl::ToUnixMillis(absl::Now());
+    lk.compile_seconds = secs;
+    lk.ast = ast;
+    lk.applied_opts = k->program.applied_opts;
+    lk.source = k->source;
+    lk.flops = k->program.flops;
+    lk.bytes = k->program.mem_bytes;
+    KernelLog::Get().RecordCompile(std::move(lk));
+  }
   ctx.impl().PutKernel(key, k);
   ctx.impl().NoteCompile(secs);
   if (stats != nullptr) {
@@ -193,7 +217,8 @@ Precompiled PrecompileKernels(RealizeContext& ctx, const Schedule& s, RealizeSta
   }
   if (todo.size() < 2) return done;
   const int64_t knobs[] = {GetKnob(Knob::kDebug), GetKnob(Knob::kNoOpt), GetKnob(Knob::kBeam),
-                           GetKnob(Knob::kCacheLevel)};
+                           GetKnob(Knob::kCacheLevel), GetKnob(Knob::kViz), GetKnob(Knob::kTrackMatchStats)};
+  const std::string label = ScopedKernelLogLabel::Current();
   std::atomic<size_t> next{0};
   absl::Mutex mu;
   int compiled = 0;
@@ -207,7 +232,8 @@ Precompiled PrecompileKernels(RealizeContext& ctx, const Schedule& s, RealizeSta
   };
   auto worker = [&] {  // counts into its own stats; handed to the caller's below
     Context knob_scope({{Knob::kDebug, knobs[0]}, {Knob::kNoOpt, knobs[1]}, {Knob::kBeam, knobs[2]},
-                        {Knob::kCacheLevel, knobs[3]}});
+                        {Knob::kCacheLevel, knobs[3]}, {Knob::kViz, knobs[4]}, {Knob::kTrackMatchStats, knobs[5]}});
+    ScopedKernelLogLabel label_scope(label);
     RealizeStats local;
     compile_all(&local);
     absl::MutexLock l(&mu);
@@ -283,8 +309,11 @@ absl::Status RunKernel(RealizeContext& ctx, const ScheduleItem& item, const Sche
     dims.local[i] = k->program.local_size[i];
   }
   dims.threads = k->program.threads;
+  const int64_t start_ns = SteadyNowNs();
   KILN_ASSIGN_OR_RETURN(double secs, k->runner->Launch(mems, vars, dims, /*timed=*/true));
-  stats.launches.push_back(KernelLaunch{k->program.name, dev->name(), secs, compiled});
+  if (k->log_id != 0) KernelLog::Get().RecordLaunch(k->log_id, start_ns, secs);
+  stats.launches.push_back(KernelLaunch{k->program.name, dev->name(), secs, compiled, start_ns,
+                                        k->program.flops, k->program.mem_bytes});
   if (DebugLevel() >= 2) {
     double gflops = secs > 0 ? static_cast<double>(k->program.flops) / secs * 1e-9 : 0.0;
     double gbs = secs > 0 ? static_cast<double>(k->program.mem_bytes) / secs * 1e-9 : 0.0;

@@ -42,6 +42,9 @@ struct KernelLaunch {
   std::string device;  // device name ("CPU", "INTERP", ...)
   double seconds = 0.0;
   bool compiled = false;  // this launch's kernel was lowered + compiled by this Realize (a cache miss)
+  int64_t start_ns = 0;   // host steady clock (SteadyNowNs) just before the launch was issued
+  int64_t flops = 0;      // codegen::Program estimates of the kernel (DEBUG=2's GFLOPS and GB/s)
+  int64_t bytes = 0;
 };
 
 struct RealizeStats {

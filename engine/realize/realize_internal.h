@@ -80,6 +80,7 @@ struct LoadedKernel {
   // Memory this kernel holds, estimated: its source, its binary, its linear program's nodes and a measured fixed
   // cost of the loaded code (realize.cc). What the loaded-kernel cache's byte bound counts.
   size_t bytes = 0;
+  int64_t log_id = 0;  // its KernelLog entry (kernel_log.h); 0 = compiled while VIZ was off
 };
 // The kernel for `ast` on `dev` from `ctx`'s loaded-kernel cache, lowered + compiled + loaded on a miss (counted in
 // `ctx` and, when non-null, in `stats`).

@@ -1,9 +1,11 @@
 #include "engine/rewrite/spec.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/env.h"
 #include "engine/base/status.h"
 
 namespace kiln {
@@ -29,6 +31,11 @@ UOpPtr SpecReject(const Bindings& b, std::string why) {
 
 absl::Status VerifyWithSpec(const UOpPtr& root, const PatternMatcher& spec, const char* what) {
   if (!root) return absl::InvalidArgumentError(absl::StrCat(what, ": null root"));
+  // Verdicts are checks, not rewrites: they stay out of the rewrite trace (VIZ), still counted.
+  std::optional<Context> untraced;
+  if (GetKnob(Knob::kTrackMatchStats) >= 2) {
+    untraced.emplace(std::initializer_list<std::pair<Knob, int64_t>>{{Knob::kTrackMatchStats, 1}});
+  }
   for (const UOp* u : Toposort(root)) {
     SpecContext ctx;
     UOpPtr verdict = spec.Rewrite(UOpPtr::FromRaw(u), &ctx);

@@ -8,7 +8,34 @@
 namespace kiln {
 namespace {
 thread_local std::vector<int64_t> open_passes;
+thread_local int64_t current_group = 0;
 }  // namespace
+
+ScopedTraceGroup::ScopedTraceGroup(int64_t group) : previous_(current_group) { current_group = group; }
+ScopedTraceGroup::~ScopedTraceGroup() { current_group = previous_; }
+
+int64_t RewriteTrace::CurrentGroup() { return current_group; }
+
+std::vector<TracedPass> RewriteTrace::PassesOf(int64_t group) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<TracedPass> out;
+  for (const TracedPass& p : passes_) {
+    if (p.group == group) out.push_back(p);
+  }
+  return out;
+}
+
+bool RewriteTrace::FindPass(int64_t id, TracedPass* out) const {
+  absl::MutexLock lock(&mu_);
+  for (auto it = passes_.rbegin(); it != passes_.rend(); ++it) {
+    if (it->id == id) {
+      *out = *it;
+      return true;
+    }
+    if (it->id < id) break;
+  }
+  return false;
+}
 
 RewriteTrace& RewriteTrace::Get() {
   static RewriteTrace* t = new RewriteTrace();
@@ -22,6 +49,7 @@ int64_t RewriteTrace::BeginPass(std::string name, std::string matcher, std::stri
   p.matcher = std::move(matcher);
   p.mode = std::move(mode);
   p.depth = static_cast<int>(open_passes.size());
+  p.group = current_group;
   p.input = std::move(input);
   int64_t id;
   {

@@ -8,6 +8,10 @@
 // Thread safety: all methods are thread-safe (one mutex). Each thread has its own stack of open
 // passes, so nested GraphRewrite calls (a rewrite started inside a callback) attribute matches to
 // the innermost pass of that thread.
+//
+// Groups: a pass started while a ScopedTraceGroup is open on its thread carries that group's id
+// (the VIZ kernel log, engine/realize/kernel_log.h, opens one around each kernel's lowering, so
+// the viewer lists the passes of one kernel); 0 = none.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +31,7 @@ struct TracedPass {
   std::string matcher;     // the PatternMatcher's name
   std::string mode;        // "default", "bottom_up", "both" or "walk"
   int depth = 0;           // nesting depth on the starting thread (0 = top level)
+  int64_t group = 0;       // the innermost ScopedTraceGroup of the starting thread (0 = none)
   UOpPtr input;            // the root given to GraphRewrite
   UOpPtr output;           // the rewritten root (null if the pass failed or is still open)
   int64_t num_matches = 0; // matches recorded for this pass (including dropped ones)
@@ -59,6 +64,12 @@ class RewriteTrace {
   std::vector<TracedMatch> Matches() const;
   // Matches of one pass still held.
   std::vector<TracedMatch> MatchesOf(int64_t pass_id) const;
+  // Passes of one group still held, in start order.
+  std::vector<TracedPass> PassesOf(int64_t group) const;
+  // The pass `id` if still held.
+  bool FindPass(int64_t id, TracedPass* out) const;
+  // The innermost ScopedTraceGroup of the calling thread, or 0.
+  static int64_t CurrentGroup();
   int64_t dropped_passes() const;
   int64_t dropped_matches() const;
 
@@ -79,6 +90,19 @@ class RewriteTrace {
   int64_t next_id_ = 1;
   int64_t dropped_passes_ = 0;
   int64_t dropped_matches_ = 0;
+};
+
+// Tags the passes begun on this thread while it lives with `group` (an input scope, like
+// ScopedRunControl). Destroy on the creating thread, in reverse order.
+class ScopedTraceGroup {
+ public:
+  explicit ScopedTraceGroup(int64_t group);
+  ~ScopedTraceGroup();
+  ScopedTraceGroup(const ScopedTraceGroup&) = delete;
+  ScopedTraceGroup& operator=(const ScopedTraceGroup&) = delete;
+
+ private:
+  int64_t previous_;
 };
 
 }  // namespace kiln

@@ -82,6 +82,10 @@ constexpr Endpoint kEndpoints[] = {
     {H, "* /v2/trace/setting", kAdmin, "trace"},
     {H, "* /v2/models/{m}/trace/setting", kAdmin, "trace"},
     {H, "POST /v1/graphs:execute", kAdmin, "kiln-graph"},
+    {H, "GET /v2/profile", kAdmin, "kiln-viz"},
+    {H, "GET /viz", kAdmin, "kiln-viz"},
+    {H, "GET /viz/highlight.js", kAdmin, "kiln-viz"},
+    {H, "GET /viz/api/{doc}", kAdmin, "kiln-viz"},
     {H, "* /v1/training/...", kAdmin, "kiln-training"},
     {H, "GET /metrics", Role::kMetrics, "metrics"},
 };
@@ -89,7 +93,8 @@ constexpr Endpoint kEndpoints[] = {
 constexpr std::string_view kGroups[] = {"health",        "metadata",         "inference",
                                         "model-config",  "statistics",       "model-repository",
                                         "shared-memory", "trace",            "logging",
-                                        "kiln-graph",    "kiln-training",    "metrics"};
+                                        "kiln-graph",    "kiln-training",    "metrics",
+                                        "kiln-viz"};
 
 // Splits on any of `seps`; `skip_empty` drops empty pieces. (absl's StrSplit takes absl's
 // string_view, which the packaged Abseil does not alias to std::string_view.)

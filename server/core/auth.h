@@ -45,7 +45,7 @@ struct Endpoint {
   Role role;
   std::string_view group;  // Triton protocol group: health, metadata, inference, model-config,
                            // statistics, model-repository, shared-memory, trace, logging,
-                           // kiln-graph, kiln-training, metrics
+                           // kiln-graph, kiln-training, metrics, kiln-viz (profiles, /viz)
 };
 
 absl::Span<const Endpoint> Endpoints();

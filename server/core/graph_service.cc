@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "engine/api/clock.h"
 #include "engine/api/status.h"
 #include "server/core/failpoint.h"
 #include "server/core/guard.h"
@@ -97,7 +98,12 @@ absl::StatusOr<api::RunResult> GraphService::RunPrepared(api::Engine& engine,
                        "])"));
     }
   }
+  const int64_t start_ns = SteadyNowNs();
   absl::StatusOr<api::RunResult> run = engine.Run(graph, views, OptionsFor(call));
+  if (run.ok() && policy_ != nullptr && policy_->profiler != nullptr && policy_->profiler->armed()) {
+    policy_->profiler->Record({"", "", engine.device(), 0, start_ns,
+                               static_cast<uint64_t>(SteadyNowNs() - start_ns), run->jit_event, run->kernels});
+  }
   if (run.ok() && observer_ != nullptr) {
     observer_->ObserveKernels("", run->kernels);
     EngineRunObservation o;

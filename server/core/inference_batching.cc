@@ -131,8 +131,8 @@ std::vector<absl::StatusOr<InferResponse>> InferenceServer::ExecuteBatch(
       const int64_t cap = tasks[i]->request.max_response_bytes;
       max_response_bytes = (max_response_bytes < 0 || cap <= 0) ? -1 : max_response_bytes + cap;
     }
-    const api::RunOptions run_options =
-        policy_.For(deadline, nullptr, std::max<int64_t>(0, max_response_bytes));
+    api::RunOptions run_options = policy_.For(deadline, nullptr, std::max<int64_t>(0, max_response_bytes));
+    run_options.label = version.name;
     ExecutionTimes batch_times;
     batch_times.batch_size = static_cast<uint64_t>(rows);
     batch_times.compute_input_ns = input_ns;

@@ -9,12 +9,18 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/api/clock.h"
 #include "engine/api/model.h"
 #include "engine/api/status.h"
 #include "server/core/inference_binder.h"
 #include "server/core/inference_server.h"
 
 namespace kiln::server {
+
+absl::StatusOr<Profile> InferenceServer::CaptureProfile(const std::string& model, double seconds) {
+  if (!model.empty()) KILN_RETURN_IF_ERROR(GetModelMetadata(model, "").status());
+  return profiler_.Capture(model, seconds);
+}
 
 void InferenceServer::ObserveRun(DeviceLane& lane, const std::string& model, const api::RunResult& run) {
   if (observer_ == nullptr) return;
@@ -35,6 +41,7 @@ void InferenceServer::ObserveRun(DeviceLane& lane, const std::string& model, con
 absl::StatusOr<api::RunResult> InferenceServer::TimedRun(
     DeviceLane& lane, const std::function<absl::StatusOr<api::RunResult>()>& run_engine,
     ExecutionTimes* times, InferObservation* obs) {
+  const int64_t start_ns = SteadyNowNs();
   const auto infer_start = std::chrono::steady_clock::now();
   absl::StatusOr<api::RunResult> run = run_engine();
   if (!run.ok()) {
@@ -42,6 +49,10 @@ absl::StatusOr<api::RunResult> InferenceServer::TimedRun(
     return run.status();
   }
   times->compute_infer_ns = NanosSince(infer_start);
+  if (profiler_.armed()) {
+    profiler_.Record({obs->model, obs->version, lane.device(), lane.instance(), start_ns,
+                      times->compute_infer_ns, run->jit_event, run->kernels});
+  }
   ObserveRun(lane, obs->model, *run);
   return run;
 }

@@ -72,6 +72,7 @@ InferenceServer::InferenceServer(ServerOptions options, std::string default_devi
       policy_([this] {
         RunPolicy p = options_.run;
         p.memory_budget = memory_budget_.get();
+        p.profiler = &profiler_;
         return p;
       }()),
       default_engine_(default_engine.get()),
@@ -553,8 +554,9 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
   CacheProbe cached;
   if (auto answer = BeginTask(task, &cached, &times); answer.has_value()) return *std::move(answer);
   KILN_FAILPOINT("infer.execute");
-  const api::RunOptions run_options =
+  api::RunOptions run_options =
       policy_.For(task.request.deadline, task.request.cancellation, task.request.max_response_bytes);
+  run_options.label = version.name;
   absl::StatusOr<InferResponse> response =
       Execute(lane, version, task.request, task.valid, run_options, &times, &task.obs);
   task.obs.executed_rows = times.batch_size;

@@ -145,7 +145,14 @@ class InferenceServer : private ModelPlacer {
   // Health readiness (/v2/health/ready, ServerReady): Ready() and, with strict readiness, every
   // model that should be loaded READY (model_control.h).
   bool ServerReady() const;
-  void BeginShutdown() { shutting_down_.store(true, std::memory_order_release); }
+  void BeginShutdown() {
+    shutting_down_.store(true, std::memory_order_release);
+    profiler_.Shutdown();
+  }
+
+  // A profile of the kernel launches of the next `seconds` (profiler.h): of model `model`'s runs
+  // (NOT_FOUND when no version of it is served), or of every run when `model` is "".
+  absl::StatusOr<Profile> CaptureProfile(const std::string& model, double seconds);
 
   const ServerOptions& options() const { return options_; }
   ServerMetadata Metadata() const;
@@ -274,7 +281,8 @@ class InferenceServer : private ModelPlacer {
   const ServerOptions options_;
   const std::string default_device_;
   std::unique_ptr<api::MemoryBudget> memory_budget_;  // null when global_memory_bytes <= 0
-  RunPolicy policy_;  // options_.run with memory_budget_
+  KernelProfiler profiler_;
+  RunPolicy policy_;  // options_.run with memory_budget_ and profiler_
   api::Engine* default_engine_ = nullptr;  // owned by its lane; null when it could not start
   // Before repository_: versions hold the engines' models. Lanes are never removed.
   DeviceLanes lanes_;

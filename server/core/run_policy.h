@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "engine/api/engine.h"
 #include "server/core/limits.h"
+#include "server/core/profiler.h"
 
 namespace kiln::server {
 
@@ -19,6 +20,9 @@ struct RunPolicy {
   // Every run's deadline is at most this far from its start (<= 0: only the client's deadline).
   int64_t max_run_seconds = kDefaultMaxRunSeconds;
   api::MemoryBudget* memory_budget = nullptr;  // process-wide (not owned); null = none
+  // Kernel profiles (not owned; null = none): while one is armed every run times its launches,
+  // and whoever makes the run hands them to profiler->Record.
+  KernelProfiler* profiler = nullptr;
 
   static api::RunLimits DefaultLimits() {
     api::RunLimits l;
@@ -48,6 +52,7 @@ struct RunPolicy {
     if (max_run_seconds > 0) o.deadline = std::min(deadline, absl::Now() + absl::Seconds(max_run_seconds));
     o.cancellation = std::move(cancellation);
     o.memory_budget = memory_budget;
+    o.time_kernels = profiler != nullptr && profiler->armed();
     return o;
   }
 };

@@ -29,6 +29,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/api/engine.h"
+#include "engine/api/viz.h"
 #include "server/core/failpoint.h"
 #include "server/core/inference_server.h"
 #include "server/core/job_manager.h"
@@ -128,6 +129,8 @@ ABSL_FLAG(int64_t, jit_cache_bytes, 512LL << 20,
 ABSL_FLAG(int64_t, kernel_cache_bytes, 128LL << 20,
           "process-wide: bytes of loaded (compiled) kernels kept (0 = entries bound only)");
 ABSL_FLAG(int64_t, kernel_cache_entries, 2048, "process-wide: loaded kernels kept");
+ABSL_FLAG(int64_t, viz_kernels, 256,
+          "with VIZ=1: the kernel compiles the /viz page keeps (a ring; the oldest are dropped)");
 ABSL_FLAG(int64_t, binary_cache_bytes, 64LL << 20,
           "process-wide: bytes of compiled binaries kept in memory (the disk cache is separate)");
 // ** streams, reflection, repository **
@@ -242,6 +245,7 @@ void ApplyLimitFlags(kiln::server::ServerOptions* options) {
       static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_kernel_cache_entries))),
       static_cast<size_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_kernel_cache_bytes))),
       static_cast<size_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_binary_cache_bytes))));
+  kiln::api::viz::SetCapacity(static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_viz_kernels))));
   spdlog::info("kilnd: limits per run: {} FLOPs, {} bytes moved, {} bytes of memory, {} response "
                "bytes, {} s; global memory budget {} bytes",
                run.limits.max_flops, run.limits.max_bytes_moved, run.limits.max_memory_bytes,

@@ -13,7 +13,9 @@
 #include "server/rest/http_status.h"
 #include "server/rest/infer_json.h"
 #include "server/rest/json_parse.h"
+#include "server/rest/profile_json.h"
 #include "server/rest/rest_json.h"
+#include "server/rest/viz_routes.h"
 
 namespace kiln::server {
 namespace {
@@ -41,6 +43,8 @@ enum class Route {
   kLogging,  // GET reads, POST updates
   kTrace,       // GET reads, POST updates the global trace settings
   kModelTrace,  // ... a model's
+  kProfile,     // GET /v2/profile?model=M&seconds=N: a kernel profile (Chrome trace JSON)
+  kViz,         // GET /viz[/...]: the VIZ page and its documents (viz_routes.h)
 };
 
 struct Match {
@@ -48,6 +52,7 @@ struct Match {
   std::string model;
   std::string version;
   std::string region;  // system shared memory routes
+  std::string viz;     // kViz: the document (viz_routes.h)
 };
 
 bool IsPost(Route r) {
@@ -59,6 +64,10 @@ bool IsPost(Route r) {
 // Splits the (already percent-decoded) path into segments; no route has empty segments.
 Match MatchPath(std::string_view path) {
   Match m;
+  if (MatchVizPath(path, &m.viz)) {
+    m.route = Route::kViz;
+    return m;
+  }
   if (path.empty() || path[0] != '/') return m;
   std::vector<std::string_view> s;
   for (size_t start = 1;;) {
@@ -86,6 +95,10 @@ Match MatchPath(std::string_view path) {
   }
   if (s[1] == "logging" && n == 2) {
     m.route = Route::kLogging;
+    return m;
+  }
+  if (s[1] == "profile" && n == 2) {
+    m.route = Route::kProfile;
     return m;
   }
   if (s[1] == "trace" && n == 3 && s[2] == "setting") {
@@ -161,6 +174,8 @@ std::string_view EndpointOf(Route route) {
     case Route::kLogging: return "* /v2/logging";
     case Route::kTrace: return "* /v2/trace/setting";
     case Route::kModelTrace: return "* /v2/models/{m}/trace/setting";
+    case Route::kProfile: return "GET /v2/profile";
+    case Route::kViz: return "GET /viz/api/{doc}";  // KserveRoutes::EndpointName names each document
   }
   return "";
 }
@@ -363,6 +378,17 @@ void Handle(InferenceServer* core, const Match& m, const HttpRequest& req, std::
       if (!current.ok()) return SetStatus(res, current.status());
       return SetJson(res, TraceSettingsJson(*current));
     }
+    case Route::kProfile: {
+      absl::StatusOr<double> seconds = ParseProfileSeconds(req.Param("seconds"));
+      if (!seconds.ok()) return SetStatus(res, seconds.status());
+      const std::string model(req.Param("model"));
+      if (model.size() > 256) return SetStatus(res, absl::InvalidArgumentError("model: longer than 256 bytes"));
+      absl::StatusOr<Profile> profile = core->CaptureProfile(model, *seconds);
+      if (!profile.ok()) return SetStatus(res, profile.status());
+      return SetJson(res, ProfileJson(*profile));
+    }
+    case Route::kViz:
+      return HandleViz(m.viz, res);
     case Route::kNone:
       break;
   }
@@ -371,7 +397,10 @@ void Handle(InferenceServer* core, const Match& m, const HttpRequest& req, std::
 
 }  // namespace
 
-std::string_view KserveRoutes::EndpointName(std::string_view path) { return EndpointOf(MatchPath(path).route); }
+std::string_view KserveRoutes::EndpointName(std::string_view path) {
+  const Match m = MatchPath(path);
+  return m.route == Route::kViz ? VizEndpoint(m.viz) : EndpointOf(m.route);
+}
 
 RoutePlan KserveRoutes::Plan(const HttpRequest& req) const {
   RoutePlan plan;

@@ -104,6 +104,8 @@ def rest_path(name: str) -> tuple[str, str]:
     method, path = name.split(" ", 1)
     if path == "/v1/training/...":
         return "GET", "/v1/training/jobs"
+    if path == "/viz/api/{doc}":
+        return "GET", "/viz/api/kernels"
     if method == "*":  # one row for every method of the path (GET and POST /v2/logging)
         method = "GET"
     return method, path.replace("{m}", "add_sub").replace("{r}", "no_region")

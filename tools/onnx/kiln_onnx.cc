@@ -10,8 +10,14 @@
 //   kiln-onnx bench MODEL.onnx --input NAME=FILE.npy ... [--iters N] [--device D]
 //       latency through engine/api (Engine::RunOnnx under the JIT trace cache, as kilnd runs it): two warm-up runs
 //       (run, capture), then N replays; prints "median_ms=... min_ms=... first_ms=..." (first = the first run).
+//   kiln-onnx viz MODEL.onnx [--input NAME=FILE.npy ...] [--output OUT.html] [--device D]
+//       runs the model once with VIZ on (inputs not given are zeros, symbolic dims 1) and writes a self-contained
+//       HTML page of its compile trace (engine/api/viz.h: compiles, rewrite passes with Graphviz graphs, kernel
+//       source, launches); default OUT is MODEL's file name with .viz.html, in the current folder.
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -25,6 +31,9 @@
 #include "backends/register_all.h"
 #include "clients/cpp/npy.h"
 #include "engine/api/onnx_model.h"
+#include "engine/api/viz.h"
+#include "engine/base/env.h"
+#include "engine/realize/kernel_log.h"
 #include "engine/dtype/dtype.h"
 #include "engine/onnx/model.h"
 #include "engine/onnx/op_registry.h"
@@ -42,7 +51,8 @@ int Usage(const std::string& msg) {
   std::cerr << "kiln onnx: " << msg << "\n"
             << "usage: kiln onnx inspect MODEL.onnx [--json]\n"
             << "       kiln onnx run MODEL.onnx --input NAME=FILE.npy ... [--output [NAME=]FILE.npy ...] "
-               "[--device D]\n";
+               "[--device D]\n"
+            << "       kiln viz MODEL.onnx [--input NAME=FILE.npy ...] [--output OUT.html] [--device D]\n";
   return kUsage;
 }
 
@@ -296,6 +306,73 @@ int Bench(const std::string& path, const std::vector<std::string>& inputs, const
 
 }  // namespace
 
+// `viz`: one run with VIZ on, then the standalone page.
+int Viz(const std::string& path, const std::vector<std::string>& inputs, const std::string& out_path,
+        const std::string& device) {
+  auto model = kiln::onnx::LoadModel(path);
+  if (!model.ok()) {
+    std::cerr << "kiln viz: " << path << ": " << model.status().message() << "\n";
+    return kFailed;
+  }
+  std::map<std::string, Value> feeds;
+  for (const std::string& spec : inputs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos) return Usage(absl::StrCat("--input ", spec, ": expected NAME=FILE.npy"));
+    auto npy = kiln::client::ReadNpy(spec.substr(eq + 1));
+    if (!npy.ok()) return Usage(std::string(npy.status().message()));
+    auto v = FromNpy(*npy);
+    if (!v.ok()) return Usage(absl::StrCat(spec, ": ", v.status().message()));
+    feeds[spec.substr(0, eq)] = *v;
+  }
+  for (const ValueInfo& in : (*model)->graph->inputs) {
+    if (feeds.contains(in.name) || in.kind != ValueInfo::Kind::kTensor) continue;
+    HostArray h;
+    h.dtype = in.dtype;
+    for (size_t d = 0; d < in.dims.size(); ++d) h.shape.push_back(in.dims[d] > 0 ? in.dims[d] : 1);
+    h.bytes.assign(static_cast<size_t>(h.numel() * h.dtype.ItemSize()), 0);
+    Value v;
+    v.kind = Value::Kind::kTensor;
+    v.host = std::make_shared<const HostArray>(std::move(h));
+    feeds[in.name] = std::move(v);
+  }
+  const std::string base = path.substr(path.find_last_of('/') + 1);
+  {
+    kiln::Context viz({{kiln::Knob::kViz, 1}, {kiln::Knob::kTrackMatchStats, 2}});
+    kiln::ScopedKernelLogLabel label(base);
+    kiln::onnx::RunOptions opts;
+    opts.device = device;
+    auto r = kiln::onnx::Run(**model, feeds, opts);
+    if (!r.ok()) {
+      std::cerr << "kiln viz: " << r.status().message() << "\n";
+      return kFailed;
+    }
+    for (size_t i = 0; i < r->outputs.size(); ++i) {  // outputs are lazy: realize them under VIZ
+      auto h = kiln::onnx::ValueToHost(r->outputs[i]);
+      if (!h.ok()) {
+        std::cerr << "kiln viz: output " << i << ": " << h.status().message() << "\n";
+        return kFailed;
+      }
+    }
+  }
+  absl::StatusOr<std::string> html = kiln::api::viz::StandaloneHtml(base, kiln::api::viz::HighlightJs());
+  if (!html.ok()) {
+    std::cerr << "kiln viz: " << html.status().message() << "\n";
+    return kFailed;
+  }
+  std::string out = out_path;
+  if (out.empty()) out = absl::StrCat(base.substr(0, base.rfind(".onnx") == std::string::npos ? base.size() : base.rfind(".onnx")), ".viz.html");
+  std::ofstream f(out, std::ios::binary | std::ios::trunc);
+  f << *html;
+  f.close();
+  if (!f) {
+    std::cerr << "kiln viz: cannot write " << out << "\n";
+    return kFailed;
+  }
+  std::cout << "wrote " << out << " (" << html->size() << " bytes, " << kiln::KernelLog::Get().Kernels().size()
+            << " kernels)\n";
+  return kOk;
+}
+
 int main(int argc, char** argv) {
   std::vector<std::string> pos, inputs, outputs;
   std::string device = "CPU";
@@ -325,7 +402,7 @@ int main(int argc, char** argv) {
       pos.push_back(a);
     }
   }
-  if (pos.size() != 2) return Usage("expected: inspect|run MODEL.onnx");
+  if (pos.size() != 2) return Usage("expected: inspect|run|bench|viz MODEL.onnx");
   if (pos[0] == "inspect") {
     if (!inputs.empty() || !outputs.empty()) return Usage("inspect takes no --input/--output");
     return Inspect(pos[1], json);
@@ -337,6 +414,11 @@ int main(int argc, char** argv) {
   if (pos[0] == "run") {
     kiln::backends::RegisterAllBackends();
     return Run(pos[1], inputs, outputs, device);
+  }
+  if (pos[0] == "viz") {
+    if (outputs.size() > 1) return Usage("viz writes one --output OUT.html");
+    kiln::backends::RegisterAllBackends();
+    return Viz(pos[1], inputs, outputs.empty() ? "" : outputs[0], device);
   }
   return Usage(absl::StrCat("unknown command ", pos[0]));
 }

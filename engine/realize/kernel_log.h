@@ -1,0 +1,101 @@
+// KernelLog: the VIZ record of kernel compiles (issue #22), a bounded ring of the last N kernels
+// this process lowered and compiled, each with what the viewer shows: its AST (the input of the
+// lowering), the applied opts, the rendered source for its backend, the rewrite passes of its
+// lowering (RewriteTrace passes of its group, engine/rewrite/trace.h) and its launches with timings.
+//
+// On only while the VIZ knob is > 0 (engine/base/env.h; VIZ=1 also turns the rewrite trace on
+// through TRACK_MATCH_STATS=2). When off, the cost is a knob read per kernel compile (never per
+// launch: a kernel compiled while off has log id 0, and its launches check only that).
+//
+// Bounds: capacity() kernels (default 256; SetCapacity, kilnd --viz-kernels), the oldest dropped
+// first; per kernel the last kMaxLoggedLaunches launches (launch_count counts them all). A kernel
+// holds its AST node alive until it leaves the ring.
+//
+// Who records: realize_internal::GetKernel (a compile, under a ScopedTraceGroup of the new id),
+// RunKernel (eager launches) and ExecPlan::Run (JIT replays; timed while VIZ is on).
+// A label naming what was being compiled (a model, a graph) comes from the innermost
+// ScopedKernelLogLabel of the compiling thread (engine/api sets one per run).
+// Thread safety: every method is thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/uop/uop.h"
+
+namespace kiln {
+
+inline constexpr size_t kMaxLoggedLaunches = 64;
+
+struct LoggedLaunch {
+  int64_t start_ns = 0;  // host steady clock (SteadyNowNs) just before the launch
+  double seconds = 0;    // < 0: untimed
+};
+
+struct LoggedKernel {
+  int64_t id = 0;           // > 0, increasing; also the RewriteTrace group of its lowering
+  std::string name;         // E_..., r_...
+  std::string device;
+  std::string renderer;
+  std::string label;        // ScopedKernelLogLabel at compile time ("" = none)
+  int64_t compiled_unix_ms = 0;  // wall clock
+  double compile_seconds = 0;    // lowering + compile (+ disk cache lookup)
+  UOpPtr ast;
+  std::vector<std::string> applied_opts;
+  std::string source;
+  int64_t flops = 0;
+  int64_t bytes = 0;
+  int64_t launch_count = 0;
+  std::deque<LoggedLaunch> launches;  // the last kMaxLoggedLaunches
+};
+
+class KernelLog {
+ public:
+  static KernelLog& Get();
+  // Whether compiles are recorded now (the VIZ knob of the calling thread).
+  static bool Enabled();
+
+  // A new id for a compile about to start (its passes are grouped under it); 0 when disabled.
+  int64_t Reserve();
+  // Records the compile of id `k.id` (from Reserve).
+  void RecordCompile(LoggedKernel k);
+  // Records a launch of kernel `id` (ignored for 0 or a kernel no longer held).
+  void RecordLaunch(int64_t id, int64_t start_ns, double seconds);
+
+  std::vector<LoggedKernel> Kernels() const;  // oldest first
+  bool Find(int64_t id, LoggedKernel* out) const;
+  int64_t dropped() const;
+  size_t capacity() const;
+  void SetCapacity(size_t kernels);  // >= 1
+  void Clear();
+
+ private:
+  KernelLog() = default;
+  mutable absl::Mutex mu_;
+  std::deque<LoggedKernel> kernels_ ABSL_GUARDED_BY(mu_);
+  size_t capacity_ ABSL_GUARDED_BY(mu_) = 256;
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Names what the calling thread compiles while it lives (KernelLog::label). An input scope;
+// destroy on the creating thread, in reverse order.
+class ScopedKernelLogLabel {
+ public:
+  explicit ScopedKernelLogLabel(std::string label);
+  ~ScopedKernelLogLabel();
+  ScopedKernelLogLabel(const ScopedKernelLogLabel&) = delete;
+  ScopedKernelLogLabel& operator=(const ScopedKernelLogLabel&) = delete;
+  // The innermost label of the calling thread ("" = none).
+  static const std::string& Current();
+
+ private:
+  std::string previous_;
+};
+
+}  // namespace kiln
