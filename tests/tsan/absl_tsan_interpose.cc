@@ -87,12 +87,14 @@ bool Mutex::TryLock() {
   return ok;
 }
 void Mutex::LockWhen(const Condition& cond) {
-  static auto real = Real<void (*)(Mutex*, const Condition&)>("_ZN", "5Mutex8LockWhenERKNS0_9ConditionE");
+  static auto real =
+      Real<void (*)(Mutex*, const Condition&)>("_ZN", "5Mutex8LockWhenERKNS0_9ConditionE");
   real(this, cond);
   __tsan_acquire(this);
 }
 void Mutex::Await(const Condition& cond) {
-  static auto real = Real<void (*)(Mutex*, const Condition&)>("_ZN", "5Mutex5AwaitERKNS0_9ConditionE");
+  static auto real =
+      Real<void (*)(Mutex*, const Condition&)>("_ZN", "5Mutex5AwaitERKNS0_9ConditionE");
   __tsan_release(this);
   real(this, cond);
   __tsan_acquire(this);
@@ -112,8 +114,8 @@ void CondVar::Wait(Mutex* mu) {
   __tsan_acquire(mu);
 }
 bool CondVar::WaitWithTimeout(Mutex* mu, absl::Duration timeout) {
-  static auto real =
-      Real<bool (*)(CondVar*, Mutex*, absl::Duration)>("_ZN", "7CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
+  static auto real = Real<bool (*)(CondVar*, Mutex*, absl::Duration)>(
+      "_ZN", "7CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
   __tsan_release(mu);
   const bool ok = real(this, mu, timeout);
   __tsan_acquire(mu);
@@ -125,7 +127,8 @@ void Notification::Notify() {
   real(this);
 }
 void Notification::WaitForNotification() const {
-  static auto real = Real<void (*)(const Notification*)>("_ZNK", "12Notification19WaitForNotificationEv");
+  static auto real =
+      Real<void (*)(const Notification*)>("_ZNK", "12Notification19WaitForNotificationEv");
   real(this);
   __tsan_acquire(const_cast<Notification*>(this));
 }

@@ -25,7 +25,8 @@ class AttentionKernelTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     backends::RegisterAllBackends();
-    if (!runtime::GetDevice(GetParam()).ok()) GTEST_SKIP() << GetParam() << " backend not available";
+    if (!runtime::GetDevice(GetParam()).ok())
+      GTEST_SKIP() << GetParam() << " backend not available";
   }
 };
 
@@ -52,8 +53,9 @@ std::vector<double> Reference(const std::vector<float>& scores, const std::vecto
         for (int64_t d = 0; d < kHeadDim; ++d) {
           double acc = 0;
           for (int64_t j = 0; j < seq; ++j)
-            acc += p[j] / sum * (static_cast<double>(values[(b * seq + j) * kHidden + h * kHeadDim + d]) +
-                                 bias[h * kHeadDim + d]);
+            acc += p[j] / sum *
+                   (static_cast<double>(values[(b * seq + j) * kHidden + h * kHeadDim + d]) +
+                    bias[h * kHeadDim + d]);
           out[((b * kHeads + h) * seq + i) * kHeadDim + d] = acc;
         }
       }
@@ -62,8 +64,10 @@ std::vector<double> Reference(const std::vector<float>& scores, const std::vecto
 
 TEST_P(AttentionKernelTest, SoftmaxTimesBiasedValuesAtMiniLmShapes) {
   for (int64_t seq : {8, 64, 128}) {
-    const auto scores = Uniform(kBatch * kHeads * seq * seq, -4.0f, 4.0f, 17 + static_cast<uint32_t>(seq));
-    const auto values = Uniform(kBatch * seq * kHidden, -2.0f, 2.0f, 29 + static_cast<uint32_t>(seq));
+    const auto scores =
+        Uniform(kBatch * kHeads * seq * seq, -4.0f, 4.0f, 17 + static_cast<uint32_t>(seq));
+    const auto values =
+        Uniform(kBatch * seq * kHidden, -2.0f, 2.0f, 29 + static_cast<uint32_t>(seq));
     const auto bias = Uniform(kHidden, -1.0f, 1.0f, 31);
     const std::vector<double> want = Reference(scores, values, bias, seq);
 
@@ -81,8 +85,9 @@ TEST_P(AttentionKernelTest, SoftmaxTimesBiasedValuesAtMiniLmShapes) {
         ++bad;
       }
     }
-    EXPECT_EQ(bad, 0) << "seq " << seq << ": " << bad << " of " << want.size() << " outputs wrong; first at " << first
-                      << ": got " << (*got)[first < 0 ? 0 : first] << ", want " << want[first < 0 ? 0 : first];
+    EXPECT_EQ(bad, 0) << "seq " << seq << ": " << bad << " of " << want.size()
+                      << " outputs wrong; first at " << first << ": got "
+                      << (*got)[first < 0 ? 0 : first] << ", want " << want[first < 0 ? 0 : first];
   }
 }
 
