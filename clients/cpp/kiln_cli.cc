@@ -93,6 +93,15 @@ constexpr CommandHelp kCommands[] = {
      "lowering stepped match by match on Graphviz drawings of the UOp graph, the generated source,\n"
      "the applied opts and the launches. kilnd serves the same page live at /viz when started\n"
      "with VIZ=1. Runs the kiln-onnx program installed next to kiln (or $KILN_ONNX_TOOL).\n"},
+    {"tune", "tune MODEL.onnx [--beam N] [--input NAME=FILE.npy ...] [--device D]",
+     "search the fastest kernels of a model here (BEAM) and store them in the kernel cache",
+     "Runs MODEL.onnx once on this machine (no server) with BEAM=N (default 2): each kernel not yet\n"
+     "in the cache is searched -- kernel-opt variants compiled, checked against the unoptimised\n"
+     "kernel and timed -- and the fastest is stored in the cache file ($KILN_CACHE_DIR/cache.db,\n"
+     "else ~/.cache/kiln/cache.db), which kilnd and every later run with the same BEAM read, so no\n"
+     "process searches a kernel twice. Prints each searched kernel's heuristic and tuned time.\n"
+     "Inputs not given are zeros (symbolic dims 1). BEAM_BUDGET (seconds, default 20) bounds one\n"
+     "kernel's search. Runs the kiln-onnx program installed next to kiln (or $KILN_ONNX_TOOL).\n"},
     {"onnx", "onnx inspect|run|bench MODEL.onnx ...",
      "ONNX models on this machine, without a server (runs kiln-onnx)",
      "  onnx inspect MODEL.onnx [--json]    IR version, opsets, inputs/outputs, the ops used and\n"
@@ -613,14 +622,14 @@ int main(int argc, char** argv) {
   // `kiln onnx ...` is local (the first positional argument decides), unless help is asked for.
   bool help = false;
   int onnx_at = 0;
-  int viz_at = 0;  // `kiln viz ...` is kiln-onnx's `viz` command
+  int viz_at = 0;  // `kiln viz ...` and `kiln tune ...` are kiln-onnx's `viz` and `tune` commands
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     help |= a == "--help" || a == "-h";
     if (onnx_at == 0 && viz_at == 0 && a.rfind("-", 0) != 0) {
       if (a == "onnx") onnx_at = i;
-      if (a == "viz") viz_at = i;
-      if (a != "onnx" && a != "viz") break;
+      if (a == "viz" || a == "tune") viz_at = i;
+      if (a != "onnx" && a != "viz" && a != "tune") break;
     }
     if (a == "--address" || a == "--timeout-ms") ++i;
   }

@@ -16,9 +16,11 @@
 #include "engine/api/decode.h"
 #include "engine/api/engine_state.h"
 #include "engine/api/guard.h"
+#include "engine/base/env.h"
 #include "engine/base/sha256.h"
 #include "engine/base/clock.h"
 #include "engine/base/status.h"
+#include "engine/realize/beam.h"
 #include "engine/realize/realize.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/compile_cache.h"
@@ -178,6 +180,11 @@ EngineStats Engine::stats() const {
   out.binaries.misses = c.disk_hits + c.misses;
   out.binaries.evictions = c.memory_evictions;
   out.binaries.max_bytes = c.memory_max_bytes;
+  const BeamCounters beam = GetBeamCounters();
+  out.beam_searches = beam.searches;
+  out.beam_cache_hits = beam.cache_hits;
+  out.beam_pending = beam.pending;
+  out.beam_generation = beam.generation;
   return out;
 }
 
@@ -186,6 +193,11 @@ void ConfigureProcessCaches(size_t kernel_entries, size_t kernel_bytes, size_t b
   runtime::CompileCache::Options o;
   o.memory_bytes = binary_bytes;
   runtime::CompileCache::ConfigureGlobal(o);
+}
+
+void ConfigureKernelSearch(int beam_width) {
+  SetProcessKnob(Knob::kBeam, std::max(0, beam_width));
+  SetBeamBackground(beam_width > 0);
 }
 
 std::vector<DeviceMemoryUsage> Engine::DeviceMemory() const {

@@ -180,6 +180,12 @@ struct EngineStats {
   int64_t jit_misses = 0;
   int64_t jit_evictions = 0;
   int64_t jit_entries = 0;
+  // Kernel search (process-wide; engine/realize/beam.h): kernels searched, choices read from the BEAM cache,
+  // background searches queued or running, and the generation that moves on when those have drained.
+  int64_t beam_searches = 0;
+  int64_t beam_cache_hits = 0;
+  int64_t beam_pending = 0;
+  int64_t beam_generation = 0;
 };
 
 // Bytes held in device buffers, per device.
@@ -219,6 +225,12 @@ class BuiltinModel {
 // every engine's kernel cache created from now on, entries >= 1 and bytes (0 = no byte bound);
 // compiled binaries kept in memory (process-wide): bytes (the disk cache is unbounded by this).
 void ConfigureProcessCaches(size_t kernel_entries, size_t kernel_bytes, size_t binary_bytes);
+
+// Kernel search for the whole process (kilnd --beam; tinygrad BEAM=n, engine/realize/beam.h): every kernel compiled
+// from now on takes its opts from the BEAM cache; one not there runs with the heuristic's opts while a background
+// thread searches it with this beam width and stores the choice in the disk cache, and the next runs swap the tuned
+// kernels in (whole JIT traces at a time). 0 = the hand-coded heuristic. Call at start-up.
+void ConfigureKernelSearch(int beam_width);
 
 // The architectures LoadBuiltin knows.
 std::vector<std::string> BuiltinArchitectures();

@@ -1,5 +1,6 @@
 #include "engine/base/env.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -11,13 +12,13 @@ namespace {
 constexpr int kNumKnobs = static_cast<int>(Knob::kCount);
 constexpr std::string_view kNames[kNumKnobs] = {"DEBUG",      "JIT", "BEAM",
                                                 "NOOPT",      "CACHELEVEL", "VIZ",
-                                                "TRACK_MATCH_STATS", "TC"};
+                                                "TRACK_MATCH_STATS", "TC", "BEAM_BUDGET"};
 
 struct EnvValues {
-  int64_t value[kNumKnobs];
+  std::atomic<int64_t> value[kNumKnobs];
   bool set[kNumKnobs] = {};
   EnvValues() {
-    const int64_t defaults[kNumKnobs] = {0, 1, 0, 0, 2, 0, -1, 1};
+    const int64_t defaults[kNumKnobs] = {0, 1, 0, 0, 2, 0, -1, 1, 20};
     for (int i = 0; i < kNumKnobs; ++i) {
       value[i] = defaults[i];
       const char* s = std::getenv(std::string(kNames[i]).c_str());
@@ -28,12 +29,12 @@ struct EnvValues {
       }
     }
     int track = static_cast<int>(Knob::kTrackMatchStats);
-    if (value[track] < 0) value[track] = value[static_cast<int>(Knob::kViz)] > 0 ? 2 : 0;
+    if (value[track] < 0) value[track] = value[static_cast<int>(Knob::kViz)].load() > 0 ? 2 : 0;
   }
 };
 
-const EnvValues& Env() {
-  static const EnvValues env;
+EnvValues& Env() {
+  static EnvValues env;
   return env;
 }
 
@@ -46,7 +47,12 @@ std::string_view KnobName(Knob k) { return kNames[static_cast<int>(k)]; }
 
 int64_t GetKnob(Knob k) {
   int i = static_cast<int>(k);
-  return tl_set[i] ? tl_override[i] : Env().value[i];
+  return tl_set[i] ? tl_override[i] : Env().value[i].load(std::memory_order_relaxed);
+}
+
+void SetProcessKnob(Knob k, int64_t value) {
+  int i = static_cast<int>(k);
+  Env().value[i].store(value, std::memory_order_relaxed);
 }
 
 bool KnobIsSet(Knob k) {

@@ -9,6 +9,7 @@
 //   VIZ         0/1    record rewrite traces for the viewer
 //   TRACK_MATCH_STATS 0..2  per-rule counters (implied 2 by VIZ)
 //   TC          0/1    tensor cores (the TC opt) where the renderer declares them (default 1)
+//   BEAM_BUDGET seconds one kernel's BEAM search may take before it stops at the end of a round (default 20)
 //
 // Each knob is read from the environment on first use and kept. `Context` overrides knobs for the
 // current thread within a scope (tinygrad's `with Context(DEBUG=2):`), which is how tests set them.
@@ -22,16 +23,20 @@
 
 namespace kiln {
 
-enum class Knob : uint8_t { kDebug, kJit, kBeam, kNoOpt, kCacheLevel, kViz, kTrackMatchStats, kTc, kCount };
+enum class Knob : uint8_t { kDebug, kJit, kBeam, kNoOpt, kCacheLevel, kViz, kTrackMatchStats, kTc, kBeamBudget, kCount };
 
 // Name of a knob as spelled in the environment ("DEBUG", ...).
 std::string_view KnobName(Knob k);
 
 // The knob's value: the innermost Context override on this thread, else the environment (read
-// once per process), else its default (JIT 1, CACHELEVEL 2, TC 1, others 0; TRACK_MATCH_STATS 2 if VIZ).
+// once per process), else its default (JIT 1, CACHELEVEL 2, TC 1, BEAM_BUDGET 20, others 0; TRACK_MATCH_STATS 2 if VIZ).
 int64_t GetKnob(Knob k);
 // Whether the knob was given (a Context override on this thread, or the environment) rather than defaulted.
 bool KnobIsSet(Knob k);
+
+// Replaces the process-wide value (the environment's, or the default) for every thread without a Context override,
+// e.g. kilnd --beam. Meant for start-up; a kernel already compiled keeps what it was compiled with.
+void SetProcessKnob(Knob k, int64_t value);
 
 inline int64_t DebugLevel() { return GetKnob(Knob::kDebug); }
 

@@ -5,7 +5,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/env.h"
 #include "engine/base/status.h"
+#include "engine/realize/beam.h"
 
 namespace kiln::jit {
 
@@ -26,6 +28,9 @@ absl::StatusOr<std::string> TraceCache::KeyOf(const std::string& model, const Ji
   for (size_t i = 0; i < args.positional.size(); ++i)
     KILN_RETURN_IF_ERROR(add(absl::StrCat(i), args.positional[i]));
   for (const auto& [name, t] : args.named) KILN_RETURN_IF_ERROR(add(name, t));
+  // BEAM's background searches: a trace captured before their choices were stored is not replayed after (the next
+  // run captures one with the tuned kernels; engine/realize/beam.h).
+  if (GetKnob(Knob::kBeam) > 0) absl::StrAppend(&key, "|beam", GetKnob(Knob::kBeam), "g", BeamGeneration());
   return key;
 }
 

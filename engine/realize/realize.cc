@@ -24,6 +24,7 @@
 #include "engine/base/status.h"
 #include "engine/codegen/codegen.h"
 #include "engine/codegen/render/renderer.h"
+#include "engine/realize/beam.h"
 #include "engine/realize/kernel_log.h"
 #include "engine/realize/realize_internal.h"
 #include "engine/rewrite/trace.h"
@@ -106,8 +107,11 @@ codegen::Target realize_internal::TargetFor(const runtime::Device& dev) {
 }
 
 std::string realize_internal::KernelKey(const runtime::Device& dev, const UOpPtr& ast) {
-  return absl::StrCat(dev.name(), "|", DigestHex(ast->Key()), "|", GetKnob(Knob::kNoOpt), "|", GetKnob(Knob::kBeam), "|",
-                      GetKnob(Knob::kTc));
+  // Under BEAM the generation of background searches is part of the key (beam.h): once the queued searches are
+  // stored, kernels are lowered again with their choices.
+  const int64_t beam = GetKnob(Knob::kBeam);
+  return absl::StrCat(dev.name(), "|", DigestHex(ast->Key()), "|", GetKnob(Knob::kNoOpt), "|", beam, "|",
+                      GetKnob(Knob::kTc), beam > 0 ? absl::StrCat("|g", BeamGeneration()) : "");
 }
 
 absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(RealizeContext& ctx, runtime::Device& dev,
@@ -122,9 +126,16 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
   lower.hooks = hooks.get();
   lower.stats = &ctx.rewrite_stats();
   k->log_id = KernelLog::Get().Reserve();  // 0 unless VIZ
+  const codegen::Target target = realize_internal::TargetFor(dev);
+  // BEAM=n: the kernel's opts from the BEAM cache or a search (beam.h); NOOPT wins over BEAM.
+  if (const int64_t beam = GetKnob(Knob::kBeam); beam > 0 && GetKnob(Knob::kNoOpt) == 0) {
+    KILN_ASSIGN_OR_RETURN(BeamChoice choice, BeamOpts(dev, ast, target, static_cast<int>(beam)));
+    lower.use_explicit_opts = !choice.heuristic;
+    lower.opts = std::move(choice.opts);
+  }
   {
     ScopedTraceGroup group(k->log_id);  // the lowering's rewrite passes belong to this kernel
-    KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, realize_internal::TargetFor(dev), lower));
+    KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, target, lower));
   }
   KILN_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, runtime::CompileKernel(dev, k->program));
   k->source = std::move(ck.source);
@@ -204,7 +215,9 @@ using Precompiled = absl::flat_hash_map<std::string, PrecompiledKernel>;
 Precompiled PrecompileKernels(RealizeContext& ctx, const Schedule& s, RealizeStats& stats) {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Precompiled done;  // keys compiled (or loaded from the disk cache) here
-  if (hw < 2) return done;
+  // BEAM times kernels on the cores: a parallel compile would disturb its timings (and it compiles in parallel
+  // itself).
+  if (hw < 2 || GetKnob(Knob::kBeam) > 0) return done;
   std::vector<std::pair<runtime::Device*, UOpPtr>> todo;
   absl::flat_hash_set<std::string> seen;
   for (const ScheduleItem& it : s.items) {

@@ -209,6 +209,18 @@ absl::StatusOr<std::string> CompileCache::GetOrCompile(Compiler& compiler, const
   return binary;
 }
 
+bool CompileCache::Lookup(const std::string& key, std::string* value) {
+  if (MemGet(key, value)) return true;
+  if (!options_.disk || GetKnob(Knob::kCacheLevel) <= 0 || !DiskGet(key, value)) return false;
+  MemPut(key, *value);
+  return true;
+}
+
+void CompileCache::Store(const std::string& key, const std::string& value) {
+  MemPut(key, value);
+  if (options_.disk && GetKnob(Knob::kCacheLevel) > 0) DiskPut(key, value);
+}
+
 CompileCacheStats CompileCache::stats() const {
   absl::MutexLock lock(&mem_mu_);
   CompileCacheStats s = stats_;

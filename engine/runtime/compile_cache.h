@@ -69,6 +69,12 @@ class CompileCache {
   absl::StatusOr<std::string> GetOrCompile(Compiler& compiler, const std::string& renderer, const std::string& source,
                                            const std::string& name);
 
+  // Small values stored beside the binaries under the caller's own keys (BEAM's chosen opts, engine/realize/beam.h):
+  // memory, then disk (same table and CACHELEVEL rule as the binaries). Keys must not collide with Key()'s hex
+  // digests: prefix them ("beam:..."). Lookup never fails: false when absent or unreadable.
+  bool Lookup(const std::string& key, std::string* value);
+  void Store(const std::string& key, const std::string& value);
+
   CompileCacheStats stats() const;
   // Drops the in-memory entries (the disk keeps them). For tests.
   void ClearMemory();

@@ -131,6 +131,11 @@ ABSL_FLAG(int64_t, kernel_cache_bytes, 128LL << 20,
 ABSL_FLAG(int64_t, kernel_cache_entries, 2048, "process-wide: loaded kernels kept");
 ABSL_FLAG(int64_t, viz_kernels, 256,
           "with VIZ=1: the kernel compiles the /viz page keeps (a ring; the oldest are dropped)");
+ABSL_FLAG(int32_t, beam, 0,
+          "kernel search width (tinygrad BEAM=n) for every kernel kilnd compiles: each kernel is searched once and "
+          "the fastest variant kept in the disk kernel cache, shared with `kiln tune` and later starts (0 = the "
+          "hand-coded heuristic; the BEAM environment variable is read when the flag is 0). With model_warmup a "
+          "model's kernels are searched at load, before it is READY; otherwise on their first request");
 ABSL_FLAG(int64_t, binary_cache_bytes, 64LL << 20,
           "process-wide: bytes of compiled binaries kept in memory (the disk cache is separate)");
 // ** streams, reflection, repository **
@@ -246,6 +251,7 @@ void ApplyLimitFlags(kiln::server::ServerOptions* options) {
       static_cast<size_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_kernel_cache_bytes))),
       static_cast<size_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_binary_cache_bytes))));
   kiln::api::viz::SetCapacity(static_cast<size_t>(std::max<int64_t>(1, absl::GetFlag(FLAGS_viz_kernels))));
+  if (absl::GetFlag(FLAGS_beam) > 0) kiln::api::ConfigureKernelSearch(absl::GetFlag(FLAGS_beam));
   spdlog::info("kilnd: limits per run: {} FLOPs, {} bytes moved, {} bytes of memory, {} response "
                "bytes, {} s; global memory budget {} bytes",
                run.limits.max_flops, run.limits.max_bytes_moved, run.limits.max_memory_bytes,

@@ -132,6 +132,19 @@ Metrics::Metrics()
                         .Name("kiln_jit_cache_evictions_total")
                         .Help("JIT traces evicted from the trace cache (LRU)")
                         .Register(*registry_);
+  beam_searches_ = &BuildCounter()
+                       .Name("kiln_beam_searches_total")
+                       .Help("Kernels searched by BEAM (kilnd --beam), in the background or not")
+                       .Register(*registry_);
+  beam_pending_ = &prometheus::BuildGauge()
+                       .Name("kiln_beam_pending")
+                       .Help("BEAM searches queued or running in the background")
+                       .Register(*registry_);
+  beam_generation_ = &prometheus::BuildGauge()
+                          .Name("kiln_beam_generation")
+                          .Help("Moves on each time the background BEAM searches drain; the next runs use the tuned "
+                                "kernels")
+                          .Register(*registry_);
   queue_duration_ = &BuildHistogram()
                          .Name("kiln_queue_duration_seconds")
                          .Help("Time from request arrival to execution start")
@@ -260,6 +273,12 @@ void Metrics::ObserveEngineRun(const EngineRunObservation& o) {
       if (c->evictions > seen) evictions.Increment(static_cast<double>(c->evictions - seen));
       seen = std::max(seen, c->evictions);
     }
+    prometheus::Counter& searches = beam_searches_->Add({});
+    if (o.engine.beam_searches > seen_beam_searches_)
+      searches.Increment(static_cast<double>(o.engine.beam_searches - seen_beam_searches_));
+    seen_beam_searches_ = std::max(seen_beam_searches_, o.engine.beam_searches);
+    beam_pending_->Add({}).Set(static_cast<double>(o.engine.beam_pending));
+    beam_generation_->Add({}).Set(static_cast<double>(o.engine.beam_generation));
   }
   const std::string device = o.device_memory.empty() ? "" : o.device_memory.front().device;
   if (o.kernels_compiled > 0) {

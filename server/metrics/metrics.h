@@ -11,6 +11,10 @@
 //   kiln_compile_duration_seconds   histogram {device}          per run that compiled kernels
 //   kiln_jit_cache_hits_total, kiln_jit_cache_misses_total, kiln_jit_cache_evictions_total
 //                                   counters  {device}          the builtin models' trace cache
+//   kiln_beam_searches_total        counter   {}                kernels searched by BEAM (--beam)
+//   kiln_beam_pending               gauge     {}                background searches queued or running
+//   kiln_beam_generation            gauge     {}                moves on when they drain (tuned kernels swap in)
+//                                   (these three after each engine run)
 //   kiln_queue_duration_seconds     histogram {model, version}  arrival to execution start
 //   kiln_cache_entries, kiln_cache_bytes, kiln_cache_max_bytes
 //                                   gauges    {cache, device}   the bounded engine caches after each
@@ -132,6 +136,10 @@ class Metrics final : public InferObserver, public TrainingObserver {
   prometheus::Family<prometheus::Counter>* jit_hits_;
   prometheus::Family<prometheus::Counter>* jit_misses_;
   prometheus::Family<prometheus::Counter>* jit_evictions_;
+  prometheus::Family<prometheus::Counter>* beam_searches_;
+  prometheus::Family<prometheus::Gauge>* beam_pending_;
+  prometheus::Family<prometheus::Gauge>* beam_generation_;
+  int64_t seen_beam_searches_ ABSL_GUARDED_BY(mu_) = 0;
   prometheus::Family<prometheus::Histogram>* queue_duration_;
   prometheus::Family<prometheus::Gauge>* device_memory_;
   prometheus::Family<prometheus::Gauge>* cache_entries_;

@@ -10,6 +10,7 @@
 //   {"case":"compile","kernel":"...","lower_ms":..,"cold_ms":..,"cached_ms":..}
 //       lower_ms: LowerKernel; cold_ms: render + LLVM compile + load with an empty, memory-only cache;
 //       cached_ms: render + cache hit + load.
+// BEAM=n: each kernel's opts come from the BEAM cache or a search (engine/realize/beam.h) instead of the heuristic.
 // KERNEL_PERF_DUMP=DIR writes each kernel's rendered source to DIR/<kernel name>.ll and its object to .o.
 // Usage: kernel_perf [--sizes 512,1024,2048] [--reps R] [--add-numel N] [--skip-add]
 #include <algorithm>
@@ -28,9 +29,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "backends/register_all.h"
+#include "engine/base/env.h"
 #include "engine/base/status.h"
 #include "engine/codegen/codegen.h"
 #include "engine/codegen/render/renderer.h"
+#include "engine/realize/beam.h"
 #include "engine/realize/realize_internal.h"
 #include "engine/runtime/buffer.h"
 #include "engine/runtime/compile_cache.h"
@@ -70,7 +73,15 @@ absl::StatusOr<Loaded> Prepare(const Tensor& out) {
   KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(item->device));
   Loaded l;
   auto t0 = Clock::now();
-  KILN_ASSIGN_OR_RETURN(l.program, codegen::LowerKernel(item->ast, realize_internal::TargetFor(*dev)));
+  codegen::LowerOptions lo;
+  if (const int64_t beam = GetKnob(Knob::kBeam); beam > 0) {  // BEAM=n: the searched (or cached) opts
+    KILN_ASSIGN_OR_RETURN(BeamChoice c, BeamOpts(*dev, item->ast, realize_internal::TargetFor(*dev),
+                                                 static_cast<int>(beam)));
+    lo.use_explicit_opts = !c.heuristic;
+    lo.opts = c.opts;
+    t0 = Clock::now();
+  }
+  KILN_ASSIGN_OR_RETURN(l.program, codegen::LowerKernel(item->ast, realize_internal::TargetFor(*dev), lo));
   l.lower_s = Since(t0);
   runtime::CompileCache cold({.db_path = "", .memory_entries = 0, .disk = false});
   KILN_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, runtime::CompileKernel(*dev, l.program, &cold));

