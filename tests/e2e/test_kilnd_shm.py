@@ -259,8 +259,14 @@ def test_unregister_while_requests_run(clients, regions, server):
         if e is None:
             np.testing.assert_allclose(r.as_numpy("OUTPUT0"), a + b, rtol=1e-6)
         else:
-            assert "no system shared memory region named 'race'" in str(e)
+            # On a loaded 2-core machine 100 requests in flight can overrun add_sub's queue
+            # (max_queue_size 64): backpressure is a correct answer too, never a crash.
+            assert "no system shared memory region named 'race'" in str(e) or "the queue is full" in str(e), str(e)
     assert c.is_server_live() and server.proc.poll() is None
+    inputs = [grpcclient.InferInput("INPUT0", [1, 16], "FP32"), grpcclient.InferInput("INPUT1", [1, 16], "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    np.testing.assert_allclose(c.infer("add_sub", inputs).as_numpy("OUTPUT0"), a + b, rtol=1e-6)
 
 
 def test_registration_needs_allow_client_shm(models, regions):

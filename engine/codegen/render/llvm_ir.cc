@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string_view>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -451,10 +453,15 @@ const RendererCaps& LlvmIrRenderer::caps() const {
     c.wide_index = true;  // i32 offsets sign-extended per lane hide consecutive loads from LLVM
     c.supports_vectors = true;
 #if defined(__x86_64__) || defined(__i386__)
-    // The CPU backend JITs for the host CPU (all host features), so the host's widest SIMD is the target's.
-    c.vector_bytes = __builtin_cpu_supports("avx512f") ? 64
-                     : __builtin_cpu_supports("avx2")  ? 32
-                                                       : 16;
+    // The CPU backend JITs for the host CPU, so the host's widest SIMD is the target's, except that
+    // AVX-512 is only compiled for under KILN_CPU_AVX512=1 (backends/cpu/cpu_compiler.cc says why):
+    // without it, 64-byte vectors would be split into two 32-byte halves by LLVM and BEAM/heuristics
+    // would size upcasts for registers the code never uses.
+    const char* avx512 = std::getenv("KILN_CPU_AVX512");
+    const bool allow512 = avx512 != nullptr && std::string_view(avx512) == "1";
+    c.vector_bytes = (allow512 && __builtin_cpu_supports("avx512f")) ? 64
+                     : __builtin_cpu_supports("avx2")                 ? 32
+                                                                      : 16;
 #endif
     return c;
   }();
