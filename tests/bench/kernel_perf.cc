@@ -4,7 +4,8 @@
 // For each case the kernel comes from the real pipeline (Tensor ops -> CreateSchedule -> LowerKernel with the same
 // Target realize uses -> CompileKernel -> Launch), with the inputs realized first and the output allocated once;
 // Launch(timed=true) is then repeated after a warm-up and the best and median kernel times are printed.
-//   {"case":"matmul","n":512,"name":"r_...","opts":"...","best_s":..,"median_s":..,"gflops":..,"max_abs_err":..}
+//   {"case":"matmul","n":"512","k":512,"name":"r_...","opts":"...","best_s":..,"median_s":..,"gflops":..,
+//    "max_abs_err":..,"pre":"<kernels timed with it>"}      (n: the size as given, "N" or "MxNxK")
 //   {"case":"add","numel":16777216,...,"gbs":..}           (bytes = 3 * 4 * numel: two reads, one write)
 //   {"case":"memcpy","bytes":...,"threads":1|2,"gbs":..}  (bytes counted as read + write)
 //   {"case":"compile","kernel":"...","lower_ms":..,"cold_ms":..,"cached_ms":..}
@@ -12,7 +13,8 @@
 //       cached_ms: render + cache hit + load.
 // BEAM=n: each kernel's opts come from the BEAM cache or a search (engine/realize/beam.h) instead of the heuristic.
 // KERNEL_PERF_DUMP=DIR writes each kernel's rendered source to DIR/<kernel name>.ll and its object to .o.
-// Usage: kernel_perf [--sizes 512,1024,2048] [--reps R] [--add-numel N] [--skip-add]
+// Usage: kernel_perf [--sizes 512,1024,2048,4096x4096x1024] [--reps R] [--add-numel N] [--skip-add]
+//   (a size N is N x N x N; MxNxK is A [M, K] @ B [K, N])
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -57,19 +59,29 @@ struct Loaded {
   std::vector<runtime::DeviceMemory> mems;
   runtime::LaunchDims dims;
   double lower_s = 0, cold_s = 0, cached_s = 0;
+  // Kernels that run before this one and are timed with it (the CPU matmul's pack of B, engine/tensor/nn_ops.cc).
+  std::vector<Loaded> pre;
 };
 
-// Schedules `out` (its inputs must be realized: exactly one kernel), lowers, compiles and binds its buffers.
+absl::StatusOr<Loaded> PrepareOne(const ScheduleItem* item);
+
+// Schedules `out` (its inputs must be realized), lowers, compiles and binds its buffers. The last kernel is the one
+// reported; kernels before it (a pack of a matmul operand) are timed with it.
 absl::StatusOr<Loaded> Prepare(const Tensor& out) {
   KILN_ASSIGN_OR_RETURN(Schedule s, CreateSchedule({out.uop()}));
-  const ScheduleItem* item = nullptr;
-  for (const ScheduleItem& it : s.items) {
-    if (it.kind != ScheduleItem::Kind::kKernel) continue;
-    if (item != nullptr)
-      return absl::FailedPreconditionError("kernel_perf: expected exactly one kernel");
-    item = &it;
+  std::vector<const ScheduleItem*> items;
+  for (const ScheduleItem& it : s.items)
+    if (it.kind == ScheduleItem::Kind::kKernel) items.push_back(&it);
+  if (items.empty()) return absl::FailedPreconditionError("kernel_perf: no kernel scheduled");
+  KILN_ASSIGN_OR_RETURN(Loaded l, PrepareOne(items.back()));
+  for (size_t i = 0; i + 1 < items.size(); ++i) {
+    KILN_ASSIGN_OR_RETURN(Loaded p, PrepareOne(items[i]));
+    l.pre.push_back(std::move(p));
   }
-  if (item == nullptr) return absl::FailedPreconditionError("kernel_perf: no kernel scheduled");
+  return l;
+}
+
+absl::StatusOr<Loaded> PrepareOne(const ScheduleItem* item) {
   KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(item->device));
   Loaded l;
   auto t0 = Clock::now();
@@ -123,13 +135,22 @@ struct Times {
   double best = 0, median = 0;
 };
 
+absl::StatusOr<double> LaunchAll(Loaded& l) {
+  double s = 0;
+  for (Loaded& p : l.pre) {
+    KILN_ASSIGN_OR_RETURN(double ps, p.runner->Launch(p.mems, {}, p.dims, true));
+    s += ps;
+  }
+  KILN_ASSIGN_OR_RETURN(double ms, l.runner->Launch(l.mems, {}, l.dims, true));
+  return s + ms;
+}
+
 absl::StatusOr<Times> TimeIt(Loaded& l, int reps, double min_total_s) {
-  for (int i = 0; i < 2; ++i)
-    KILN_RETURN_IF_ERROR(l.runner->Launch(l.mems, {}, l.dims, true).status());
+  for (int i = 0; i < 2; ++i) KILN_RETURN_IF_ERROR(LaunchAll(l).status());
   std::vector<double> t;
   double total = 0;
   while (static_cast<int>(t.size()) < reps || total < min_total_s) {
-    KILN_ASSIGN_OR_RETURN(double s, l.runner->Launch(l.mems, {}, l.dims, true));
+    KILN_ASSIGN_OR_RETURN(double s, LaunchAll(l));
     t.push_back(s);
     total += s;
     if (t.size() > 1000) break;
@@ -145,8 +166,14 @@ void PrintCompile(const Loaded& l) {
       l.program.name.c_str(), l.lower_s * 1e3, l.cold_s * 1e3, l.cached_s * 1e3);
 }
 
-absl::Status Matmul(int64_t n, int reps) {
-  std::vector<float> a(n * n), b(n * n);
+struct MatmulShape {
+  std::string label;
+  int64_t m = 0, n = 0, k = 0;
+};
+
+absl::Status Matmul(const MatmulShape& shape, int reps) {
+  const int64_t m = shape.m, n = shape.n, kk = shape.k;
+  std::vector<float> a(m * kk), b(kk * n);
   uint32_t seed = 12345;
   auto next = [&] {
     seed = seed * 1664525u + 1013904223u;
@@ -154,33 +181,37 @@ absl::Status Matmul(int64_t n, int reps) {
   };
   for (float& x : a) x = next();
   for (float& x : b) x = next();
-  Tensor ta = Tensor::FromVector(a, {n, n});
-  Tensor tb = Tensor::FromVector(b, {n, n});
+  Tensor ta = Tensor::FromVector(a, {m, kk});
+  Tensor tb = Tensor::FromVector(b, {kk, n});
   KILN_RETURN_IF_ERROR(ta.Realize());
   KILN_RETURN_IF_ERROR(tb.Realize());
   Tensor c = ta.Matmul(tb);
   KILN_ASSIGN_OR_RETURN(Loaded l, Prepare(c));
   KILN_ASSIGN_OR_RETURN(Times t, TimeIt(l, reps, 0.5));
   // Spot-check 64 outputs against a double-precision reference.
-  std::vector<float> got(n * n);
+  std::vector<float> got(m * n);
   const runtime::DeviceMemory& out = l.mems[0];
   std::memcpy(got.data(), out.ptr, std::min<size_t>(out.nbytes, got.size() * sizeof(float)));
   double err = 0;
   for (int s = 0; s < 64; ++s) {
-    const int64_t i = (s * 7919) % n, j = (s * 104729 + 13) % n;
+    const int64_t i = (s * 7919) % m, j = (s * 104729 + 13) % n;
     double ref = 0;
-    for (int64_t k = 0; k < n; ++k) ref += static_cast<double>(a[i * n + k]) * b[k * n + j];
+    for (int64_t k = 0; k < kk; ++k) ref += static_cast<double>(a[i * kk + k]) * b[k * n + j];
     err = std::max(err, std::fabs(ref - got[i * n + j]));
   }
-  const double flops = 2.0 * n * n * n;
+  const double flops = 2.0 * m * n * kk;
+  std::vector<std::string> pre_names;
+  for (const Loaded& p : l.pre) pre_names.push_back(p.program.name);
+  const std::string pre = absl::StrJoin(pre_names, " ");
   std::printf(
-      "{\"case\":\"matmul\",\"n\":%lld,\"name\":\"%s\",\"opts\":\"%s\",\"threads\":%d,\"best_s\":%."
+      "{\"case\":\"matmul\",\"n\":\"%s\",\"k\":%lld,\"name\":\"%s\",\"opts\":\"%s\",\"threads\":%d,\"best_s\":%."
       "6g,"
-      "\"median_s\":%.6g,\"gflops\":%.3f,\"gflops_median\":%.3f,\"max_abs_err\":%.3g}\n",
-      static_cast<long long>(n), l.program.name.c_str(),
+      "\"median_s\":%.6g,\"gflops\":%.3f,\"gflops_median\":%.3f,\"max_abs_err\":%.3g,\"pre\":\"%s\"}\n",
+      shape.label.c_str(), static_cast<long long>(kk), l.program.name.c_str(),
       absl::StrJoin(l.program.applied_opts, " ").c_str(), l.program.threads, t.best, t.median,
-      flops / t.best * 1e-9, flops / t.median * 1e-9, err);
+      flops / t.best * 1e-9, flops / t.median * 1e-9, err, pre.c_str());
   PrintCompile(l);
+  for (const Loaded& p : l.pre) PrintCompile(p);
   std::fflush(stdout);
   return absl::OkStatus();
 }
@@ -235,7 +266,7 @@ absl::Status Add(int64_t numel, int reps) {
 }
 
 int Main(int argc, char** argv) {
-  std::vector<int64_t> sizes = {512, 1024, 2048};
+  std::vector<MatmulShape> sizes = {{"512", 512, 512, 512}, {"1024", 1024, 1024, 1024}, {"2048", 2048, 2048, 2048}};
   int reps = 10;
   int64_t add_numel = int64_t{1} << 24;
   bool skip_add = false;
@@ -244,8 +275,13 @@ int Main(int argc, char** argv) {
     if (a == "--sizes" && i + 1 < argc) {
       sizes.clear();
       for (absl::string_view p : absl::StrSplit(argv[++i], ',')) {
-        int64_t v = 0;
-        if (absl::SimpleAtoi(p, &v) && v > 0) sizes.push_back(v);
+        std::vector<int64_t> d;
+        for (absl::string_view x : absl::StrSplit(p, 'x')) {
+          int64_t v = 0;
+          if (absl::SimpleAtoi(x, &v) && v > 0) d.push_back(v);
+        }
+        if (d.size() == 1) sizes.push_back({std::string(p), d[0], d[0], d[0]});
+        if (d.size() == 3) sizes.push_back({std::string(p), d[0], d[1], d[2]});
       }
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::max(1, std::atoi(argv[++i]));
@@ -255,15 +291,15 @@ int Main(int argc, char** argv) {
       skip_add = true;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--sizes 512,1024,2048] [--reps R] [--add-numel N] [--skip-add]\n",
+                   "usage: %s [--sizes 512,1024,2048,MxNxK] [--reps R] [--add-numel N] [--skip-add]\n",
                    argv[0]);
       return 2;
     }
   }
   backends::RegisterAllBackends();
-  for (int64_t n : sizes) {
-    if (absl::Status st = Matmul(n, reps); !st.ok()) {
-      std::fprintf(stderr, "matmul %lld: %s\n", static_cast<long long>(n), st.ToString().c_str());
+  for (const MatmulShape& shape : sizes) {
+    if (absl::Status st = Matmul(shape, reps); !st.ok()) {
+      std::fprintf(stderr, "matmul %s: %s\n", shape.label.c_str(), st.ToString().c_str());
       return 1;
     }
   }

