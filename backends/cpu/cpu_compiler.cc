@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "backends/cpu/cpu_device.h"
 #include "backends/cpu/llvm_init.h"
+#include "engine/base/cpu_features.h"
 #include "engine/base/sha256.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/AsmParser/Parser.h"
@@ -51,8 +52,7 @@ CpuCompiler::CpuCompiler(std::string cpu, std::string features)
     // or optimized without AVX-512, is right. MiniLM's embeddings came out with cosine 0.72-0.91
     // against onnxruntime on a Zen 4 (issue #17); tests/engine/tensor/attention_kernel_test.cc
     // fails with the knob on.
-    const char* avx512 = std::getenv("KILN_CPU_AVX512");
-    const bool allow512 = avx512 != nullptr && std::string_view(avx512) == "1";
+    const bool allow512 = CpuAvx512Allowed();
     for (const auto& kv : llvm::sys::getHostCPUFeatures()) {
       const bool on = kv.second && (allow512 || !kv.first().starts_with("avx512"));
       f.push_back(absl::StrCat(on ? "+" : "-", kv.first().str()));

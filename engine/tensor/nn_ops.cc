@@ -62,9 +62,6 @@ IntVec Iota(int64_t from, int64_t to) {
   return v;
 }
 
-}  // namespace
-
-namespace {
 
 // Packing the right-hand operand for the CPU backend (BLAS's "pack B"). The matmul kernel's register tile reads a
 // panel of B, K rows x 16 lanes, once per row block of A, so the panel should stay in L1/L2 across row blocks. Row-

@@ -3,15 +3,14 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <string_view>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/base/cpu_features.h"
 #include "engine/base/status.h"
 #include "engine/codegen/render/llvm_ir_emitter.h"
 
@@ -454,12 +453,10 @@ const RendererCaps& LlvmIrRenderer::caps() const {
     c.supports_vectors = true;
 #if defined(__x86_64__) || defined(__i386__)
     // The CPU backend JITs for the host CPU, so the host's widest SIMD is the target's, except that
-    // AVX-512 is only compiled for under KILN_CPU_AVX512=1 (backends/cpu/cpu_compiler.cc says why):
-    // without it, 64-byte vectors would be split into two 32-byte halves by LLVM and BEAM/heuristics
-    // would size upcasts for registers the code never uses.
-    const char* avx512 = std::getenv("KILN_CPU_AVX512");
-    const bool allow512 = avx512 != nullptr && std::string_view(avx512) == "1";
-    c.vector_bytes = (allow512 && __builtin_cpu_supports("avx512f")) ? 64
+    // AVX-512 is only compiled for when CpuAvx512Allowed(): without it, 64-byte vectors would be split
+    // into two 32-byte halves by LLVM and BEAM/heuristics would size upcasts for registers the code
+    // never uses.
+    c.vector_bytes = (CpuAvx512Allowed() && __builtin_cpu_supports("avx512f")) ? 64
                      : __builtin_cpu_supports("avx2")                 ? 32
                                                                       : 16;
 #endif
