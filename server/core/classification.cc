@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "server/core/datatype.h"
 #include "server/core/limits.h"
+#include "server/core/repository_files.h"
 
 namespace kiln::server {
 namespace {
@@ -50,10 +52,65 @@ std::string Format(inference::DataType type, double v) {
   }
 }
 
+// A label_filename stays inside the model folder: relative, no empty, "." or ".." component.
+bool IsPlainRelativePath(const std::string& path) {
+  if (path.empty() || path.size() > 1024) return false;
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part.empty() || part == "." || part == "..") return false;
+  }
+  return true;
+}
+
+// One label per line, as Triton reads them: '\n' ends a line (a '\r' before it is dropped); a
+// final line without '\n' counts, a final '\n' adds no empty label.
+std::vector<std::string> SplitLines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    lines.push_back(std::move(line));
+    start = end + 1;
+  }
+  return lines;
+}
+
+const std::vector<std::string>* LabelsOf(const OutputLabels* labels, const std::string& output) {
+  if (labels == nullptr) return nullptr;
+  auto it = labels->find(output);
+  return it == labels->end() ? nullptr : &it->second;
+}
+
 }  // namespace
 
-absl::Status ApplyClassification(const inference::ModelConfig& config, const InferRequest& request,
-                                 InferResponse* response) {
+absl::StatusOr<std::shared_ptr<const OutputLabels>> ReadOutputLabels(
+    const RepositoryFiles& files, const std::string& model_name,
+    const inference::ModelConfig& config) {
+  auto labels = std::make_shared<OutputLabels>();
+  for (int i = 0; i < config.output_size(); ++i) {
+    const inference::ModelOutput& output = config.output(i);
+    const std::string& file = output.label_filename();
+    if (file.empty()) continue;
+    const std::string where = absl::StrCat("output[", i, "] ('", output.name(), "').label_filename");
+    if (!IsPlainRelativePath(file)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": must be a path inside the model folder (relative, no empty, '.' or '..' part)"));
+    }
+    absl::StatusOr<std::string> text =
+        files.Read(absl::StrCat(model_name, "/", file), kMaxLabelFileBytes, file);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", text.status().message()));
+    }
+    (*labels)[output.name()] = SplitLines(*text);
+  }
+  if (labels->empty()) return std::shared_ptr<const OutputLabels>();
+  return std::shared_ptr<const OutputLabels>(std::move(labels));
+}
+
+absl::Status ApplyClassification(const inference::ModelConfig& config, const OutputLabels* labels,
+                                 const InferRequest& request, InferResponse* response) {
   for (size_t r = 0; r < request.classification.size() && r < request.requested_outputs.size(); ++r) {
     const int64_t k = request.classification[r];
     if (k == 0) continue;
@@ -70,6 +127,7 @@ absl::Status ApplyClassification(const inference::ModelConfig& config, const Inf
       const int64_t batch = batching ? out.shape[0] : 1;
       const int64_t n = batch > 0 ? static_cast<int64_t>(values.size()) / batch : 0;
       const int64_t top = std::min<int64_t>(k, n);
+      const std::vector<std::string>* names = LabelsOf(labels, out.name);
       std::string raw;
       std::vector<int64_t> idx(static_cast<size_t>(n));
       for (int64_t b = 0; b < batch; ++b) {
@@ -77,7 +135,11 @@ absl::Status ApplyClassification(const inference::ModelConfig& config, const Inf
         std::iota(idx.begin(), idx.end(), 0);
         std::stable_sort(idx.begin(), idx.end(), [v](int64_t x, int64_t y) { return v[x] > v[y]; });
         for (int64_t j = 0; j < top; ++j) {
-          const std::string s = absl::StrCat(Format(*type, v[idx[j]]), ":", idx[j]);
+          std::string s = absl::StrCat(Format(*type, v[idx[j]]), ":", idx[j]);
+          const size_t at = static_cast<size_t>(idx[j]);
+          if (names != nullptr && at < names->size() && !(*names)[at].empty()) {
+            absl::StrAppend(&s, ":", (*names)[at]);
+          }
           const uint32_t len = static_cast<uint32_t>(s.size());
           raw.append(reinterpret_cast<const char*>(&len), 4);
           raw += s;

@@ -44,7 +44,7 @@ constexpr FieldRule kFieldRules[] = {
     {"output.name", ""},
     {"output.data_type", ""},
     {"output.dims", ""},
-    {"output.label_filename", "not implemented by kilnd yet (classification labels)"},
+    {"output.label_filename", ""},  // classification.h
     {"output.reshape", "not implemented by kilnd (tensor reshape)"},
     {"output.is_shape_tensor", "not implemented by kilnd (shape tensors)"},
     {"dynamic_batching", ""},

@@ -539,7 +539,9 @@ void InferenceServer::EndTask(Task& task, const CacheProbe& cached, const Execut
   task.obs.compute_infer_ns = times.compute_infer_ns;
   task.obs.compute_output_ns = times.compute_output_ns;
   if (response.ok()) {
-    if (absl::Status s = ApplyClassification(*version.config, task.request, &*response); !s.ok()) response = s;
+    absl::Status s =
+        ApplyClassification(*version.config, version.labels.get(), task.request, &*response);
+    if (!s.ok()) response = s;
   }
   StoreInCache(response_cache_.get(), cached, version, response, &task.obs);
   if (!response.ok()) return;

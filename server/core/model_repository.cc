@@ -207,6 +207,8 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     if (absl::Status s = CompleteOnnxConfig(files_, name, &config); !s.ok()) return s;
   }
   if (absl::Status s = NormalizeModelConfig(name, &config); !s.ok()) return s;
+  absl::StatusOr<std::shared_ptr<const OutputLabels>> labels = ReadOutputLabels(files_, name, config);
+  if (!labels.ok()) return labels.status();
   ModelPlacer::Placement placement;
   if (placer_ != nullptr) {
     absl::StatusOr<ModelPlacer::Placement> placed = placer_->Place(&config);
@@ -293,6 +295,7 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     model->name = name;
     model->version = v;
     model->config = shared_config;
+    model->labels = *labels;
     model->stats = std::make_shared<ModelStats>();
     model->device = placement.device;
     model->graph = std::move(prepared);

@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/api/engine.h"
 #include "inference/model_config.pb.h"
+#include "server/core/classification.h"
 #include "server/core/repository_files.h"
 #include "server/core/statistics.h"
 
@@ -51,6 +52,8 @@ struct ModelVersion {
   std::string name;
   int64_t version = 0;
   std::shared_ptr<const inference::ModelConfig> config;
+  // Classification labels of the outputs that name a label_filename (classification.h); null if none.
+  std::shared_ptr<const OutputLabels> labels;
   std::shared_ptr<ModelStats> stats;
   // The canonical device the version runs on (placement.h); "" when loaded without a placer.
   std::string device;
