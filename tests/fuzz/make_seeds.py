@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "clients" / "python"))
 sys.path.insert(0, str(ROOT / "tests" / "engine" / "nn" / "state"))
 
 from google.protobuf import json_format, text_format  # noqa: E402
-from kiln.inference import grpc_service_pb2, model_config_pb2  # noqa: E402
+from kiln.kserve import grpc_service_pb2, model_config_pb2  # noqa: E402
 from kiln.tensor import Tensor  # noqa: E402
 from kiln.v1 import graph_pb2  # noqa: E402
 
@@ -206,6 +206,112 @@ def configs() -> dict[str, bytes]:
     return out
 
 
+# ** ONNX models (onnx) **
+
+def onnx_models() -> dict[str, bytes]:
+    """Small models built with onnx.helper, each covering a part of the loader and the runner:
+    initializers (raw and typed), symbolic dims, nested graphs (If, Loop), sequences, attributes
+    of every kind, quantization, shape arithmetic folded on the host, external data (refused
+    without a folder)."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    def model(nodes, inputs, outputs, inits=(), opset=17, **kw):
+        g = h.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)], ir_version=8, **kw)
+        return m.SerializeToString()
+
+    def vi(name, dtype, dims):
+        return h.make_tensor_value_info(name, dtype, dims)
+
+    rng = np.random.default_rng(0)
+    w = nh.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
+    b = h.make_tensor("b", T.FLOAT, [3], [0.5, -1.0, 2.0])  # typed float_data
+    out = {}
+    out["mlp"] = model([h.make_node("MatMul", ["x", "w"], ["xw"]), h.make_node("Add", ["xw", "b"], ["y0"]),
+                        h.make_node("Relu", ["y0"], ["y"])],
+                       [vi("x", T.FLOAT, ["batch", 4])], [vi("y", T.FLOAT, ["batch", 3])], [w, b])
+    k = nh.from_array(rng.standard_normal((2, 1, 3, 3)).astype(np.float32), "k")
+    shape = nh.from_array(np.array([1, -1], dtype=np.int64), "shape")
+    out["conv"] = model([
+        h.make_node("Conv", ["img", "k"], ["c"], pads=[1, 1, 1, 1], strides=[1, 1], dilations=[1, 1]),
+        h.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        h.make_node("Reshape", ["p", "shape"], ["f"]),
+        h.make_node("Softmax", ["f"], ["s"], axis=-1)],
+        [vi("img", T.FLOAT, [1, 1, 6, 6])], [vi("s", T.FLOAT, [1, 18])], [k, shape])
+    out["shape_math"] = model([
+        h.make_node("Shape", ["x"], ["sh"]),
+        h.make_node("Gather", ["sh", "zero"], ["d0"], axis=0),
+        h.make_node("Unsqueeze", ["d0", "zero1"], ["d0u"]),
+        h.make_node("Concat", ["d0u", "minus1"], ["new"], axis=0),
+        h.make_node("Reshape", ["x", "new"], ["r"]),
+        h.make_node("Slice", ["r", "starts", "ends", "axes"], ["sl"]),
+        h.make_node("Cast", ["sl"], ["y"], to=T.INT32),
+        h.make_node("Transpose", ["y"], ["t"], perm=[1, 0])],
+        [vi("x", T.FLOAT, [2, 3, 4])], [vi("t", T.INT32, [None, None])],
+        [nh.from_array(np.array(0, dtype=np.int64), "zero"), nh.from_array(np.array([0], dtype=np.int64), "zero1"),
+         nh.from_array(np.array([-1], dtype=np.int64), "minus1"),
+         nh.from_array(np.array([1], dtype=np.int64), "starts"), nh.from_array(np.array([10], dtype=np.int64), "ends"),
+         nh.from_array(np.array([1], dtype=np.int64), "axes")])
+    then_g = h.make_graph([h.make_node("Neg", ["x"], ["t_out"])], "then", [], [vi("t_out", T.FLOAT, [3])])
+    else_g = h.make_graph([h.make_node("Abs", ["x"], ["e_out"])], "else", [], [vi("e_out", T.FLOAT, [3])])
+    out["if"] = model([h.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+                       h.make_node("Greater", ["s", "z"], ["cond"]),
+                       h.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)],
+                      [vi("x", T.FLOAT, [3])], [vi("y", T.FLOAT, [3])],
+                      [nh.from_array(np.array(0, dtype=np.float32), "z")])
+    body = h.make_graph([h.make_node("Add", ["acc_in", "one"], ["acc_out"]),
+                         h.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+                        [vi("iter", T.INT64, []), vi("cond_in", T.BOOL, []), vi("acc_in", T.FLOAT, [2])],
+                        [vi("cond_out", T.BOOL, []), vi("acc_out", T.FLOAT, [2])])
+    out["loop"] = model([h.make_node("Loop", ["trip", "cond", "a"], ["final"], body=body)],
+                        [vi("a", T.FLOAT, [2])], [vi("final", T.FLOAT, [2])],
+                        [nh.from_array(np.array(3, dtype=np.int64), "trip"),
+                         nh.from_array(np.array(True), "cond"), nh.from_array(np.ones(2, np.float32), "one")])
+    out["sequence"] = model([h.make_node("SplitToSequence", ["x"], ["seq"], axis=0),
+                             h.make_node("SequenceAt", ["seq", "idx"], ["y"])],
+                            [vi("x", T.FLOAT, [4, 2])], [vi("y", T.FLOAT, [2])],
+                            [nh.from_array(np.array(1, dtype=np.int64), "idx")])
+    out["quant"] = model([h.make_node("QuantizeLinear", ["x", "scale", "zp"], ["q"]),
+                          h.make_node("DequantizeLinear", ["q", "scale", "zp"], ["y"])],
+                         [vi("x", T.FLOAT, [8])], [vi("y", T.FLOAT, [8])],
+                         [nh.from_array(np.array(0.1, dtype=np.float32), "scale"),
+                          nh.from_array(np.array(3, dtype=np.uint8), "zp")])
+    out["attention"] = model([
+        h.make_node("MatMul", ["q", "kt"], ["s"]), h.make_node("Div", ["s", "scale"], ["sd"]),
+        h.make_node("Softmax", ["sd"], ["p"], axis=-1), h.make_node("MatMul", ["p", "v"], ["o"]),
+        h.make_node("LayerNormalization", ["o", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5)],
+        [vi("q", T.FLOAT, ["b", "seq", 8]), vi("kt", T.FLOAT, ["b", 8, "seq"]), vi("v", T.FLOAT, ["b", "seq", 8])],
+        [vi("y", T.FLOAT, ["b", "seq", 8])],
+        [nh.from_array(np.array(2.8284, dtype=np.float32), "scale"), nh.from_array(np.ones(8, np.float32), "gamma"),
+         nh.from_array(np.zeros(8, np.float32), "beta")])
+    out["constant_attrs"] = model([
+        h.make_node("Constant", [], ["c"], value=h.make_tensor("cv", T.INT64, [2], [1, 2])),
+        h.make_node("Constant", [], ["f"], value_floats=[1.0, 2.5]),
+        h.make_node("Expand", ["x", "c"], ["e"]),
+        h.make_node("Where", ["m", "e", "zerof"], ["y"]),
+        h.make_node("ArgMax", ["y"], ["am"], axis=1, keepdims=1, select_last_index=0),
+        h.make_node("Pad", ["y", "pads"], ["pd"], mode="reflect")],
+        [vi("x", T.FLOAT, [1, 2]), vi("m", T.BOOL, [1, 2])], [vi("am", T.INT64, [1, 1]), vi("pd", T.FLOAT, [1, 4])],
+        [nh.from_array(np.array(0, dtype=np.float32), "zerof"),
+         nh.from_array(np.array([0, 1, 0, 1], dtype=np.int64), "pads")])
+    ext = onnx.TensorProto()
+    ext.name, ext.data_type = "w", T.FLOAT
+    ext.dims.extend([4, 3])
+    ext.data_location = T.EXTERNAL
+    for key, value in (("location", "weights.bin"), ("offset", "0"), ("length", "48")):
+        e = ext.external_data.add()
+        e.key, e.value = key, value
+    out["external"] = model([h.make_node("MatMul", ["x", "w"], ["y"])],
+                            [vi("x", T.FLOAT, [1, 4])], [vi("y", T.FLOAT, [1, 3])], [ext])
+    out["float16_opset13"] = model([h.make_node("Mul", ["x", "x"], ["y"]),
+                                    h.make_node("ReduceMean", ["y"], ["m"], axes=[0], keepdims=1)],
+                                   [vi("x", T.FLOAT16, [4, 2])], [vi("m", T.FLOAT16, [1, 2])], opset=13)
+    return out
+
+
 # ** safetensors, checkpoint manifests **
 
 def safetensors_files(tmp: Path) -> dict[str, bytes]:
@@ -312,6 +418,10 @@ def dictionaries() -> None:
     write_dict("safetensors", st)
     write_dict("checkpoint", st + ["kiln-checkpoint 1\n", "step ", "file ", "bytes ", "sha256 ",
                                    "ckpt-0000000042.safetensors", "\x00"])
+    import onnx.defs
+    onnx_ops = sorted({sch.name for sch in onnx.defs.get_all_schemas() if sch.domain in ("", "ai.onnx")})
+    write_dict("onnx", onnx_ops + ["ai.onnx", "ai.onnx.ml", "com.microsoft", "location", "offset", "length",
+                                   "axis", "axes", "perm", "pads", "kernel_shape", "strides", "to", "value"])
     axis = ["GLOBAL", "LOCAL", "LOOP", "GROUP_REDUCE", "REDUCE", "UPCAST", "UNROLL", "THREAD"]
     write_dict("uop_text", ops() + dtype_names() + axis +
                [".vec(4)", ".ptr()", ".ptr(local)", "roots", "tag=", "axis(", "var(", "reduce(",
@@ -323,7 +433,8 @@ def main() -> None:
     ap.add_argument("--uop", nargs="*", default=[], help="UOp text files (DEBUG=5 kernel ASTs)")
     ap.add_argument("--tmp", default="/tmp", help="scratch folder")
     args = ap.parse_args()
-    for t in ("graph", "grpc_infer", "rest_infer", "model_config", "safetensors", "checkpoint", "idx"):
+    for t in ("graph", "grpc_infer", "rest_infer", "model_config", "safetensors", "checkpoint", "idx",
+              "onnx"):
         clear_seeds(t)
     for name, g in graphs().items():
         put("graph", name, g.SerializeToString())
@@ -340,6 +451,8 @@ def main() -> None:
     put("checkpoint", "state_ref", manifest(7, files["state_ref"]) + b"\0" + files["state_ref"])
     for name, f in idx_files().items():
         put("idx", name, f)
+    for name, m in onnx_models().items():
+        put("onnx", name, m)
     if args.uop:
         clear_seeds("uop_text")
         for i, path in enumerate(args.uop):
