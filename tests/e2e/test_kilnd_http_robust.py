@@ -169,6 +169,15 @@ def test_expect_continue_and_head(server):
     assert b"Content-Length: " in head and not head.endswith(b"Content-Length: 0\r\n\r\n")
 
 
+def test_error_after_head_carries_its_body(server):
+    """A request whose head does not parse, right after a HEAD: its 400 has its JSON body (the
+    connection kept HEAD's no-body flag and sent the 400 without one; found by tests/fuzz/net)."""
+    got = responses(exchange(server.http_port, b"HEAD /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+                             b"GET /v2 HTTP/1.1\r\nno colon\r\n\r\n", half_close=True))
+    assert [status for status, _ in got] == [200, 400], got
+    assert "without ':'" in json.loads(got[1][1])["error"]
+
+
 def connected(port, host="127.0.0.1", source="127.0.0.1"):
     """A keep-alive connection from `source` that has been served once (so the server counts it)."""
     s = socket.create_connection((host, port), timeout=10, source_address=(source, 0))
