@@ -3,7 +3,7 @@
 malformed HTTP/2 frames to the gRPC port, in batches, against a real kilnd on loopback.
 
     netfuzz.py --cases 10000                 # fresh seed (printed)
-    netfuzz.py --cases 300 --seed 23         # what CTest netfuzz_short runs
+    netfuzz.py --cases 300 --seed 23 --warmup 8   # what CTest netfuzz_short runs
     netfuzz.py --seed 23 --only 1234         # one case of a run again
     netfuzz.py --replay findings/x.json      # a written finding again
 
@@ -13,9 +13,12 @@ connection closed or the HTTP/2 connection answering a PING within the timeout, 
 error body with a message, certainly-invalid requests never 2xx, slowloris closed by the server's
 own deadlines). Every file in regressions/ is replayed first (past findings). After each batch:
 kilnd must be alive, and a valid add_sub inference must succeed through the stock tritonclient over
-both HTTP and gRPC. kilnd's VmRSS is sampled after a warm-up (a valid inference of every batch
-size, then the first --warmup cases: compiled kernels and caches fill first) and at the end; growth
-of --rss-limit-mib or more fails the run.
+both HTTP and gRPC. kilnd's VmRSS is sampled after a warm-up and at the end; growth of
+--rss-limit-mib or more fails the run. The warm-up is a valid inference of every batch size (each
+compiles its kernels once) and then --warmup cases of every kind, 16 at a time (seed `s` + "w"):
+the heaviest cases at full concurrency set the high-water mark of glibc's heap (freed memory stays
+resident), so that the growth measured afterwards is what the campaign leaks, not its peak. The RSS
+before and after the warm-up is printed too: the warm-up's rise is the price of the worst bursts.
 
 A crash writes every case of the batch under --findings, then replays them one at a time against a
 fresh kilnd to name the one that kills it; a hang or a bad answer writes that case. Each finding
@@ -52,7 +55,7 @@ KILND_ARGS = ["--metrics-port=-1", "--http-timeout-ms=1000", "--http-header-time
               "--http-body-timeout-ms=4000", "--http-keep-alive-timeout-s=1", "--grpc-handshake-timeout-ms=2000"]
 
 
-def make_case(seed: int, index: int, http_share: float) -> Case:
+def make_case(seed, index: int, http_share: float) -> Case:
     rng = random.Random(f"{seed}:{index}")
     module = http1_cases if rng.random() < http_share else h2_cases
     gens, weights = zip(*module.GENERATORS)
@@ -62,6 +65,20 @@ def make_case(seed: int, index: int, http_share: float) -> Case:
     if case.transport == "h2" and kind != "h2.idle":
         case.steps.append(("send", h2_cases.frame(h2_cases.PING, 0, 0, ping_payload(case))))
     return case
+
+
+def warmup_cases(seed: int, per_kind: int, http_share: float) -> list[Case]:
+    """`per_kind` cases of every kind, from the stream of seed f"{seed}w", grouped by kind so that
+    a kind's heaviest cases run at full concurrency."""
+    by_kind: dict[str, list[Case]] = {}
+    kinds = len(http1_cases.GENERATORS) + len(h2_cases.GENERATORS)
+    i = 0
+    while i < 1000 * per_kind and (len(by_kind) < kinds or min(map(len, by_kind.values())) < per_kind):
+        c = make_case(f"{seed}w", i, http_share)
+        i += 1
+        if len(by_kind.setdefault(c.kind, [])) < per_kind:
+            by_kind[c.kind].append(c)
+    return [c for kind in sorted(by_kind) for c in by_kind[kind]]
 
 
 def rss_kib(pid: int) -> int:
@@ -108,6 +125,7 @@ class Campaign:
         self.findings: list[tuple[str, str]] = []  # (file, problem)
         self.rss: list[int] = []
         self.rss_after = 0  # cases run when the start RSS was sampled
+        self.rss_before = 0  # KiB, before the warm-up
         self.restarts = 0
 
     # ** kilnd **
@@ -213,15 +231,21 @@ class Campaign:
             if problem := valid_check(self.kilnd, batch):
                 print(f"the valid request fails before any case: {problem}")
                 return 2
+        self.rss_before = rss_kib(self.kilnd.proc.pid)
         with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
             if replays:
                 self.run_batch(replays, pool)
+            if indices and args.warmup and not args.only:
+                warm = warmup_cases(seed, args.warmup, args.http_share)
+                for i in range(0, len(warm), args.batch):
+                    self.run_batch(warm[i:i + args.batch], pool)
+                print(f"  warm-up: {len(warm)} cases, RSS {self.rss_before / 1024:.1f} -> "
+                      f"{rss_kib(self.kilnd.proc.pid) / 1024:.1f} MiB", flush=True)
+            self.rss.append(rss_kib(self.kilnd.proc.pid))
+            self.rss_after = self.stats["cases"]
             batches = [indices[i:i + args.batch] for i in range(0, len(indices), args.batch)]
             for n, batch in enumerate(batches):
                 self.run_batch([make_case(seed, i, args.http_share) for i in batch], pool)
-                if not self.rss and (self.stats["cases"] >= args.warmup or n + 1 == len(batches)):
-                    self.rss.append(rss_kib(self.kilnd.proc.pid))
-                    self.rss_after = self.stats["cases"]
                 if (n + 1) % args.progress == 0 or n + 1 == len(batches):
                     print(f"  {self.stats['cases']} cases, {len(self.findings)} findings, "
                           f"RSS {rss_kib(self.kilnd.proc.pid) / 1024:.1f} MiB, "
@@ -241,6 +265,7 @@ class Campaign:
             "bad_answers": self.stats["bad_answers"], "valid_checks": self.stats["valid_checks"],
             "valid_failed": self.stats["valid_failed"], "rss_start_mib": round(start, 1),
             "rss_end_mib": round(end, 1), "rss_growth_mib": round(growth, 1), "rss_start_after_cases": self.rss_after,
+            "rss_before_warmup_mib": round(self.rss_before / 1024, 1),
             "seconds": round(seconds, 1),
             "kilnd_exit": exit_code, "findings": [f for f, _ in self.findings],
             "kinds": dict(sorted(self.kinds.items())), "answers": dict(sorted(self.statuses.items())),
@@ -252,7 +277,8 @@ class Campaign:
               f"crashes {summary['crashes']}, hangs {summary['hangs']}, bad answers {summary['bad_answers']}, "
               f"valid requests after each batch {summary['valid_checks'] - summary['valid_failed']}/"
               f"{summary['valid_checks']} OK\n"
-              f"RSS start {start:.1f} MiB (after {self.rss_after} cases), end {end:.1f} MiB, growth {growth:+.1f} MiB "
+              f"RSS start {start:.1f} MiB (after the warm-up, {self.rss_after} cases; {self.rss_before / 1024:.1f} MiB "
+              f"before it), end {end:.1f} MiB, growth {growth:+.1f} MiB "
               f"(limit {self.args.rss_limit_mib} MiB)\nkilnd exit on SIGTERM: {exit_code}")
         if self.args.json:
             Path(self.args.json).write_text(json.dumps(summary, indent=1) + "\n")
@@ -273,7 +299,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=10.0, help="seconds after its script a case may take")
     p.add_argument("--http-share", type=float, default=0.55, help="fraction of cases sent to the REST port")
     p.add_argument("--rss-limit-mib", type=float, default=32.0)
-    p.add_argument("--warmup", type=int, default=500, help="cases run before the start RSS is sampled")
+    p.add_argument("--warmup", type=int, default=32, help="warm-up cases of every kind before the start RSS")
     p.add_argument("--progress", type=int, default=10, help="print a line every this many batches")
     p.add_argument("--kilnd", default=os.environ.get("KILND", str(REPO / "build/release/server/main/kilnd")))
     p.add_argument("--models", default=os.environ.get("KILN_MODELS", str(REPO / "models")))

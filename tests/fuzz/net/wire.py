@@ -132,7 +132,9 @@ def judge_http(case: Case, data: bytes, problems: list, statuses: list) -> None:
             continue
         if status >= 500 and status != 503:
             problems.append(f"HTTP {status}: {body[:200]!r}")
-        if status >= 400 and b"text/event-stream" not in head:
+        # Readiness probes answer "not ready" with an empty 400, as Triton's do.
+        probe = status == 400 and not body and (b"/ready " in sent or b"/live " in sent)
+        if status >= 400 and b"text/event-stream" not in head and not probe:
             try:
                 message = json.loads(body).get("error")
             except (ValueError, AttributeError):
