@@ -5,6 +5,8 @@
 #   make bench    install deps, build release, run tests/bench/run.sh
 #   make fuzz-numerics N=...   the differential test with N fresh random cases per backend (CPU, INTERP, CL);
 #                 failures are shrunk and written to tests/differential/regressions/
+#   make fuzz-net N=...        network fuzzing of a live kilnd: N malformed HTTP/1.1 and HTTP/2 cases
+#                 (tests/fuzz/net; SEED=... repeats a campaign); findings in build/netfuzz-findings/
 #   make serve    install deps, build release, start kilnd with training on: the repository is a
 #                 copy of models/ in SERVE_DIR/models (training publishes there), jobs and
 #                 checkpoints in SERVE_DIR/data, datasets under DATASET_ROOTS (SERVE_ARGS adds flags)
@@ -36,7 +38,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_JOBS ?= 1
 FUZZ_TARGETS ?=
 
-.PHONY: test bench fuzz fuzz-numerics serve asan tsan debug deps build-release build-fuzz format tidy clean distclean
+.PHONY: test bench fuzz fuzz-numerics fuzz-net serve asan tsan debug deps build-release build-fuzz format tidy clean distclean
 
 deps:
 	@bash deploy/install-deps.sh
@@ -80,6 +82,11 @@ N ?= 1000
 fuzz-numerics: build-release
 	.venv/bin/python tests/differential/run_differential.py --binary build/release/tests/differential/diff_eval \
 	  --device CPU,INTERP,CL --cases $(N) --fresh --write-failures tests/differential/regressions
+
+SEED ?=
+fuzz-net: build-release
+	.venv/bin/python tests/fuzz/net/netfuzz.py --kilnd build/release/server/main/kilnd --models models \
+	  --cases $(N) $(if $(SEED),--seed $(SEED)) --findings build/netfuzz-findings --json build/netfuzz-summary.json
 
 # tests/docs/test_readme_commands.py runs this recipe (`make -n -o build-release serve`) and the
 # README's runnable blocks against it: keep kilnd the recipe's last line.

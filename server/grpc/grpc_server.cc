@@ -66,6 +66,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(const GrpcServerOp
   builder.SetMaxReceiveMessageSize(static_cast<int>(max_bytes));
   builder.SetMaxSendMessageSize(INT_MAX);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             std::max(1, options.handshake_timeout_ms));
   if (!options.reflection) builder.SetOption(std::make_unique<NoReflection>());
   builder.RegisterService(&self->service_);
   builder.RegisterService(&self->engine_service_);

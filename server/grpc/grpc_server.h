@@ -28,6 +28,9 @@ struct GrpcServerOptions {
   int port = 8001;                  // 0 = pick a free port (see GrpcServer::port())
   int64_t max_message_bytes = kDefaultMaxRequestBytes;  // receive limit, clamped to INT32_MAX
   int max_concurrent_streams = 1024;                    // per connection
+  // A connection that has not sent its preface and first SETTINGS (and, with TLS, finished the
+  // TLS handshake) by then is closed; gRPC's own default, 120 s, let idle sockets pile up.
+  int handshake_timeout_ms = 10000;
   bool reflection = false;                              // grpc.reflection.v1alpha
   StreamLimits stream_limits;                           // per ModelStreamInfer stream
   const Authenticator* auth = nullptr;                  // gates every call; null = all allowed

@@ -45,6 +45,9 @@
 ABSL_FLAG(std::string, model_repository, "models", "model repository folder (Triton layout)");
 ABSL_FLAG(std::string, grpc_address, "0.0.0.0", "host/IP the gRPC server listens on");
 ABSL_FLAG(int32_t, grpc_port, 8001, "gRPC port (KServe v2); 0 = pick a free port");
+ABSL_FLAG(int32_t, grpc_handshake_timeout_ms, 10000,
+          "gRPC: a connection must finish its handshake (TLS, the HTTP/2 preface and first "
+          "SETTINGS) within this, or it is closed (gRPC's own default is 120000)");
 ABSL_FLAG(int32_t, metrics_port, 8002,
           "Prometheus metrics port (/metrics on the --grpc-address host); 0 = pick a free port, "
           "negative = no metrics endpoint");
@@ -417,6 +420,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   grpc_options.port = absl::GetFlag(FLAGS_grpc_port);
+  grpc_options.handshake_timeout_ms = absl::GetFlag(FLAGS_grpc_handshake_timeout_ms);
   grpc_options.max_message_bytes = max_request_bytes;
   grpc_options.reflection = absl::GetFlag(FLAGS_grpc_reflection);
   grpc_options.stream_limits.max_pending_responses =

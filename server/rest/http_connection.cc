@@ -373,6 +373,9 @@ class HttpConnection : public ConnectionBase,
       out_body_ = std::move(res.body);
       source_ = std::move(res.stream);
     }
+    // Only this response answers a HEAD: an error for a next request whose head does not parse
+    // (so OnHead never sets the flag again) carries its body (found by tests/fuzz/net).
+    head_request_ = false;
     Release(body_);
     DropSink();
     plan_ = RoutePlan();

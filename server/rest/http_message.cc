@@ -122,6 +122,12 @@ bool HttpRequest::HasHeader(std::string_view name) const {
   return Find(headers, name, /*ignore_case=*/true) != nullptr;
 }
 
+int HttpRequest::HeaderCount(std::string_view name) const {
+  int n = 0;
+  for (const auto& kv : headers) n += EqualsNoCase(kv.first, name) ? 1 : 0;
+  return n;
+}
+
 std::string_view HttpRequest::Param(std::string_view name) const {
   const auto* kv = Find(params, name, /*ignore_case=*/false);
   return kv == nullptr ? std::string_view() : std::string_view(kv->second);

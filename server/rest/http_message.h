@@ -40,6 +40,7 @@ struct HttpRequest {
   // The first value of a header (case-insensitive name); "" when absent.
   std::string_view Header(std::string_view name) const;
   bool HasHeader(std::string_view name) const;
+  int HeaderCount(std::string_view name) const;  // field lines with this (case-insensitive) name
   // The first value of a query parameter; "" when absent.
   std::string_view Param(std::string_view name) const;
   bool HasParam(std::string_view name) const;

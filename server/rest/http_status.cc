@@ -42,13 +42,29 @@ int HttpStatusFor(absl::StatusCode code) {
 
 namespace {
 
-// Length of the valid UTF-8 sequence at s[i] (1-4), or 0 if it is not valid.
+// Length of the valid UTF-8 sequence at s[i] (1-4), or 0 if it is not valid. Valid is RFC 3629's
+// table (§4): no overlong forms (C0, C1, E0 80-9F, F0 80-8F), no surrogates (ED A0-BF), nothing
+// past U+10FFFF (F4 90-BF, F5-FF), as strict decoders (Python's, browsers') require.
 size_t Utf8Length(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const unsigned char c = byte(0);
+  if (c < 0x80) return 1;
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;  // overlong
+    if (c == 0xED) hi = 0x9F;  // surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;  // overlong
+    if (c == 0xF4) hi = 0x8F;  // past U+10FFFF
+  }
+  if (n == 0 || i + n > s.size() || byte(1) < lo || byte(1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k) {
+    if ((byte(k) & 0xC0) != 0x80) return 0;
   }
   return n;
 }

@@ -21,7 +21,8 @@ int HttpStatusFor(absl::StatusCode code);
 // model name echoed back, say) become '?' so the body is always valid JSON.
 std::string ErrorBody(std::string_view message);
 
-// `text` with every byte that does not start a valid UTF-8 sequence replaced by '?'.
+// `text` with every byte that does not start a valid UTF-8 sequence (RFC 3629: overlong forms,
+// surrogates and code points past U+10FFFF are not) replaced by '?'.
 std::string ValidUtf8(std::string_view text);
 
 }  // namespace kiln::server

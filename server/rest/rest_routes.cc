@@ -183,6 +183,11 @@ std::string_view EndpointOf(Route route) {
 // Inference-Header-Content-Length: -1 when absent.
 absl::StatusOr<int64_t> HeaderLength(const HttpRequest& req) {
   if (!req.HasHeader("Inference-Header-Content-Length")) return -1;
+  if (const int n = req.HeaderCount("Inference-Header-Content-Length"); n > 1) {
+    // Two values would split the body two ways (as two Content-Lengths would).
+    return absl::InvalidArgumentError(
+        absl::StrCat("Inference-Header-Content-Length: sent ", n, " times"));
+  }
   const std::string text(req.Header("Inference-Header-Content-Length"));
   int64_t n = 0;
   if (text.empty() || text[0] == '+' || !absl::SimpleAtoi(text, &n) || n < 0) {

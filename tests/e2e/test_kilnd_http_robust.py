@@ -169,6 +169,15 @@ def test_expect_continue_and_head(server):
     assert b"Content-Length: " in head and not head.endswith(b"Content-Length: 0\r\n\r\n")
 
 
+def test_error_after_head_carries_its_body(server):
+    """A request whose head does not parse, right after a HEAD: its 400 has its JSON body (the
+    connection kept HEAD's no-body flag and sent the 400 without one; found by tests/fuzz/net)."""
+    got = responses(exchange(server.http_port, b"HEAD /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+                             b"GET /v2 HTTP/1.1\r\nno colon\r\n\r\n", half_close=True))
+    assert [status for status, _ in got] == [200, 400], got
+    assert "without ':'" in json.loads(got[1][1])["error"]
+
+
 def connected(port, host="127.0.0.1", source="127.0.0.1"):
     """A keep-alive connection from `source` that has been served once (so the server counts it)."""
     s = socket.create_connection((host, port), timeout=10, source_address=(source, 0))
@@ -253,8 +262,20 @@ def drip(port, data: bytes, every: float, prefix: bytes = b"", limit: float = 15
 def test_deadlines(models):
     s = Kilnd(models, ["--metrics-port=-1", "--http-header-timeout-ms=1000",
                        "--http-body-timeout-ms=1500", "--http-timeout-ms=800",
-                       "--http-keep-alive-timeout-s=1"])
+                       "--http-keep-alive-timeout-s=1", "--grpc-handshake-timeout-ms=1000"])
     try:
+        # gRPC: connections that stop inside the HTTP/2 preface, or send it without the SETTINGS
+        # frame that must follow, are closed at the handshake deadline (gRPC's default held them
+        # 120 s; found by tests/fuzz/net).
+        for partial in (b"", b"PRI * HTTP/2.0\r\n", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"):
+            g = socket.create_connection(("127.0.0.1", s.port), timeout=15)
+            start = time.monotonic()
+            g.sendall(partial)
+            while g.recv(4096):  # the server's SETTINGS and GOAWAY, then the close
+                pass
+            print(f"\ngRPC handshake deadline 1 s, {len(partial)} bytes of preface: closed after "
+                  f"{time.monotonic() - start:.2f} s")
+            g.close()
         port = s.http_port
         # A head dripped one byte every 0.2 s (each byte within the 800 ms read timeout) is cut at
         # the 1 s header deadline, without a response, long before it could complete.

@@ -397,6 +397,9 @@ CASES = [
      400, ["Inference-Header-Content-Length", "exceeds the body size"]),
     ("header length not a number", lambda p: binary_infer(p, b"12abc"),
      400, ["Inference-Header-Content-Length"]),
+    # tests/fuzz/net found the second value ignored (the first one served the request).
+    ("header length twice", lambda p: binary_infer(p, b"LEN\r\nInference-Header-Content-Length: 0"),
+     400, ["Inference-Header-Content-Length: sent 2 times"]),
     ("binary size past the body", lambda p: binary_infer(p, b"LEN", inputs_size=100),
      400, ["binary_data_size", "remain"]),
     ("unclaimed binary bytes", lambda p: binary_infer(p, b"LEN", payload_bytes=129),

@@ -45,6 +45,20 @@ TEST(HttpStatusTest, ErrorBodyIsValidJsonEvenForInvalidUtf8) {
   EXPECT_EQ(ErrorBody("model '\xff\xfe' \xc3\xa9"), "{\"error\":\"model '?\?' \xc3\xa9\"}");
 }
 
+// Found by tests/fuzz/net (an unknown datatype 'FP32\xf4\x90\x80\x80' echoed in a 400): sequences
+// of the right shape that RFC 3629 forbids made bodies strict decoders reject.
+TEST(HttpStatusTest, ValidUtf8RefusesOverlongSurrogatesAndPastMax) {
+  EXPECT_EQ(ValidUtf8("\xc0\xaf"), "??");                  // overlong '/'
+  EXPECT_EQ(ValidUtf8("\xe0\x80\xaf"), "???");             // overlong, 3 bytes
+  EXPECT_EQ(ValidUtf8("\xf0\x80\x80\xaf"), "????");        // overlong, 4 bytes
+  EXPECT_EQ(ValidUtf8("\xed\xa0\x80"), "???");             // U+D800, a surrogate
+  EXPECT_EQ(ValidUtf8("FP32\xf4\x90\x80\x80"), "FP32????");  // U+110000
+  EXPECT_EQ(ValidUtf8("\xf8\x88\x80\x80\x80"), "?????");    // a 5-byte form
+  // The edges that are valid stay.
+  EXPECT_EQ(ValidUtf8("\xc2\x80 \xed\x9f\xbf \xee\x80\x80 \xf0\x90\x80\x80 \xf4\x8f\xbf\xbf"),
+            "\xc2\x80 \xed\x9f\xbf \xee\x80\x80 \xf0\x90\x80\x80 \xf4\x8f\xbf\xbf");
+}
+
 TEST(JsonParseTest, ParsesAndRejectsWithOffsets) {
   rapidjson::Document doc;
   ASSERT_TRUE(ParseJson(R"({"a": [1, 2.5, "x"]})", "body", &doc).ok());
