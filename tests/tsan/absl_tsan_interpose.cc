@@ -6,7 +6,8 @@
 // may not rebuild abseil, so each test executable of the tsan build defines the few abseil entry points kiln uses;
 // the definitions call the library's own (found with dlsym(RTLD_NEXT)) and add __tsan_acquire / __tsan_release on
 // the object's address: release before a mutex is given up (unlock, the wait inside Await and CondVar::Wait,
-// Notify), acquire after it is taken (lock, a successful try-lock, the return from a wait). Symbols are named by
+// Notify), acquire after it is taken (lock, a successful try-lock, the return from a wait, and before a wait's
+// Condition is evaluated). Symbols are named by
 // their Itanium mangling under abseil's inline namespace (absl/base/options.h).
 #include <dlfcn.h>
 
@@ -55,6 +56,21 @@ const bool kDeadlockDetectionOff = [] {
   return true;
 }();
 
+// A Condition is evaluated inside LockWhen / Await with the mutex held, possibly before the wrapper's own acquire
+// (abseil re-takes the mutex internally, and an unlocking thread may evaluate a waiter's condition for it). The
+// wrappers pass this one instead, which acquires the mutex for TSan before the caller's condition reads anything
+// and releases it after (a false condition is followed by abseil giving the mutex up inside the wait, unseen).
+struct GuardedCondition {
+  absl::Mutex* mu;
+  const absl::Condition* cond;
+};
+bool EvalAcquired(GuardedCondition* g) {
+  __tsan_acquire(g->mu);
+  const bool ok = g->cond->Eval();
+  __tsan_release(g->mu);
+  return ok;
+}
+
 }  // namespace
 
 namespace absl {
@@ -89,21 +105,24 @@ bool Mutex::TryLock() {
 void Mutex::LockWhen(const Condition& cond) {
   static auto real =
       Real<void (*)(Mutex*, const Condition&)>("_ZN", "5Mutex8LockWhenERKNS0_9ConditionE");
-  real(this, cond);
+  GuardedCondition g{this, &cond};
+  real(this, Condition(&EvalAcquired, &g));
   __tsan_acquire(this);
 }
 void Mutex::Await(const Condition& cond) {
   static auto real =
       Real<void (*)(Mutex*, const Condition&)>("_ZN", "5Mutex5AwaitERKNS0_9ConditionE");
+  GuardedCondition g{this, &cond};
   __tsan_release(this);
-  real(this, cond);
+  real(this, Condition(&EvalAcquired, &g));
   __tsan_acquire(this);
 }
 bool Mutex::AwaitWithTimeout(const Condition& cond, absl::Duration timeout) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, absl::Duration)>(
       "_ZN", "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+  GuardedCondition g{this, &cond};
   __tsan_release(this);
-  const bool ok = real(this, cond, timeout);
+  const bool ok = real(this, Condition(&EvalAcquired, &g), timeout);
   __tsan_acquire(this);
   return ok;
 }
