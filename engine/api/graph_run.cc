@@ -57,11 +57,15 @@ RunControl ToRunControl(const RunOptions& options, int64_t host_bytes) {  // eng
   return c;
 }
 
-RunVizScope::RunVizScope(const RunOptions& options, const std::string& default_label) {  // engine_state.h
+// engine_state.h
+RunVizScope::RunVizScope(const RunOptions& options, const std::string& default_label) {
   if (options.viz && !KernelLog::Enabled()) {
-    knobs_.emplace(std::initializer_list<std::pair<Knob, int64_t>>{{Knob::kViz, 1}, {Knob::kTrackMatchStats, 2}});
+    knobs_.emplace(std::initializer_list<std::pair<Knob, int64_t>>{{Knob::kViz, 1},
+                                                                   {Knob::kTrackMatchStats, 2}});
   }
-  if (knobs_.has_value() || KernelLog::Enabled()) label_.emplace(options.label.empty() ? default_label : options.label);
+  if (knobs_.has_value() || KernelLog::Enabled()) {
+    label_.emplace(options.label.empty() ? default_label : options.label);
+  }
 }
 
 absl::Status CheckRunAdmission(const RunOptions& options, int64_t input_bytes, int64_t output_bytes) {  // engine_state.h

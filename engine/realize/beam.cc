@@ -281,8 +281,8 @@ std::vector<LoggedBeamCandidate> TriedOf(const std::vector<Candidate>& all) {
     std::vector<std::string> parts;
     for (const Opt& o : c.opts) parts.push_back(o.ToString());
     LoggedBeamCandidate t;
-    t.opts = c.heuristic ? absl::StrCat("heuristic: ", parts.empty() ? "no opts" : absl::StrJoin(parts, ", "))
-                         : parts.empty() ? "no opts" : absl::StrJoin(parts, ", ");
+    const std::string opts = parts.empty() ? "no opts" : absl::StrJoin(parts, ", ");
+    t.opts = c.heuristic ? absl::StrCat("heuristic: ", opts) : opts;
     t.round = c.round;
     t.result = c.result.empty() ? "not timed" : c.result;
     t.seconds = std::isfinite(c.seconds) ? c.seconds : -1;
@@ -291,25 +291,30 @@ std::vector<LoggedBeamCandidate> TriedOf(const std::vector<Candidate>& all) {
   return out;
 }
 
-absl::StatusOr<BeamChoice> SearchCandidates(runtime::Device& dev, const UOpPtr& ast, const codegen::Target& target,
-                                            int width, std::vector<Candidate>& all);
+absl::StatusOr<BeamChoice> SearchCandidates(runtime::Device& dev, const UOpPtr& ast,
+                                            const codegen::Target& target, int width,
+                                            std::vector<Candidate>& all);
 
 // The search; while VIZ is on, with its candidates listed.
 absl::StatusOr<BeamChoice> Search(runtime::Device& dev, const UOpPtr& ast, const codegen::Target& target, int width) {
   const bool record = KernelLog::Enabled();
-  // The candidates' lowerings are not rewrite passes of any kernel: keep them out of the trace (counters stay).
-  Context untraced({{Knob::kTrackMatchStats, std::min<int64_t>(GetKnob(Knob::kTrackMatchStats), 1)}});
+  // The candidates' lowerings are not rewrite passes of any kernel: keep them out of the trace
+  // (the counters stay).
+  const int64_t track = std::min<int64_t>(GetKnob(Knob::kTrackMatchStats), 1);
+  Context untraced({{Knob::kTrackMatchStats, track}});
   std::vector<Candidate> all;
   absl::StatusOr<BeamChoice> choice = SearchCandidates(dev, ast, target, width, all);
   if (record && choice.ok()) {
     choice->tried = TriedOf(all);
-    if (choice->chosen < 0 && choice->heuristic && !all.empty()) choice->chosen = 0;  // stopped early: the heuristic
+    // Stopped early: the heuristic's kernel stays.
+    if (choice->chosen < 0 && choice->heuristic && !all.empty()) choice->chosen = 0;
   }
   return choice;
 }
 
-absl::StatusOr<BeamChoice> SearchCandidates(runtime::Device& dev, const UOpPtr& ast, const codegen::Target& target,
-                                            int width, std::vector<Candidate>& all) {
+absl::StatusOr<BeamChoice> SearchCandidates(runtime::Device& dev, const UOpPtr& ast,
+                                            const codegen::Target& target, int width,
+                                            std::vector<Candidate>& all) {
   const auto t0 = Clock::now();
   const double budget = static_cast<double>(std::max<int64_t>(1, GetKnob(Knob::kBeamBudget)));
   BeamChoice choice;
@@ -424,10 +429,12 @@ absl::StatusOr<BeamChoice> SearchCandidates(runtime::Device& dev, const UOpPtr& 
     prune(timed);
     beam = timed;
   }
-  // The fastest candidate whose outputs passed the check (a rejected one was timed by its checked run too).
+  // The fastest candidate whose outputs passed the check (a rejected one was timed by its checked
+  // run too).
   size_t win = 0;
   for (size_t i = 1; i < all.size(); ++i) {
-    const bool checked = all[i].result == "timed" || all[i].result == "slow" || all[i].result == "reference";
+    const std::string& r = all[i].result;
+    const bool checked = r == "timed" || r == "slow" || r == "reference";
     if (checked && all[i].seconds < all[win].seconds) win = i;
   }
   choice.heuristic = all[win].heuristic;

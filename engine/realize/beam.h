@@ -26,10 +26,11 @@
 //
 // DEBUG >= 2 prints one line per search (candidates, rounds, time, heuristic vs best, the opts) and per cache hit.
 //
-// VIZ (kernel_log.h): a search that runs while VIZ is on for its thread (a background search: for the thread that
-// queued it) lists every candidate it built in BeamChoice::tried, with its result, and the winner's index; the
-// candidates' own lowerings are not put in the rewrite trace. The last kMaxBeamRecords such lists are kept, so a
-// kernel whose choice this process searched (and recorded) shows the candidates again on a cache hit.
+// VIZ (kernel_log.h): a search that runs while VIZ is on for its thread (a background search: for
+// the thread that queued it) lists every candidate it built in BeamChoice::tried, with its result,
+// and the winner's index; the candidates' own lowerings are not put in the rewrite trace. The last
+// kMaxBeamRecords such lists are kept, so a kernel whose choice this process searched (and
+// recorded) shows the candidates again on a cache hit.
 #pragma once
 
 #include <cstdint>
@@ -57,8 +58,8 @@ struct BeamChoice {
   double search_seconds = 0;
   double heuristic_seconds = 0;   // best run of the heuristic's kernel
   double best_seconds = 0;        // best run of the winner
-  // Recorded only while VIZ is on (see above): every candidate in the order built, and the winner's index (-1 when
-  // nothing was recorded).
+  // Recorded only while VIZ is on (see above): every candidate in the order built, and the
+  // winner's index (-1 when nothing was recorded).
   std::vector<LoggedBeamCandidate> tried;
   int chosen = -1;
 };

@@ -156,7 +156,9 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
   LoggedBeam logged_beam;
   if (const int64_t beam = GetKnob(Knob::kBeam); beam > 0 && GetKnob(Knob::kNoOpt) == 0) {
     KILN_ASSIGN_OR_RETURN(BeamChoice choice, BeamOpts(dev, ast, target, static_cast<int>(beam)));
-    if (k->log_id != 0 && dev.executes()) logged_beam = ToLoggedBeam(choice, static_cast<int>(beam));
+    if (k->log_id != 0 && dev.executes()) {
+      logged_beam = ToLoggedBeam(choice, static_cast<int>(beam));
+    }
     lower.use_explicit_opts = !choice.heuristic;
     lower.opts = std::move(choice.opts);
   }
@@ -352,7 +354,9 @@ absl::Status RunKernel(RealizeContext& ctx, const ScheduleItem& item, const Sche
   dims.threads = k->program.threads;
   const int64_t start_ns = SteadyNowNs();
   KILN_ASSIGN_OR_RETURN(double secs, k->runner->Launch(mems, vars, dims, /*timed=*/true));
-  if (k->log_id != 0 && KernelLog::Enabled()) KernelLog::Get().RecordLaunch(k->log_id, start_ns, secs);
+  if (k->log_id != 0 && KernelLog::Enabled()) {
+    KernelLog::Get().RecordLaunch(k->log_id, start_ns, secs);
+  }
   stats.launches.push_back(KernelLaunch{k->program.name, dev->name(), secs, compiled, start_ns,
                                         k->program.flops, k->program.mem_bytes});
   if (DebugLevel() >= 2) {

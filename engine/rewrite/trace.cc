@@ -180,13 +180,15 @@ absl::StatusOr<UOpPtr> ReplayMatches(const UOpPtr& input, absl::Span<const Trace
       absl::StatusOr<UOpPtr> rebuilt = UOp::Create(u->op(), u->dtype(), src, u->arg(), u->tag());
       if (!rebuilt.ok()) {
         return absl::Status(rebuilt.status().code(),
-                            absl::StrCat("replay step ", step, " (", m.rule, "): ", rebuilt.status().message()));
+                            absl::StrCat("replay step ", step, " (", m.rule,
+                                         "): ", rebuilt.status().message()));
       }
       now[u] = *std::move(rebuilt);
     }
     if (!found) {
-      return absl::FailedPreconditionError(absl::StrCat("replay step ", step, " (", m.rule, "): its node ",
-                                                        m.before->id(), " is not in the graph"));
+      return absl::FailedPreconditionError(absl::StrCat("replay step ", step, " (", m.rule,
+                                                        "): its node ", m.before->id(),
+                                                        " is not in the graph"));
     }
     graph = now.at(graph.get());
   }

@@ -277,15 +277,16 @@ absl::Status Authenticator::Check(Transport transport, std::string_view endpoint
   return p.status();
 }
 
-absl::Status Authenticator::Authorize(Transport transport, std::string_view endpoint, const void* request,
-                                      HeaderLookup header) const {
+absl::Status Authenticator::Authorize(Transport transport, std::string_view endpoint,
+                                      const void* request, HeaderLookup header) const {
   std::string hash;
   KeyEntry entry;
   return CheckAccess(transport, endpoint, request, header, &hash, &entry);
 }
 
-absl::Status Authenticator::CheckAccess(Transport transport, std::string_view endpoint, const void* request,
-                                        HeaderLookup header, std::string* hash, KeyEntry* entry) const {
+absl::Status Authenticator::CheckAccess(Transport transport, std::string_view endpoint,
+                                        const void* request, HeaderLookup header, std::string* hash,
+                                        KeyEntry* entry) const {
   const Endpoint* e = FindEndpoint(transport, endpoint);
   auto refuse = [&](uint64_t Refusals::*counter, absl::Status s) {
     absl::MutexLock l(&mu_);
@@ -338,7 +339,8 @@ absl::StatusOr<Authenticator::Permit> Authenticator::Admit(Transport transport, 
                                                            int* retry_after_s) const {
   std::string hash;
   KeyEntry entry;
-  if (absl::Status s = CheckAccess(transport, endpoint, request, header, &hash, &entry); !s.ok()) return s;
+  absl::Status access = CheckAccess(transport, endpoint, request, header, &hash, &entry);
+  if (!access.ok()) return access;
   if (!keys_enabled() || hash.empty()) return Permit();  // no keys, or a public endpoint
   if (options_.key_rate_limit <= 0 && options_.key_max_concurrent <= 0) return Permit();
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -131,8 +131,8 @@ class Authenticator {
   absl::Status CheckKey(const Endpoint& e, std::string_view authorization, std::string* hash, KeyEntry* entry) const;
   // The endpoint's restricted-protocol headers and role; `hash` gets the caller's key hash ("" when
   // no key was needed). Counts refusals.
-  absl::Status CheckAccess(Transport transport, std::string_view endpoint, const void* request, HeaderLookup header,
-                           std::string* hash, KeyEntry* entry) const;
+  absl::Status CheckAccess(Transport transport, std::string_view endpoint, const void* request,
+                           HeaderLookup header, std::string* hash, KeyEntry* entry) const;
 
   const AuthOptions options_;
   mutable absl::Mutex mu_;

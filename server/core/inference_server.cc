@@ -525,7 +525,9 @@ std::optional<absl::StatusOr<InferResponse>> InferenceServer::BeginTask(Task& ta
     task.obs.dropped = true;
     return absl::CancelledError("the request was cancelled while it waited in the queue");
   }
-  if (!task.request.viz) *cached = ProbeCache(response_cache_.get(), version, task.request, task.start, &task.obs);
+  if (!task.request.viz) {  // a request asking to be recorded must run
+    *cached = ProbeCache(response_cache_.get(), version, task.request, task.start, &task.obs);
+  }
   if (cached->hit.has_value()) return *std::move(cached->hit);  // response_cache.h
   task.compute_start = std::chrono::steady_clock::now();
   return std::nullopt;

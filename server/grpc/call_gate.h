@@ -28,12 +28,14 @@ struct CallGate {
   // admitted: PERMISSION_DENIED naming the row when the caller's key lacks its role.
   absl::Status Authorize(const grpc::ServerContextBase& ctx, std::string_view rpc_parameter) const {
     if (auth == nullptr) return absl::OkStatus();
-    return auth->Authorize(Transport::kGrpc, std::string(service) + std::string(rpc_parameter), &ctx, &Metadata);
+    const std::string row = std::string(service) + std::string(rpc_parameter);
+    return auth->Authorize(Transport::kGrpc, row, &ctx, &Metadata);
   }
   static std::string_view Metadata(const void* c, std::string_view name) {
     const auto& md = static_cast<const grpc::ServerContextBase*>(c)->client_metadata();
     auto it = md.find(grpc::string_ref(name.data(), name.size()));
-    return it == md.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
+    return it == md.end() ? std::string_view()
+                          : std::string_view(it->second.data(), it->second.size());
   }
   // Admit for calls that do not hold a permit (streams: counted against the rate when opened).
   absl::Status Check(const grpc::ServerContextBase& ctx, std::string_view rpc) const {

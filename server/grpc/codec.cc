@@ -153,7 +153,8 @@ absl::Status ApplyRequestParameters(const inference::ModelInferRequest& wire,
           "parameters.priority: expected a non-negative uint64_param or int64_param");
     }
   }
-  if (auto v = wire.parameters().find("kiln_viz"); v != wire.parameters().end()) {  // infer_request.h
+  // kiln_viz: infer_request.h
+  if (auto v = wire.parameters().find("kiln_viz"); v != wire.parameters().end()) {
     if (v->second.parameter_choice_case() != inference::InferParameter::kBoolParam) {
       return absl::InvalidArgumentError("parameters.kiln_viz: expected a bool_param");
     }

@@ -103,9 +103,9 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     r.deadline = CallDeadline(*ctx);
     r.cancellation = CallCancellation(ctx);
     if (absl::Status s = ApplyRequestParameters(*request, &r, &server_->shared_memory()); !s.ok()) return s;
-    if (absl::Status s = r.viz ? gate_.Authorize(*ctx, "ModelInfer parameters.kiln_viz") : absl::OkStatus();
-        !s.ok()) {
-      return s;
+    if (r.viz) {
+      absl::Status s = gate_.Authorize(*ctx, "ModelInfer parameters.kiln_viz");
+      if (!s.ok()) return s;
     }
     return r;
   });
@@ -188,10 +188,9 @@ class StreamInferReactor final
           r.deadline = CallDeadline(*ctx_);
           r.cancellation = shared_->cancellation;
           if (absl::Status s = ApplyRequestParameters(*message, &r, &server_->shared_memory()); !s.ok()) return s;
-          if (absl::Status s = r.viz ? gate_.Authorize(*ctx_, "ModelStreamInfer parameters.kiln_viz")
-                                     : absl::OkStatus();
-              !s.ok()) {
-            return s;
+          if (r.viz) {
+            absl::Status s = gate_.Authorize(*ctx_, "ModelStreamInfer parameters.kiln_viz");
+            if (!s.ok()) return s;
           }
           return r;
         });

@@ -210,10 +210,11 @@ void Infer(InferenceServer* core, const Authenticator* auth, const Match& m, con
     return SetStatus(res, s);
   }
   if (request.request.viz && auth != nullptr) {  // admin only (auth.h)
-    absl::Status s = auth->Authorize(Transport::kHttp, "POST /v2/models/{m}/infer parameters.kiln_viz", &req,
-                                     +[](const void* r, std::string_view name) {
-                                       return static_cast<const HttpRequest*>(r)->Header(name);
-                                     });
+    absl::Status s = auth->Authorize(
+        Transport::kHttp, "POST /v2/models/{m}/infer parameters.kiln_viz", &req,
+        +[](const void* r, std::string_view name) {
+          return static_cast<const HttpRequest*>(r)->Header(name);
+        });
     if (!s.ok()) return SetStatus(res, s);
   }
   absl::StatusOr<InferResponse> response = core->Infer(request.request);
@@ -276,8 +277,8 @@ void GraphExecute(InferenceServer* core, const std::string& body, HttpResponse* 
   SetJson(res, std::move(json));
 }
 
-void Handle(InferenceServer* core, const Authenticator* auth, const Match& m, const HttpRequest& req,
-            std::string& body, HttpResponse* res) {
+void Handle(InferenceServer* core, const Authenticator* auth, const Match& m,
+            const HttpRequest& req, std::string& body, HttpResponse* res) {
   switch (m.route) {
     case Route::kServerMetadata:
       return SetJson(res, ServerMetadataJson(core->Metadata()));
@@ -433,8 +434,8 @@ RoutePlan KserveRoutes::Plan(const HttpRequest& req) const {
   }
   // Liveness and readiness are atomic reads in the core: answered on the I/O thread.
   plan.nonblocking = m.route == Route::kLive || m.route == Route::kReady;
-  plan.handle = [core = core_, auth = auth_, m = std::move(m)](const HttpRequest& r, std::string& body,
-                                                               HttpResponse* res) {
+  plan.handle = [core = core_, auth = auth_, m = std::move(m)](
+                    const HttpRequest& r, std::string& body, HttpResponse* res) {
     Handle(core, auth, m, r, body, res);
   };
   return plan;

@@ -198,7 +198,8 @@ TEST(VizTest, BeamCandidatesAreRecorded) {
   runtime::CompileCache::ConfigureGlobal({(dir / "cache.db").string()});  // nothing searched yet
   KernelLog::Get().Clear();
   RewriteTrace::Get().Clear();
-  Context on({{Knob::kViz, 1}, {Knob::kTrackMatchStats, 2}, {Knob::kBeam, 2}, {Knob::kBeamBudget, 1}});
+  Context on({{Knob::kViz, 1}, {Knob::kTrackMatchStats, 2}, {Knob::kBeam, 2},
+              {Knob::kBeamBudget, 1}});
   auto matmul = [] {
     RealizeContext ctx;
     ScopedRealizeContext scope(ctx);
@@ -222,13 +223,15 @@ TEST(VizTest, BeamCandidatesAreRecorded) {
   EXPECT_TRUE(absl::StartsWith(beam.candidates[0].opts, "heuristic")) << beam.candidates[0].opts;
   EXPECT_EQ(beam.candidates[1].opts, "no opts");
   EXPECT_EQ(beam.candidates[1].result, "reference");
-  const std::set<std::string> results = {"timed", "slow", "rejected", "failed", "not timed", "reference"};
+  const std::set<std::string> results = {"timed",  "slow",      "rejected",
+                                         "failed", "not timed", "reference"};
   const std::set<std::string> eligible = {"timed", "slow", "reference"};
   double fastest = 1e30;
   int rounds = 0;
   for (const LoggedBeamCandidate& c : beam.candidates) {
     EXPECT_TRUE(results.count(c.result)) << c.result;
-    EXPECT_EQ(c.seconds >= 0, c.result != "failed" && c.result != "not timed") << c.opts << " " << c.result;
+    EXPECT_EQ(c.seconds >= 0, c.result != "failed" && c.result != "not timed")
+        << c.opts << " " << c.result;
     if (eligible.count(c.result)) fastest = std::min(fastest, c.seconds);
     rounds = std::max(rounds, c.round);
   }
@@ -240,11 +243,14 @@ TEST(VizTest, BeamCandidatesAreRecorded) {
   EXPECT_EQ(chosen.seconds, fastest);
   EXPECT_EQ(beam.choice, beam.chosen == 0 ? "heuristic" : chosen.opts);
   EXPECT_DOUBLE_EQ(beam.best_seconds, chosen.seconds);
-  // The candidates' own lowerings are not in the trace: no pass outside the kernel is a lowering pass.
+  // The candidates' own lowerings are not in the trace: no pass outside the kernel is a lowering
+  // pass.
   std::set<std::string> lowering;
   for (const TracedPass& p : RewriteTrace::Get().PassesOf(kernels[0].id)) lowering.insert(p.name);
   ASSERT_FALSE(lowering.empty());
-  for (const TracedPass& p : RewriteTrace::Get().PassesOf(0)) EXPECT_FALSE(lowering.count(p.name)) << p.name;
+  for (const TracedPass& p : RewriteTrace::Get().PassesOf(0)) {
+    EXPECT_FALSE(lowering.count(p.name)) << p.name;
+  }
 
   absl::StatusOr<std::string> doc = api::viz::KernelJson(kernels[0].id);
   ASSERT_TRUE(doc.ok()) << doc.status();
@@ -252,7 +258,8 @@ TEST(VizTest, BeamCandidatesAreRecorded) {
   EXPECT_EQ(Count(*doc, "\"result\":"), beam.candidates.size());
   EXPECT_NE(doc->find(absl::StrCat("\"chosen\":", beam.chosen)), std::string::npos);
 
-  // The same kernel compiled again in this process: the choice from the cache, with the search's list.
+  // The same kernel compiled again in this process: the choice from the cache, with the search's
+  // list.
   matmul();
   const std::vector<LoggedKernel> again = KernelLog::Get().Kernels();
   ASSERT_EQ(again.size(), 2u);

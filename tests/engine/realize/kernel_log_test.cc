@@ -115,10 +115,12 @@ TEST_F(KernelLogTest, RecordsCompileSourcePassesAndLaunches) {
     }
     // Replaying the recorded steps from the input reaches the pass's output node itself.
     const std::vector<TracedMatch> steps = RewriteTrace::Get().MatchesOf(p->id);
-    ASSERT_EQ(steps.size(), static_cast<size_t>(p->num_matches)) << p->name << ": matches dropped from the trace";
+    ASSERT_EQ(steps.size(), static_cast<size_t>(p->num_matches))
+        << p->name << ": matches dropped from the trace";
     absl::StatusOr<UOpPtr> replayed = ReplayMatches(p->input, steps);
     ASSERT_TRUE(replayed.ok()) << p->name << ": " << replayed.status();
-    EXPECT_EQ(*replayed, p->output) << "pass '" << p->name << "' replays to\n" << PrintGraph(*replayed);
+    EXPECT_EQ(*replayed, p->output)
+        << "pass '" << p->name << "' replays to\n" << PrintGraph(*replayed);
     ++checked;
   }
   EXPECT_GT(checked, 0) << "no rule-driven pass rewrote anything";

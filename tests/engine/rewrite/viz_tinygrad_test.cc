@@ -43,9 +43,11 @@ constexpr RuleName kTinygradRules[] = {
     {"(UPat.var(\"x\") < UPat.var(\"x\"), ", "x<x -> false"},
     {"(UPat.var(\"x\") ^ UPat.var(\"x\"), ", "x^x -> 0"},
     {"(UPat.var(\"x\") & 0, ", "x&0 -> 0"},
-    {"(UPat(GroupOp.Binary-{Ops.THREEFRY}, src=(const_folding_pat,)*2, name=\"a\"), fold_const_alu)",
+    {"(UPat(GroupOp.Binary-{Ops.THREEFRY}, src=(const_folding_pat,)*2, name=\"a\"), "
+     "fold_const_alu)",
      "c1 op c2 -> c3"},
-    {"(UPat.cvar(\"gate\").where(UPat.var(\"c0\"), UPat.var(\"c1\")).named(\"w\"), fold_const_where)",
+    {"(UPat.cvar(\"gate\").where(UPat.var(\"c0\"), UPat.var(\"c1\")).named(\"w\"), "
+     "fold_const_where)",
      "where(const g,x,y) -> x or y"},
 };
 
@@ -151,7 +153,8 @@ TEST(VizTinygradTest, TraceListsTinygradsRewritesAndReplaysToTheResult) {
     EXPECT_EQ(*replayed, passes[0].output) << PrintGraph(*replayed);
     // Every prefix of the steps replays too (what stepping through the pass shows).
     for (size_t n = 0; n < matches.size(); ++n) {
-      EXPECT_TRUE(ReplayMatches(passes[0].input, absl::Span<const TracedMatch>(matches.data(), n)).ok()) << n;
+      const absl::Span<const TracedMatch> prefix(matches.data(), n);
+      EXPECT_TRUE(ReplayMatches(passes[0].input, prefix).ok()) << n;
     }
     trace.Clear();
   }
