@@ -164,8 +164,7 @@ absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model, const Ho
   return GuardEngineCall("Engine::RunBuiltin", [&]() -> absl::StatusOr<RunResult> {
     const auto t0 = Clock::now();
     const BuiltinModel::Impl& m = model.impl();
-    std::optional<ScopedKernelLogLabel> viz_label;
-    if (KernelLog::Enabled()) viz_label.emplace(options.label.empty() ? m.trace_key : options.label);
+    RunVizScope viz(options, m.trace_key);
     if (input.dtype != m.dtype) {
       return absl::InvalidArgumentError(
           absl::StrCat("input: dtype ", input.dtype, ", the model needs ", m.dtype));

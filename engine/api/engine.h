@@ -99,6 +99,11 @@ struct RunOptions {
   // What the run is for, in the VIZ kernel log (kilnd: the model's name); "" = the engine's own
   // name for the graph or model. Read only while VIZ is on.
   std::string label;
+  // Record this run in the VIZ log as if VIZ=1 were set (kilnd: the request parameter kiln_viz):
+  // the kernels it compiles, with their rewrite passes and BEAM candidates, and the launches of
+  // kernels that were recorded when compiled. A kernel it only reuses (compiled earlier while
+  // nothing was recorded) is not recorded. With VIZ=1 every run is recorded anyway.
+  bool viz = false;
 };
 
 // A host tensor handed to Run; `data` is not owned and must outlive the call.

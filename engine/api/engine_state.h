@@ -14,6 +14,7 @@
 #include "engine/api/decode.h"
 #include "engine/api/engine.h"
 #include "engine/base/clock.h"
+#include "engine/base/env.h"
 #include "engine/base/lru_cache.h"
 #include "engine/jit/trace_cache.h"
 #include "engine/realize/kernel_log.h"
@@ -28,6 +29,21 @@ RunControl ToRunControl(const RunOptions& options, int64_t host_bytes);
 // plus the outputs (on the device and in `output_copies` host copies) against max_memory_bytes,
 // and the deadline / cancellation token. RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED / CANCELLED.
 absl::Status CheckRunAdmission(const RunOptions& options, int64_t input_bytes, int64_t output_bytes);
+
+// The VIZ scope of one run, on the calling thread while it lives: with options.viz it turns VIZ on
+// (and TRACK_MATCH_STATS=2; realize hands both to its compile workers), and while VIZ is on it
+// labels the compiles options.label, or `default_label` when that is "". Costs one knob read when
+// neither applies. Destroy on the creating thread.
+class RunVizScope {
+ public:
+  RunVizScope(const RunOptions& options, const std::string& default_label);
+  RunVizScope(const RunVizScope&) = delete;
+  RunVizScope& operator=(const RunVizScope&) = delete;
+
+ private:
+  std::optional<Context> knobs_;                // destroyed after label_
+  std::optional<ScopedKernelLogLabel> label_;
+};
 
 using Clock = std::chrono::steady_clock;
 using ::kiln::NanosSince;  // engine/base/clock.h

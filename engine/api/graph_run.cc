@@ -57,6 +57,17 @@ RunControl ToRunControl(const RunOptions& options, int64_t host_bytes) {  // eng
   return c;
 }
 
+// engine_state.h
+RunVizScope::RunVizScope(const RunOptions& options, const std::string& default_label) {
+  if (options.viz && !KernelLog::Enabled()) {
+    knobs_.emplace(std::initializer_list<std::pair<Knob, int64_t>>{{Knob::kViz, 1},
+                                                                   {Knob::kTrackMatchStats, 2}});
+  }
+  if (knobs_.has_value() || KernelLog::Enabled()) {
+    label_.emplace(options.label.empty() ? default_label : options.label);
+  }
+}
+
 absl::Status CheckRunAdmission(const RunOptions& options, int64_t input_bytes, int64_t output_bytes) {  // engine_state.h
   const RunLimits& l = options.limits;
   if (l.max_output_bytes > 0 && output_bytes > l.max_output_bytes) {
@@ -179,8 +190,7 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
   return GuardEngineCall("Engine::Run", [&]() -> absl::StatusOr<RunResult> {
     const auto t0 = Clock::now();
     const PreparedGraph::Impl& g = graph.impl();
-    std::optional<ScopedKernelLogLabel> viz_label;
-    if (KernelLog::Enabled()) viz_label.emplace(options.label.empty() ? absl::StrCat("graph ", g.key.substr(0, 12)) : options.label);
+    RunVizScope viz(options, absl::StrCat("graph ", g.key.substr(0, 12)));
     const GraphLimits& limits = state_->options.limits;
     KILN_RETURN_IF_ERROR(CheckInputs(g.decoded, limits, inputs));
 

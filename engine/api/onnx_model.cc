@@ -148,8 +148,7 @@ absl::StatusOr<RunResult> Engine::RunOnnxUnguarded(const OnnxModel& model,
                                                    const RunOptions& options) {
   const auto t0 = Clock::now();
   OnnxModel::Impl& m = model.impl();
-  std::optional<ScopedKernelLogLabel> viz_label;
-  if (KernelLog::Enabled()) viz_label.emplace(options.label.empty() ? m.trace_key : options.label);
+  RunVizScope viz(options, m.trace_key);
   const auto& g = *m.model->graph;
   // Inputs in graph order, checked (dtype, byte size); onnx::Run checks ranks and declared dims.
   std::vector<onnx::HostArrayPtr> hosts(g.inputs.size());

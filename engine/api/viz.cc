@@ -88,6 +88,55 @@ void KernelSummary(Writer* w, const LoggedKernel& k, size_t passes) {
   w->Int64(k.launch_count);
   w->Key("passes");
   w->Uint64(passes);
+  w->Key("beam_width");
+  w->Int(k.beam.width);
+  w->Key("beam_candidates");
+  w->Uint64(k.beam.candidates.size());
+}
+
+// The kernel's BEAM record: null when BEAM did not run for it.
+void Beam(Writer* w, const LoggedBeam& b) {
+  if (b.width == 0) {
+    w->Null();
+    return;
+  }
+  w->StartObject();
+  w->Key("width");
+  w->Int(b.width);
+  w->Key("from_cache");
+  w->Bool(b.from_cache);
+  w->Key("choice");
+  Str(w, b.choice);
+  w->Key("rounds");
+  w->Int(b.rounds);
+  w->Key("search_ms");
+  w->Double(b.search_seconds * 1e3);
+  w->Key("heuristic_us");
+  w->Double(b.heuristic_seconds * 1e6);
+  w->Key("best_us");
+  w->Double(b.best_seconds * 1e6);
+  w->Key("chosen");
+  w->Int(b.chosen);
+  w->Key("candidates");
+  w->StartArray();
+  for (const LoggedBeamCandidate& c : b.candidates) {
+    w->StartObject();
+    w->Key("opts");
+    Str(w, c.opts);
+    w->Key("round");
+    w->Int(c.round);
+    w->Key("result");
+    Str(w, c.result);
+    w->Key("us");
+    if (c.seconds >= 0) {
+      w->Double(c.seconds * 1e6);
+    } else {
+      w->Null();
+    }
+    w->EndObject();
+  }
+  w->EndArray();
+  w->EndObject();
 }
 
 std::vector<const UOp*> NodesOf(const UOpPtr& root) {
@@ -217,6 +266,8 @@ absl::StatusOr<std::string> KernelJson(int64_t id) {
   Str(&w, k.ast ? PrintGraph(k.ast) : std::string());
   w.Key("source");
   Str(&w, k.source);
+  w.Key("beam");
+  Beam(&w, k.beam);
   w.Key("launches");
   w.StartArray();
   const int64_t now = SteadyNowNs();

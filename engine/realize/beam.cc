@@ -43,6 +43,8 @@ absl::Mutex g_search_mu;  // one search at a time per process: timings must not 
 absl::Mutex g_counters_mu;
 BeamCounters g_counters ABSL_GUARDED_BY(g_counters_mu);
 std::vector<BeamChoice>* g_log ABSL_GUARDED_BY(g_counters_mu) = nullptr;
+// The last kMaxBeamRecords recorded searches (VIZ): cache key -> what they tried.
+std::deque<std::pair<std::string, BeamChoice>>* g_records ABSL_GUARDED_BY(g_counters_mu) = nullptr;
 
 // ---- element values: seeded random inputs and a tolerant comparison ----
 
@@ -150,6 +152,8 @@ bool SameOutputs(DType dtype, const std::string& got, const std::string& want) {
 struct Candidate {
   bool heuristic = false;
   std::vector<Opt> opts;
+  int round = 0;       // 0: the starting pair
+  std::string result;  // LoggedBeamCandidate::result; "" = not reached
   codegen::Program program;
   std::string source;
   std::unique_ptr<runtime::Program> runner;
@@ -261,6 +265,7 @@ void CompileAll(runtime::Device& dev, std::vector<Candidate>& cands, size_t firs
     for (size_t i; Clock::now() < deadline && (i = next.fetch_add(1)) < cands.size();) {
       absl::StatusOr<runtime::CompiledKernel> k = runtime::CompileKernel(dev, cands[i].program, &cache);
       if (k.ok()) cands[i].runner = std::move(k->program);
+      else cands[i].result = "failed";
     }
   };
   std::vector<std::thread> pool;
@@ -269,14 +274,53 @@ void CompileAll(runtime::Device& dev, std::vector<Candidate>& cands, size_t firs
   for (std::thread& t : pool) t.join();
 }
 
+// The VIZ list of what the search tried (BeamChoice::tried).
+std::vector<LoggedBeamCandidate> TriedOf(const std::vector<Candidate>& all) {
+  std::vector<LoggedBeamCandidate> out;
+  for (const Candidate& c : all) {
+    std::vector<std::string> parts;
+    for (const Opt& o : c.opts) parts.push_back(o.ToString());
+    LoggedBeamCandidate t;
+    const std::string opts = parts.empty() ? "no opts" : absl::StrJoin(parts, ", ");
+    t.opts = c.heuristic ? absl::StrCat("heuristic: ", opts) : opts;
+    t.round = c.round;
+    t.result = c.result.empty() ? "not timed" : c.result;
+    t.seconds = std::isfinite(c.seconds) ? c.seconds : -1;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+absl::StatusOr<BeamChoice> SearchCandidates(runtime::Device& dev, const UOpPtr& ast,
+                                            const codegen::Target& target, int width,
+                                            std::vector<Candidate>& all);
+
+// The search; while VIZ is on, with its candidates listed.
 absl::StatusOr<BeamChoice> Search(runtime::Device& dev, const UOpPtr& ast, const codegen::Target& target, int width) {
+  const bool record = KernelLog::Enabled();
+  // The candidates' lowerings are not rewrite passes of any kernel: keep them out of the trace
+  // (the counters stay).
+  const int64_t track = std::min<int64_t>(GetKnob(Knob::kTrackMatchStats), 1);
+  Context untraced({{Knob::kTrackMatchStats, track}});
+  std::vector<Candidate> all;
+  absl::StatusOr<BeamChoice> choice = SearchCandidates(dev, ast, target, width, all);
+  if (record && choice.ok()) {
+    choice->tried = TriedOf(all);
+    // Stopped early: the heuristic's kernel stays.
+    if (choice->chosen < 0 && choice->heuristic && !all.empty()) choice->chosen = 0;
+  }
+  return choice;
+}
+
+absl::StatusOr<BeamChoice> SearchCandidates(runtime::Device& dev, const UOpPtr& ast,
+                                            const codegen::Target& target, int width,
+                                            std::vector<Candidate>& all) {
   const auto t0 = Clock::now();
   const double budget = static_cast<double>(std::max<int64_t>(1, GetKnob(Knob::kBeamBudget)));
   BeamChoice choice;
   // Candidate binaries are kept in memory for this search only (the winner is compiled again through the global
   // cache by the caller), so the disk cache holds no losers.
   runtime::CompileCache local(runtime::CompileCache::Options{"", 256, 64u << 20, /*disk=*/false});
-  std::vector<Candidate> all;
   {
     Candidate h;
     h.heuristic = true;
@@ -302,6 +346,7 @@ absl::StatusOr<BeamChoice> Search(runtime::Device& dev, const UOpPtr& ast, const
   KILN_ASSIGN_OR_RETURN(Scratch scratch, MakeScratch(dev, all[1].program));
   // The reference outputs: the no-opt kernel's.
   KILN_ASSIGN_OR_RETURN(std::vector<std::string> want, CheckedRun(dev, all[1], scratch));
+  all[1].result = "reference";
   // The budget counts from here: the reference run of a big kernel without opts (seconds for a 2048^3 matmul) is
   // paid once, whatever the budget.
   const auto search_t0 = Clock::now();
@@ -309,13 +354,16 @@ absl::StatusOr<BeamChoice> Search(runtime::Device& dev, const UOpPtr& ast, const
   double best = std::numeric_limits<double>::infinity();
   // Checks and times all[i]; false when it was rejected or failed.
   auto measure = [&](Candidate& c) -> bool {
-    if (c.runner == nullptr || codegen::ParamCount(c.program) != static_cast<int64_t>(scratch.mems.size())) return false;
+    if (c.runner == nullptr) return false;  // result: "failed" (did not compile) or "" (budget)
+    c.result = "failed";
+    if (codegen::ParamCount(c.program) != static_cast<int64_t>(scratch.mems.size())) return false;
     for (const codegen::BufferParam& b : c.program.buffers)
       if (b.size > scratch.buffers[static_cast<size_t>(b.slot)]->numel()) return false;
     absl::StatusOr<std::vector<std::string>> got = CheckedRun(dev, c, scratch);
     if (!got.ok()) return false;
     for (size_t i = 0; i < want.size(); ++i) {
       if (!SameOutputs(out_dtypes[i], (*got)[i], want[i])) {
+        c.result = "rejected";
         ++choice.rejected;
         if (DebugLevel() >= 3)
           std::fprintf(stderr, "beam %s: candidate [%s] rejected: its output %zu differs from the no-opt kernel's\n",
@@ -324,6 +372,7 @@ absl::StatusOr<BeamChoice> Search(runtime::Device& dev, const UOpPtr& ast, const
       }
     }
     ++choice.candidates;
+    c.result = c.seconds <= kSlowFactor * best && c.seconds <= budget ? "timed" : "slow";
     const runtime::LaunchDims dims = DimsOf(c.program);
     // The checked run is the first timed one; more runs only for a candidate that may win.
     for (int r = 1; r < kTimedRuns && c.seconds <= kSlowFactor * best && c.seconds <= budget; ++r) {
@@ -356,6 +405,7 @@ absl::StatusOr<BeamChoice> Search(runtime::Device& dev, const UOpPtr& ast, const
         Candidate c;
         c.opts = all[bi].opts;
         c.opts.push_back(a);
+        c.round = choice.rounds;
         absl::StatusOr<codegen::Program> p = Lower(ast, target, false, c.opts);
         if (!p.ok() || p->uops.size() > uop_cap) continue;
         absl::StatusOr<std::string> src = renderer->Render(*p);
@@ -379,14 +429,20 @@ absl::StatusOr<BeamChoice> Search(runtime::Device& dev, const UOpPtr& ast, const
     prune(timed);
     beam = timed;
   }
+  // The fastest candidate whose outputs passed the check (a rejected one was timed by its checked
+  // run too).
   size_t win = 0;
-  for (size_t i = 1; i < all.size(); ++i)
-    if (all[i].seconds < all[win].seconds) win = i;
+  for (size_t i = 1; i < all.size(); ++i) {
+    const std::string& r = all[i].result;
+    const bool checked = r == "timed" || r == "slow" || r == "reference";
+    if (checked && all[i].seconds < all[win].seconds) win = i;
+  }
   choice.heuristic = all[win].heuristic;
   choice.opts = choice.heuristic ? std::vector<Opt>{} : all[win].opts;
   choice.best_seconds = all[win].seconds;
   choice.search_seconds = Since(t0);
   choice.kernel = all[0].program.name;
+  choice.chosen = static_cast<int>(win);
   return choice;
 }
 
@@ -454,8 +510,23 @@ bool Cached(const std::string& key, BeamChoice* c) {
   std::string text;
   if (!runtime::CompileCache::Global().Lookup(key, &text) || !DecodeBeamChoice(text, c)) return false;
   c->from_cache = true;
+  const bool record = KernelLog::Enabled();
   absl::MutexLock l(&g_counters_mu);
   ++g_counters.cache_hits;
+  if (record && g_records != nullptr) {  // this process searched it with VIZ on: show that search
+    for (auto it = g_records->rbegin(); it != g_records->rend(); ++it) {
+      if (it->first != key) continue;
+      const bool chose_it = it->second.heuristic == c->heuristic && it->second.opts == c->opts;
+      if (!chose_it) break;
+      c->tried = it->second.tried;
+      c->chosen = it->second.chosen;
+      c->rounds = it->second.rounds;
+      c->search_seconds = it->second.search_seconds;
+      c->heuristic_seconds = it->second.heuristic_seconds;
+      c->best_seconds = it->second.best_seconds;
+      break;
+    }
+  }
   return true;
 }
 
@@ -473,6 +544,12 @@ absl::StatusOr<BeamChoice> SearchAndStore(runtime::Device& dev, const UOpPtr& as
   g_counters.search_seconds += c.search_seconds;
   if (g_log == nullptr) g_log = new std::vector<BeamChoice>();
   g_log->push_back(c);
+  g_log->back().tried.clear();  // the log keeps the figures only
+  if (!c.tried.empty()) {
+    if (g_records == nullptr) g_records = new std::deque<std::pair<std::string, BeamChoice>>();
+    g_records->emplace_back(key, c);
+    while (g_records->size() > kMaxBeamRecords) g_records->pop_front();
+  }
   return c;
 }
 
@@ -488,6 +565,7 @@ struct TuneJob {
   int64_t budget = GetKnob(Knob::kBeamBudget);
   int64_t debug = GetKnob(Knob::kDebug);
   int64_t cache_level = GetKnob(Knob::kCacheLevel);
+  int64_t viz = GetKnob(Knob::kViz);
 };
 
 struct Tuner {
@@ -519,7 +597,7 @@ struct Tuner {
         queue.pop_front();
       }
       Context knobs({{Knob::kBeamBudget, job.budget}, {Knob::kDebug, job.debug}, {Knob::kCacheLevel, job.cache_level},
-                     {Knob::kBeam, job.width}});
+                     {Knob::kBeam, job.width}, {Knob::kViz, job.viz}});
       absl::StatusOr<BeamChoice> c = SearchAndStore(*job.dev, job.ast, job.target, job.width, job.key);
       if (!c.ok() && DebugLevel() >= 1)
         std::fprintf(stderr, "beam: background search failed: %s\n", std::string(c.status().message()).c_str());

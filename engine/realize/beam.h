@@ -25,6 +25,12 @@
 // each other); a second caller for the same kernel waits and then finds the first one's result.
 //
 // DEBUG >= 2 prints one line per search (candidates, rounds, time, heuristic vs best, the opts) and per cache hit.
+//
+// VIZ (kernel_log.h): a search that runs while VIZ is on for its thread (a background search: for
+// the thread that queued it) lists every candidate it built in BeamChoice::tried, with its result,
+// and the winner's index; the candidates' own lowerings are not put in the rewrite trace. The last
+// kMaxBeamRecords such lists are kept, so a kernel whose choice this process searched (and
+// recorded) shows the candidates again on a cache hit.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/codegen/codegen.h"
+#include "engine/realize/kernel_log.h"
 #include "engine/runtime/device.h"
 #include "engine/uop/uop.h"
 
@@ -51,7 +58,13 @@ struct BeamChoice {
   double search_seconds = 0;
   double heuristic_seconds = 0;   // best run of the heuristic's kernel
   double best_seconds = 0;        // best run of the winner
+  // Recorded only while VIZ is on (see above): every candidate in the order built, and the
+  // winner's index (-1 when nothing was recorded).
+  std::vector<LoggedBeamCandidate> tried;
+  int chosen = -1;
 };
+
+inline constexpr size_t kMaxBeamRecords = 64;
 
 // The kernel's choice for `width`: from the cache, else searched (and stored). Errors only for ASTs the heuristic
 // itself cannot lower; device or compile failures of single candidates just drop them.

@@ -280,7 +280,8 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
     if (c.program != nullptr) {
       // DEBUG >= 2 times each replayed kernel: the eager step's figures include first-touch page faults of its
       // fresh buffers (a 51 MB copy: 13-17 ms eager, 2-3 ms replayed), the replay's are the steady state.
-      const bool timed = debug >= 2 || timed_ || c.log_id != 0;
+      const bool logged = c.log_id != 0 && KernelLog::Enabled();  // recorded, and recording now
+      const bool timed = debug >= 2 || timed_ || logged;
       const int64_t start_ns = timed ? SteadyNowNs() : 0;
       if (timed_) call_start_ns_[ci] = start_ns;
       absl::StatusOr<double> r = c.program->Launch(
@@ -288,7 +289,7 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
           absl::Span<const int64_t>(vars + c.var_begin, c.var_count), c.dims, timed);
       if (!r.ok()) return r.status();
       if (timed_) call_seconds_[ci] = *r;
-      if (c.log_id != 0) KernelLog::Get().RecordLaunch(c.log_id, start_ns, *r);
+      if (logged) KernelLog::Get().RecordLaunch(c.log_id, start_ns, *r);
       if (debug >= 2)
         std::fprintf(stderr, "*** JIT %-6s %4zu %-32s arg %2u tm %10.2fus\n",
                      c.device ? c.device->name().c_str() : "?", ci, c.name.c_str(), c.arg_count,

@@ -3,9 +3,11 @@
 // lowering), the applied opts, the rendered source for its backend, the rewrite passes of its
 // lowering (RewriteTrace passes of its group, engine/rewrite/trace.h) and its launches with timings.
 //
-// On only while the VIZ knob is > 0 (engine/base/env.h; VIZ=1 also turns the rewrite trace on
-// through TRACK_MATCH_STATS=2). When off, the cost is a knob read per kernel compile (never per
-// launch: a kernel compiled while off has log id 0, and its launches check only that).
+// On only while the VIZ knob is > 0 on the calling thread (engine/base/env.h; VIZ=1 also turns the
+// rewrite trace on through TRACK_MATCH_STATS=2; api::RunOptions::viz turns both on for one run).
+// When off, the cost is a knob read per kernel compile (never per launch: a kernel compiled while
+// off has log id 0, and its launches check only that). A recorded kernel's launches are logged
+// while recording is on for the launching thread.
 //
 // Bounds: capacity() kernels (default 256; SetCapacity, kilnd --viz-kernels), the oldest dropped
 // first; per kernel the last kMaxLoggedLaunches launches (launch_count counts them all). A kernel
@@ -37,6 +39,31 @@ struct LoggedLaunch {
   double seconds = 0;    // < 0: untimed
 };
 
+// One kernel variant a BEAM search tried (engine/realize/beam.h), in the order it was built.
+struct LoggedBeamCandidate {
+  std::string opts;    // "heuristic (UPCAST 0 4, ...)", "no opts", or the explicit opts
+  int round = 0;       // 0: the starting pair (heuristic, no opts); n: built in round n
+  // timed: checked and timed; slow: timed once, over the per-candidate timeout (kSlowFactor times
+  // the best so far, or BEAM_BUDGET), not run again; rejected: its outputs differed from the
+  // no-opt kernel's; failed: it did not compile or run; not timed: the budget ran out first;
+  // reference: the no-opt kernel's run that the others are checked against.
+  std::string result;
+  double seconds = -1;  // best measured run; < 0: none
+};
+
+// What BEAM did for a kernel (a search in this process, or a choice found in the cache).
+struct LoggedBeam {
+  int width = 0;               // 0: BEAM did not run for this kernel
+  bool from_cache = false;     // the choice came from the kernel cache: no candidates here
+  std::string choice;          // "heuristic" or the chosen opts
+  int rounds = 0;
+  double search_seconds = 0;
+  double heuristic_seconds = 0;
+  double best_seconds = 0;
+  std::vector<LoggedBeamCandidate> candidates;
+  int chosen = -1;             // index into candidates (-1: none, e.g. from the cache)
+};
+
 struct LoggedKernel {
   int64_t id = 0;           // > 0, increasing; also the RewriteTrace group of its lowering
   std::string name;         // E_..., r_...
@@ -47,6 +74,7 @@ struct LoggedKernel {
   double compile_seconds = 0;    // lowering + compile (+ disk cache lookup)
   UOpPtr ast;
   std::vector<std::string> applied_opts;
+  LoggedBeam beam;
   std::string source;
   int64_t flops = 0;
   int64_t bytes = 0;

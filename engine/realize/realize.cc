@@ -114,6 +114,31 @@ std::string realize_internal::KernelKey(const runtime::Device& dev, const UOpPtr
                       GetKnob(Knob::kTc), beam > 0 ? absl::StrCat("|g", BeamGeneration()) : "");
 }
 
+namespace {
+
+// What the kernel log shows of a BEAM choice (kernel_log.h).
+LoggedBeam ToLoggedBeam(BeamChoice& c, int width) {
+  LoggedBeam b;
+  b.width = width;
+  b.from_cache = c.from_cache;
+  if (c.heuristic) {
+    b.choice = "heuristic";
+  } else {
+    std::vector<std::string> parts;
+    for (const codegen::Opt& o : c.opts) parts.push_back(o.ToString());
+    b.choice = parts.empty() ? "no opts" : absl::StrJoin(parts, ", ");
+  }
+  b.rounds = c.rounds;
+  b.search_seconds = c.search_seconds;
+  b.heuristic_seconds = c.heuristic_seconds;
+  b.best_seconds = c.best_seconds;
+  b.candidates = std::move(c.tried);
+  b.chosen = c.chosen;
+  return b;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(RealizeContext& ctx, runtime::Device& dev,
                                                                          const UOpPtr& ast, RealizeStats* stats) {
   const std::string key = KernelKey(dev, ast);
@@ -128,8 +153,12 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
   k->log_id = KernelLog::Get().Reserve();  // 0 unless VIZ
   const codegen::Target target = realize_internal::TargetFor(dev);
   // BEAM=n: the kernel's opts from the BEAM cache or a search (beam.h); NOOPT wins over BEAM.
+  LoggedBeam logged_beam;
   if (const int64_t beam = GetKnob(Knob::kBeam); beam > 0 && GetKnob(Knob::kNoOpt) == 0) {
     KILN_ASSIGN_OR_RETURN(BeamChoice choice, BeamOpts(dev, ast, target, static_cast<int>(beam)));
+    if (k->log_id != 0 && dev.executes()) {
+      logged_beam = ToLoggedBeam(choice, static_cast<int>(beam));
+    }
     lower.use_explicit_opts = !choice.heuristic;
     lower.opts = std::move(choice.opts);
   }
@@ -155,6 +184,7 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
     lk.compile_seconds = secs;
     lk.ast = ast;
     lk.applied_opts = k->program.applied_opts;
+    lk.beam = std::move(logged_beam);
     lk.source = k->source;
     lk.flops = k->program.flops;
     lk.bytes = k->program.mem_bytes;
@@ -324,7 +354,9 @@ absl::Status RunKernel(RealizeContext& ctx, const ScheduleItem& item, const Sche
   dims.threads = k->program.threads;
   const int64_t start_ns = SteadyNowNs();
   KILN_ASSIGN_OR_RETURN(double secs, k->runner->Launch(mems, vars, dims, /*timed=*/true));
-  if (k->log_id != 0) KernelLog::Get().RecordLaunch(k->log_id, start_ns, secs);
+  if (k->log_id != 0 && KernelLog::Enabled()) {
+    KernelLog::Get().RecordLaunch(k->log_id, start_ns, secs);
+  }
   stats.launches.push_back(KernelLaunch{k->program.name, dev->name(), secs, compiled, start_ns,
                                         k->program.flops, k->program.mem_bytes});
   if (DebugLevel() >= 2) {

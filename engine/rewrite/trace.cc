@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -152,6 +153,46 @@ std::string RewriteTrace::Format(size_t matches_per_pass) const {
     }
   }
   return out;
+}
+
+absl::StatusOr<UOpPtr> ReplayMatches(const UOpPtr& input, absl::Span<const TracedMatch> matches) {
+  UOpPtr graph = input;
+  for (size_t step = 0; step < matches.size(); ++step) {
+    const TracedMatch& m = matches[step];
+    bool found = false;
+    absl::flat_hash_map<const UOp*, UOpPtr> now;  // node of the graph so far -> after this step
+    for (const UOp* u : Toposort(graph)) {
+      if (u == m.before.get()) {
+        found = true;
+        now[u] = m.after;
+        continue;
+      }
+      UOpVec src;
+      bool changed = false;
+      for (const UOpPtr& s : u->src()) {
+        src.push_back(now.at(s.get()));
+        changed = changed || src.back() != s;
+      }
+      if (!changed) {
+        now[u] = UOpPtr::FromRaw(u);
+        continue;
+      }
+      absl::StatusOr<UOpPtr> rebuilt = UOp::Create(u->op(), u->dtype(), src, u->arg(), u->tag());
+      if (!rebuilt.ok()) {
+        return absl::Status(rebuilt.status().code(),
+                            absl::StrCat("replay step ", step, " (", m.rule,
+                                         "): ", rebuilt.status().message()));
+      }
+      now[u] = *std::move(rebuilt);
+    }
+    if (!found) {
+      return absl::FailedPreconditionError(absl::StrCat("replay step ", step, " (", m.rule,
+                                                        "): its node ", m.before->id(),
+                                                        " is not in the graph"));
+    }
+    graph = now.at(graph.get());
+  }
+  return graph;
 }
 
 void RewriteTrace::Clear() {

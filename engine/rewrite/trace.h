@@ -20,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "engine/uop/uop.h"
 
 namespace kiln {
@@ -91,6 +93,14 @@ class RewriteTrace {
   int64_t dropped_passes_ = 0;
   int64_t dropped_matches_ = 0;
 };
+
+// Replays recorded matches on a pass's input: each match, in order, replaces its `before` node
+// wherever it occurs in the graph so far by its `after` (not re-traversed), rebuilding the nodes
+// above it. For a rule-driven pass whose matches are all held, the result is the pass's output
+// node itself (interning: the same pointer). FailedPrecondition naming the step when a match's
+// `before` is not in the graph at that step (a match dropped from the trace, an imperative pass
+// whose changes are not matches), or the factory's error when a rebuilt node is invalid.
+absl::StatusOr<UOpPtr> ReplayMatches(const UOpPtr& input, absl::Span<const TracedMatch> matches);
 
 // Tags the passes begun on this thread while it lives with `group` (an input scope, like
 // ScopedRunControl). Destroy on the creating thread, in reverse order.

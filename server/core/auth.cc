@@ -31,6 +31,9 @@ constexpr Endpoint kEndpoints[] = {
     {G, "/inference.GRPCInferenceService/ModelMetadata", kInfer, "metadata"},
     {G, "/inference.GRPCInferenceService/ModelInfer", kInfer, "inference"},
     {G, "/inference.GRPCInferenceService/ModelStreamInfer", kInfer, "inference"},
+    // Request parameters that need more than their call's role (Authorize, checked once decoded).
+    {G, "/inference.GRPCInferenceService/ModelInfer parameters.kiln_viz", kAdmin, "kiln-viz"},
+    {G, "/inference.GRPCInferenceService/ModelStreamInfer parameters.kiln_viz", kAdmin, "kiln-viz"},
     {G, "/inference.GRPCInferenceService/ModelConfig", kInfer, "model-config"},
     {G, "/inference.GRPCInferenceService/ModelStatistics", kInfer, "statistics"},
     {G, "/inference.GRPCInferenceService/RepositoryIndex", kAdmin, "model-repository"},
@@ -70,6 +73,7 @@ constexpr Endpoint kEndpoints[] = {
     {H, "GET /v2/models/{m}/stats", kInfer, "statistics"},
     {H, "GET /v2/models/stats", kInfer, "statistics"},
     {H, "POST /v2/models/{m}/infer", kInfer, "inference"},
+    {H, "POST /v2/models/{m}/infer parameters.kiln_viz", kAdmin, "kiln-viz"},
     {H, "POST /v2/repository/index", kAdmin, "model-repository"},
     {H, "POST /v2/repository/models/{m}/load", kAdmin, "model-repository"},
     {H, "POST /v2/repository/models/{m}/unload", kAdmin, "model-repository"},
@@ -273,6 +277,44 @@ absl::Status Authenticator::Check(Transport transport, std::string_view endpoint
   return p.status();
 }
 
+absl::Status Authenticator::Authorize(Transport transport, std::string_view endpoint,
+                                      const void* request, HeaderLookup header) const {
+  std::string hash;
+  KeyEntry entry;
+  return CheckAccess(transport, endpoint, request, header, &hash, &entry);
+}
+
+absl::Status Authenticator::CheckAccess(Transport transport, std::string_view endpoint,
+                                        const void* request, HeaderLookup header, std::string* hash,
+                                        KeyEntry* entry) const {
+  const Endpoint* e = FindEndpoint(transport, endpoint);
+  auto refuse = [&](uint64_t Refusals::*counter, absl::Status s) {
+    absl::MutexLock l(&mu_);
+    ++(refusals_.*counter);
+    return s;
+  };
+  if (e == nullptr) {
+    return refuse(&Refusals::permission, absl::PermissionDeniedError(absl::StrCat(
+        "'", std::string(endpoint.substr(0, 128)), "' is not in kilnd's endpoint table")));
+  }
+  for (const RestrictedProtocol& r : transport == Transport::kGrpc ? options_.grpc_restricted : options_.http_restricted) {
+    bool applies = false;
+    for (const std::string& g : r.groups) applies = applies || g == e->group;
+    if (!applies) continue;
+    const std::string_view got = header(request, r.header);
+    if (got.size() != r.value.size() || CRYPTO_memcmp(got.data(), r.value.data(), got.size()) != 0) {
+      return refuse(&Refusals::permission, absl::PermissionDeniedError(absl::StrCat(
+          "'", std::string(e->name), "' is in the restricted protocol group '", std::string(e->group),
+          "': it needs the header '", r.header, "'")));
+    }
+  }
+  if (!keys_enabled() || e->role == Role::kPublic) return absl::OkStatus();
+  if (absl::Status s = CheckKey(*e, header(request, "authorization"), hash, entry); !s.ok()) {
+    return refuse(absl::IsUnauthenticated(s) ? &Refusals::unauthenticated : &Refusals::permission, s);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Authenticator::CheckKey(const Endpoint& e, std::string_view auth, std::string* hash,
                                      KeyEntry* entry) const {
   constexpr std::string_view kBearer = "bearer ";
@@ -295,33 +337,11 @@ absl::Status Authenticator::CheckKey(const Endpoint& e, std::string_view auth, s
 absl::StatusOr<Authenticator::Permit> Authenticator::Admit(Transport transport, std::string_view endpoint,
                                                            const void* request, HeaderLookup header,
                                                            int* retry_after_s) const {
-  const Endpoint* e = FindEndpoint(transport, endpoint);
-  auto refuse = [&](uint64_t Refusals::*counter, absl::Status s) {
-    absl::MutexLock l(&mu_);
-    ++(refusals_.*counter);
-    return s;
-  };
-  if (e == nullptr) {
-    return refuse(&Refusals::permission, absl::PermissionDeniedError(absl::StrCat(
-        "'", std::string(endpoint.substr(0, 128)), "' is not in kilnd's endpoint table")));
-  }
-  for (const RestrictedProtocol& r : transport == Transport::kGrpc ? options_.grpc_restricted : options_.http_restricted) {
-    bool applies = false;
-    for (const std::string& g : r.groups) applies = applies || g == e->group;
-    if (!applies) continue;
-    const std::string_view got = header(request, r.header);
-    if (got.size() != r.value.size() || CRYPTO_memcmp(got.data(), r.value.data(), got.size()) != 0) {
-      return refuse(&Refusals::permission, absl::PermissionDeniedError(absl::StrCat(
-          "'", std::string(e->name), "' is in the restricted protocol group '", std::string(e->group),
-          "': it needs the header '", r.header, "'")));
-    }
-  }
-  if (!keys_enabled() || e->role == Role::kPublic) return Permit();
   std::string hash;
   KeyEntry entry;
-  if (absl::Status s = CheckKey(*e, header(request, "authorization"), &hash, &entry); !s.ok()) {
-    return refuse(absl::IsUnauthenticated(s) ? &Refusals::unauthenticated : &Refusals::permission, s);
-  }
+  absl::Status access = CheckAccess(transport, endpoint, request, header, &hash, &entry);
+  if (!access.ok()) return access;
+  if (!keys_enabled() || hash.empty()) return Permit();  // no keys, or a public endpoint
   if (options_.key_rate_limit <= 0 && options_.key_max_concurrent <= 0) return Permit();
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -9,6 +9,9 @@
 //   metrics  the Prometheus endpoint
 //   public   only grpc.health.v1 (gRPC's own health service, for load-balancer probes; it says
 //            SERVING or not and nothing else)
+// A few request parameters need more than their call's role; they have rows of their own, named
+// "<call> parameters.<name>" (the KServe infer calls' "... parameters.kiln_viz", admin: recording
+// the request for /viz), which the transport checks with Authorize once it has decoded the request.
 // Keys: a file (--api-keys-file) of lines "<roles> <sha256-hex of the key> [label]", roles a
 // comma list of infer/admin/metrics, '#' comments; only hashes are stored, compared in constant
 // time. Clients send "authorization: Bearer <key>" (gRPC metadata or HTTP header). Reload()
@@ -89,6 +92,10 @@ class Authenticator {
   // request's headers. A name not in the table is refused (PERMISSION_DENIED).
   absl::Status Check(Transport transport, std::string_view endpoint, const void* request,
                      HeaderLookup header) const;
+  // Check's role and restricted-protocol tests alone, not counted against the key's limits: for a
+  // parameter row ("... parameters.kiln_viz") of a call already admitted.
+  absl::Status Authorize(Transport transport, std::string_view endpoint, const void* request,
+                         HeaderLookup header) const;
 
   // Check, then the key's limits: a permit the caller holds while the call runs (it counts against
   // key_max_concurrent until released; null when no key limit applies), or RESOURCE_EXHAUSTED
@@ -122,6 +129,10 @@ class Authenticator {
   // The stored hash `key` matches (compared in constant time with every entry); "" when none.
   std::string MatchKey(std::string_view key, KeyEntry* entry) const;
   absl::Status CheckKey(const Endpoint& e, std::string_view authorization, std::string* hash, KeyEntry* entry) const;
+  // The endpoint's restricted-protocol headers and role; `hash` gets the caller's key hash ("" when
+  // no key was needed). Counts refusals.
+  absl::Status CheckAccess(Transport transport, std::string_view endpoint, const void* request,
+                           HeaderLookup header, std::string* hash, KeyEntry* entry) const;
 
   const AuthOptions options_;
   mutable absl::Mutex mu_;

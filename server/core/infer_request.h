@@ -79,6 +79,11 @@ struct InferRequest {
   // `priority` (0 = the model's default level; dynamic_batcher.h).
   int64_t timeout_us = 0;
   uint64_t priority = 0;
+  // kiln's request parameter `kiln_viz` (bool): record this request's run in the VIZ log
+  // (api::RunOptions::viz). Admin only: the transport checks the caller for the endpoint table's
+  // "... parameters.kiln_viz" row (auth.h) before the request reaches the core. Such a request
+  // skips the response cache (it must run to be recorded).
+  bool viz = false;
   std::shared_ptr<const api::CancellationToken> cancellation;
   // The transport's own cap on the outputs' bytes (e.g. REST's JSON grows a tensor several times);
   // 0 = the server's (--max-response-bytes). The smaller one applies.

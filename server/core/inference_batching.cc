@@ -133,6 +133,8 @@ std::vector<absl::StatusOr<InferResponse>> InferenceServer::ExecuteBatch(
     }
     api::RunOptions run_options = policy_.For(deadline, nullptr, std::max<int64_t>(0, max_response_bytes));
     run_options.label = version.name;
+    // One request asks to be recorded: the batched run is.
+    for (size_t i : run) run_options.viz = run_options.viz || tasks[i]->request.viz;
     ExecutionTimes batch_times;
     batch_times.batch_size = static_cast<uint64_t>(rows);
     batch_times.compute_input_ns = input_ns;

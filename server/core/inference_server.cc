@@ -525,7 +525,9 @@ std::optional<absl::StatusOr<InferResponse>> InferenceServer::BeginTask(Task& ta
     task.obs.dropped = true;
     return absl::CancelledError("the request was cancelled while it waited in the queue");
   }
-  *cached = ProbeCache(response_cache_.get(), version, task.request, task.start, &task.obs);
+  if (!task.request.viz) {  // a request asking to be recorded must run
+    *cached = ProbeCache(response_cache_.get(), version, task.request, task.start, &task.obs);
+  }
   if (cached->hit.has_value()) return *std::move(cached->hit);  // response_cache.h
   task.compute_start = std::chrono::steady_clock::now();
   return std::nullopt;
@@ -559,6 +561,7 @@ absl::StatusOr<InferResponse> InferenceServer::ExecuteTask(Task& task) {
   api::RunOptions run_options =
       policy_.For(task.request.deadline, task.request.cancellation, task.request.max_response_bytes);
   run_options.label = version.name;
+  run_options.viz = task.request.viz;
   absl::StatusOr<InferResponse> response =
       Execute(lane, version, task.request, task.valid, run_options, &times, &task.obs);
   task.obs.executed_rows = times.batch_size;

@@ -22,13 +22,20 @@ struct CallGate {
   absl::StatusOr<Authenticator::Permit> Admit(const grpc::ServerContextBase& ctx, std::string_view rpc) const {
     if (auth == nullptr) return Authenticator::Permit();
     const std::string method = std::string(service) + std::string(rpc);
-    return auth->Admit(Transport::kGrpc, method, &ctx,
-                       +[](const void* c, std::string_view name) -> std::string_view {
-                         const auto& md = static_cast<const grpc::ServerContextBase*>(c)->client_metadata();
-                         auto it = md.find(grpc::string_ref(name.data(), name.size()));
-                         return it == md.end() ? std::string_view()
-                                               : std::string_view(it->second.data(), it->second.size());
-                       });
+    return auth->Admit(Transport::kGrpc, method, &ctx, &Metadata);
+  }
+  // A request parameter's own row, `rpc` + " parameters.<name>" (auth.h), for a call already
+  // admitted: PERMISSION_DENIED naming the row when the caller's key lacks its role.
+  absl::Status Authorize(const grpc::ServerContextBase& ctx, std::string_view rpc_parameter) const {
+    if (auth == nullptr) return absl::OkStatus();
+    const std::string row = std::string(service) + std::string(rpc_parameter);
+    return auth->Authorize(Transport::kGrpc, row, &ctx, &Metadata);
+  }
+  static std::string_view Metadata(const void* c, std::string_view name) {
+    const auto& md = static_cast<const grpc::ServerContextBase*>(c)->client_metadata();
+    auto it = md.find(grpc::string_ref(name.data(), name.size()));
+    return it == md.end() ? std::string_view()
+                          : std::string_view(it->second.data(), it->second.size());
   }
   // Admit for calls that do not hold a permit (streams: counted against the rate when opened).
   absl::Status Check(const grpc::ServerContextBase& ctx, std::string_view rpc) const {

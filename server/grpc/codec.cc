@@ -153,6 +153,13 @@ absl::Status ApplyRequestParameters(const inference::ModelInferRequest& wire,
           "parameters.priority: expected a non-negative uint64_param or int64_param");
     }
   }
+  // kiln_viz: infer_request.h
+  if (auto v = wire.parameters().find("kiln_viz"); v != wire.parameters().end()) {
+    if (v->second.parameter_choice_case() != inference::InferParameter::kBoolParam) {
+      return absl::InvalidArgumentError("parameters.kiln_viz: expected a bool_param");
+    }
+    request->viz = v->second.bool_param();
+  }
   auto it = wire.parameters().find("timeout");
   if (it == wire.parameters().end()) return absl::OkStatus();
   const inference::InferParameter& p = it->second;

@@ -15,7 +15,9 @@ namespace kiln::server {
 // raw_input_contents entry; ApplyRequestParameters resolves them.
 InferRequest DecodeInferRequest(const inference::ModelInferRequest& wire);
 // The request parameters kilnd acts on: `timeout` (int64_param or uint64_param, microseconds, as
-// Triton's) tightens request->deadline (ApplyTimeoutParameter). Others are ignored, as Triton does.
+// Triton's) tightens request->deadline (ApplyTimeoutParameter); `priority`; kiln's `kiln_viz`
+// (bool_param) sets request->viz, whose admin check is the caller's (CallGate::Authorize). Others
+// are ignored, as Triton does.
 // Tensor parameters: shared_memory_region / _offset / _byte_size of inputs and requested outputs
 // are resolved against `shared_memory` (shared_memory.h; null: INVALID_ARGUMENT), inputs viewing
 // the mapped bytes, the request holding the mappings; `classification` of outputs.

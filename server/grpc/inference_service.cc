@@ -103,6 +103,10 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
     r.deadline = CallDeadline(*ctx);
     r.cancellation = CallCancellation(ctx);
     if (absl::Status s = ApplyRequestParameters(*request, &r, &server_->shared_memory()); !s.ok()) return s;
+    if (r.viz) {
+      absl::Status s = gate_.Authorize(*ctx, "ModelInfer parameters.kiln_viz");
+      if (!s.ok()) return s;
+    }
     return r;
   });
   if (!decoded.ok()) {
@@ -133,8 +137,9 @@ class StreamInferReactor final
     : public grpc::ServerBidiReactor<inference::ModelInferRequest,
                                      inference::ModelStreamInferResponse> {
  public:
-  StreamInferReactor(InferenceServer* server, grpc::CallbackServerContext* ctx, StreamLimits limits)
-      : server_(server), ctx_(ctx), shared_(std::make_shared<Shared>()) {
+  StreamInferReactor(InferenceServer* server, grpc::CallbackServerContext* ctx, StreamLimits limits,
+                     CallGate gate)
+      : server_(server), ctx_(ctx), gate_(gate), shared_(std::make_shared<Shared>()) {
     shared_->reactor = this;
     shared_->limits = limits;
     StartRead(&incoming_);
@@ -183,6 +188,10 @@ class StreamInferReactor final
           r.deadline = CallDeadline(*ctx_);
           r.cancellation = shared_->cancellation;
           if (absl::Status s = ApplyRequestParameters(*message, &r, &server_->shared_memory()); !s.ok()) return s;
+          if (r.viz) {
+            absl::Status s = gate_.Authorize(*ctx_, "ModelStreamInfer parameters.kiln_viz");
+            if (!s.ok()) return s;
+          }
           return r;
         });
     if (decoded.ok()) {
@@ -298,6 +307,7 @@ class StreamInferReactor final
 
   InferenceServer* const server_;
   grpc::CallbackServerContext* const ctx_;
+  const CallGate gate_;
   inference::ModelInferRequest incoming_;  // only touched by the read chain
   std::shared_ptr<Shared> shared_;
 };
@@ -309,7 +319,7 @@ InferenceService::ModelStreamInfer(grpc::CallbackServerContext* ctx) {
   if (absl::Status denied = gate_.Check(*ctx, "ModelStreamInfer"); !denied.ok()) {
     return new RefusedBidi<inference::ModelInferRequest, inference::ModelStreamInferResponse>(denied);
   }
-  return new StreamInferReactor(server_, ctx, stream_limits_);
+  return new StreamInferReactor(server_, ctx, stream_limits_, gate_);
 }
 
 grpc::ServerUnaryReactor* InferenceService::ModelConfig(

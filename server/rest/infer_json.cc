@@ -303,6 +303,10 @@ absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const 
       if (!pr->IsUint64()) return Bad("parameters.priority", "expected a non-negative integer");
       request.priority = pr->GetUint64();
     }
+    if (const Value* v = Member(*params, "kiln_viz"); v != nullptr) {  // infer_request.h
+      if (!v->IsBool()) return Bad("parameters.kiln_viz", "expected true or false");
+      request.viz = v->GetBool();
+    }
     if (const Value* t = Member(*params, "timeout"); t != nullptr) {
       if (!t->IsInt64()) return Bad("parameters.timeout", "expected an integer (microseconds)");
       if (absl::Status s = ApplyTimeoutParameter(t->GetInt64(), &request); !s.ok()) return s;

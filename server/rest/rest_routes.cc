@@ -197,8 +197,8 @@ absl::StatusOr<int64_t> HeaderLength(const HttpRequest& req) {
   return n;
 }
 
-void Infer(InferenceServer* core, const Match& m, const HttpRequest& req, std::string& body,
-           HttpResponse* res) {
+void Infer(InferenceServer* core, const Authenticator* auth, const Match& m, const HttpRequest& req,
+           std::string& body, HttpResponse* res) {
   absl::StatusOr<int64_t> header_length = HeaderLength(req);
   if (!header_length.ok()) return SetStatus(res, header_length.status());
   HttpInferRequest request;
@@ -213,6 +213,14 @@ void Infer(InferenceServer* core, const Match& m, const HttpRequest& req, std::s
                                     &core->shared_memory());
              !s.ok()) {
     return SetStatus(res, s);
+  }
+  if (request.request.viz && auth != nullptr) {  // admin only (auth.h)
+    absl::Status s = auth->Authorize(
+        Transport::kHttp, "POST /v2/models/{m}/infer parameters.kiln_viz", &req,
+        +[](const void* r, std::string_view name) {
+          return static_cast<const HttpRequest*>(r)->Header(name);
+        });
+    if (!s.ok()) return SetStatus(res, s);
   }
   absl::StatusOr<InferResponse> response = core->Infer(request.request);
   if (!response.ok()) return SetStatus(res, response.status());
@@ -274,8 +282,8 @@ void GraphExecute(InferenceServer* core, const std::string& body, HttpResponse* 
   SetJson(res, std::move(json));
 }
 
-void Handle(InferenceServer* core, const Match& m, const HttpRequest& req, std::string& body,
-            HttpResponse* res) {
+void Handle(InferenceServer* core, const Authenticator* auth, const Match& m,
+            const HttpRequest& req, std::string& body, HttpResponse* res) {
   switch (m.route) {
     case Route::kServerMetadata:
       return SetJson(res, ServerMetadataJson(core->Metadata()));
@@ -310,7 +318,7 @@ void Handle(InferenceServer* core, const Match& m, const HttpRequest& req, std::
       return SetJson(res, StatisticsJson(*stats));
     }
     case Route::kInfer:
-      return Infer(core, m, req, body, res);
+      return Infer(core, auth, m, req, body, res);
     case Route::kIndex: {
       absl::StatusOr<bool> ready_only = DecodeIndexBody(body);
       if (!ready_only.ok()) return SetStatus(res, ready_only.status());
@@ -431,9 +439,9 @@ RoutePlan KserveRoutes::Plan(const HttpRequest& req) const {
   }
   // Liveness and readiness are atomic reads in the core: answered on the I/O thread.
   plan.nonblocking = m.route == Route::kLive || m.route == Route::kReady;
-  plan.handle = [core = core_, m = std::move(m)](const HttpRequest& r, std::string& body,
-                                                 HttpResponse* res) {
-    Handle(core, m, r, body, res);
+  plan.handle = [core = core_, auth = auth_, m = std::move(m)](
+                    const HttpRequest& r, std::string& body, HttpResponse* res) {
+    Handle(core, auth, m, r, body, res);
   };
   return plan;
 }

@@ -15,6 +15,7 @@
 // thread. Thread-safe.
 #pragma once
 
+#include "server/core/auth.h"
 #include "server/core/inference_server.h"
 #include "server/rest/http_message.h"
 #include "server/rest/http_util.h"
@@ -23,8 +24,10 @@ namespace kiln::server {
 
 class KserveRoutes {
  public:
-  // `core` must outlive this object.
-  KserveRoutes(InferenceServer* core, BodyLimits limits) : core_(core), limits_(limits) {}
+  // `core` (and `auth`, when given) must outlive this object. `auth` checks request parameters
+  // that need more than their call's role (auth.h: infer's parameters.kiln_viz); null: none.
+  KserveRoutes(InferenceServer* core, BodyLimits limits, const Authenticator* auth = nullptr)
+      : core_(core), limits_(limits), auth_(auth) {}
   RoutePlan Plan(const HttpRequest& req) const;
   // The path's row in the endpoint table (server/core/auth.h), "GET /v2/models/{m}/ready"...;
   // "" for a path no route serves (answered 404 by Plan).
@@ -33,6 +36,7 @@ class KserveRoutes {
  private:
   InferenceServer* const core_;
   const BodyLimits limits_;
+  const Authenticator* const auth_;
 };
 
 }  // namespace kiln::server

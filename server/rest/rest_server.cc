@@ -132,7 +132,7 @@ HttpLimits LimitsOf(const RestServerOptions& o) {
 struct RestServer::Impl {
   Impl(const RestServerOptions& o, InferenceServer* core, JobManager* jobs)
       : options(o),
-        kserve(core, BodyLimits{o.max_body_bytes, o.max_chunks}),
+        kserve(core, BodyLimits{o.max_body_bytes, o.max_chunks}, o.auth),
         training(jobs, BodyLimits{o.max_body_bytes, o.max_chunks}),
         router(&kserve, &training, o.auth),
         context(LimitsOf(o), &router, &workers),

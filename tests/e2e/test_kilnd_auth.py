@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import http.client
+import json
 import re
 import signal
 import urllib.request
@@ -25,7 +26,8 @@ import pytest
 from conftest import Kilnd
 
 ROOT = Path(__file__).resolve().parents[2]
-KEYS = {"infer": "k-infer-0123", "admin": "k-admin-4567", "metrics": "k-metrics-89ab"}
+KEYS = {"infer": "k-infer-0123", "admin": "k-admin-4567", "metrics": "k-metrics-89ab",
+        "infer,admin": "k-both-cdef0"}
 REFUSED_GRPC = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
 # Declared by the KServe proto but not served by kilnd: no handler runs, so every caller gets
 # UNIMPLEMENTED and nothing else.
@@ -45,11 +47,13 @@ def write_keys(path: Path, keys: dict[str, str]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def endpoint_table() -> list[tuple[str, str, str, str]]:
+def endpoint_table(parameters: bool = False) -> list[tuple[str, str, str, str]]:
+    """The calls' rows; with `parameters`, the rows of request parameters ("<call> parameters.<name>")."""
     import os
     out = subprocess.run([os.environ["KILND"], "--list-endpoints"], check=True, capture_output=True,
                          text=True).stdout
-    return [tuple(line.split("\t")) for line in out.splitlines() if line]
+    rows = [tuple(line.split("\t")) for line in out.splitlines() if line]
+    return [r for r in rows if (" parameters." in r[1]) == parameters]
 
 
 def proto_methods() -> set[str]:
@@ -127,6 +131,14 @@ def test_table_covers_every_rpc_once():
     # Only gRPC's own health service is public; everything that runs work needs a role.
     assert {name for (_, name, role, _) in table if role == "public"} == \
         {"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"}
+    # Parameter rows belong to a call of the table; kiln_viz (recording for /viz) is admin on every infer call.
+    params = endpoint_table(parameters=True)
+    calls = {(t, name) for (t, name, _, _) in table}
+    assert all((t, name.split(" parameters.")[0]) in calls for (t, name, _, _) in params), params
+    assert {(t, name, role, group) for (t, name, role, group) in params if name.endswith("parameters.kiln_viz")} == {
+        ("grpc", "/inference.GRPCInferenceService/ModelInfer parameters.kiln_viz", "admin", "kiln-viz"),
+        ("grpc", "/inference.GRPCInferenceService/ModelStreamInfer parameters.kiln_viz", "admin", "kiln-viz"),
+        ("http", "POST /v2/models/{m}/infer parameters.kiln_viz", "admin", "kiln-viz")}
 
 
 def test_grpc_walk(secured):
@@ -185,6 +197,51 @@ def test_infer_key_serves_tritonclient(secured):
     with pytest.raises(Exception, match="UNAUTHENTICATED|needs an API key"):
         c.infer("add_sub", [a, b])
     c.close()
+
+
+def test_kiln_viz_parameter_needs_admin(secured):
+    """Recording a request for /viz (parameters.kiln_viz) needs the admin role besides infer's:
+    PERMISSION_DENIED / 403 naming the parameter for an infer-only key, served for infer+admin."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    c = grpcclient.InferenceServerClient(url=secured.url)
+    a = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+    a.set_data_from_numpy(np.zeros((1, 16), np.float32))
+    b = grpcclient.InferInput("INPUT1", [1, 16], "FP32")
+    b.set_data_from_numpy(np.ones((1, 16), np.float32))
+    with pytest.raises(Exception) as refused:
+        c.infer("add_sub", [a, b], parameters={"kiln_viz": True},
+                headers={"authorization": f"Bearer {KEYS['infer']}"})
+    assert "PERMISSION_DENIED" in str(refused.value) or "StatusCode.PERMISSION_DENIED" in repr(refused.value)
+    assert "ModelInfer parameters.kiln_viz' needs role 'admin'" in str(refused.value), str(refused.value)
+    c.infer("add_sub", [a, b], parameters={"kiln_viz": False}, headers={"authorization": f"Bearer {KEYS['infer']}"})
+    # reduce_sum has not run in this kilnd yet: its compiles are recorded (add_sub's kernels exist already).
+    x = grpcclient.InferInput("X", [3, 8], "FP32")
+    x.set_data_from_numpy(np.arange(24, dtype=np.float32).reshape(3, 8))
+    out = c.infer("reduce_sum", [x], parameters={"kiln_viz": True},
+                  headers={"authorization": f"Bearer {KEYS['infer,admin']}"})
+    np.testing.assert_array_equal(out.as_numpy("SUM")[:, 0], np.arange(24, dtype=np.float32).reshape(3, 8).sum(1))
+    c.close()
+    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [0.0] * 16},
+                                  {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16}],
+                       "parameters": {"kiln_viz": True}})
+    for key, want in ((KEYS["infer"], 403), (KEYS["infer,admin"], 200)):
+        conn = http.client.HTTPConnection("127.0.0.1", secured.http_port, timeout=20)
+        conn.request("POST", "/v2/models/add_sub/infer", body=body,
+                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        r = conn.getresponse()
+        text = r.read()
+        conn.close()
+        assert r.status == want, text
+        if want == 403:
+            assert b"infer parameters.kiln_viz' needs role 'admin'" in text, text
+    # What was recorded is on /viz for an admin.
+    conn = http.client.HTTPConnection("127.0.0.1", secured.http_port, timeout=20)
+    conn.request("GET", "/viz/api/kernels", headers={"Authorization": f"Bearer {KEYS['admin']}"})
+    r = conn.getresponse()
+    doc = json.loads(r.read())
+    conn.close()
+    assert r.status == 200 and {k["label"] for k in doc["kernels"]} == {"reduce_sum"}, doc
 
 
 def test_sighup_reloads_keys(secured):

@@ -7,7 +7,9 @@ source with syntax colouring, the launch timeline, and that the console logged n
 Screenshots go to <build>/tests/e2e/artifacts/viz_*.png.
 
 Also the JSON routes without a browser: ids that are not positive integers are 400, unknown ones 404;
-and a kilnd without VIZ serves the page saying it is not recording."""
+a kilnd without VIZ records nothing, except the requests that ask (parameters.kiln_viz, gRPC and
+REST); with BEAM the kernel view lists the candidates the search tried (in Chromium, and in the
+offline `kiln viz` page)."""
 
 from __future__ import annotations
 
@@ -337,6 +339,137 @@ def test_viz_off_by_default(kilnd, client):
     assert doc["enabled"] is False and doc["kernels"] == [] and doc["other_passes"] == []
 
 
+def add_sub_inputs():
+    a = grpcclient.InferInput("INPUT0", [1, 16], "FP32")
+    a.set_data_from_numpy(np.arange(16, dtype=np.float32).reshape(1, 16))
+    b = grpcclient.InferInput("INPUT1", [1, 16], "FP32")
+    b.set_data_from_numpy(np.ones((1, 16), np.float32))
+    return [a, b]
+
+
+def post_json(port: int, path: str, doc: dict):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("POST", path, body=json.dumps(doc), headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+def test_viz_asked_per_request(models):
+    """VIZ off: only requests with parameters.kiln_viz are recorded; their compiles, and the launches
+    of kernels that were recorded when compiled."""
+    server = Kilnd(models)
+    try:
+        port = server.http_port
+        c = grpcclient.InferenceServerClient(url=server.url)
+        x = grpcclient.InferInput("INPUT", [2, 1, 28, 28], "FP32")
+        x.set_data_from_numpy(np.zeros((2, 1, 28, 28), np.float32))
+        c.infer("fashion_mnist", [x])  # not asked
+        doc = json.loads(get(port, "/viz/api/kernels")[2])
+        assert doc["enabled"] is False and doc["kernels"] == [] and doc["other_passes"] == []
+
+        out = c.infer("add_sub", add_sub_inputs(), parameters={"kiln_viz": True})
+        np.testing.assert_array_equal(out.as_numpy("OUTPUT0")[0], np.arange(16) + 1)
+        doc = json.loads(get(port, "/viz/api/kernels")[2])
+        assert doc["enabled"] is False
+        kernels = doc["kernels"]
+        assert kernels and {k["label"] for k in kernels} == {"add_sub"}, kernels
+        assert all(k["passes"] > 0 and k["launch_count"] == 1 for k in kernels), kernels
+        ids = sorted(k["id"] for k in kernels)
+
+        # Asked again: its kernels are compiled already; their launches are logged.
+        c.infer("add_sub", add_sub_inputs(), parameters={"kiln_viz": True})
+        again = json.loads(get(port, "/viz/api/kernels")[2])["kernels"]
+        assert sorted(k["id"] for k in again) == ids and all(k["launch_count"] == 2 for k in again), again
+        # Not asked: not logged.
+        c.infer("add_sub", add_sub_inputs())
+        quiet = json.loads(get(port, "/viz/api/kernels")[2])["kernels"]
+        assert all(k["launch_count"] == 2 for k in quiet), quiet
+        # The parameter must be a bool.
+        with pytest.raises(Exception, match="parameters.kiln_viz: expected a bool_param"):
+            c.infer("add_sub", add_sub_inputs(), parameters={"kiln_viz": 1})
+        c.close()
+
+        # REST: the same parameter in the JSON request's parameters.
+        body = {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [0.0] * 16},
+                           {"name": "INPUT1", "shape": [1, 16], "datatype": "FP32", "data": [1.0] * 16}]}
+        status, text = post_json(port, "/v2/models/add_sub/infer", {**body, "parameters": {"kiln_viz": "yes"}})
+        assert status == 400 and b"parameters.kiln_viz" in text, text
+        status, text = post_json(port, "/v2/models/add_sub/infer", {**body, "parameters": {"kiln_viz": True}})
+        assert status == 200, text
+        rest = json.loads(get(port, "/viz/api/kernels")[2])["kernels"]
+        assert all(k["launch_count"] == 3 for k in rest), rest
+    finally:
+        assert server.stop() == 0
+
+
+async def browse_beam(http_port: int, devtools_port: int, kernel_id: int, out: Path) -> dict:
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://127.0.0.1:{devtools_port}/json/list") as r:
+            targets = await r.json()
+        page = next(t for t in targets if t["type"] == "page")
+        async with session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+            dt = DevTools(ws)
+            await dt.send("Runtime.enable")
+            await dt.send("Log.enable")
+            await dt.send("Page.enable")
+            await dt.send("Page.navigate", url=f"http://127.0.0.1:{http_port}/viz")
+            await dt.wait_for(f"document.querySelector('#kernels tr[data-id=\"{kernel_id}\"]') !== null")
+            await dt.eval(f"document.querySelector('#kernels tr[data-id=\"{kernel_id}\"]').click()")
+            await dt.wait_for("document.querySelectorAll('#beam-candidates tbody tr').length > 0")
+            seen = {
+                "shown": await dt.eval("getComputedStyle(document.getElementById('beam')).display !== 'none'"),
+                "rows": await dt.eval("[...document.querySelectorAll('#beam-candidates tbody tr')].map("
+                                      "tr => [...tr.cells].map(td => td.textContent))"),
+                "chosen": await dt.eval("[...document.querySelectorAll('#beam-candidates tbody tr.chosen')].map("
+                                        "tr => tr.cells[0].textContent)"),
+                "note": await dt.eval("document.getElementById('beam-note').textContent"),
+            }
+            await dt.eval("document.getElementById('beam').scrollIntoView()")
+            await dt.screenshot(out / "viz_beam.png")
+            seen["errors"] = list(dt.errors)
+            dt.reader.cancel()
+            return seen
+
+
+def test_viz_beam_candidates_in_chromium(models, tmp_path):
+    """BEAM=1 with VIZ=1 (and no disk cache, so kilnd searches): the kernel view's table lists the
+    candidates of kilnd's own kernel document, the chosen one marked."""
+    server = Kilnd(models, env={"VIZ": "1", "BEAM": "1", "BEAM_BUDGET": "1", "CACHELEVEL": "0"})
+    try:
+        port = server.http_port
+        c = grpcclient.InferenceServerClient(url=server.url)
+        out = c.infer("add_sub", add_sub_inputs())
+        np.testing.assert_array_equal(out.as_numpy("OUTPUT0")[0], np.arange(16) + 1)
+        c.close()
+        kernels = json.loads(get(port, "/viz/api/kernels")[2])["kernels"]
+        searched = [k for k in kernels if k["beam_width"] == 1 and k["beam_candidates"] > 0]
+        assert searched, kernels
+        kernel = json.loads(get(port, f"/viz/api/kernel/{searched[0]['id']}")[2])
+        beam = kernel["beam"]
+        assert beam["width"] == 1 and beam["from_cache"] is False
+        assert len(beam["candidates"]) == searched[0]["beam_candidates"] >= 2
+        assert 0 <= beam["chosen"] < len(beam["candidates"])
+        assert beam["candidates"][1] == {**beam["candidates"][1], "opts": "no opts", "result": "reference"}
+        proc, devtools_port = start_chromium(tmp_path / "profile")
+        try:
+            seen = asyncio.run(browse_beam(port, devtools_port, kernel["id"], artifacts_dir()))
+        finally:
+            proc.kill()
+            proc.wait()
+    finally:
+        assert server.stop() == 0
+    assert seen["errors"] == [], seen["errors"]
+    assert seen["shown"]
+    assert [r[2] for r in seen["rows"]] == [cand["opts"] for cand in beam["candidates"]]
+    assert [r[1] for r in seen["rows"]] == [str(cand["round"]) for cand in beam["candidates"]]
+    assert [r[3].split(" ")[0] for r in seen["rows"]] == [cand["result"].split(" ")[0] for cand in beam["candidates"]]
+    assert seen["chosen"] == [str(beam["chosen"])]
+    assert seen["note"].startswith(f"(BEAM=1, chose {beam['choice']}: {len(beam['candidates'])} candidates")
+
+
 async def browse_file(devtools_port: int, url: str, out: Path) -> dict:
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{devtools_port}/json/list") as r:
@@ -355,6 +488,7 @@ async def browse_file(devtools_port: int, url: str, out: Path) -> dict:
             seen["svg_nodes"] = await dt.eval("document.querySelectorAll('#graph-in g.node').length")
             seen["source"] = await dt.eval("document.getElementById('source').textContent")
             seen["coloured"] = await dt.eval("document.querySelectorAll('#source span[class^=\"hljs-\"]').length")
+            seen["beam_rows"] = await dt.eval("document.querySelectorAll('#beam-candidates tbody tr').length")
             await dt.screenshot(out / "viz_offline.png")
             seen["errors"] = list(dt.errors)
             dt.reader.cancel()
@@ -363,7 +497,8 @@ async def browse_file(devtools_port: int, url: str, out: Path) -> dict:
 
 def test_kiln_viz_writes_an_offline_page(tmp_path):
     """`kiln viz MODEL.onnx`: one local run with VIZ on, one HTML file that works from disk in a
-    browser that can reach no network (every host unresolvable)."""
+    browser that can reach no network (every host unresolvable). Run with BEAM=1 (and no disk cache),
+    so the kernel's search candidates are in the file too."""
     import onnx
     from onnx import TensorProto, helper
     x = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 8])
@@ -375,7 +510,8 @@ def test_kiln_viz_writes_an_offline_page(tmp_path):
     kiln = Path(os.environ["KILND"]).resolve().parents[2] / "clients" / "cpp" / "kiln"
     out = tmp_path / "tiny.viz.html"
     r = subprocess.run([str(kiln), "viz", str(tmp_path / "tiny.onnx"), "--output", str(out)],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "BEAM": "1", "BEAM_BUDGET": "1", "CACHELEVEL": "0"})
     assert r.returncode == 0, r.stderr
     m = re.search(r"wrote .* \((\d+) bytes, (\d+) kernels\)", r.stdout)
     assert m and int(m.group(2)) >= 1, r.stdout
@@ -403,3 +539,4 @@ def test_kiln_viz_writes_an_offline_page(tmp_path):
     assert seen["errors"] == [], seen["errors"]
     assert seen["rows"] == int(m.group(2))
     assert seen["svg_nodes"] > 0 and seen["source"] and seen["coloured"] > 0
+    assert seen["beam_rows"] >= 2, "the BEAM candidates of the first kernel"

@@ -2,7 +2,8 @@
 // opts, source, the rewrite passes of its lowering and its launches; the ring keeps the last N.
 // The recorded passes of a kernel chain: each top-level pass starts from the graph the previous
 // one produced, beginning at the kernel's AST, so stepping through them replays the lowering; and
-// within a rule-driven pass every new node is explained by a recorded match.
+// within a rule-driven pass every new node is explained by a recorded match, and replaying its
+// recorded matches from its input (ReplayMatches) gives exactly its output node.
 #include "engine/realize/kernel_log.h"
 
 #include <string>
@@ -112,6 +113,14 @@ TEST_F(KernelLogTest, RecordsCompileSourcePassesAndLaunches) {
       EXPECT_TRUE(rebuilt || replacements.contains(u))
           << "pass '" << p->name << "' produced " << PrintNode(*u) << " that no recorded match explains";
     }
+    // Replaying the recorded steps from the input reaches the pass's output node itself.
+    const std::vector<TracedMatch> steps = RewriteTrace::Get().MatchesOf(p->id);
+    ASSERT_EQ(steps.size(), static_cast<size_t>(p->num_matches))
+        << p->name << ": matches dropped from the trace";
+    absl::StatusOr<UOpPtr> replayed = ReplayMatches(p->input, steps);
+    ASSERT_TRUE(replayed.ok()) << p->name << ": " << replayed.status();
+    EXPECT_EQ(*replayed, p->output)
+        << "pass '" << p->name << "' replays to\n" << PrintGraph(*replayed);
     ++checked;
   }
   EXPECT_GT(checked, 0) << "no rule-driven pass rewrote anything";
