@@ -28,11 +28,14 @@ def server():
     assert s.stop() == 0
 
 
-def expected(raw: np.ndarray, k: int) -> list[list[bytes]]:
+def expected(raw: np.ndarray, k: int, labels: list[str] | None = None) -> list[list[bytes]]:
+    """Triton's strings for the k largest per row: "value:index", plus ":label" where `labels` has a non-empty one."""
+    labels = labels or []
     rows = []
     for row in raw.reshape(raw.shape[0], -1):
         order = np.argsort(-row, kind="stable")[:k]
-        rows.append([f"{float(row[i]):f}:{i}".encode() for i in order])
+        rows.append([(f"{float(row[i]):f}:{i}" + (f":{labels[i]}" if i < len(labels) and labels[i] else ""))
+                     .encode() for i in order])
     return rows
 
 
@@ -116,15 +119,6 @@ def labeled(tmp_path_factory):
     assert s.stop() == 0
 
 
-def expected_labeled(raw: np.ndarray, k: int) -> list[list[bytes]]:
-    rows = []
-    for row in raw.reshape(raw.shape[0], -1):
-        order = np.argsort(-row, kind="stable")[:k]
-        rows.append([(f"{float(row[i]):f}:{i}" + (f":{LABELS[i]}" if i < len(LABELS) and LABELS[i] else ""))
-                     .encode() for i in order])
-    return rows
-
-
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_label_filename_adds_the_label(labeled, protocol):
     module = grpcclient if protocol == "grpc" else httpclient
@@ -138,7 +132,7 @@ def test_label_filename_adds_the_label(labeled, protocol):
                                    module.InferRequestedOutput("OUTPUT1", class_count=3, **kw)])
     got = [[c if isinstance(c, bytes) else str(c).encode("utf-8") for c in row]
            for row in result.as_numpy("OUTPUT0")]
-    assert got == expected_labeled(raw, 16)
+    assert got == expected(raw, 16, LABELS)
     # OUTPUT1 has no label file: plain "value:index"
     assert strings(result.as_numpy("OUTPUT1")) == expected(a - b, 3)
 

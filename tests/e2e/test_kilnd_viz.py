@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import http.client
 import itertools
 import json
@@ -158,7 +159,9 @@ def infer_add_sub(grpc_url: str, times: int, delay: float) -> None:
     c.close()
 
 
-async def browse(http_port: int, devtools_port: int, out: Path, kernels_doc: dict, api, grpc_url: str) -> dict:
+@contextlib.asynccontextmanager
+async def viz_page(devtools_port: int, url: str):
+    """The browser's page, driven over DevTools, navigated to `url` (runtime, log and page events on)."""
     async with aiohttp.ClientSession() as session:
         async with session.get(f"http://127.0.0.1:{devtools_port}/json/list") as r:
             targets = await r.json()
@@ -168,86 +171,91 @@ async def browse(http_port: int, devtools_port: int, out: Path, kernels_doc: dic
             await dt.send("Runtime.enable")
             await dt.send("Log.enable")
             await dt.send("Page.enable")
-            await dt.send("Page.navigate", url=f"http://127.0.0.1:{http_port}/viz")
-            await dt.wait_for("document.querySelectorAll('#kernels tbody tr').length > 0")
-            seen = {}
-            seen["rows"] = await dt.eval("document.querySelectorAll('#kernels tbody tr').length")
-            seen["status"] = await dt.eval("document.getElementById('status').textContent")
+            await dt.send("Page.navigate", url=url)
+            yield dt
 
-            # The add_sub compile: the newest row whose label is add_sub.
-            target = max((k for k in kernels_doc["kernels"] if k["label"] == "add_sub"), key=lambda k: k["id"])
-            await dt.eval(f"document.querySelector('#kernels tr[data-id=\"{target['id']}\"]').click()")
-            await dt.wait_for("document.querySelectorAll('#passes tbody tr').length > 0 && "
-                              "document.getElementById('pass-view').dataset.pass")
-            seen["passes"] = await dt.eval("document.querySelectorAll('#passes tbody tr').length")
-            seen["source"] = await dt.eval("document.getElementById('source').textContent")
-            seen["source_coloured"] = await dt.eval(
-                "document.querySelectorAll('#source span[class^=\"hljs-\"]').length")
-            seen["opts"] = await dt.eval("document.getElementById('opts').textContent")
 
-            # A pass with at least two rewrites: open it, step forward, look at the highlights.
-            kernel = api(f"/viz/api/kernel/{target['id']}")
-            # A top-level pass with two or more rewrites, at least one of which changed nodes that are in its
-            # input or output graph (a rewrite of an intermediate node has nothing to highlight there).
-            pass_doc = None
-            for stepped in kernel["pass_list"]:
-                if stepped["num_matches"] >= 2 and stepped["depth"] == 0:
-                    pass_doc = api(f"/viz/api/pass/{stepped['id']}")
-                    if any(m["removed"] or m["added"] for m in pass_doc["matches"]):
-                        break
-            assert pass_doc is not None
-            assert len(pass_doc["matches"]) == stepped["num_matches"], "the trace holds every match of the pass"
-            await dt.eval(f"document.querySelector('#passes tr[data-id=\"{stepped['id']}\"]').click()")
-            await dt.wait_for(f"document.getElementById('pass-view').dataset.pass === '{stepped['id']}'")
-            seen["svg_nodes_in"] = await dt.eval("document.querySelectorAll('#graph-in g.node').length")
-            seen["svg_nodes_out"] = await dt.eval("document.querySelectorAll('#graph-out g.node').length")
-            seen["pass_doc"] = pass_doc
-            steps = []
-            for i in range(stepped["num_matches"]):
-                steps.append({
-                    "label": await dt.eval("document.getElementById('step-label').textContent"),
-                    "rule": await dt.eval("document.getElementById('rule').textContent"),
-                    "removed": await dt.eval(
-                        "[...document.querySelectorAll('#graph-in g.node.hl-removed')].map(g => g.id)"),
-                    "added": await dt.eval(
-                        "[...document.querySelectorAll('#graph-out g.node.hl-added')].map(g => g.id)"),
-                })
-                if i + 1 < stepped["num_matches"]:
-                    await dt.eval("document.getElementById('step-next').click()")
-            seen["steps"] = steps
-            # Back one step, and a node's detail.
-            await dt.eval("document.getElementById('step-prev').click()")
-            seen["after_back"] = await dt.eval("document.getElementById('step-label').textContent")
-            await dt.eval("document.querySelector('#graph-in g.node').dispatchEvent(new MouseEvent('click'))")
-            seen["nodeinfo"] = await dt.eval("document.getElementById('nodeinfo').textContent")
-            # Screenshot 1: the rewrite view of a pass with highlights (step with the most).
-            best = max(range(len(steps)), key=lambda i: len(steps[i]["removed"]) + len(steps[i]["added"]))
-            await dt.eval(f"state.step = {best}; showStep(); window.scrollTo(0, 0)")
-            await dt.screenshot(out / "viz_rewrite.png")
-            # Screenshot 2: the kernel's source, opts and launches.
-            await dt.eval("document.getElementById('kernel-detail').scrollIntoView()")
-            await dt.screenshot(out / "viz_kernel.png")
-            # The launch timeline.
-            await dt.eval("document.getElementById('tab-timeline').click()")
-            await dt.wait_for("document.querySelectorAll('#timeline rect.launch').length > 0")
-            seen["timeline_bars"] = await dt.eval("document.querySelectorAll('#timeline rect.launch').length")
-            await dt.screenshot(out / "viz_timeline.png")
-            # The profile tab: a 2-second kernel profile of add_sub while 3 requests run.
-            await dt.eval("document.getElementById('tab-profile').click()")
-            await dt.eval("document.getElementById('profile-model').value = 'add_sub'")
-            await dt.eval("document.getElementById('profile-take').click()")
-            worker = threading.Thread(target=infer_add_sub, args=(grpc_url, 3, 0.7))
-            worker.start()
-            await dt.wait_for("document.querySelectorAll('#profile rect.launch').length > 0", timeout=60)
-            worker.join(30)
-            seen["profile_runs"] = await dt.eval("document.querySelectorAll('#profile rect.run').length")
-            seen["profile_launches"] = await dt.eval("document.querySelectorAll('#profile rect.launch').length")
-            seen["profile_note"] = await dt.eval("document.getElementById('profile-note').textContent")
-            seen["profile_link"] = await dt.eval("document.getElementById('profile-download').href")
-            await dt.screenshot(out / "viz_profile.png")
-            seen["errors"] = list(dt.errors)
-            dt.reader.cancel()
-            return seen
+async def browse(http_port: int, devtools_port: int, out: Path, kernels_doc: dict, api, grpc_url: str) -> dict:
+    async with viz_page(devtools_port, f"http://127.0.0.1:{http_port}/viz") as dt:
+        await dt.wait_for("document.querySelectorAll('#kernels tbody tr').length > 0")
+        seen = {}
+        seen["rows"] = await dt.eval("document.querySelectorAll('#kernels tbody tr').length")
+        seen["status"] = await dt.eval("document.getElementById('status').textContent")
+
+        # The add_sub compile: the newest row whose label is add_sub.
+        target = max((k for k in kernels_doc["kernels"] if k["label"] == "add_sub"), key=lambda k: k["id"])
+        await dt.eval(f"document.querySelector('#kernels tr[data-id=\"{target['id']}\"]').click()")
+        await dt.wait_for("document.querySelectorAll('#passes tbody tr').length > 0 && "
+                          "document.getElementById('pass-view').dataset.pass")
+        seen["passes"] = await dt.eval("document.querySelectorAll('#passes tbody tr').length")
+        seen["source"] = await dt.eval("document.getElementById('source').textContent")
+        seen["source_coloured"] = await dt.eval(
+            "document.querySelectorAll('#source span[class^=\"hljs-\"]').length")
+        seen["opts"] = await dt.eval("document.getElementById('opts').textContent")
+
+        # A pass with at least two rewrites: open it, step forward, look at the highlights.
+        kernel = api(f"/viz/api/kernel/{target['id']}")
+        # A top-level pass with two or more rewrites, at least one of which changed nodes that are in its
+        # input or output graph (a rewrite of an intermediate node has nothing to highlight there).
+        pass_doc = None
+        for stepped in kernel["pass_list"]:
+            if stepped["num_matches"] >= 2 and stepped["depth"] == 0:
+                pass_doc = api(f"/viz/api/pass/{stepped['id']}")
+                if any(m["removed"] or m["added"] for m in pass_doc["matches"]):
+                    break
+        assert pass_doc is not None
+        assert len(pass_doc["matches"]) == stepped["num_matches"], "the trace holds every match of the pass"
+        await dt.eval(f"document.querySelector('#passes tr[data-id=\"{stepped['id']}\"]').click()")
+        await dt.wait_for(f"document.getElementById('pass-view').dataset.pass === '{stepped['id']}'")
+        seen["svg_nodes_in"] = await dt.eval("document.querySelectorAll('#graph-in g.node').length")
+        seen["svg_nodes_out"] = await dt.eval("document.querySelectorAll('#graph-out g.node').length")
+        seen["pass_doc"] = pass_doc
+        steps = []
+        for i in range(stepped["num_matches"]):
+            steps.append({
+                "label": await dt.eval("document.getElementById('step-label').textContent"),
+                "rule": await dt.eval("document.getElementById('rule').textContent"),
+                "removed": await dt.eval(
+                    "[...document.querySelectorAll('#graph-in g.node.hl-removed')].map(g => g.id)"),
+                "added": await dt.eval(
+                    "[...document.querySelectorAll('#graph-out g.node.hl-added')].map(g => g.id)"),
+            })
+            if i + 1 < stepped["num_matches"]:
+                await dt.eval("document.getElementById('step-next').click()")
+        seen["steps"] = steps
+        # Back one step, and a node's detail.
+        await dt.eval("document.getElementById('step-prev').click()")
+        seen["after_back"] = await dt.eval("document.getElementById('step-label').textContent")
+        await dt.eval("document.querySelector('#graph-in g.node').dispatchEvent(new MouseEvent('click'))")
+        seen["nodeinfo"] = await dt.eval("document.getElementById('nodeinfo').textContent")
+        # Screenshot 1: the rewrite view of a pass with highlights (step with the most).
+        best = max(range(len(steps)), key=lambda i: len(steps[i]["removed"]) + len(steps[i]["added"]))
+        await dt.eval(f"state.step = {best}; showStep(); window.scrollTo(0, 0)")
+        await dt.screenshot(out / "viz_rewrite.png")
+        # Screenshot 2: the kernel's source, opts and launches.
+        await dt.eval("document.getElementById('kernel-detail').scrollIntoView()")
+        await dt.screenshot(out / "viz_kernel.png")
+        # The launch timeline.
+        await dt.eval("document.getElementById('tab-timeline').click()")
+        await dt.wait_for("document.querySelectorAll('#timeline rect.launch').length > 0")
+        seen["timeline_bars"] = await dt.eval("document.querySelectorAll('#timeline rect.launch').length")
+        await dt.screenshot(out / "viz_timeline.png")
+        # The profile tab: a 2-second kernel profile of add_sub while 3 requests run.
+        await dt.eval("document.getElementById('tab-profile').click()")
+        await dt.eval("document.getElementById('profile-model').value = 'add_sub'")
+        await dt.eval("document.getElementById('profile-take').click()")
+        worker = threading.Thread(target=infer_add_sub, args=(grpc_url, 3, 0.7))
+        worker.start()
+        await dt.wait_for("document.querySelectorAll('#profile rect.launch').length > 0", timeout=60)
+        worker.join(30)
+        seen["profile_runs"] = await dt.eval("document.querySelectorAll('#profile rect.run').length")
+        seen["profile_launches"] = await dt.eval("document.querySelectorAll('#profile rect.launch').length")
+        seen["profile_note"] = await dt.eval("document.getElementById('profile-note').textContent")
+        seen["profile_link"] = await dt.eval("document.getElementById('profile-download').href")
+        await dt.screenshot(out / "viz_profile.png")
+        seen["errors"] = list(dt.errors)
+        dt.reader.cancel()
+        return seen
 
 
 def test_viz_page_in_chromium(viz_kilnd, tmp_path):
@@ -406,32 +414,23 @@ def test_viz_asked_per_request(models):
 
 
 async def browse_beam(http_port: int, devtools_port: int, kernel_id: int, out: Path) -> dict:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"http://127.0.0.1:{devtools_port}/json/list") as r:
-            targets = await r.json()
-        page = next(t for t in targets if t["type"] == "page")
-        async with session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-            dt = DevTools(ws)
-            await dt.send("Runtime.enable")
-            await dt.send("Log.enable")
-            await dt.send("Page.enable")
-            await dt.send("Page.navigate", url=f"http://127.0.0.1:{http_port}/viz")
-            await dt.wait_for(f"document.querySelector('#kernels tr[data-id=\"{kernel_id}\"]') !== null")
-            await dt.eval(f"document.querySelector('#kernels tr[data-id=\"{kernel_id}\"]').click()")
-            await dt.wait_for("document.querySelectorAll('#beam-candidates tbody tr').length > 0")
-            seen = {
-                "shown": await dt.eval("getComputedStyle(document.getElementById('beam')).display !== 'none'"),
-                "rows": await dt.eval("[...document.querySelectorAll('#beam-candidates tbody tr')].map("
-                                      "tr => [...tr.cells].map(td => td.textContent))"),
-                "chosen": await dt.eval("[...document.querySelectorAll('#beam-candidates tbody tr.chosen')].map("
-                                        "tr => tr.cells[0].textContent)"),
-                "note": await dt.eval("document.getElementById('beam-note').textContent"),
-            }
-            await dt.eval("document.getElementById('beam').scrollIntoView()")
-            await dt.screenshot(out / "viz_beam.png")
-            seen["errors"] = list(dt.errors)
-            dt.reader.cancel()
-            return seen
+    async with viz_page(devtools_port, f"http://127.0.0.1:{http_port}/viz") as dt:
+        await dt.wait_for(f"document.querySelector('#kernels tr[data-id=\"{kernel_id}\"]') !== null")
+        await dt.eval(f"document.querySelector('#kernels tr[data-id=\"{kernel_id}\"]').click()")
+        await dt.wait_for("document.querySelectorAll('#beam-candidates tbody tr').length > 0")
+        seen = {
+            "shown": await dt.eval("getComputedStyle(document.getElementById('beam')).display !== 'none'"),
+            "rows": await dt.eval("[...document.querySelectorAll('#beam-candidates tbody tr')].map("
+                                  "tr => [...tr.cells].map(td => td.textContent))"),
+            "chosen": await dt.eval("[...document.querySelectorAll('#beam-candidates tbody tr.chosen')].map("
+                                    "tr => tr.cells[0].textContent)"),
+            "note": await dt.eval("document.getElementById('beam-note').textContent"),
+        }
+        await dt.eval("document.getElementById('beam').scrollIntoView()")
+        await dt.screenshot(out / "viz_beam.png")
+        seen["errors"] = list(dt.errors)
+        dt.reader.cancel()
+        return seen
 
 
 def test_viz_beam_candidates_in_chromium(models, tmp_path):
@@ -471,28 +470,19 @@ def test_viz_beam_candidates_in_chromium(models, tmp_path):
 
 
 async def browse_file(devtools_port: int, url: str, out: Path) -> dict:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"http://127.0.0.1:{devtools_port}/json/list") as r:
-            targets = await r.json()
-        page = next(t for t in targets if t["type"] == "page")
-        async with session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-            dt = DevTools(ws)
-            await dt.send("Runtime.enable")
-            await dt.send("Log.enable")
-            await dt.send("Page.enable")
-            await dt.send("Page.navigate", url=url)
-            await dt.wait_for("document.querySelectorAll('#kernels tbody tr').length > 0")
-            seen = {"rows": await dt.eval("document.querySelectorAll('#kernels tbody tr').length")}
-            await dt.eval("document.querySelector('#kernels tbody tr').click()")
-            await dt.wait_for("document.getElementById('pass-view').dataset.pass")
-            seen["svg_nodes"] = await dt.eval("document.querySelectorAll('#graph-in g.node').length")
-            seen["source"] = await dt.eval("document.getElementById('source').textContent")
-            seen["coloured"] = await dt.eval("document.querySelectorAll('#source span[class^=\"hljs-\"]').length")
-            seen["beam_rows"] = await dt.eval("document.querySelectorAll('#beam-candidates tbody tr').length")
-            await dt.screenshot(out / "viz_offline.png")
-            seen["errors"] = list(dt.errors)
-            dt.reader.cancel()
-            return seen
+    async with viz_page(devtools_port, url) as dt:
+        await dt.wait_for("document.querySelectorAll('#kernels tbody tr').length > 0")
+        seen = {"rows": await dt.eval("document.querySelectorAll('#kernels tbody tr').length")}
+        await dt.eval("document.querySelector('#kernels tbody tr').click()")
+        await dt.wait_for("document.getElementById('pass-view').dataset.pass")
+        seen["svg_nodes"] = await dt.eval("document.querySelectorAll('#graph-in g.node').length")
+        seen["source"] = await dt.eval("document.getElementById('source').textContent")
+        seen["coloured"] = await dt.eval("document.querySelectorAll('#source span[class^=\"hljs-\"]').length")
+        seen["beam_rows"] = await dt.eval("document.querySelectorAll('#beam-candidates tbody tr').length")
+        await dt.screenshot(out / "viz_offline.png")
+        seen["errors"] = list(dt.errors)
+        dt.reader.cancel()
+        return seen
 
 
 def test_kiln_viz_writes_an_offline_page(tmp_path):
