@@ -1,15 +1,13 @@
 #include "engine/schedule/indexing.h"
 
 #include <algorithm>
-#include <limits>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "engine/symbolic/range.h"
+#include "engine/symbolic/symbolic.h"
 
 namespace kiln::schedule {
 namespace {
-
-constexpr int64_t kInf = std::numeric_limits<int64_t>::max() / 4;
 
 bool IsIConst(const UOpPtr& u, int64_t* v = nullptr) {
   if (u->op() != Op::CONST) return false;
@@ -17,119 +15,6 @@ bool IsIConst(const UOpPtr& u, int64_t* v = nullptr) {
   if (p == nullptr) return false;
   if (v != nullptr) *v = *p;
   return true;
-}
-
-int64_t SatAdd(int64_t a, int64_t b) { return std::clamp(a + b, -kInf, kInf); }
-int64_t SatMul(int64_t a, int64_t b) {
-  if (a == 0 || b == 0) return 0;
-  if (std::abs(a) > kInf / std::abs(b)) return (a > 0) == (b > 0) ? kInf : -kInf;
-  return a * b;
-}
-
-std::pair<int64_t, int64_t> BoundsRec(const UOp* u, absl::flat_hash_map<const UOp*, std::pair<int64_t, int64_t>>& memo) {
-  if (auto it = memo.find(u); it != memo.end()) return it->second;
-  std::pair<int64_t, int64_t> r{-kInf, kInf};
-  switch (u->op()) {
-    case Op::CONST:
-      if (const int64_t* v = std::get_if<int64_t>(&u->arg())) r = {*v, *v};
-      else if (const bool* b = std::get_if<bool>(&u->arg())) r = {*b, *b};
-      break;
-    case Op::RANGE: {
-      auto e = BoundsRec(u->src(0).get(), memo);
-      r = {0, std::max<int64_t>(0, e.second - 1)};
-      break;
-    }
-    case Op::DEFINE_VAR:
-      if (const VarArg* v = std::get_if<VarArg>(&u->arg())) r = {v->min, v->max};
-      break;
-    case Op::ADD: {
-      auto a = BoundsRec(u->src(0).get(), memo), b = BoundsRec(u->src(1).get(), memo);
-      r = {SatAdd(a.first, b.first), SatAdd(a.second, b.second)};
-      break;
-    }
-    case Op::MUL: {
-      auto a = BoundsRec(u->src(0).get(), memo), b = BoundsRec(u->src(1).get(), memo);
-      int64_t c[4] = {SatMul(a.first, b.first), SatMul(a.first, b.second), SatMul(a.second, b.first),
-                      SatMul(a.second, b.second)};
-      r = {*std::min_element(c, c + 4), *std::max_element(c, c + 4)};
-      break;
-    }
-    case Op::CDIV: {
-      auto a = BoundsRec(u->src(0).get(), memo), b = BoundsRec(u->src(1).get(), memo);
-      if (b.first == b.second && b.first > 0 && a.first >= 0) r = {a.first / b.first, a.second / b.first};
-      break;
-    }
-    case Op::CMOD: {
-      auto a = BoundsRec(u->src(0).get(), memo), b = BoundsRec(u->src(1).get(), memo);
-      if (b.first == b.second && b.first > 0 && a.first >= 0) r = {0, std::min(a.second, b.first - 1)};
-      break;
-    }
-    case Op::MAX: {
-      auto a = BoundsRec(u->src(0).get(), memo), b = BoundsRec(u->src(1).get(), memo);
-      r = {std::max(a.first, b.first), std::max(a.second, b.second)};
-      break;
-    }
-    case Op::WHERE: {
-      auto a = BoundsRec(u->src(1).get(), memo), b = BoundsRec(u->src(2).get(), memo);
-      r = {std::min(a.first, b.first), std::max(a.second, b.second)};
-      break;
-    }
-    case Op::CMPLT:
-    case Op::CMPNE:
-    case Op::CMPEQ:
-    case Op::AND:
-    case Op::OR:
-      r = {0, 1};
-      break;
-    default: break;
-  }
-  memo[u] = r;
-  return r;
-}
-
-// An index expression as a sum of (term, coefficient); a constant term has term == nullptr.
-struct Term {
-  UOpPtr x;
-  int64_t c;
-};
-
-void Decompose(const UOpPtr& u, int64_t scale, std::vector<Term>* out) {
-  int64_t v;
-  if (IsIConst(u, &v)) {
-    out->push_back({nullptr, v * scale});
-  } else if (u->op() == Op::ADD) {
-    Decompose(u->src(0), scale, out);
-    Decompose(u->src(1), scale, out);
-  } else if (u->op() == Op::MUL && IsIConst(u->src(1), &v)) {
-    Decompose(u->src(0), scale * v, out);
-  } else {
-    out->push_back({u, scale});
-  }
-}
-
-UOpPtr Rebuild(const std::vector<Term>& terms) {
-  UOpPtr acc = IConst(0);
-  int64_t k = 0;
-  for (const Term& t : terms) {
-    if (t.x == nullptr) k += t.c;
-    else acc = IAdd(acc, IMul(t.x, t.c));
-  }
-  return IAdd(acc, k);
-}
-
-// Splits a >= 0 as a = c*quot + rest: positive coefficients (and the constant) are split into a multiple of c and a
-// remainder in [0, c); other terms stay in rest. floor(a/c) = quot + floor(rest/c) holds whenever rest >= 0.
-void SplitByMultiple(const UOpPtr& a, int64_t c, std::vector<Term>* quot, std::vector<Term>* rest) {
-  std::vector<Term> terms;
-  Decompose(a, 1, &terms);
-  for (Term& t : terms) {
-    if (t.c > 0) {
-      if (t.c / c != 0) quot->push_back({t.x, t.c / c});
-      if (t.c % c != 0) rest->push_back({t.x, t.c % c});
-    } else {
-      rest->push_back(t);
-    }
-  }
 }
 
 }  // namespace
@@ -161,23 +46,13 @@ UOpPtr IMul(const UOpPtr& a, int64_t c) {
   return UOp::Make(Op::MUL, dtypes::kIndex, {a, IConst(c)});
 }
 
+// x/c and x%c fold by engine/symbolic's div/mod rules (FoldDivMod), with range analysis (VMinMax) proving the
+// signs they need; what does not fold stays a CDIV/CMOD node.
 UOpPtr IDiv(const UOpPtr& a, int64_t c) {
   int64_t x;
   if (c == 1) return a;
   if (IsIConst(a, &x) && x >= 0) return IConst(x / c);
-  auto [lo, hi] = Bounds(a);
-  if (lo >= 0 && hi < c) return IConst(0);
-  if (lo >= 0) {
-    std::vector<Term> quot, rest;
-    SplitByMultiple(a, c, &quot, &rest);
-    UOpPtr r = Rebuild(rest);
-    auto [rlo, rhi] = Bounds(r);
-    if (!quot.empty() && rlo >= 0) {
-      UOpPtr q = Rebuild(quot);
-      if (rhi < c) return q;
-      return IAdd(q, UOp::Make(Op::CDIV, dtypes::kIndex, {r, IConst(c)}));
-    }
-  }
+  if (UOpPtr f = FoldDivMod(Op::CDIV, a, c)) return f;
   return UOp::Make(Op::CDIV, dtypes::kIndex, {a, IConst(c)});
 }
 
@@ -185,18 +60,7 @@ UOpPtr IMod(const UOpPtr& a, int64_t c) {
   int64_t x;
   if (c == 1) return IConst(0);
   if (IsIConst(a, &x) && x >= 0) return IConst(x % c);
-  auto [lo, hi] = Bounds(a);
-  if (lo >= 0 && hi < c) return a;
-  if (lo >= 0) {
-    std::vector<Term> quot, rest;
-    SplitByMultiple(a, c, &quot, &rest);
-    UOpPtr r = Rebuild(rest);
-    auto [rlo, rhi] = Bounds(r);
-    if (!quot.empty() && rlo >= 0) {
-      if (rhi < c) return r;
-      return UOp::Make(Op::CMOD, dtypes::kIndex, {r, IConst(c)});
-    }
-  }
+  if (UOpPtr f = FoldDivMod(Op::CMOD, a, c)) return f;
   return UOp::Make(Op::CMOD, dtypes::kIndex, {a, IConst(c)});
 }
 
@@ -222,8 +86,8 @@ UOpPtr IGe(const UOpPtr& a, int64_t c) {
 }
 
 std::pair<int64_t, int64_t> Bounds(const UOpPtr& u) {
-  absl::flat_hash_map<const UOp*, std::pair<int64_t, int64_t>> memo;
-  return BoundsRec(u.get(), memo);
+  const VRange r = VMinMax(u);
+  return {r.lo, r.hi};
 }
 
 UOpPtr Flatten(const IndexVec& idx, const Shape& shape) {

@@ -4,8 +4,9 @@
 // An IndexVec holds one index expression per dim of a shaped node. A `valid` expression (bool, nullptr = always
 // true) travels with it: PAD adds bounds conditions, and loads under it are gated (docs/kernel-ir.md §2).
 //
-// The builders fold constants and the identities that keep kernel ASTs small (x+0, x*1, x*0, x/1, x%1, and x/c, x%c
-// when the range of x is known to be within [0, c)). Full algebraic simplification is engine/symbolic's job.
+// The builders fold constants and the identities that keep kernel ASTs small (x+0, x*1, x*0, x/1, x%1); x/c and x%c
+// go through engine/symbolic's div/mod rules (FoldDivMod) and bounds come from its range analysis (range.h), so the
+// scheduler has no arithmetic of its own to get wrong. Full simplification is engine/symbolic's job, in codegen.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +32,7 @@ UOpPtr BAnd(const UOpPtr& a, const UOpPtr& b);
 UOpPtr ILt(const UOpPtr& a, int64_t c);
 UOpPtr IGe(const UOpPtr& a, int64_t c);
 
-// Inclusive bounds of an index expression (RANGE, CONST, DEFINE_VAR, ADD, MUL, CDIV, CMOD, WHERE, MAX).
+// Inclusive bounds of an index expression: engine/symbolic's VMinMax (cached on the node).
 std::pair<int64_t, int64_t> Bounds(const UOpPtr& u);
 
 // Row-major flat index of `idx` within `shape` (dims of size 1 contribute nothing).

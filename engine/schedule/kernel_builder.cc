@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/base/status.h"
+#include "engine/base/task.h"
 #include "engine/schedule/indexing.h"
 #include "engine/schedule/schedule.h"
 
@@ -59,10 +60,10 @@ class Builder {
         assign_buffer_ = at.first;
         assign_index_ = at.second;
         index = UOp::Make(Op::INDEX, param->dtype(), {param, at.second});
-        KILN_ASSIGN_OR_RETURN(value, Lower(o->src(1).get(), idx, nullptr));
+        KILN_ASSIGN_OR_RETURN(value, Lower(o->src(1).get(), idx, nullptr).Run());
       } else {
         index = UOp::Make(Op::INDEX, param->dtype(), {param, Flatten(idx, shape)});
-        KILN_ASSIGN_OR_RETURN(value, Compute(o, idx, nullptr));
+        KILN_ASSIGN_OR_RETURN(value, Compute(o, idx, nullptr).Run());
       }
       UOpPtr store = UOp::Make(Op::STORE, dtypes::kVoid, {index, value});
       if (!loop_ranges_.empty()) {
@@ -111,17 +112,19 @@ class Builder {
   }
 
   // The value of `u` at `idx`: a load if it is realized elsewhere, else its computation.
-  absl::StatusOr<UOpPtr> Lower(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
-    if (g_.realized.contains(u) &&
-        std::find(out_.outputs.begin(), out_.outputs.end(), u) == out_.outputs.end()) {
+  // Lowering is a recursion along the graph's depth; as Tasks (engine/base/task.h) its frames live on the heap.
+  using Lowered = Task<absl::StatusOr<UOpPtr>>;
+  Lowered Lower(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
+    while (g_.realized.contains(u) &&
+           std::find(out_.outputs.begin(), out_.outputs.end(), u) == out_.outputs.end()) {
       AddDep(u);
-      if (u->op() == Op::ASSIGN) return Lower(u->src(0).get(), idx, valid);  // read the target after the write
-      return Load(u, u->dtype(), Flatten(idx, u->shape()), valid);
+      if (u->op() != Op::ASSIGN) return Lowered::Ready(Load(u, u->dtype(), Flatten(idx, u->shape()), valid));
+      u = u->src(0).get();  // an ASSIGN: read the target after the write
     }
     return Compute(u, idx, valid);
   }
 
-  absl::StatusOr<UOpPtr> Compute(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
+  Lowered Compute(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
     if (IsElementwise(u->op()) && !reduce_stack_.empty() && !g_.realized.contains(u) &&
         Cost(u) >= kExpensiveElementwise && MissesOpenRange(idx)) {
       // An expensive elementwise value broadcast inside a reduce (the gradient of a conv output, recomputed for
@@ -129,14 +132,14 @@ class Builder {
       // away (see KernelBuild::pruned).
       out_.realize.push_back(u);
       out_.pruned = true;
-      return UOp::Const(u->dtype(), int64_t{0});
+      return Lowered::Ready(UOp::Const(u->dtype(), int64_t{0}));
     }
     if (u->op() == Op::REDUCE_AXIS && NoteReduce(u, idx, valid) && !g_.realized.contains(u)) {
       // A broadcast use of an unrealized reduce: the fusion pass realizes it and rebuilds this kernel, so this
       // build is thrown away. Do not inline the reduce's source (in a training graph that source nests whole
       // chains of broadcast reduces, and inlining them all is exponential); a placeholder stands in for it.
       out_.pruned = true;
-      return UOp::Const(u->dtype(), int64_t{0});
+      return Lowered::Ready(UOp::Const(u->dtype(), int64_t{0}));
     }
     MemoKey key;
     key.reserve(idx.size() + reduce_stack_.size() + 3);
@@ -145,25 +148,45 @@ class Builder {
     key.push_back(valid);
     key.push_back(nullptr);
     key.insert(key.end(), reduce_stack_.begin(), reduce_stack_.end());
-    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
-    KILN_ASSIGN_OR_RETURN(UOpPtr r, ComputeUncached(u, idx, valid));
-    memo_[std::move(key)] = r;
-    return r;
+    if (auto it = memo_.find(key); it != memo_.end()) return Lowered::Ready(it->second);
+    return ComputeUncached(u, idx, valid, std::move(key));
   }
 
-  // ALU ops of the unrealized elementwise subgraph under `u` (counted as a tree, capped); reduces count 0.
-  int64_t Cost(const UOp* u) {
-    if (auto it = cost_.find(u); it != cost_.end()) return it->second;
-    int64_t c = 0;
-    if (!g_.realized.contains(u)) {
-      if (IsElementwise(u->op())) c = 1;
-      if (IsElementwise(u->op()) || IsMovement(u->op()) || u->op() == Op::CONTIGUOUS ||
-          u->op() == Op::CONTIGUOUS_BACKWARD || u->op() == Op::DETACH) {
-        for (const UOpPtr& src : u->src()) c = std::min<int64_t>(c + Cost(src.get()), int64_t{1} << 20);
+  // Remembers a computed value under its memo key.
+  UOpPtr Memo(MemoKey key, UOpPtr v) {
+    memo_[std::move(key)] = v;
+    return v;
+  }
+
+  // ALU ops of the unrealized elementwise subgraph under `u` (counted as a tree, capped); reduces count 0. Post-order
+  // on an explicit stack: the subgraph may be a long chain.
+  int64_t Cost(const UOp* root) {
+    auto walks = [&](const UOp* u) {
+      return !g_.realized.contains(u) &&
+             (IsElementwise(u->op()) || IsMovement(u->op()) || u->op() == Op::CONTIGUOUS ||
+              u->op() == Op::CONTIGUOUS_BACKWARD || u->op() == Op::DETACH);
+    };
+    std::vector<std::pair<const UOp*, bool>> stack{{root, false}};
+    while (!stack.empty()) {
+      auto [u, expanded] = stack.back();
+      if (cost_.contains(u)) {
+        stack.pop_back();
+        continue;
       }
+      if (!expanded && walks(u)) {
+        stack.back().second = true;
+        for (const UOpPtr& src : u->src())
+          if (!cost_.contains(src.get())) stack.emplace_back(src.get(), false);
+        continue;
+      }
+      stack.pop_back();
+      int64_t c = 0;
+      if (!g_.realized.contains(u) && IsElementwise(u->op())) c = 1;
+      if (walks(u))
+        for (const UOpPtr& src : u->src()) c = std::min<int64_t>(c + cost_.at(src.get()), int64_t{1} << 20);
+      cost_[u] = c;
     }
-    cost_[u] = c;
-    return c;
+    return cost_.at(root);
   }
 
   // Whether the index misses a range open at this point (the value is broadcast over it).
@@ -205,47 +228,55 @@ class Builder {
     return broadcast;
   }
 
-  absl::StatusOr<UOpPtr> ComputeUncached(const UOp* u, const IndexVec& idx, const UOpPtr& valid) {
+  // A coroutine: its arguments are copied into its frame.
+  Lowered ComputeUncached(const UOp* u, IndexVec idx, UOpPtr valid, MemoKey key) {
     const Op op = u->op();
     if (op == Op::BUFFER) {
       if (u == assign_buffer_ && idx[0] != assign_index_) out_.war_hazard = true;
-      return Load(u, u->dtype(), idx[0], valid);
+      co_return Memo(std::move(key), Load(u, u->dtype(), idx[0], valid));
     }
     if (IsMovement(op)) {
       UOpPtr local;
-      KILN_ASSIGN_OR_RETURN(IndexVec sidx, MapMovement(*u, idx, &local));
-      if (local == nullptr) return Lower(u->src(0).get(), sidx, valid);
+      KILN_CO_ASSIGN_OR_RETURN(IndexVec sidx, MapMovement(*u, idx, &local));
+      if (local == nullptr) {
+        KILN_CO_ASSIGN_OR_RETURN(UOpPtr v, co_await Lower(u->src(0).get(), sidx, valid));
+        co_return Memo(std::move(key), v);
+      }
       UOpPtr both = BAnd(valid, local);
-      KILN_ASSIGN_OR_RETURN(UOpPtr v, Lower(u->src(0).get(), sidx, both));
-      if (local->op() == Op::CONST) return local->ArgBool() ? v : UOp::Const(u->dtype(), int64_t{0});
-      return UOp::Make(Op::WHERE, u->dtype(), {local, v, UOp::Const(u->dtype(), int64_t{0})});
+      KILN_CO_ASSIGN_OR_RETURN(UOpPtr v, co_await Lower(u->src(0).get(), sidx, both));
+      if (local->op() == Op::CONST)
+        co_return Memo(std::move(key), local->ArgBool() ? v : UOp::Const(u->dtype(), int64_t{0}));
+      co_return Memo(std::move(key),
+                     UOp::Make(Op::WHERE, u->dtype(), {local, v, UOp::Const(u->dtype(), int64_t{0})}));
     }
     if (IsElementwise(op)) {
       if (op == Op::BITCAST && u->dtype().ItemSize() != u->src(0)->dtype().ItemSize())
-        return absl::UnimplementedError("schedule: BITCAST that changes the item size");
+        co_return absl::UnimplementedError("schedule: BITCAST that changes the item size");
       std::vector<UOpPtr> src;
       for (const UOpPtr& s : u->src()) {
         if (s->has_shape() && s->shape() != u->shape()) {
-          KILN_ASSIGN_OR_RETURN(UOpPtr v, Lower(s.get(), BroadcastIndex(idx, u->shape(), s->shape()), valid));
+          KILN_CO_ASSIGN_OR_RETURN(UOpPtr v,
+                                   co_await Lower(s.get(), BroadcastIndex(idx, u->shape(), s->shape()), valid));
           src.push_back(v);
         } else {
-          KILN_ASSIGN_OR_RETURN(UOpPtr v, Lower(s.get(), idx, valid));
+          KILN_CO_ASSIGN_OR_RETURN(UOpPtr v, co_await Lower(s.get(), idx, valid));
           src.push_back(v);
         }
       }
-      return UOp::Make(op, u->dtype(), src, u->arg());
+      co_return Memo(std::move(key), UOp::Make(op, u->dtype(), src, u->arg()));
     }
     switch (op) {
       case Op::CONST:
-        return u->num_src() == 0 ? u->Ptr() : UOp::Make(Op::CONST, u->dtype(), {}, u->arg());
+        co_return Memo(std::move(key),
+                       u->num_src() == 0 ? u->Ptr() : UOp::Make(Op::CONST, u->dtype(), {}, u->arg()));
       case Op::DEFINE_VAR:
-        return u->Ptr();
+        co_return Memo(std::move(key), u->Ptr());
       case Op::BIND: {
         const UOp* var = u->src(0).get();
         if (var->op() != Op::DEFINE_VAR || !u->src(1)->IsConst())
-          return absl::InvalidArgumentError("schedule: BIND must bind a DEFINE_VAR to a CONST");
+          co_return absl::InvalidArgumentError("schedule: BIND must bind a DEFINE_VAR to a CONST");
         out_.binds.emplace_back(std::get<VarArg>(var->arg()).name, static_cast<int64_t>(u->src(1)->ConstValue()));
-        return u->src(0);
+        co_return Memo(std::move(key), u->src(0));
       }
       case Op::REDUCE_AXIS: {
         const ReduceArg& ra = std::get<ReduceArg>(u->arg());
@@ -279,21 +310,23 @@ class Builder {
           if (top) shared_ranges_.emplace(shared, std::make_pair(sidx, ranges));
         }
         reduce_stack_.insert(reduce_stack_.end(), ranges.begin(), ranges.end());
-        auto v = Lower(u->src(0).get(), sidx, valid);
+        absl::StatusOr<UOpPtr> v = co_await Lower(u->src(0).get(), sidx, valid);
         reduce_stack_.resize(reduce_stack_.size() - ranges.size());
-        if (!v.ok()) return v.status();
-        if (ranges.empty()) return *v;
+        if (!v.ok()) co_return v.status();
+        if (ranges.empty()) co_return Memo(std::move(key), *v);
         std::vector<UOpPtr> src{*v};
         src.insert(src.end(), ranges.begin(), ranges.end());
-        return UOp::Make(Op::REDUCE, u->dtype(), src, ra.op);
+        co_return Memo(std::move(key), UOp::Make(Op::REDUCE, u->dtype(), src, ra.op));
       }
       case Op::CONTIGUOUS:
       case Op::CONTIGUOUS_BACKWARD:
       case Op::DETACH:
-      case Op::COPY:  // same-device copy (cross-device copies are realized)
-        return Lower(u->src(0).get(), idx, valid);
+      case Op::COPY: {  // same-device copy (cross-device copies are realized)
+        KILN_CO_ASSIGN_OR_RETURN(UOpPtr v, co_await Lower(u->src(0).get(), idx, valid));
+        co_return Memo(std::move(key), v);
+      }
       default:
-        return absl::UnimplementedError(absl::StrCat("schedule: cannot fuse op ", std::string(OpName(op))));
+        co_return absl::UnimplementedError(absl::StrCat("schedule: cannot fuse op ", std::string(OpName(op))));
     }
   }
 

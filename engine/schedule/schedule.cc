@@ -7,8 +7,6 @@
 #include <numeric>
 #include <queue>
 
-#include <pthread.h>
-
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -65,10 +63,13 @@ UOpPtr ViewAs(const UOpPtr& buffer, const Shape& shape) {
 struct UnionFind {
   UOpMap<const UOp*> parent;
   const UOp* Find(const UOp* x) {
-    auto it = parent.find(x);
-    if (it == parent.end() || it->second == x) return x;
-    const UOp* r = Find(it->second);
-    parent[x] = r;
+    const UOp* r = x;
+    for (auto it = parent.find(r); it != parent.end() && it->second != r; it = parent.find(r)) r = it->second;
+    while (x != r) {  // path compression
+      const UOp* next = parent[x];
+      parent[x] = r;
+      x = next;
+    }
     return r;
   }
   void Union(const UOp* a, const UOp* b) {
@@ -556,29 +557,9 @@ absl::StatusOr<Schedule> CreateSchedule(absl::Span<const UOpPtr> graph_roots) {
   // scheduled.
   const std::vector<UOpPtr> split = schedule::SplitLongReduces(graph_roots);
   absl::Span<const UOpPtr> roots = split;
-  // Kernel lowering recurses along the graph's depth. Deep graphs are scheduled on a thread with a large stack
-  // (reserved, not committed) so a long elementwise chain cannot overflow the caller's stack.
-  constexpr size_t kDeepGraph = 2048;
-  constexpr size_t kBigStack = size_t{1} << 30;
-  if (Toposort(roots).size() < kDeepGraph) return Scheduler().Run(roots);
-  struct Job {
-    absl::Span<const UOpPtr> roots;
-    absl::StatusOr<Schedule> result = absl::InternalError("schedule: worker did not run");
-  } job{roots};
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, kBigStack);
-  pthread_t tid;
-  auto body = [](void* p) -> void* {
-    Job* j = static_cast<Job*>(p);
-    j->result = Scheduler().Run(j->roots);
-    return nullptr;
-  };
-  int rc = pthread_create(&tid, &attr, body, &job);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) return Scheduler().Run(roots);  // no thread: try on this stack
-  pthread_join(tid, nullptr);
-  return std::move(job.result);
+  // Lowering recurses along the graph's depth on the heap (engine/base/task.h), so a deep graph needs no large
+  // stack.
+  return Scheduler().Run(roots);
 }
 
 }  // namespace kiln

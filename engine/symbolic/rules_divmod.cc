@@ -261,3 +261,12 @@ std::vector<Rule> DivModRules() {
 }
 
 }  // namespace kiln::symbolic_internal
+
+namespace kiln {
+
+UOpPtr FoldDivMod(Op op, const UOpPtr& x, int64_t c) {
+  if ((op != Op::CDIV && op != Op::CMOD) || c <= 1) return nullptr;
+  return symbolic_internal::FoldDivModConst(op, x, c);
+}
+
+}  // namespace kiln

@@ -30,6 +30,11 @@ const PatternMatcher& Sym();
 // GraphRewrite(u, Symbolic()) (tinygrad's UOp.simplify). Aborts only on an internal rule loop.
 UOpPtr Simplify(const UOpPtr& u);
 
+// The div/mod rules of rules_divmod.cc applied to x / c or x % c (op CDIV or CMOD, c > 1) as they are built:
+// the folded expression (quotient and remainder linear in x's terms, a nested div/mod collapsed, a common factor
+// divided out), or null when nothing folds. Range analysis (range.h) proves the signs the folds need.
+UOpPtr FoldDivMod(Op op, const UOpPtr& x, int64_t c);
+
 // Deterministic canonical order for the sources of a commutative op: whether `a` goes before
 // `b`. Non-CONSTs before CONSTs; then structurally: op, leaf name / axis id / value, dtype,
 // sources lexicographically; below 4 levels by Key(). A strict total order on distinct nodes.

@@ -1,5 +1,7 @@
 // Kernel counts of the scheduler (reference/tinygrad.md §10.4), on tensor graphs built with UOp factories.
 // Nothing runs: CreateSchedule only.
+#include <pthread.h>
+
 #include <gtest/gtest.h>
 
 #include "engine/schedule/schedule.h"
@@ -159,6 +161,32 @@ TEST(KernelCount, DeepChainDoesNotOverflowTheStack) {
   UOpPtr y = Input({16});
   for (int i = 0; i < 20000; ++i) y = AddC(y, 1);
   EXPECT_EQ(Kernels(y), 1);
+}
+
+// The scheduler's recursions along the graph (kernel lowering, cost) keep their frames on the heap
+// (engine/base/task.h): a 100,000-op chain of elementwise ops, movement ops and a reduce schedules on a thread with a
+// 1 MiB stack, where one C++ frame per op would need tens of MiB.
+TEST(KernelCount, DeepChainNeedsNoLargeStack) {
+  UOpPtr y = Input({4, 4});
+  for (int i = 0; i < 50000; ++i) y = Permute(AddC(y, 1), {1, 0});
+  UOpPtr root = Sum(y, {1});
+  struct Job {
+    const UOpPtr* root;
+    int kernels = -1;
+  } job{&root};
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, size_t{1} << 20);
+  pthread_t tid;
+  auto body = [](void* p) -> void* {
+    Job* j = static_cast<Job*>(p);
+    j->kernels = Kernels(*j->root);
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&tid, &attr, body, &job), 0);
+  pthread_attr_destroy(&attr);
+  pthread_join(tid, nullptr);
+  EXPECT_EQ(job.kernels, 1);
 }
 
 TEST(KernelCount, ConstOnlyGraphRunsOnTheDefaultDevice) {
