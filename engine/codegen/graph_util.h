@@ -35,16 +35,6 @@ class RangeSets {
   std::vector<const UOp*> empty_;
 };
 
-// Conservative integer bounds [lo, hi] of an int/index/bool node (dtype bounds for anything unknown).
-class Bounds {
- public:
-  std::pair<int64_t, int64_t> Of(const UOpPtr& u);
-
- private:
-  absl::flat_hash_map<const UOp*, std::pair<int64_t, int64_t>> cache_;
-  std::vector<UOpPtr> keep_;
-};
-
 // Folds constant index/bool arithmetic and identities (x+0, x*1, x*0, x/1, x%1, (x+c1)+c2, WHERE(c,a,a)).
 UOpPtr FoldIndexMath(const UOpPtr& root);
 // FoldIndexMath's step at one node (up to 8 local folds); null when nothing folds.

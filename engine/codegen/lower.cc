@@ -14,6 +14,7 @@
 #include "engine/rewrite/pattern_matcher.h"
 #include "engine/rewrite/spec.h"
 #include "engine/rewrite/trace.h"
+#include "engine/symbolic/range.h"
 #include "engine/symbolic/symbolic.h"
 #include "engine/uop/printer.h"
 
@@ -119,7 +120,6 @@ constexpr Pass kLowerPasses[] = {
 };
 
 absl::Status FillProgramInfo(const LowerContext& ctx, Program& p) {
-  Bounds bounds;
   absl::flat_hash_map<int64_t, BufferParam> bufs;
   absl::flat_hash_map<const UOp*, int64_t> slot_of;
   for (const UOpPtr& u : p.uops) {
@@ -135,7 +135,7 @@ absl::Status FillProgramInfo(const LowerContext& ctx, Program& p) {
     } else if (u->op() == Op::INDEX) {
       auto it = slot_of.find(u->src(0).get());
       if (it == slot_of.end()) continue;
-      auto [lo, hi] = bounds.Of(u->src(1));
+      auto [lo, hi] = VMinMax(u->src(1));
       BufferParam& b = bufs.at(it->second);
       int64_t need = hi >= std::numeric_limits<int64_t>::max() - 16 ? 0 : hi + 1;
       b.size = std::max(b.size, need);

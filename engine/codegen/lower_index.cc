@@ -5,6 +5,7 @@
 #include "engine/codegen/lower_context.h"
 #include "engine/rewrite/graph_rewrite.h"
 #include "engine/rewrite/pattern_matcher.h"
+#include "engine/symbolic/range.h"
 
 namespace kiln::codegen {
 namespace {
@@ -57,23 +58,19 @@ const PatternMatcher& MoveGatesRules() {
 }
 
 // "guard division": integer CDIV/CMOD/FLOORDIV/FLOORMOD whose divisor may be 0 (or -1 with a dividend that may be
-// the minimum) -> WHERE-guarded forms (codegen.h's output conventions). The bounds cache lives for one pass.
-struct GuardContext {
-  Bounds bounds;
-};
+// the minimum) -> WHERE-guarded forms (codegen.h's output conventions). Bounds: engine/symbolic's range analysis.
 
 UOpPtr GuardDiv(const Bindings& b) {
   const UOpPtr& u = b.root();
   const Op op = u->op();
   const DType d = u->dtype();
   if (!d.IsInt() || d.count != 1) return nullptr;
-  Bounds& bounds = b.ctx<GuardContext>()->bounds;
   const UOpPtr& x = b["x"];
   const UOpPtr& y = b["y"];
-  auto [lo, hi] = bounds.Of(y);
+  auto [lo, hi] = VMinMax(y);
   const bool maybe_zero = lo <= 0 && hi >= 0;
   // INT_MIN / -1 overflows (and traps on x86): guard signed divisors that may be -1 when x may be the minimum.
-  const bool maybe_m1 = !d.IsUnsigned() && lo <= -1 && hi >= -1 && bounds.Of(x).first <= DTypeMin(d);
+  const bool maybe_m1 = !d.IsUnsigned() && lo <= -1 && hi >= -1 && VMin(x) <= DTypeMin(d);
   if (!maybe_zero && !maybe_m1) return nullptr;
   UOpPtr zero = UOp::Const(d, int64_t{0});
   UOpPtr one = UOp::Const(d, int64_t{1});
@@ -103,13 +100,12 @@ const PatternMatcher& GuardDivisionRules() {
 absl::StatusOr<UOpPtr> LowerIndexDType(const UOpPtr& sink, LowerContext& ctx) {
   constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
   constexpr int64_t kI32Min = std::numeric_limits<int32_t>::min();
-  Bounds bounds;
   bool wide = false;
   for (const UOp* u : Toposort(sink)) {
     if (u->dtype().scalar != ScalarType::kIndex || u->dtype().is_ptr) continue;
     if (u->op() == Op::CONST || u->op() == Op::DEFINE_VAR || u->op() == Op::RANGE || u->op() == Op::SPECIAL ||
         IsALU(u->op())) {
-      auto [lo, hi] = bounds.Of(UOpPtr::FromRaw(u));
+      auto [lo, hi] = VMinMax(*u);
       if (lo < kI32Min || hi > kI32Max) {
         wide = true;
         break;
@@ -125,10 +121,7 @@ absl::StatusOr<UOpPtr> MoveGates(const UOpPtr& sink, LowerContext& ctx) {
 }
 
 absl::StatusOr<UOpPtr> GuardDivision(const UOpPtr& sink, LowerContext& ctx) {
-  GuardContext gctx;
-  RewriteOptions o = ctx.PassOptions("guard division", /*walk=*/true);
-  o.ctx = &gctx;
-  return GraphRewrite(sink, GuardDivisionRules(), o);
+  return GraphRewrite(sink, GuardDivisionRules(), ctx.PassOptions("guard division", /*walk=*/true));
 }
 
 }  // namespace kiln::codegen
