@@ -491,7 +491,16 @@ absl::StatusOr<std::vector<UOpPtr>> RealizeOn(RealizeContext& ctx, absl::Span<co
   }
 
   stats.schedules += 1;
-  KILN_ASSIGN_OR_RETURN(Schedule s, CreateSchedule(todo));
+  // The fusion rules count into the context's RewriteStats; DEBUG >= 5 prints this schedule's own counts.
+  ScheduleOptions sched_opts;
+  RewriteStats sched_stats;
+  sched_opts.stats = DebugLevel() >= 5 ? &sched_stats : &ctx.rewrite_stats();
+  absl::StatusOr<Schedule> scheduled = CreateSchedule(todo, sched_opts);
+  if (DebugLevel() >= 5) {
+    std::fprintf(stderr, "=== schedule rule passes ===\n%s", sched_stats.Format().c_str());
+    ctx.rewrite_stats().Merge(sched_stats);
+  }
+  KILN_ASSIGN_OR_RETURN(Schedule s, std::move(scheduled));
   const double sched_s = Since(t0);
   int kernels = 0;
   for (const ScheduleItem& it : s.items) kernels += it.kind == ScheduleItem::Kind::kKernel;

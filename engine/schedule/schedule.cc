@@ -11,6 +11,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status.h"
+#include "engine/rewrite/graph_rewrite.h"
+#include "engine/rewrite/pattern_matcher.h"
+#include "engine/rewrite/rewrite_stats.h"
 #include "engine/schedule/kernel_builder.h"
 #include "engine/schedule/memory_planner.h"
 #include "engine/schedule/split_reduce.h"
@@ -60,6 +63,13 @@ UOpPtr ViewAs(const UOpPtr& buffer, const Shape& shape) {
   return UOp::Make(Op::RESHAPE, buffer->dtype(), {buffer}, IntVec(shape.begin(), shape.end()));
 }
 
+OpSet ElementwiseOps() {
+  OpSet ops;
+  for (int i = 0; i < kNumOps; ++i)
+    if (IsElementwise(static_cast<Op>(i))) ops.Add(static_cast<Op>(i));
+  return ops;
+}
+
 struct UnionFind {
   UOpMap<const UOp*> parent;
   const UOp* Find(const UOp* x) {
@@ -81,6 +91,7 @@ struct UnionFind {
 
 class Scheduler {
  public:
+  explicit Scheduler(RewriteStats* stats) : stats_(stats) {}
   absl::StatusOr<Schedule> Run(absl::Span<const UOpPtr> roots) {
     for (const UOpPtr& r : roots) {
       if (!r || !r->has_shape()) return absl::InvalidArgumentError("schedule: a root is not a shaped tensor node");
@@ -171,32 +182,84 @@ class Scheduler {
     return nullptr;
   }
 
+  // ---- Fusion decisions as rule tables ----
+  // The decisions of what to store (realize) and what to fuse are named rules in two PatternMatcher tables, so each
+  // has a name and a counter (RewriteStats rows under the passes "schedule realize" and "schedule fuse"), which
+  // DEBUG >= 5 and the VIZ page show beside the codegen passes. A rule's callback decides on the scheduler's state
+  // (the ctx) and acts on it; it never rewrites the graph.
+  static constexpr const char* kRealizePass = "schedule realize";
+  static constexpr const char* kFusePass = "schedule fuse";
+  using Decider = bool (*)(Scheduler&, const UOp*);
+  // A rule that counts a hit under `pass` when `decide` acts. Under GraphRewrite (the realize table) it returns
+  // null, so nothing is rewritten; applied to one node (the fuse table) it returns a marker so the first rule that
+  // acts ends the node's turn.
+  static Rule Decision(const char* pass, UPat pat, std::string name, Decider decide) {
+    const bool marker = pass == kFusePass;
+    return Rule{std::move(pat),
+                [pass, name, decide, marker](const Bindings& b) -> UOpPtr {
+                  Scheduler& s = *b.ctx<Scheduler>();
+                  if (!decide(s, b.root().get())) return nullptr;
+                  s.Count(pass, name);
+                  return marker ? UOp::ConstBool(true) : nullptr;
+                },
+                name};
+  }
+  void Count(const char* pass, const std::string& rule) {
+    ++decisions_;
+    if (stats_ != nullptr) stats_->AddHits(pass, pass == kFusePass ? "schedule_fuse" : "schedule_realize", rule);
+  }
+
+  // What must be stored before fusion starts (tinygrad's realize patterns). Run over the whole graph by GraphRewrite
+  // in walk mode; each node is seen once.
+  static const PatternMatcher& RealizeRules() {
+    static const PatternMatcher pm(
+        {Decision(kRealizePass, UPat(Op::CONTIGUOUS), "contiguous -> realize",
+                  [](Scheduler& s, const UOp* u) {
+                    // A no-op on a contiguous view of a BUFFER or on a node stored anyway (CONTIGUOUS(CONTIGUOUS(x))).
+                    if (IsContiguousBufferView(u->src(0).get()) || s.g_.realized.contains(u->src(0).get()))
+                      return false;
+                    s.Realize(u);
+                    return true;
+                  }),
+         Decision(kRealizePass, UPat(Op::ASSIGN), "assign -> store into the target's buffer",
+                  [](Scheduler& s, const UOp* u) {
+                    if (BufferOf(u->src(0).get()) == nullptr) {
+                      if (s.error_.ok())
+                        s.error_ = absl::UnimplementedError("schedule: ASSIGN target must be a view of a realized BUFFER");
+                      return false;
+                    }
+                    s.Realize(u);
+                    return true;
+                  }),
+         Decision(kRealizePass, UPat(Op::COPY), "copy to another device -> copy item, source stored",
+                  [](Scheduler& s, const UOp* u) {
+                    if (s.DeviceOf(u) == s.DeviceOf(u->src(0).get())) return false;
+                    s.copies_.insert(u);
+                    s.Realize(u);
+                    if (!IsContiguousBufferView(u->src(0).get())) s.Realize(u->src(0).get());
+                    return true;
+                  }),
+         Decision(kRealizePass, UPat(OpSet{Op::CMPEQ, Op::CMPNE}), "x == max(x) -> store x once",
+                  [](Scheduler& s, const UOp* u) {
+                    const UOp* x = s.ComparedWithItsMax(u);
+                    if (x == nullptr) return false;
+                    s.Realize(x);
+                    return true;
+                  })},
+        "schedule_realize");
+    return pm;
+  }
+
   absl::Status InitialRealize(absl::Span<const UOpPtr> roots) {
-    for (const UOp* u : topo_) {
-      switch (u->op()) {
-        case Op::CONTIGUOUS:
-          // A no-op on a contiguous view of a BUFFER or on a node that is stored anyway (CONTIGUOUS(CONTIGUOUS(x))).
-          if (!IsContiguousBufferView(u->src(0).get()) && !g_.realized.contains(u->src(0).get())) Realize(u);
-          break;
-        case Op::ASSIGN:
-          if (BufferOf(u->src(0).get()) == nullptr)
-            return absl::UnimplementedError("schedule: ASSIGN target must be a view of a realized BUFFER");
-          Realize(u);
-          break;
-        case Op::COPY:
-          if (DeviceOf(u) != DeviceOf(u->src(0).get())) {
-            copies_.insert(u);
-            Realize(u);
-            if (!IsContiguousBufferView(u->src(0).get())) Realize(u->src(0).get());
-          }
-          break;
-        case Op::CMPEQ:
-        case Op::CMPNE:
-          if (const UOp* x = ComparedWithItsMax(u)) Realize(x);
-          break;
-        default: break;
-      }
-    }
+    RewriteOptions o;
+    o.name = kRealizePass;
+    o.walk = true;
+    o.ctx = this;
+    const int64_t before = decisions_;
+    KILN_RETURN_IF_ERROR(GraphRewrite(UOp::Sink(std::vector<UOpPtr>(roots.begin(), roots.end())), RealizeRules(), o)
+                             .status());
+    KILN_RETURN_IF_ERROR(error_);
+    if (stats_ != nullptr) stats_->AddPass(kRealizePass, "schedule_realize", decisions_ - before);
     for (const UOpPtr& r : roots) {
       const UOp* u = r.get();
       if (IsContiguousBufferView(u)) continue;
@@ -284,76 +347,122 @@ class Scheduler {
     return false;
   }
 
-  // Fusion to a fixed point: realize reductions that must not be fused, merge kernels sharing one.
+  // What to fuse, decided per node from the kernel builds of one round (KernelBuild: reduce uses, nodes to store).
+  // Applied node by node in graph order (PatternMatcher::Rewrite), not by GraphRewrite: a merge changes the builds the
+  // later decisions depend on, so it ends the round, and which decision comes first must not depend on a walk.
+  static const PatternMatcher& FuseRules() {
+    static const PatternMatcher pm(
+        {Decision(kFusePass, UPat(Op::ASSIGN), "assign reads its target at another index -> store its value first",
+                  [](Scheduler& s, const UOp* u) {
+                    if (!s.war_assigns_.contains(u) || s.g_.realized.contains(u->src(1).get())) return false;
+                    s.Realize(u->src(1).get());
+                    return true;
+                  }),
+         Decision(kFusePass, UPat(ElementwiseOps()), "expensive elementwise broadcast in a reduce -> store",
+                  [](Scheduler& s, const UOp* u) {
+                    if (!s.expensive_.contains(u) || s.g_.realized.contains(u)) return false;
+                    s.Realize(u);
+                    return true;
+                  }),
+         Decision(kFusePass, UPat(Op::REDUCE_AXIS), "reduce broadcast back or nested and large -> store",
+                  [](Scheduler& s, const UOp* u) {
+                    if (!s.broadcast_.contains(u)) return false;
+                    s.Realize(u);
+                    return true;
+                  }),
+         Decision(kFusePass, UPat(Op::REDUCE_AXIS), "reduce used at two indices -> store",
+                  [](Scheduler& s, const UOp* u) {
+                    for (const auto& [gi, keys] : s.uses_[u])
+                      if (keys.size() > 1) {
+                        s.Realize(u);
+                        return true;
+                      }
+                    return false;
+                  }),
+         // A pruned build left out the reduces it broadcasts (stored this round), and with them its dependencies on
+         // other kernels: merging on it could join a kernel with one that depends on it through such a reduce (a
+         // cycle). The next round, with complete builds, decides.
+         Decision(kFusePass, UPat(Op::REDUCE_AXIS), "reduce shared with an incomplete build -> wait a round",
+                  [](Scheduler& s, const UOp* u) {
+                    const auto& by_group = s.uses_[u];
+                    if (by_group.size() < 2) return false;
+                    for (const auto& [gi, keys] : by_group)
+                      if (s.builds_[gi].pruned) return s.waited_ = true;
+                    return false;
+                  }),
+         // Kernels of the same output shape that use the reduce at the same index and do not depend on each other
+         // become one kernel with several outputs.
+         Decision(kFusePass, UPat(Op::REDUCE_AXIS), "reduce shared by kernels of one index -> one kernel",
+                  [](Scheduler& s, const UOp* u) {
+                    const auto& by_group = s.uses_[u];
+                    if (by_group.size() < 2) return false;
+                    const auto& first = *by_group.begin();
+                    for (const auto& [gi, keys] : by_group) {
+                      if (keys[0] != first.second[0]) return false;
+                      if (s.groups_[gi][0]->shape() != s.groups_[first.first][0]->shape()) return false;
+                      for (const UOp* o : s.groups_[gi])
+                        if (o->op() == Op::ASSIGN) return false;
+                      for (const auto& [gj, keys2] : by_group)
+                        if (gi != gj && s.DependsOn(gi, gj)) return false;
+                    }
+                    for (const auto& [gi, keys] : by_group) s.uf_.Union(s.groups_[first.first][0], s.groups_[gi][0]);
+                    s.merged_ = true;
+                    return true;
+                  }),
+         Decision(kFusePass, UPat(Op::REDUCE_AXIS), "reduce shared by kernels that cannot merge -> store",
+                  [](Scheduler& s, const UOp* u) {
+                    if (s.uses_[u].size() < 2) return false;
+                    s.Realize(u);
+                    return true;
+                  })},
+        "schedule_fuse");
+    return pm;
+  }
+
+  // Fusion to a fixed point: build every kernel, let the fuse rules decide, rebuild while anything changed.
   absl::Status Fuse() {
+    const int64_t before = decisions_;
     for (int iter = 0;; ++iter) {
       if (iter > 10000) return absl::InternalError("schedule: fusion did not converge");
       KILN_RETURN_IF_ERROR(BuildAll());
-      bool changed = false;
-      // reduce -> group -> distinct keys
       std::map<int, const UOp*> reduce_order;  // deterministic: by topo position
-      UOpMap<std::map<size_t, std::vector<std::vector<UOpPtr>>>> uses;
-      UOpSet broadcast;
+      uses_.clear();
+      broadcast_.clear();
+      war_assigns_.clear();
+      expensive_.clear();
+      std::vector<const UOp*> feedback;  // ASSIGNs and elementwise nodes the builds flagged, in build order
       for (size_t gi = 0; gi < builds_.size(); ++gi) {
         const KernelBuild& kb = builds_[gi];
-        if (kb.war_hazard) {
+        if (kb.war_hazard)
           for (const UOp* o : groups_[gi])
-            if (o->op() == Op::ASSIGN && !g_.realized.contains(o->src(1).get())) {
-              Realize(o->src(1).get());
-              changed = true;
-            }
-        }
-        for (const UOp* u : kb.realize) {
-          if (!g_.realized.contains(u)) {
-            Realize(u);
-            changed = true;
-          }
-        }
+            if (o->op() == Op::ASSIGN && war_assigns_.insert(o).second) feedback.push_back(o);
+        for (const UOp* u : kb.realize)
+          if (expensive_.insert(u).second) feedback.push_back(u);
         for (const schedule::ReduceUse& ru : kb.reduce_uses) {
           reduce_order[pos_[ru.reduce]] = ru.reduce;
-          if (ru.broadcast) broadcast.insert(ru.reduce);
-          auto& keys = uses[ru.reduce][gi];
+          if (ru.broadcast) broadcast_.insert(ru.reduce);
+          auto& keys = uses_[ru.reduce][gi];
           if (std::find(keys.begin(), keys.end(), ru.key) == keys.end()) keys.push_back(ru.key);
         }
       }
+      int64_t acted = 0;  // decisions that store or merge: each makes another round
+      for (const UOp* u : feedback) acted += FuseRules().Rewrite(u->Ptr(), this) != nullptr;
+      merged_ = false;
       for (const auto& [p, r] : reduce_order) {
         if (g_.realized.contains(r)) continue;
-        const auto& by_group = uses[r];
-        bool realize = broadcast.contains(r);
-        for (const auto& [gi, keys] : by_group) realize |= keys.size() > 1;
-        if (!realize && by_group.size() > 1) {
-          // A pruned build left out the reduces it broadcasts (realized this round), and with them its dependencies
-          // on other kernels: merging on it could join a kernel with one that depends on it through such a reduce
-          // (a cycle). The next round, with complete builds, decides.
-          bool pruned = false;
-          for (const auto& [gi, keys] : by_group) pruned |= builds_[gi].pruned;
-          if (pruned) continue;
-          // Merge the kernels into one with several outputs if they agree on shape and index and are independent.
-          const auto& first = *by_group.begin();
-          bool can_merge = true;
-          for (const auto& [gi, keys] : by_group) {
-            can_merge &= keys[0] == first.second[0];
-            can_merge &= groups_[gi][0]->shape() == groups_[first.first][0]->shape();
-            for (const UOp* o : groups_[gi]) can_merge &= o->op() != Op::ASSIGN;
-            for (const auto& [gj, keys2] : by_group)
-              if (gi != gj) can_merge &= !DependsOn(gi, gj);
-          }
-          if (can_merge) {
-            for (const auto& [gi, keys] : by_group) uf_.Union(groups_[first.first][0], groups_[gi][0]);
-            changed = true;
-            break;  // rebuild before deciding more
-          }
-          realize = true;
-        }
-        if (realize) {
-          Realize(r);
-          changed = true;
-        }
+        waited_ = false;
+        if (FuseRules().Rewrite(r->Ptr(), this) != nullptr && !waited_) ++acted;
+        if (merged_) break;  // rebuild before deciding more
       }
-      if (!changed && MergeSiblingReduces()) continue;
+      const bool changed = acted > 0;
+      if (!changed && MergeSiblingReduces()) {
+        Count(kFusePass, "sibling reduces over one input -> one kernel");
+        continue;
+      }
       if (!changed) {
         for (const KernelBuild& kb : builds_)
           if (kb.pruned) return absl::InternalError("schedule: a pruned kernel build survived fusion");
+        if (stats_ != nullptr) stats_->AddPass(kFusePass, "schedule_fuse", decisions_ - before);
         return absl::OkStatus();
       }
     }
@@ -545,11 +654,23 @@ class Scheduler {
   std::vector<std::vector<const UOp*>> groups_;
   std::vector<KernelBuild> builds_;
   UOpMap<size_t> group_of_;
+  // Fusion-rule state: the decision count and sink, the first error a realize rule met, and one round's facts from
+  // the kernel builds (each reduce's uses by group and index, broadcast reduces, ASSIGNs with a write-after-read
+  // hazard, expensive elementwise nodes to store), whether a merge ended the round and whether a rule only waited.
+  RewriteStats* stats_;
+  int64_t decisions_ = 0;
+  absl::Status error_;
+  UOpMap<std::map<size_t, std::vector<std::vector<UOpPtr>>>> uses_;
+  UOpSet broadcast_;
+  UOpSet war_assigns_;
+  UOpSet expensive_;
+  bool merged_ = false;
+  bool waited_ = false;
 };
 
 }  // namespace
 
-absl::StatusOr<Schedule> CreateSchedule(absl::Span<const UOpPtr> graph_roots) {
+absl::StatusOr<Schedule> CreateSchedule(absl::Span<const UOpPtr> graph_roots, const ScheduleOptions& options) {
   for (const UOpPtr& r : graph_roots) {
     if (!r || !r->has_shape()) return absl::InvalidArgumentError("schedule: a root is not a shaped tensor node");
   }
@@ -559,7 +680,7 @@ absl::StatusOr<Schedule> CreateSchedule(absl::Span<const UOpPtr> graph_roots) {
   absl::Span<const UOpPtr> roots = split;
   // Lowering recurses along the graph's depth on the heap (engine/base/task.h), so a deep graph needs no large
   // stack.
-  return Scheduler().Run(roots);
+  return Scheduler(options.stats).Run(roots);
 }
 
 }  // namespace kiln

@@ -14,6 +14,8 @@
 //    recomputed), except that kernels of the same output shape that use it at the same index and do not depend on
 //    each other are merged into one kernel with several outputs.
 // Hash-consing makes identical subgraphs one node, so they are computed once.
+// These decisions are named rules in two PatternMatcher tables ("schedule realize" before fusion, "schedule fuse" per
+// fusion round; docs/architecture.md §5), whose hits go to ScheduleOptions::stats.
 //
 // Each kernel output gets fresh RANGEs (one per output dim of size > 1); index expressions are mapped back through
 // movement ops (indexing.h) and REDUCE_AXIS opens kReduce RANGEs under a REDUCE. A realized node or BUFFER read by a
@@ -36,6 +38,8 @@
 #include "engine/uop/uop.h"
 
 namespace kiln {
+
+class RewriteStats;
 
 struct ScheduleItem {
   enum class Kind { kKernel, kCopy };
@@ -64,7 +68,12 @@ struct Schedule {
   int64_t planned_bytes = 0;
 };
 
-absl::StatusOr<Schedule> CreateSchedule(absl::Span<const UOpPtr> roots);
+struct ScheduleOptions {
+  // Hits of the fusion rules (passes "schedule realize" and "schedule fuse") are added here when set.
+  RewriteStats* stats = nullptr;
+};
+
+absl::StatusOr<Schedule> CreateSchedule(absl::Span<const UOpPtr> roots, const ScheduleOptions& options = {});
 
 // The device name of the default device: `DEV` in the environment, else "CPU".
 std::string DefaultDevice();

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/rewrite/rewrite_stats.h"
 #include "engine/schedule/schedule.h"
 #include "tests/engine/schedule/graph_builder.h"
 
@@ -187,6 +188,42 @@ TEST(KernelCount, DeepChainNeedsNoLargeStack) {
   pthread_attr_destroy(&attr);
   pthread_join(tid, nullptr);
   EXPECT_EQ(job.kernels, 1);
+}
+
+// The fusion decisions are named rules (schedule.cc: the "schedule realize" and "schedule fuse" tables) whose hits
+// are counted per schedule: each graph below needs one particular decision, and its rule is the one counted.
+int64_t Hits(std::vector<UOpPtr> roots, const char* pass, const char* rule, int* kernels = nullptr) {
+  RewriteStats stats;
+  ScheduleOptions o;
+  o.stats = &stats;
+  auto s = CreateSchedule(roots, o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(stats.Ran(pass)) << stats.Format();
+  if (kernels != nullptr && s.ok()) *kernels = static_cast<int>(s->items.size());
+  return stats.Hits(pass, rule);
+}
+
+TEST(KernelCount, FusionDecisionsAreNamedCountedRules) {
+  UOpPtr a = Input({10}), b = Input({10});
+  EXPECT_EQ(Hits({AddC(Contiguous(Add(a, b)), 1)}, "schedule realize", "contiguous -> realize"), 1);
+  EXPECT_EQ(Hits({AddC(Add(a, b), 1)}, "schedule realize", "contiguous -> realize"), 0);
+  UOpPtr x = Input({4, 8});
+  EXPECT_EQ(Hits({Sum(Sub(x, MaxR(x, {-1}, true)), {-1})}, "schedule fuse",
+                 "reduce broadcast back or nested and large -> store"),
+            1);
+  UOpPtr s = Sum(Input({8, 8}), {0});
+  EXPECT_EQ(Hits({Add(s, Flip(s, {1}))}, "schedule fuse", "reduce used at two indices -> store"), 1);
+  int kernels = 0;
+  UOpPtr g = Input({8, 16, 32}), h = Input({8, 16, 32});
+  EXPECT_EQ(Hits({Sum(g, {0, 2}), Sum(Mul(g, h), {0, 2})}, "schedule fuse",
+                 "sibling reduces over one input -> one kernel", &kernels),
+            1);
+  EXPECT_EQ(kernels, 1);
+  UOpPtr m = SumAll(a);
+  EXPECT_EQ(Hits({AddC(m, 2), AddC(m, 4)}, "schedule fuse", "reduce shared by kernels of one index -> one kernel",
+                 &kernels),
+            1);
+  EXPECT_EQ(kernels, 1);
 }
 
 TEST(KernelCount, ConstOnlyGraphRunsOnTheDefaultDevice) {
