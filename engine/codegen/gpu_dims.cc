@@ -13,6 +13,8 @@
 #include "engine/base/status.h"
 #include "engine/codegen/graph_util.h"
 #include "engine/codegen/lower_context.h"
+#include "engine/rewrite/graph_rewrite.h"
+#include "engine/rewrite/pattern_matcher.h"
 
 namespace kiln::codegen {
 namespace {
@@ -89,10 +91,62 @@ absl::Status MapAxes(const std::vector<UOpPtr>& axes, const char* prefix, int64_
   return absl::OkStatus();
 }
 
+// The launch-dim rules, keyed by the original RANGE nodes (RANGE -> its SPECIAL expression). They run top-down
+// (RewriteOptions::bottom_up), so an END is seen with its original RANGE sources before they are replaced.
+using LaunchMap = absl::flat_hash_map<const UOp*, UOpPtr>;
+
+UOpPtr RangeToSpecial(const Bindings& b) {
+  const LaunchMap& map = *b.ctx<LaunchMap>();
+  auto it = map.find(b.root().get());
+  return it == map.end() ? nullptr : it->second;
+}
+
+// Drops the launch axes from an END's ranges (they are no loops any more).
+UOpPtr DropLaunchRanges(const Bindings& b) {
+  const LaunchMap& map = *b.ctx<LaunchMap>();
+  const UOpPtr& u = b.root();
+  UOpVec vals, ranges;
+  bool dropped = false;
+  for (const UOpPtr& s : u->src()) {
+    if (s->op() == Op::RANGE && map.contains(s.get())) {
+      dropped = true;
+    } else if (s->op() == Op::RANGE) {
+      ranges.push_back(s);
+    } else {
+      vals.push_back(s);
+    }
+  }
+  if (!dropped) return nullptr;
+  if (ranges.empty()) return vals.size() == 1 ? vals[0] : UOp::Make(Op::GROUP, dtypes::kVoid, vals);
+  for (const UOpPtr& r : ranges) vals.push_back(r);
+  return u->WithSrc(vals);
+}
+
+UOpPtr FlattenSinkGroups(const Bindings& b) {
+  const UOpPtr& u = b.root();
+  UOpVec vals;
+  for (const UOpPtr& s : u->src()) FlattenGroups(s, vals);
+  return vals.size() == u->num_src() ? nullptr : UOp::Sink(vals);
+}
+
+const PatternMatcher& GpuDimsRules() {
+  static const PatternMatcher pm({{UPat(Op::RANGE), RangeToSpecial, "range(launch axis) -> special index"},
+                                  {UPat(Op::END), DropLaunchRanges, "end(v, launch r) -> v"},
+                                  {UPat(Op::SINK), FlattenSinkGroups, "sink(group(a, b)) -> sink(a, b)"}},
+                                 "gpu_dims");
+  return pm;
+}
+
 }  // namespace
 
 absl::StatusOr<UOpPtr> LowerGpuDims(const UOpPtr& sink, LowerContext& ctx) {
-  if (!ctx.target.has_local) return sink;
+  // A target without work-groups (and a kernel with no launch axes) passes through: counted as a run of the table
+  // that rewrote nothing, so the pass table lists every stage.
+  auto unchanged = [&] {
+    if (ctx.stats != nullptr) ctx.stats->AddPass("lower gpu dims", GpuDimsRules().name(), 0);
+    return sink;
+  };
+  if (!ctx.target.has_local) return unchanged();
   // Axes of symbolic size (a Variable-bound batch) stay loops inside every work-item; the rest become launch dims.
   std::vector<UOpPtr> globals;
   for (const UOpPtr& r : AxesOfType(sink, ctx, {AxisType::kLoop, AxisType::kGlobal})) {
@@ -105,33 +159,11 @@ absl::StatusOr<UOpPtr> LowerGpuDims(const UOpPtr& sink, LowerContext& ctx) {
   KILN_RETURN_IF_ERROR(MapAxes(globals, locals.empty() ? "idx" : "gidx", ctx.global_size,
                                ctx.target.global_max, map));
   KILN_RETURN_IF_ERROR(MapAxes(locals, "lidx", ctx.local_size, nullptr, map));
-  if (map.empty()) return sink;
-  UOpPtr out = RewriteBottomUp(sink, [&](const UOp* orig, const UOpPtr& u) -> UOpPtr {
-    if (auto it = map.find(orig); it != map.end()) return it->second;
-    if (u->op() == Op::SINK) {
-      UOpVec vals;
-      for (const UOpPtr& s : u->src()) FlattenGroups(s, vals);
-      return vals.size() == u->num_src() ? nullptr : UOp::Sink(vals);
-    }
-    if (orig->op() != Op::END) return nullptr;
-    // Drop the launch axes from the END's ranges (they are no loops any more).
-    UOpVec vals, ranges;
-    bool dropped = false;
-    for (size_t i = 0; i < orig->num_src(); ++i) {
-      if (orig->src(i)->op() == Op::RANGE && map.contains(orig->src(i).get())) {
-        dropped = true;
-      } else if (orig->src(i)->op() == Op::RANGE) {
-        ranges.push_back(u->src(i));
-      } else {
-        vals.push_back(u->src(i));
-      }
-    }
-    if (!dropped) return nullptr;
-    if (ranges.empty())
-      return vals.size() == 1 ? vals[0] : UOp::Make(Op::GROUP, dtypes::kVoid, vals);
-    for (const UOpPtr& r : ranges) vals.push_back(r);
-    return u->WithSrc(vals);
-  });
+  if (map.empty()) return unchanged();
+  RewriteOptions o = ctx.PassOptions("lower gpu dims", /*walk=*/false);
+  o.bottom_up = true;
+  o.ctx = &map;
+  KILN_ASSIGN_OR_RETURN(UOpPtr out, GraphRewrite(sink, GpuDimsRules(), o));
   // The removed ranges leave ctx.order (so later passes never look for them).
   for (const auto& [r, e] : map) {
     const int64_t id = std::get<AxisArg>(r->arg()).id;

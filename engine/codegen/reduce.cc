@@ -10,6 +10,8 @@
 #include "engine/base/status.h"
 #include "engine/codegen/graph_util.h"
 #include "engine/codegen/lower_context.h"
+#include "engine/rewrite/graph_rewrite.h"
+#include "engine/rewrite/pattern_matcher.h"
 
 namespace kiln::codegen {
 namespace {
@@ -77,64 +79,82 @@ void Flatten(const UOpPtr& u, UOpVec& out) {
   }
 }
 
+// What the reduce rules need: one accumulator slot per REDUCE (in toposort order, per dtype), the DEFINE_REG of
+// each dtype, and each REDUCE's outer ranges (OuterRanges), all keyed by the original REDUCE node. The table runs
+// top-down (RewriteOptions::bottom_up), so a rule sees a REDUCE as it was before the pass, and the REDUCEs nested in
+// its value are lowered after it, inside its replacement.
+struct ReduceLowering {
+  const LowerContext* ctx;
+  absl::flat_hash_map<const UOp*, int64_t> slot;
+  absl::flat_hash_map<DType, UOpPtr> regs;
+  absl::flat_hash_map<const UOp*, std::vector<const UOp*>> outer_of;
+};
+
+// REDUCE(v, r...) -> the accumulator loop: reg[k] = identity once per iteration of the outer ranges; for r...:
+// reg[k] = reg[k] (op) v; the value is reg[k] after the loop.
+UOpPtr LowerReduce(const Bindings& b) {
+  const ReduceLowering& rl = *b.ctx<ReduceLowering>();
+  const UOpPtr& u = b.root();
+  const Op rop = std::get<Op>(u->arg());
+  const DType d = u->dtype();
+  const UOpPtr& reg = rl.regs.at(d);
+  const UOpPtr k = UOp::Const(dtypes::kIndex, rl.slot.at(u.get()));
+  // The ranges the value (and its siblings', OuterRanges) lives in besides its own: the accumulator is
+  // reset once per iteration of those.
+  std::vector<UOpPtr> outer;
+  for (const UOp* r : rl.outer_of.at(u.get())) outer.push_back(UOpPtr::FromRaw(r));
+  SortByOrder(outer, *rl.ctx);
+  std::vector<UOpPtr> red(u->src().begin() + 1, u->src().end());
+  SortByOrder(red, *rl.ctx);
+  UOpPtr init_base = reg;
+  if (!outer.empty()) {
+    UOpVec s{reg};
+    for (const UOpPtr& r : outer) s.push_back(r);
+    init_base = UOp::Make(Op::AFTER, reg->dtype(), s);
+  }
+  UOpPtr init = UOp::Make(Op::STORE, dtypes::kVoid,
+                          {UOp::Make(Op::INDEX, reg->dtype(), {init_base, k}), Identity(rop, d)});
+  UOpVec loop_deps{reg, init};
+  for (const UOpPtr& r : red) loop_deps.push_back(r);
+  UOpPtr cur = UOp::Make(Op::LOAD, d, {UOp::Make(Op::INDEX, reg->dtype(),
+                                                 {UOp::Make(Op::AFTER, reg->dtype(), loop_deps), k})});
+  UOpPtr upd = UOp::Make(Op::STORE, dtypes::kVoid,
+                         {UOp::Make(Op::INDEX, reg->dtype(), {reg, k}), Combine(rop, cur, u->src(0))});
+  UOpPtr end = upd;
+  for (size_t i = red.size(); i-- > 0;) end = UOp::Make(Op::END, dtypes::kVoid, {end, red[i]});
+  return UOp::Make(Op::LOAD, d, {UOp::Make(Op::INDEX, reg->dtype(),
+                                           {UOp::Make(Op::AFTER, reg->dtype(), {reg, end}), k})});
+}
+
+const PatternMatcher& ReduceRules() {
+  static const PatternMatcher pm(
+      {{UPat(Op::REDUCE).Src({UPat::Var("v")}), [](const Bindings& b) { return b["v"]; }, "reduce(v) -> v"},
+       {UPat(Op::REDUCE), LowerReduce, "reduce(v, r...) -> accumulator loop over r"}},
+      "lower_reduces");
+  return pm;
+}
+
 }  // namespace
 
 absl::StatusOr<UOpPtr> LowerReduces(const UOpPtr& sink, LowerContext& ctx) {
-  // Accumulator slots, one DEFINE_REG per dtype, in toposort order of the REDUCEs.
-  absl::flat_hash_map<const UOp*, int64_t> slot;
+  ReduceLowering rl{&ctx, {}, {}, {}};
   absl::flat_hash_map<DType, int64_t> count;
   std::vector<const UOp*> topo = Toposort(sink);
   for (const UOp* u : topo) {
     if (u->op() != Op::REDUCE || u->num_src() < 2) continue;
     if (u->dtype().count != 1 || u->dtype().is_ptr)
       return absl::InvalidArgumentError("reduce: only scalar REDUCE dtypes are supported");
-    slot.emplace(u, count[u->dtype()]++);
+    rl.slot.emplace(u, count[u->dtype()]++);
   }
-  if (slot.empty()) {
-    // Range-less REDUCEs are the identity on their value.
-    return RewriteBottomUp(sink, [](const UOp*, const UOpPtr& u) -> UOpPtr {
-      return u->op() == Op::REDUCE ? u->src(0) : nullptr;
-    });
-  }
-  absl::flat_hash_map<DType, UOpPtr> regs;
-  for (const auto& [d, n] : count) regs[d] = UOp::Make(Op::DEFINE_REG, d.Ptr(AddrSpace::kReg), {}, n);
+  for (const auto& [d, n] : count) rl.regs[d] = UOp::Make(Op::DEFINE_REG, d.Ptr(AddrSpace::kReg), {}, n);
   RangeSets rs(sink);
   std::vector<const UOp*> reduces;
-  for (const auto& [r, n] : slot) reduces.push_back(r);
-  const absl::flat_hash_map<const UOp*, std::vector<const UOp*>> outer_of = OuterRanges(reduces, rs);
-  return RewriteBottomUp(sink, [&](const UOp* orig, const UOpPtr& u) -> UOpPtr {
-    if (u->op() != Op::REDUCE) return nullptr;
-    if (u->num_src() < 2) return u->src(0);
-    const Op rop = std::get<Op>(u->arg());
-    const DType d = u->dtype();
-    const UOpPtr& reg = regs.at(d);
-    const UOpPtr k = UOp::Const(dtypes::kIndex, slot.at(orig));
-    // The ranges the value (and its siblings', OuterRanges) lives in besides its own: the accumulator is
-    // reset once per iteration of those.
-    std::vector<UOpPtr> outer;
-    for (const UOp* r : outer_of.at(orig)) outer.push_back(UOpPtr::FromRaw(r));
-    SortByOrder(outer, ctx);
-    std::vector<UOpPtr> red(u->src().begin() + 1, u->src().end());
-    SortByOrder(red, ctx);
-    UOpPtr init_base = reg;
-    if (!outer.empty()) {
-      UOpVec s{reg};
-      for (const UOpPtr& r : outer) s.push_back(r);
-      init_base = UOp::Make(Op::AFTER, reg->dtype(), s);
-    }
-    UOpPtr init = UOp::Make(Op::STORE, dtypes::kVoid,
-                            {UOp::Make(Op::INDEX, reg->dtype(), {init_base, k}), Identity(rop, d)});
-    UOpVec loop_deps{reg, init};
-    for (const UOpPtr& r : red) loop_deps.push_back(r);
-    UOpPtr cur = UOp::Make(Op::LOAD, d, {UOp::Make(Op::INDEX, reg->dtype(),
-                                                   {UOp::Make(Op::AFTER, reg->dtype(), loop_deps), k})});
-    UOpPtr upd = UOp::Make(Op::STORE, dtypes::kVoid,
-                           {UOp::Make(Op::INDEX, reg->dtype(), {reg, k}), Combine(rop, cur, u->src(0))});
-    UOpPtr end = upd;
-    for (size_t i = red.size(); i-- > 0;) end = UOp::Make(Op::END, dtypes::kVoid, {end, red[i]});
-    return UOp::Make(Op::LOAD, d, {UOp::Make(Op::INDEX, reg->dtype(),
-                                             {UOp::Make(Op::AFTER, reg->dtype(), {reg, end}), k})});
-  });
+  for (const auto& [r, n] : rl.slot) reduces.push_back(r);
+  rl.outer_of = OuterRanges(reduces, rs);
+  RewriteOptions o = ctx.PassOptions("lower reduces", /*walk=*/false);
+  o.bottom_up = true;
+  o.ctx = &rl;
+  return GraphRewrite(sink, ReduceRules(), o);
 }
 
 absl::StatusOr<UOpPtr> LowerThreads(const UOpPtr& sink, LowerContext& ctx) {

@@ -2,10 +2,12 @@
 // after a named stage changes the kernels of that context only, and its hits show in the context's rewrite
 // counters. References are computed here from the inputs.
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backends/register_all.h"
 #include "engine/codegen/codegen.h"
+#include "engine/base/env.h"
 #include "engine/realize/realize.h"
 #include "engine/rewrite/rewrite_stats.h"
 #include "engine/tensor/tensor.h"
@@ -57,6 +59,33 @@ TEST(RealizeContextHooksTest, UserRuleFiresOnItsContextOnlyAndIsCounted) {
   // The built-in named passes are counted on every context.
   EXPECT_TRUE(plain.rewrite_stats().Ran("expand upcasts")) << plain.rewrite_stats().Format();
   EXPECT_GE(plain.rewrite_stats().PassRewrites("expand upcasts"), 1) << plain.rewrite_stats().Format();
+}
+
+// The scheduler's fusion rules count into the realize context too, and DEBUG >= 5 prints their tables by name.
+TEST(RealizeContextHooksTest, FusionRulesCountInTheContextAndShowAtDebug5) {
+  backends::RegisterAllBackends();
+  RealizeContext ctx;
+  std::string err;
+  {
+    ScopedRealizeContext scope(ctx);
+    Tensor t = Tensor::FromVector<float>({1.0f, 5.0f, -2.0f, 0.5f, 3.0f, 3.5f}, {2, 3});
+    Tensor softmax_num = (t - t.Max({1}, true)).Exp();  // the max is broadcast back: stored by a fuse rule
+    ::testing::internal::CaptureStderr();
+    absl::StatusOr<std::vector<float>> out;
+    {
+      Context debug({{Knob::kDebug, 5}});
+      out = softmax_num.ToVector<float>();
+    }
+    err = ::testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_FLOAT_EQ((*out)[1], 1.0f);  // exp(5 - 5)
+  }
+  const char* rule = "reduce broadcast back or nested and large -> store";
+  EXPECT_EQ(ctx.rewrite_stats().Hits("schedule fuse", rule), 1) << ctx.rewrite_stats().Format();
+  EXPECT_TRUE(ctx.rewrite_stats().Ran("schedule realize")) << ctx.rewrite_stats().Format();
+  EXPECT_NE(err.find("[schedule_realize]"), std::string::npos) << err;
+  EXPECT_NE(err.find("[schedule_fuse]"), std::string::npos) << err;
+  EXPECT_NE(err.find(rule), std::string::npos) << err;
 }
 
 }  // namespace
