@@ -14,22 +14,58 @@
 //   int depth = Depth(root).Run();
 //
 // A function that has its answer at once (a memo hit) returns Task<T>::Ready(value): no coroutine frame, and an
-// awaiting caller does not suspend. A coroutine's parameters are copied into its frame when it is called, and its body
-// runs later (when awaited or Run), so pass values, not references to temporaries that the caller's expression frees.
-// Tasks must be awaited where they are made (in the same full expression), as awaiting runs the child to completion
-// before the caller continues: state the caller sets around `co_await` (a stack it pushes and pops) is what the child
-// sees. Exceptions are not used in kiln; one escaping a task terminates.
+// awaiting caller does not suspend. A coroutine's body runs later than its call (when awaited or Run), so await every
+// task where it is made, in the same full expression (`co_await F(x)`, `F(x).Run()`): the caller is suspended inside
+// that expression until the child finishes, so reference parameters to the caller's locals and to the expression's
+// temporaries stay valid, and state the caller sets around `co_await` (a stack it pushes and pops) is what the child
+// sees. A task kept for later must take its parameters by value. Exceptions are not used in kiln; one escaping a task
+// terminates.
 //
 // Thread safety: a task and everything it awaits run on the thread that calls Run.
 #pragma once
 
 #include <coroutine>
+#include <cstddef>
 #include <exception>
 #include <optional>
 #include <utility>
 #include <vector>
 
 namespace kiln {
+namespace task_internal {
+
+// Coroutine frames come and go by the thousand in one lowering, a few sizes at a time: each thread keeps a short
+// free list per 64-byte size class (up to 1 KiB) instead of going to malloc for every frame.
+inline constexpr std::size_t kClass = 64, kClasses = 16, kKeep = 64;
+struct FramePool {
+  std::vector<void*> free[kClasses];
+  ~FramePool() {
+    for (auto& list : free)
+      for (void* p : list) ::operator delete(p);
+  }
+};
+inline FramePool& Pool() {
+  thread_local FramePool pool;
+  return pool;
+}
+inline void* AllocateFrame(std::size_t n) {
+  const std::size_t c = (n + kClass - 1) / kClass;
+  if (c == 0 || c > kClasses) return ::operator new(n);
+  std::vector<void*>& list = Pool().free[c - 1];
+  if (list.empty()) return ::operator new(c * kClass);
+  void* p = list.back();
+  list.pop_back();
+  return p;
+}
+inline void FreeFrame(void* p, std::size_t n) {
+  const std::size_t c = (n + kClass - 1) / kClass;
+  if (c == 0 || c > kClasses) return ::operator delete(p);
+  std::vector<void*>& list = Pool().free[c - 1];
+  if (list.size() >= kKeep) return ::operator delete(p);
+  list.push_back(p);
+}
+
+}  // namespace task_internal
 
 template <typename T>
 class [[nodiscard]] Task {
@@ -47,6 +83,8 @@ class [[nodiscard]] Task {
       value.emplace(std::forward<U>(v));
     }
     void unhandled_exception() noexcept { std::terminate(); }
+    static void* operator new(std::size_t n) { return task_internal::AllocateFrame(n); }
+    static void operator delete(void* p, std::size_t n) { task_internal::FreeFrame(p, n); }
   };
 
   // A task that is already done: no coroutine frame.

@@ -228,8 +228,9 @@ class Builder {
     return broadcast;
   }
 
-  // A coroutine: its arguments are copied into its frame.
-  Lowered ComputeUncached(const UOp* u, IndexVec idx, UOpPtr valid, MemoKey key) {
+  // A coroutine. `idx` and `valid` are references into the awaiting caller's frame (or its co_await expression's
+  // temporaries), which outlive this task because every call is awaited where it is made; the key moves in.
+  Lowered ComputeUncached(const UOp* u, const IndexVec& idx, const UOpPtr& valid, MemoKey key) {
     const Op op = u->op();
     if (op == Op::BUFFER) {
       if (u == assign_buffer_ && idx[0] != assign_index_) out_.war_hazard = true;
