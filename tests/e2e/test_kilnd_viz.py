@@ -20,6 +20,7 @@ import http.client
 import itertools
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -409,6 +410,29 @@ def test_viz_asked_per_request(models):
         assert status == 200, text
         rest = json.loads(get(port, "/viz/api/kernels")[2])["kernels"]
         assert all(k["launch_count"] == 3 for k in rest), rest
+
+        # ModelStreamInfer: the parameter on a streamed request records it; a streamed request without it is not.
+        results = queue.Queue()
+        s = grpcclient.InferenceServerClient(url=server.url)
+        s.start_stream(callback=lambda result, error: results.put((result, error)))
+        try:
+            s.async_stream_infer("add_sub", add_sub_inputs(), parameters={"kiln_viz": True})
+            result, error = results.get(timeout=60)
+            assert error is None, error
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0")[0], np.arange(16) + 1)
+            streamed = json.loads(get(port, "/viz/api/kernels")[2])["kernels"]
+            assert sorted(k["id"] for k in streamed) == ids and all(k["launch_count"] == 4 for k in streamed), streamed
+            s.async_stream_infer("add_sub", add_sub_inputs())
+            result, error = results.get(timeout=60)
+            assert error is None, error
+            s.async_stream_infer("add_sub", add_sub_inputs(), parameters={"kiln_viz": 1})
+            result, error = results.get(timeout=60)
+            assert error is not None and "parameters.kiln_viz: expected a bool_param" in str(error), error
+        finally:
+            s.stop_stream()
+            s.close()
+        quiet = json.loads(get(port, "/viz/api/kernels")[2])["kernels"]
+        assert all(k["launch_count"] == 4 for k in quiet), quiet
     finally:
         assert server.stop() == 0
 
