@@ -1,6 +1,8 @@
 #include "engine/symbolic/const_fold.h"
 
 #include <cmath>
+#include <random>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -54,6 +56,31 @@ TEST(ConstFoldTest, Floats) {
   EXPECT_EQ(RoundFloat(dtypes::kBFloat16, 1.0 / 3.0), 0.333984375);
   double z[2] = {0.0, 0.0};
   EXPECT_TRUE(std::isnan(*ExecFloatAlu(Op::FDIV, dtypes::kFloat32, z)));
+}
+
+// Half rounding is written out (const_fold.cc: clang 14 has no _Float16 on x86); where the compiler has _Float16
+// (gcc, the release build), its own double -> half conversion is the reference: edge values (ties, the subnormal
+// range, overflow to infinity) and 200,000 random doubles across the range.
+TEST(ConstFoldTest, Float16RoundingMatchesTheCompilersHalf) {
+  EXPECT_EQ(RoundFloat(dtypes::kFloat16, 65519.0), 65504.0);
+  EXPECT_TRUE(std::isinf(RoundFloat(dtypes::kFloat16, 65520.0)));
+  EXPECT_EQ(RoundFloat(dtypes::kFloat16, -std::ldexp(1.0, -25)), -0.0);       // half the smallest subnormal: to even
+  EXPECT_EQ(RoundFloat(dtypes::kFloat16, std::ldexp(3.0, -26)), std::ldexp(1.0, -24));
+#if defined(__FLT16_MAX__)
+  std::mt19937_64 rng(7);
+  std::vector<double> vals = {0.0, -0.0, 1.0, 2049.0, 2051.0, 65504.0, 65519.99, 65520.0, 1e9, -1e9,
+                              std::ldexp(1.0, -14), std::ldexp(1.0, -24), std::ldexp(1.0, -25), std::ldexp(1.5, -25),
+                              std::ldexp(1.0, -26), 1.0 + std::ldexp(1.0, -11), 1.0 + 3 * std::ldexp(1.0, -11)};
+  std::uniform_real_distribution<double> mant(0.5, 1.0);
+  std::uniform_int_distribution<int> exp(-30, 18);
+  for (int i = 0; i < 200000; ++i) vals.push_back((i % 2 ? -1 : 1) * std::ldexp(mant(rng), exp(rng)));
+  for (double v : vals) {
+    const double want = static_cast<double>(static_cast<_Float16>(v));
+    const double got = RoundFloat(dtypes::kFloat16, v);
+    ASSERT_EQ(std::signbit(got), std::signbit(want)) << v;
+    ASSERT_EQ(got, want) << v;
+  }
+#endif
 }
 
 TEST(ConstFoldTest, FoldConstAluNodes) {
