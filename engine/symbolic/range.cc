@@ -265,9 +265,10 @@ VRange VMinMax(const UOp& u) {
       continue;
     }
     stack.pop_back();
-    VRange r = Compute(*n, [&](size_t i) { return value(n->src(i).get()); });
-    local[n] = r;
-    Publish(*n, r);
+    const UOp* node = n;  // (a structured binding cannot be captured before C++20's P1091 in clang 16)
+    VRange r = Compute(*node, [&](size_t i) { return value(node->src(i).get()); });
+    local[node] = r;
+    Publish(*node, r);
   }
   return value(&u);
 }
