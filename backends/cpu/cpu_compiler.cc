@@ -41,6 +41,20 @@ void InitLlvmOnce() {
 
 std::string LlvmErrorString(llvm::Error err) { return llvm::toString(std::move(err)); }
 
+namespace {
+
+// Instructions in one basic block above which code generation runs unoptimized (see Compile).
+constexpr size_t kMaxOptimizedBlock = 16384;
+
+size_t LargestBlock(const llvm::Module& mod) {
+  size_t most = 0;
+  for (const llvm::Function& f : mod)
+    for (const llvm::BasicBlock& bb : f) most = std::max(most, bb.size());
+  return most;
+}
+
+}  // namespace
+
 CpuCompiler::CpuCompiler(std::string cpu, std::string features)
     : triple_(llvm::sys::getProcessTriple()), cpu_(std::move(cpu)), features_(std::move(features)) {
   if (cpu_.empty()) cpu_ = llvm::sys::getHostCPUName().str();
@@ -108,6 +122,18 @@ absl::StatusOr<std::string> CpuCompiler::Compile(const std::string& source, cons
   mod->setTargetTriple(triple_);
   mod->setDataLayout(tm->createDataLayout());
 
+  // LLVM costs time quadratic in the length of one basic block in two places: the loop vectorizer
+  // (its cost model over the loop body) and code generation's schedulers
+  // (ScheduleDAGMILive::collectVRegUses walks every use of each register per scheduled
+  // instruction). A kiln.v1 graph of one 65,536-node elementwise chain fuses into one kernel whose
+  // loop body is one block of ~10^5 instructions: its compile took 575 s (2-core EPYC, kilnd busy),
+  // and LoopVectorizePass alone 4 s at 8k nodes. Such a kernel is compiled without the vectorizers
+  // and with the non-optimizing instruction selector and register allocator, which are linear; the
+  // rest of -O2 still runs. Kernels of real models stay below the bound: the largest blocks before
+  // -O2 are 1,122 instructions in the CNN's training step and 4,095 in the ONNX real models and
+  // BEAM's candidates (onnx_real_models, BeamTest), so their code does not change.
+  const bool huge = LargestBlock(*mod) > kMaxOptimizedBlock;
+
   {  // -O2, new pass manager
     llvm::LoopAnalysisManager lam;
     llvm::FunctionAnalysisManager fam;
@@ -116,8 +142,8 @@ absl::StatusOr<std::string> CpuCompiler::Compile(const std::string& source, cons
     // PipelineTuningOptions leaves both vectorizers off by default (clang turns them on at -O2): the expanded
     // UPCAST/UNROLL lanes rely on the SLP vectorizer to become vector code.
     llvm::PipelineTuningOptions pto;
-    pto.SLPVectorization = true;
-    pto.LoopVectorization = true;
+    pto.SLPVectorization = !huge;
+    pto.LoopVectorization = !huge;
     pto.LoopUnrolling = true;
     llvm::PassBuilder pb(tm.get(), pto);
     pb.registerModuleAnalyses(mam);
@@ -128,6 +154,7 @@ absl::StatusOr<std::string> CpuCompiler::Compile(const std::string& source, cons
     llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
     mpm.run(*mod, mam);
   }
+  if (huge) tm->setOptLevel(llvm::CodeGenOptLevel::None);
 
   llvm::SmallVector<char, 0> obj;
   llvm::raw_svector_ostream os(obj);

@@ -225,6 +225,42 @@ def test_a_run_past_its_deadline_stops_between_kernels(server, stub, pb):
     alive(stub, pb)
 
 
+def test_the_longest_accepted_chain_runs_and_matches_numpy(server, stub, pb):
+    """Scenario 12: a chain at the node limit (65,536 nodes), one kernel deep. Its first half alternates
+    PERMUTE and ADD (views the scheduler follows back through 16,383 transposes), its second half MUL
+    and ADD on the input (one 32,766-op expression for codegen and LLVM). No stage may recurse per
+    node, and none may cost time quadratic in the chain: LLVM's loop vectorizer and schedulers did, on
+    the kernel's one huge block (over 600 s; backends/cpu/cpu_compiler.cc now compiles such a block
+    without them: about 14 s on the 2-core machine)."""
+    graph_pb2, engine_pb2 = pb
+    b = GraphBuilder(graph_pb2, "longest")
+    x = b.input("x", [4, 4])
+    one, half = b.node("CONST", f=1.0), b.node("CONST", f=0.5)
+    a = (np.random.default_rng(12).random((4, 4)) * 0.5).astype(np.float32)
+    v, ref = x, a.copy()
+    limit = 65536
+    while len(b.g.nodes) < limit // 2:
+        if len(b.g.nodes) % 2:
+            v, ref = b.node("PERMUTE", src=(v,), ints=[1, 0]), ref.T
+        else:
+            v, ref = b.node("ADD", src=(v, one)), ref + np.float32(1)
+    while len(b.g.nodes) < limit:
+        if len(b.g.nodes) % 2:
+            v, ref = b.node("MUL", src=(v, x)), ref * a
+        else:
+            v, ref = b.node("ADD", src=(v, half)), ref + np.float32(0.5)
+    b.output("y", v)
+    assert len(b.g.nodes) == limit
+    request = engine_pb2.ExecuteRequest(graph=b.g, inputs=[engine_pb2.Tensor(
+        name="x", dtype="float32", shape=[4, 4], raw=a.tobytes())])
+    out = stub.Execute(request, timeout=600)
+    y = np.frombuffer(out.outputs[0].raw, np.float32).reshape(4, 4)
+    # the MUL/ADD half contracts (|x| < 0.5), so float32 rounding does not grow along the chain
+    np.testing.assert_allclose(y, ref, rtol=1e-5)
+    assert server.proc.poll() is None
+    alive(stub, pb)
+
+
 def test_prepared_graph_cache_is_bounded_by_bytes(server, stub, pb):
     graph_pb2, engine_pb2 = pb
     for k in range(8):  # ~2000-node graphs of ~0.5 MB each against a 1 MiB bound
