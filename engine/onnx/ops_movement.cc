@@ -49,6 +49,7 @@ absl::StatusOr<std::vector<Value>> Reshape(OpContext& ctx) {
   }
   const bool allowzero = ctx.Int("allowzero", 0) != 0;
   int64_t known = 1, infer = -1;
+  bool zero = false, over = false;  // the product of the given dims: 0, or past kMaxElements
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == 0 && !allowzero) {
       if (static_cast<int64_t>(i) >= x.ndim()) return ctx.Error("shape copies a dim the input does not have");
@@ -59,9 +60,18 @@ absl::StatusOr<std::vector<Value>> Reshape(OpContext& ctx) {
       infer = static_cast<int64_t>(i);
     } else if (shape[i] < 0) {
       return ctx.Error(absl::StrCat("shape has a negative dim ", shape[i]));
+    } else if (shape[i] == 0) {
+      zero = true;
+    } else if (known > kMaxElements / shape[i]) {
+      over = true;
     } else {
       known *= shape[i];
     }
+  }
+  if (zero) {
+    known = 0;
+  } else if (over) {
+    return ctx.Error(absl::StrCat("shape has more than ", kMaxElements, " elements"));
   }
   if (infer >= 0) {
     if (known == 0 || x.numel() % known != 0) return ctx.Error("cannot infer the -1 dim");

@@ -305,5 +305,29 @@ TEST_F(OnnxModelTest, HugePadsAreAnErrorNotAHang) {
   }
 }
 
+TEST_F(OnnxModelTest, ReshapeToAnOverflowingShapeIsAnError) {
+  // fuzz_onnx (UBSan): the product of the shape's dims overflowed int64.
+  ::onnx::ModelProto m = Base(8, 14);
+  auto* g = m.mutable_graph();
+  AddIo(g->add_input(), "x", 1, {2, 3});
+  AddIo(g->add_output(), "y", 1, {-1, -1});
+  auto* shape = g->add_initializer();
+  shape->set_name("shape");
+  shape->set_data_type(7);
+  shape->add_dims(2);
+  shape->add_int64_data(1392508929);
+  shape->add_int64_data(4467570830351532031);
+  AddNode(g, "Reshape", {"x", "shape"}, {"y"});
+  auto model = Load(m);
+  ASSERT_TRUE(model.ok()) << model.status();
+  Value x;
+  x.kind = Value::Kind::kTensor;
+  x.host = std::make_shared<const HostArray>(HostArray::FromDoubles(dtypes::kFloat32, {2, 3}, {0, 1, 2, 3, 4, 5}));
+  auto r = kiln::onnx::Run(**model, {{"x", x}}, RunOptions{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+  EXPECT_NE(std::string(r.status().message()).find("shape has more than"), std::string::npos) << r.status();
+}
+
 }  // namespace
 }  // namespace kiln::onnx
