@@ -44,7 +44,12 @@ void AddInt(Sha256& h, int64_t v) { h.Update(std::string_view(reinterpret_cast<c
 // ---- PreparedGraph ----
 
 PreparedGraph::PreparedGraph(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-PreparedGraph::~PreparedGraph() = default;
+// A graph's traces hold a JitFunction that reads impl_->decoded: they go with the graph. (They were
+// keyed by the graph's content, so a graph evicted from the prepared cache and prepared again found
+// the old graph's trace and ran its freed DecodedGraph: wrong sizes, a crash.)
+PreparedGraph::~PreparedGraph() {
+  if (impl_ != nullptr && impl_->traces != nullptr) impl_->traces->Erase(impl_->trace_key);
+}
 const std::string& PreparedGraph::key() const { return impl_->key; }
 const GraphSpec& PreparedGraph::spec() const { return impl_->spec; }
 int PreparedGraph::num_inputs() const { return static_cast<int>(impl_->spec.inputs.size()); }
@@ -232,7 +237,11 @@ absl::StatusOr<std::shared_ptr<const PreparedGraph>> Engine::Prepare(const Graph
     }
     auto impl = std::make_unique<PreparedGraph::Impl>();
     impl->key = key;
-    impl->trace_key = absl::StrCat("graph/", key);
+    {
+      absl::MutexLock l(&state_->mu);  // unique per prepared graph: its traces die with it
+      impl->trace_key = absl::StrCat("graph/", state_->next_builtin_id++, "/", key);
+    }
+    impl->traces = &state_->traces;
     impl->spec = spec;
     KILN_ASSIGN_OR_RETURN(impl->decoded, DecodeGraph(spec, limits));
     if (impl->decoded.all_static) {

@@ -70,7 +70,8 @@ struct PreparedGraph::Impl {
   GraphSpec spec;
   DecodedGraph decoded;
   int64_t bytes = 0;  // estimated memory of this object (SpecBytes + DecodedBytes), for the cache bound
-  std::string trace_key;  // the graph's model string in the engine's TraceCache ("graph/<key>")
+  std::string trace_key;  // the graph's model string in the engine's TraceCache ("graph/<id>/<key>")
+  jit::TraceCache* traces = nullptr;  // erases trace_key's traces when the graph is destroyed
   // Counters, updated by Run through a const PreparedGraph.
   mutable absl::Mutex mu;
   mutable uint64_t runs ABSL_GUARDED_BY(mu) = 0;
@@ -87,12 +88,13 @@ struct Engine::State {
   // This engine's realize context: its memo, loaded kernels and realize counters (realize.h). Every
   // run makes it current (ScopedRealizeContext) and records its statistics on it under run_mu.
   RealizeContext ctx;
+  // Declared before `prepared`, so it outlives the prepared graphs, which erase their traces.
+  jit::TraceCache traces{64};  // bounds set from options by Engine::Create
   mutable absl::Mutex mu;
   // Prepared graphs by key, bounded by options.prepared_cache_entries and
   // options.prepared_cache_bytes (PreparedGraph::Impl::bytes).
   LruCache<std::string, std::shared_ptr<const PreparedGraph>> prepared ABSL_GUARDED_BY(mu){256, 0};
   EngineStats stats ABSL_GUARDED_BY(mu);
-  jit::TraceCache traces{64};  // bounds set from options by Engine::Create
   uint64_t next_builtin_id ABSL_GUARDED_BY(mu) = 0;
 
   // Counts a finished Run / RunBuiltin in `stats`.

@@ -258,7 +258,7 @@ def test_the_longest_accepted_chain_runs_and_matches_numpy(server, stub, pb):
     # the MUL/ADD half contracts (|x| < 0.5), so float32 rounding does not grow along the chain
     np.testing.assert_allclose(y, ref, rtol=1e-5)
     assert server.proc.poll() is None
-    alive(stub, pb)
+    alive(stub, pb)  # c2's "alive" graph, evicted by this one, prepared again (its old trace was run)
 
 
 def test_prepared_graph_cache_is_bounded_by_bytes(server, stub, pb):

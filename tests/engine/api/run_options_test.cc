@@ -1,6 +1,7 @@
 // engine/api RunOptions: output and memory admission before anything is allocated, deadlines and
 // cancellation, the warm-up's zero inputs counted, count caps and one-pass name checks, and the
 // prepared-graph cache bounded by bytes. Expected figures are the byte counts of the tensors.
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -145,6 +146,39 @@ TEST(PreparedCacheTest, BoundedByBytes) {
   EXPECT_EQ(s.prepared.evictions, 4);
   EXPECT_GT(s.prepared.bytes, 0);
   EXPECT_EQ(s.prepared.max_bytes, 1);
+}
+
+// A graph evicted from the prepared cache takes its JIT traces with it. The traces were keyed by the
+// graph's content, so the same graph prepared again found the evicted graph's trace, whose function
+// read the freed graph: kilnd answered "an exception in the engine" or crashed (found by the 65,536-node
+// chain of test_kilnd_limits.py, whose 1.8 MB graph evicted every other one).
+TEST(PreparedCacheTest, AnEvictedGraphTakesItsTracesAlong) {
+  EngineOptions options;
+  options.prepared_cache_bytes = 1;  // only the newest graph stays
+  auto e = Engine::Create(options);
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8};
+  auto run = [&](const PreparedGraph& g) -> std::vector<float> {
+    auto r = (*e)->Run(g, {{"float32", {8}, Bytes(x)}}, RunOptions{});
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok() || r->outputs.size() != 1) return {};
+    std::vector<float> y(8);
+    EXPECT_EQ(r->outputs[0].data.size(), y.size() * sizeof(float));
+    std::memcpy(y.data(), r->outputs[0].data.data(), std::min(r->outputs[0].data.size(), y.size() * sizeof(float)));
+    return y;
+  };
+  const std::vector<float> twice = {2, 4, 6, 8, 10, 12, 14, 16};
+  {
+    auto a = (*e)->Prepare(Double(8));
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(run(**a), twice);  // the first call of the signature: a trace entry exists from now on
+    EXPECT_EQ((*e)->stats().traces.entries, 1);
+  }
+  ASSERT_TRUE((*e)->Prepare(Double(8, false, "other")).ok());  // evicts and destroys the first graph
+  EXPECT_EQ((*e)->stats().traces.entries, 0);
+  auto again = (*e)->Prepare(Double(8));
+  ASSERT_TRUE(again.ok()) << again.status();
+  for (int call = 0; call < 3; ++call) EXPECT_EQ(run(**again), twice) << call;  // run, capture, replay
 }
 
 }  // namespace
