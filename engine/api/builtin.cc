@@ -152,7 +152,7 @@ absl::StatusOr<std::shared_ptr<const BuiltinModel>> Engine::LoadBuiltin(
     };
     {
       absl::MutexLock l(&state_->mu);
-      impl->trace_key = absl::StrCat("builtin/", state_->next_builtin_id++, "/", architecture);
+      impl->trace_key = absl::StrCat("builtin/", state_->next_model_id++, "/", architecture);
     }
     impl->traces = &state_->traces;
     return std::make_shared<const BuiltinModel>(std::move(impl));

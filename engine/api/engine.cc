@@ -239,7 +239,7 @@ absl::StatusOr<std::shared_ptr<const PreparedGraph>> Engine::Prepare(const Graph
     impl->key = key;
     {
       absl::MutexLock l(&state_->mu);  // unique per prepared graph: its traces die with it
-      impl->trace_key = absl::StrCat("graph/", state_->next_builtin_id++, "/", key);
+      impl->trace_key = absl::StrCat("graph/", state_->next_model_id++, "/", key);
     }
     impl->traces = &state_->traces;
     impl->spec = spec;

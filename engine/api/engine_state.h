@@ -95,7 +95,7 @@ struct Engine::State {
   // options.prepared_cache_bytes (PreparedGraph::Impl::bytes).
   LruCache<std::string, std::shared_ptr<const PreparedGraph>> prepared ABSL_GUARDED_BY(mu){256, 0};
   EngineStats stats ABSL_GUARDED_BY(mu);
-  uint64_t next_builtin_id ABSL_GUARDED_BY(mu) = 0;
+  uint64_t next_model_id ABSL_GUARDED_BY(mu) = 0;  // numbers each model object's trace key
 
   // Counts a finished Run / RunBuiltin in `stats`.
   void RecordRun(const RunResult& result) ABSL_LOCKS_EXCLUDED(mu) {

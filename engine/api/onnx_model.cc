@@ -108,7 +108,7 @@ absl::StatusOr<std::shared_ptr<const OnnxModel>> Engine::LoadOnnx(const std::str
   impl->device = state_->device;
   {
     absl::MutexLock l(&state_->mu);
-    impl->trace_key = absl::StrCat("onnx/", state_->next_builtin_id++);
+    impl->trace_key = absl::StrCat("onnx/", state_->next_model_id++);
   }
   impl->traces = &state_->traces;
   OnnxModel::Impl* raw = impl.get();

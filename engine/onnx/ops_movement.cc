@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/onnx/host_array.h"
 #include "engine/onnx/model.h"
 #include "engine/onnx/ops_util.h"
 
@@ -48,8 +49,8 @@ absl::StatusOr<std::vector<Value>> Reshape(OpContext& ctx) {
     KILN_ASSIGN_OR_RETURN(shape, ctx.Ints(1));
   }
   const bool allowzero = ctx.Int("allowzero", 0) != 0;
-  int64_t known = 1, infer = -1;
-  bool zero = false, over = false;  // the product of the given dims: 0, or past kMaxElements
+  int64_t infer = -1;
+  Shape given;  // the dims other than the -1
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == 0 && !allowzero) {
       if (static_cast<int64_t>(i) >= x.ndim()) return ctx.Error("shape copies a dim the input does not have");
@@ -60,22 +61,15 @@ absl::StatusOr<std::vector<Value>> Reshape(OpContext& ctx) {
       infer = static_cast<int64_t>(i);
     } else if (shape[i] < 0) {
       return ctx.Error(absl::StrCat("shape has a negative dim ", shape[i]));
-    } else if (shape[i] == 0) {
-      zero = true;
-    } else if (known > kMaxElements / shape[i]) {
-      over = true;
     } else {
-      known *= shape[i];
+      given.push_back(shape[i]);
     }
   }
-  if (zero) {
-    known = 0;
-  } else if (over) {
-    return ctx.Error(absl::StrCat("shape has more than ", kMaxElements, " elements"));
-  }
+  absl::StatusOr<int64_t> known = CheckedNumel(given, kMaxElements);  // no signed overflow
+  if (!known.ok()) return ctx.Error(absl::StrCat("shape has more than ", kMaxElements, " elements"));
   if (infer >= 0) {
-    if (known == 0 || x.numel() % known != 0) return ctx.Error("cannot infer the -1 dim");
-    shape[infer] = x.numel() / known;
+    if (*known == 0 || x.numel() % *known != 0) return ctx.Error("cannot infer the -1 dim");
+    shape[infer] = x.numel() / *known;
   }
   return One(x.Reshape(shape));
 }
@@ -309,10 +303,10 @@ absl::StatusOr<std::vector<Value>> Pad(OpContext& ctx) {
     KILN_ASSIGN_OR_RETURN(int64_t a, Axis(ctx, axes[i], x.ndim()));
     full[a] = {pads[i], pads[i + axes.size()]};
   }
+  auto far = [](int64_t v) { return v < -kMaxElements || v > kMaxElements; };
   for (int64_t a = 0; a < x.ndim(); ++a) {  // bounded first, so that the sums below cannot overflow
     const auto [b, e] = full[a];
     const int64_t size = x.size(a);
-    auto far = [](int64_t v) { return v < -kMaxElements || v > kMaxElements; };
     if (far(b) || far(e) || size + b + e < 0 || size + b + e > kMaxElements) {
       return ctx.Error(absl::StrCat("pads ", b, " and ", e, " give axis ", a, " of size ", size,
                                     " a size outside [0, ", kMaxElements, "]"));
