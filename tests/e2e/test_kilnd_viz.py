@@ -14,10 +14,7 @@ offline `kiln viz` page)."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import http.client
-import itertools
 import json
 import os
 import queue
@@ -29,12 +26,12 @@ import threading
 import time
 from pathlib import Path
 
-import aiohttp  # comes with tritonclient[http]; its websocket client speaks DevTools
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
 from conftest import Kilnd
+from devtools import DevTools, artifacts_dir, open_page, start_chromium
 
 
 def get(port: int, path: str):
@@ -45,13 +42,6 @@ def get(port: int, path: str):
         return r.status, r.getheader("Content-Type"), r.read()
     finally:
         conn.close()
-
-
-def artifacts_dir() -> Path:
-    # KILND = <build>/server/main/kilnd
-    d = Path(os.environ["KILND"]).resolve().parents[2] / "tests" / "e2e" / "artifacts"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 @pytest.fixture(scope="module")
@@ -75,79 +65,6 @@ def viz_kilnd(models):
     assert server.stop() == 0
 
 
-class DevTools:
-    """One page of a headless Chromium over the DevTools protocol (JSON messages on a websocket)."""
-
-    def __init__(self, ws):
-        self.ws = ws
-        self.ids = itertools.count(1)
-        self.errors: list[str] = []
-        self.pending: dict[int, asyncio.Future] = {}
-        self.reader = asyncio.get_running_loop().create_task(self._read())
-
-    async def _read(self):
-        async for msg in self.ws:
-            data = json.loads(msg.data)
-            if "id" in data and data["id"] in self.pending:
-                self.pending.pop(data["id"]).set_result(data)
-            elif data.get("method") == "Runtime.exceptionThrown":
-                self.errors.append(json.dumps(data["params"]["exceptionDetails"])[:500])
-            elif data.get("method") == "Runtime.consoleAPICalled" and data["params"]["type"] in ("error", "assert"):
-                self.errors.append(json.dumps(data["params"]["args"])[:500])
-            elif data.get("method") == "Log.entryAdded" and data["params"]["entry"]["level"] == "error":
-                self.errors.append(data["params"]["entry"].get("text", "")[:500])
-
-    async def send(self, method: str, **params):
-        i = next(self.ids)
-        fut = asyncio.get_running_loop().create_future()
-        self.pending[i] = fut
-        await self.ws.send_str(json.dumps({"id": i, "method": method, "params": params}))
-        reply = await asyncio.wait_for(fut, 60)
-        assert "error" not in reply, reply
-        return reply["result"]
-
-    async def eval(self, expression: str):
-        r = await self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
-        assert "exceptionDetails" not in r, r
-        return r["result"].get("value")
-
-    async def wait_for(self, expression: str, timeout: float = 30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if await self.eval(expression):
-                return
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {expression}")
-
-    async def screenshot(self, path: Path):
-        r = await self.send("Page.captureScreenshot", format="png")
-        path.write_bytes(base64.b64decode(r["data"]))
-
-
-def start_chromium(profile: Path) -> tuple[subprocess.Popen, int]:
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("no chromium: deploy/install-deps.sh installs Debian's chromium")
-    proc = subprocess.Popen(
-        [chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--disable-extensions", "--disable-background-networking", "--window-size=1500,1000",
-         f"--user-data-dir={profile}", "--remote-debugging-port=0", "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    port = 0
-    while time.monotonic() < deadline and not port:
-        line = proc.stderr.readline()
-        if not line and proc.poll() is not None:
-            raise RuntimeError(f"chromium exited ({proc.returncode})")
-        m = re.search(r"DevTools listening on ws://127\.0\.0\.1:(\d+)/", line)
-        if m:
-            port = int(m.group(1))
-    if not port:
-        proc.kill()
-        raise RuntimeError("chromium did not print its DevTools port")
-    return proc, port
-
-
 def infer_add_sub(grpc_url: str, times: int, delay: float) -> None:
     time.sleep(delay)
     c = grpcclient.InferenceServerClient(url=grpc_url)
@@ -160,24 +77,8 @@ def infer_add_sub(grpc_url: str, times: int, delay: float) -> None:
     c.close()
 
 
-@contextlib.asynccontextmanager
-async def viz_page(devtools_port: int, url: str):
-    """The browser's page, driven over DevTools, navigated to `url` (runtime, log and page events on)."""
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"http://127.0.0.1:{devtools_port}/json/list") as r:
-            targets = await r.json()
-        page = next(t for t in targets if t["type"] == "page")
-        async with session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-            dt = DevTools(ws)
-            await dt.send("Runtime.enable")
-            await dt.send("Log.enable")
-            await dt.send("Page.enable")
-            await dt.send("Page.navigate", url=url)
-            yield dt
-
-
 async def browse(http_port: int, devtools_port: int, out: Path, kernels_doc: dict, api, grpc_url: str) -> dict:
-    async with viz_page(devtools_port, f"http://127.0.0.1:{http_port}/viz") as dt:
+    async with open_page(devtools_port, f"http://127.0.0.1:{http_port}/viz") as dt:
         await dt.wait_for("document.querySelectorAll('#kernels tbody tr').length > 0")
         seen = {}
         seen["rows"] = await dt.eval("document.querySelectorAll('#kernels tbody tr').length")
@@ -438,7 +339,7 @@ def test_viz_asked_per_request(models):
 
 
 async def browse_beam(http_port: int, devtools_port: int, kernel_id: int, out: Path) -> dict:
-    async with viz_page(devtools_port, f"http://127.0.0.1:{http_port}/viz") as dt:
+    async with open_page(devtools_port, f"http://127.0.0.1:{http_port}/viz") as dt:
         await dt.wait_for(f"document.querySelector('#kernels tr[data-id=\"{kernel_id}\"]') !== null")
         await dt.eval(f"document.querySelector('#kernels tr[data-id=\"{kernel_id}\"]').click()")
         await dt.wait_for("document.querySelectorAll('#beam-candidates tbody tr').length > 0")
@@ -494,7 +395,7 @@ def test_viz_beam_candidates_in_chromium(models, tmp_path):
 
 
 async def browse_file(devtools_port: int, url: str, out: Path) -> dict:
-    async with viz_page(devtools_port, url) as dt:
+    async with open_page(devtools_port, url) as dt:
         await dt.wait_for("document.querySelectorAll('#kernels tbody tr').length > 0")
         seen = {"rows": await dt.eval("document.querySelectorAll('#kernels tbody tr').length")}
         await dt.eval("document.querySelector('#kernels tbody tr').click()")
