@@ -76,6 +76,8 @@ void KernelSummary(Writer* w, const LoggedKernel& k, size_t passes) {
   w->Int64(k.compiled_unix_ms);
   w->Key("compile_ms");
   w->Double(k.compile_seconds * 1e3);
+  w->Key("reused");
+  w->Bool(k.reused);
   w->Key("flops");
   w->Int64(k.flops);
   w->Key("bytes");

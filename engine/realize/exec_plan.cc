@@ -216,7 +216,7 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
       call.device = dev;
       call.name = k->program.name;
       call.cost = {k->program.flops, k->program.mem_bytes};
-      call.log_id = k->log_id;
+      call.kernel = k.get();
       plan->kernels_.push_back(std::move(k));
       ++plan->num_kernels_;
     }
@@ -280,7 +280,8 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
     if (c.program != nullptr) {
       // DEBUG >= 2 times each replayed kernel: the eager step's figures include first-touch page faults of its
       // fresh buffers (a 51 MB copy: 13-17 ms eager, 2-3 ms replayed), the replay's are the steady state.
-      const bool logged = c.log_id != 0 && KernelLog::Enabled();  // recorded, and recording now
+      const int64_t log_id = KernelLog::Enabled() ? realize_internal::LogIdForLaunch(*c.kernel, *c.device) : 0;
+      const bool logged = log_id != 0;  // recording now
       const bool timed = debug >= 2 || timed_ || logged;
       const int64_t start_ns = timed ? SteadyNowNs() : 0;
       if (timed_) call_start_ns_[ci] = start_ns;
@@ -289,7 +290,7 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
           absl::Span<const int64_t>(vars + c.var_begin, c.var_count), c.dims, timed);
       if (!r.ok()) return r.status();
       if (timed_) call_seconds_[ci] = *r;
-      if (logged) KernelLog::Get().RecordLaunch(c.log_id, start_ns, *r);
+      if (logged) KernelLog::Get().RecordLaunch(log_id, start_ns, *r);
       if (debug >= 2)
         std::fprintf(stderr, "*** JIT %-6s %4zu %-32s arg %2u tm %10.2fus\n",
                      c.device ? c.device->name().c_str() : "?", ci, c.name.c_str(), c.arg_count,

@@ -144,7 +144,7 @@ class ExecPlan {
     size_t copy_bytes = 0;
     std::string name;
     CallCost cost;  // kernels: codegen::Program's flops and mem_bytes
-    int64_t log_id = 0;  // kernels: the KernelLog entry (VIZ), 0 = none
+    realize_internal::LoadedKernel* kernel = nullptr;  // kernels: held by kernels_ (its VIZ record, LogIdForLaunch)
   };
   struct Patch {
     uint32_t arg;    // index into args_

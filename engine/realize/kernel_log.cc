@@ -54,6 +54,13 @@ std::vector<LoggedKernel> KernelLog::Kernels() const {
   return std::vector<LoggedKernel>(kernels_.begin(), kernels_.end());
 }
 
+bool KernelLog::Holds(int64_t id) const {
+  absl::MutexLock l(&mu_);
+  auto at = std::lower_bound(kernels_.begin(), kernels_.end(), id,
+                             [](const LoggedKernel& k, int64_t v) { return k.id < v; });
+  return at != kernels_.end() && at->id == id;
+}
+
 bool KernelLog::Find(int64_t id, LoggedKernel* out) const {
   absl::MutexLock l(&mu_);
   for (const LoggedKernel& k : kernels_) {

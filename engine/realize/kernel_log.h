@@ -5,16 +5,17 @@
 //
 // On only while the VIZ knob is > 0 on the calling thread (engine/base/env.h; VIZ=1 also turns the
 // rewrite trace on through TRACK_MATCH_STATS=2; api::RunOptions::viz turns both on for one run).
-// When off, the cost is a knob read per kernel compile (never per launch: a kernel compiled while
-// off has log id 0, and its launches check only that). A recorded kernel's launches are logged
-// while recording is on for the launching thread.
+// When off, the cost is a knob read (a thread-local) per kernel compile and per launch. A kernel's
+// launches are logged while recording is on for the launching thread.
 //
 // Bounds: capacity() kernels (default 256; SetCapacity, kilnd --viz-kernels), the oldest dropped
 // first; per kernel the last kMaxLoggedLaunches launches (launch_count counts them all). A kernel
 // holds its AST node alive until it leaves the ring.
 //
 // Who records: realize_internal::GetKernel (a compile, under a ScopedTraceGroup of the new id),
-// RunKernel (eager launches) and ExecPlan::Run (JIT replays; timed while VIZ is on).
+// RunKernel (eager launches) and ExecPlan::Run (JIT replays; timed while VIZ is on). A kernel that a
+// recording run launches without an entry in the ring (compiled while recording was off, or
+// dropped since) gets one then, marked `reused` (realize_internal::LogIdForLaunch).
 // A label naming what was being compiled (a model, a graph) comes from the innermost
 // ScopedKernelLogLabel of the compiling thread (engine/api sets one per run).
 // Thread safety: every method is thread-safe.
@@ -71,7 +72,10 @@ struct LoggedKernel {
   std::string renderer;
   std::string label;        // ScopedKernelLogLabel at compile time ("" = none)
   int64_t compiled_unix_ms = 0;  // wall clock
-  double compile_seconds = 0;    // lowering + compile (+ disk cache lookup)
+  double compile_seconds = 0;    // lowering + compile (+ disk cache lookup); reused: the lowering for the record
+  // Compiled before this record (while recording was off, or its entry was dropped) and launched by a recording run:
+  // the AST was lowered again to record the passes; the source is the loaded code's.
+  bool reused = false;
   UOpPtr ast;
   std::vector<std::string> applied_opts;
   LoggedBeam beam;
@@ -97,6 +101,7 @@ class KernelLog {
 
   std::vector<LoggedKernel> Kernels() const;  // oldest first
   bool Find(int64_t id, LoggedKernel* out) const;
+  bool Holds(int64_t id) const;  // the ring still has kernel `id`
   int64_t dropped() const;
   size_t capacity() const;
   void SetCapacity(size_t kernels);  // >= 1

@@ -147,23 +147,29 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
   auto k = std::make_shared<LoadedKernel>();
   if (DebugLevel() >= 5) std::fprintf(stderr, "%s\n", PrintGraph(ast).c_str());
   codegen::LowerOptions lower;
-  const std::shared_ptr<const codegen::PassHooks> hooks = ctx.pass_hooks();  // held for the lowering
-  lower.hooks = hooks.get();
+  k->hooks = ctx.pass_hooks();  // held for the lowering, and for lowering it again for a VIZ record
+  k->ast = ast;
+  k->noopt = GetKnob(Knob::kNoOpt);
+  k->tc = GetKnob(Knob::kTc);
+  lower.hooks = k->hooks.get();
   lower.stats = &ctx.rewrite_stats();
-  k->log_id = KernelLog::Get().Reserve();  // 0 unless VIZ
+  const int64_t log_id = KernelLog::Get().Reserve();  // 0 unless VIZ
+  k->log_id.store(log_id, std::memory_order_relaxed);
   const codegen::Target target = realize_internal::TargetFor(dev);
   // BEAM=n: the kernel's opts from the BEAM cache or a search (beam.h); NOOPT wins over BEAM.
   LoggedBeam logged_beam;
   if (const int64_t beam = GetKnob(Knob::kBeam); beam > 0 && GetKnob(Knob::kNoOpt) == 0) {
     KILN_ASSIGN_OR_RETURN(BeamChoice choice, BeamOpts(dev, ast, target, static_cast<int>(beam)));
-    if (k->log_id != 0 && dev.executes()) {
+    if (log_id != 0 && dev.executes()) {
       logged_beam = ToLoggedBeam(choice, static_cast<int>(beam));
     }
     lower.use_explicit_opts = !choice.heuristic;
     lower.opts = std::move(choice.opts);
   }
+  k->explicit_opts = lower.use_explicit_opts;
+  k->opts = lower.opts;
   {
-    ScopedTraceGroup group(k->log_id);  // the lowering's rewrite passes belong to this kernel
+    ScopedTraceGroup group(log_id);  // the lowering's rewrite passes belong to this kernel
     KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, target, lower));
   }
   KILN_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, runtime::CompileKernel(dev, k->program));
@@ -174,9 +180,9 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
     std::fprintf(stderr, "%s: %s\n", k->program.name.c_str(), absl::StrJoin(k->program.applied_opts, ", ").c_str());
   if (DebugLevel() >= 4) std::fprintf(stderr, "%s\n", k->source.c_str());
   const double secs = Since(t0);
-  if (k->log_id != 0) {
+  if (log_id != 0) {
     LoggedKernel lk;
-    lk.id = k->log_id;
+    lk.id = log_id;
     lk.name = k->program.name;
     lk.device = dev.name();
     lk.renderer = dev.renderer();
@@ -197,6 +203,49 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
     stats->compile_seconds += secs;
   }
   return k;
+}
+
+int64_t realize_internal::LogIdForLaunch(LoadedKernel& k, runtime::Device& dev) {
+  if (!KernelLog::Enabled()) return 0;
+  KernelLog& log = KernelLog::Get();
+  int64_t id = k.log_id.load(std::memory_order_acquire);
+  if (id != 0 && log.Holds(id)) return id;
+  static absl::Mutex mu(absl::kConstInit);  // one new entry per kernel when several threads launch it at once
+  absl::MutexLock l(&mu);
+  id = k.log_id.load(std::memory_order_acquire);
+  if (id != 0 && log.Holds(id)) return id;
+  id = log.Reserve();
+  if (id == 0 || k.ast == nullptr) return 0;
+  const auto t0 = Clock::now();
+  codegen::LowerOptions lower;
+  lower.use_explicit_opts = k.explicit_opts;
+  lower.opts = k.opts;
+  lower.hooks = k.hooks.get();
+  {
+    Context knobs({{Knob::kNoOpt, k.noopt}, {Knob::kTc, k.tc}});
+    ScopedTraceGroup group(id);  // the passes of this lowering are the record's
+    absl::StatusOr<codegen::Program> again = codegen::LowerKernel(k.ast, realize_internal::TargetFor(dev), lower);
+    // It lowered once with these inputs; a failure now would be a bug, and then the record has no passes.
+    if (!again.ok() && DebugLevel() >= 1)
+      std::fprintf(stderr, "VIZ: lowering %s again failed: %s\n", k.program.name.c_str(),
+                   std::string(again.status().message()).c_str());
+  }
+  LoggedKernel lk;
+  lk.id = id;
+  lk.name = k.program.name;
+  lk.device = dev.name();
+  lk.renderer = dev.renderer();
+  lk.compiled_unix_ms = absl::ToUnixMillis(absl::Now());
+  lk.compile_seconds = Since(t0);
+  lk.reused = true;
+  lk.ast = k.ast;
+  lk.applied_opts = k.program.applied_opts;
+  lk.source = k.source;
+  lk.flops = k.program.flops;
+  lk.bytes = k.program.mem_bytes;
+  log.RecordCompile(std::move(lk));
+  k.log_id.store(id, std::memory_order_release);
+  return id;
 }
 
 namespace {
@@ -354,8 +403,8 @@ absl::Status RunKernel(RealizeContext& ctx, const ScheduleItem& item, const Sche
   dims.threads = k->program.threads;
   const int64_t start_ns = SteadyNowNs();
   KILN_ASSIGN_OR_RETURN(double secs, k->runner->Launch(mems, vars, dims, /*timed=*/true));
-  if (k->log_id != 0 && KernelLog::Enabled()) {
-    KernelLog::Get().RecordLaunch(k->log_id, start_ns, secs);
+  if (const int64_t log_id = realize_internal::LogIdForLaunch(*k, *dev); log_id != 0) {
+    KernelLog::Get().RecordLaunch(log_id, start_ns, secs);
   }
   stats.launches.push_back(KernelLaunch{k->program.name, dev->name(), secs, compiled, start_ns,
                                         k->program.flops, k->program.mem_bytes});

@@ -7,6 +7,7 @@
 // realize memo can remember results for the process's lifetime without leaking device memory.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -80,8 +81,22 @@ struct LoadedKernel {
   // Memory this kernel holds, estimated: its source, its binary, its linear program's nodes and a measured fixed
   // cost of the loaded code (realize.cc). What the loaded-kernel cache's byte bound counts.
   size_t bytes = 0;
-  int64_t log_id = 0;  // its KernelLog entry (kernel_log.h); 0 = compiled while VIZ was off
+  // Its KernelLog entry (kernel_log.h); 0 = none yet (compiled while VIZ was off). Set again by LogIdForLaunch when
+  // a recording run launches it and the log no longer holds the entry.
+  std::atomic<int64_t> log_id{0};
+  // What the lowering took, to lower it again for the record (LogIdForLaunch): the AST, the explicit opts (BEAM's
+  // choice) or none (the heuristic), the user rule tables, and the knobs the lowering reads.
+  UOpPtr ast;
+  bool explicit_opts = false;
+  std::vector<codegen::Opt> opts;
+  std::shared_ptr<const codegen::PassHooks> hooks;
+  int64_t noopt = 0, tc = 0;
 };
+// The KernelLog id under which a launch of `k` on `dev` is logged now: 0 when the calling thread is not recording;
+// otherwise k's entry, or, when it has none or the log dropped it (a kernel compiled while recording was off,
+// reused from the kernel cache or replayed by a JIT plan), a new entry marked `reused` whose passes come from
+// lowering its AST again exactly as it was compiled (the loaded code is not replaced). Thread-safe.
+int64_t LogIdForLaunch(LoadedKernel& k, runtime::Device& dev);
 // The kernel for `ast` on `dev` from `ctx`'s loaded-kernel cache, lowered + compiled + loaded on a miss (counted in
 // `ctx` and, when non-null, in `stats`).
 absl::StatusOr<std::shared_ptr<LoadedKernel>> GetKernel(RealizeContext& ctx, runtime::Device& dev, const UOpPtr& ast,

@@ -268,8 +268,8 @@ def post_json(port: int, path: str, doc: dict):
 
 
 def test_viz_asked_per_request(models):
-    """VIZ off: only requests with parameters.kiln_viz are recorded; their compiles, and the launches
-    of kernels that were recorded when compiled."""
+    """VIZ off: only requests with parameters.kiln_viz are recorded: their compiles, the launches of
+    kernels recorded when compiled, and the kernels they reuse unrecorded (a JIT replay)."""
     server = Kilnd(models)
     try:
         port = server.http_port
@@ -334,6 +334,23 @@ def test_viz_asked_per_request(models):
             s.close()
         quiet = json.loads(get(port, "/viz/api/kernels")[2])["kernels"]
         assert all(k["launch_count"] == 4 for k in quiet), quiet
+
+        # fashion_mnist's kernels were compiled unrecorded (its first request above); two more unrecorded
+        # requests capture and replay its JIT plan. A recorded request then replays kernels that have no record:
+        # each gets one, marked reused, with the passes of its lowering and this launch.
+        c = grpcclient.InferenceServerClient(url=server.url)
+        for _ in range(2):
+            c.infer("fashion_mnist", [x])
+        before = {k["id"] for k in json.loads(get(port, "/viz/api/kernels")[2])["kernels"]}
+        c.infer("fashion_mnist", [x], parameters={"kiln_viz": True})
+        c.close()
+        fresh = [k for k in json.loads(get(port, "/viz/api/kernels")[2])["kernels"] if k["id"] not in before]
+        assert len(fresh) >= 3 and {k["label"] for k in fresh} == {"fashion_mnist"}, fresh
+        assert all(k["reused"] and k["passes"] > 0 and k["launch_count"] == 1 for k in fresh), fresh
+        assert any(k["name"].startswith("r_") for k in fresh), fresh
+        assert not any(k["reused"] for k in quiet), "add_sub's were compiled while recorded"
+        detail = json.loads(get(port, f"/viz/api/kernel/{fresh[0]['id']}")[2])
+        assert detail["reused"] and detail["pass_list"] and fresh[0]["name"] in detail["source"], detail
     finally:
         assert server.stop() == 0
 

@@ -12,6 +12,7 @@
 #include "backends/register_all.h"
 #include "absl/container/flat_hash_set.h"
 #include "engine/base/env.h"
+#include "engine/jit/tiny_jit.h"
 #include "engine/realize/realize.h"
 #include "engine/rewrite/trace.h"
 #include "engine/tensor/tensor.h"
@@ -124,6 +125,134 @@ TEST_F(KernelLogTest, RecordsCompileSourcePassesAndLaunches) {
     ++checked;
   }
   EXPECT_GT(checked, 0) << "no rule-driven pass rewrote anything";
+}
+
+// The top-level passes of kernel `id`'s lowering as "name:matches" (what the VIZ page lists).
+std::vector<std::string> TopPasses(int64_t id) {
+  std::vector<std::string> out;
+  for (const TracedPass& p : RewriteTrace::Get().PassesOf(id))
+    if (p.depth == 0) out.push_back(p.name + ":" + std::to_string(p.num_matches));
+  return out;
+}
+
+// A kernel compiled while recording was off and launched again by a recording run (kernel cache hit) gets a record
+// marked reused, whose passes are exactly those of a compile of the same AST while recording.
+TEST_F(KernelLogTest, AKernelReusedByARecordingRunIsRecorded) {
+  RealizeContext ctx;
+  ScopedRealizeContext scope(ctx);
+  auto run = [](float first) {
+    Tensor t = Tensor::FromVector<float>({first, 2, 3, 4, 5, 6, 7, 8}, {8});
+    absl::StatusOr<std::vector<float>> out = (t * 3.0f + 1.0f).ToVector<float>();
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_FLOAT_EQ((*out)[0], first * 3 + 1);
+  };
+  {
+    Context off({{Knob::kViz, 0}, {Knob::kTrackMatchStats, 0}});
+    run(1.0f);
+  }
+  ASSERT_TRUE(KernelLog::Get().Kernels().empty());
+  const RealizeCounters before = ctx.counters();
+  {
+    Context on({{Knob::kViz, 1}, {Knob::kTrackMatchStats, 2}});
+    ScopedKernelLogLabel label("asked");
+    run(10.0f);  // a new input buffer: the same kernel, from the kernel cache
+    run(20.0f);
+  }
+  EXPECT_EQ(ctx.counters().kernels_compiled, before.kernels_compiled) << "nothing was compiled again";
+  std::vector<LoggedKernel> kernels = KernelLog::Get().Kernels();
+  ASSERT_EQ(kernels.size(), 1u);
+  const LoggedKernel reused = kernels[0];
+  EXPECT_TRUE(reused.reused);
+  EXPECT_EQ(reused.label, "asked");
+  EXPECT_EQ(reused.launch_count, 2) << "one record, both launches";
+  ASSERT_NE(reused.ast, nullptr);
+  const std::vector<std::string> reused_passes = TopPasses(reused.id);
+  ASSERT_GE(reused_passes.size(), 3u);
+  EXPECT_EQ(RewriteTrace::Get().PassesOf(reused.id).front().input, reused.ast);
+
+  // The same kernel compiled while recording (a fresh context): same name, source, opts and passes.
+  KernelLog::Get().Clear();
+  {
+    Context on({{Knob::kViz, 1}, {Knob::kTrackMatchStats, 2}});
+    RunOnce(3.0f);
+  }
+  kernels = KernelLog::Get().Kernels();
+  ASSERT_EQ(kernels.size(), 1u);
+  const LoggedKernel& compiled = kernels[0];
+  EXPECT_FALSE(compiled.reused);
+  EXPECT_EQ(compiled.ast, reused.ast) << "hash-consed: the same AST";
+  EXPECT_EQ(compiled.name, reused.name);
+  EXPECT_EQ(compiled.source, reused.source);
+  EXPECT_EQ(compiled.applied_opts, reused.applied_opts);
+  EXPECT_EQ(TopPasses(compiled.id), reused_passes);
+}
+
+// A JIT plan captured while recording was off: a recording replay records each of its kernels once (reused), with
+// their launches; a replay that is not recording adds nothing.
+TEST_F(KernelLogTest, AJitReplayOfUnrecordedKernelsIsRecorded) {
+  RealizeContext ctx;
+  ScopedRealizeContext scope(ctx);
+  jit::TinyJit step([](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+    Tensor y = (in[0] * 2.0f + 1.0f).Sum({1});
+    if (absl::Status st = y.Realize(); !st.ok()) return st;
+    return std::vector<Tensor>{y};
+  });
+  auto call = [&](float v) {
+    Tensor x = Tensor::Full({4, 8}, v);
+    ASSERT_TRUE(x.Realize().ok());
+    absl::StatusOr<std::vector<Tensor>> out = step({x});
+    ASSERT_TRUE(out.ok()) << out.status();
+    absl::StatusOr<std::vector<float>> got = (*out)[0].ToVector<float>();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_FLOAT_EQ((*got)[3], 8 * (2 * v + 1));
+  };
+  {
+    Context off({{Knob::kViz, 0}, {Knob::kTrackMatchStats, 0}});
+    for (int i = 0; i < 3; ++i) call(static_cast<float>(i));  // run, capture, replay
+  }
+  ASSERT_TRUE(step.captured());
+  ASSERT_TRUE(KernelLog::Get().Kernels().empty());
+  {
+    Context on({{Knob::kViz, 1}, {Knob::kTrackMatchStats, 2}});
+    call(5.0f);
+    call(6.0f);
+  }
+  {
+    Context off({{Knob::kViz, 0}, {Knob::kTrackMatchStats, 0}});
+    call(7.0f);
+  }
+  const std::vector<LoggedKernel> kernels = KernelLog::Get().Kernels();
+  ASSERT_EQ(kernels.size(), static_cast<size_t>(step.num_kernels()));
+  const std::vector<std::string> names = step.plan()->KernelNames();
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    EXPECT_TRUE(kernels[i].reused);
+    EXPECT_EQ(kernels[i].name, names[i]);
+    EXPECT_EQ(kernels[i].launch_count, 2) << kernels[i].name;
+    EXPECT_GE(TopPasses(kernels[i].id).size(), 3u) << kernels[i].name;
+  }
+}
+
+// A recorded kernel whose record the ring dropped is recorded again when a recording run launches it.
+TEST_F(KernelLogTest, ADroppedRecordIsRecordedAgain) {
+  Context on({{Knob::kViz, 1}, {Knob::kTrackMatchStats, 2}});
+  RealizeContext ctx;
+  ScopedRealizeContext scope(ctx);
+  auto run = [](float k) {
+    Tensor t = Tensor::FromVector<float>({1, 2, 3, 4}, {4});
+    absl::StatusOr<std::vector<float>> out = (t * k).ToVector<float>();
+    ASSERT_TRUE(out.ok()) << out.status();
+  };
+  KernelLog::Get().SetCapacity(1);
+  run(2.0f);
+  const int64_t first = KernelLog::Get().Kernels().at(0).id;
+  run(3.0f);  // another kernel: the first record is dropped
+  ASSERT_FALSE(KernelLog::Get().Holds(first));
+  run(2.0f);
+  const std::vector<LoggedKernel> kernels = KernelLog::Get().Kernels();
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_GT(kernels[0].id, first);
+  EXPECT_TRUE(kernels[0].reused);
+  EXPECT_EQ(kernels[0].launch_count, 1);
 }
 
 TEST_F(KernelLogTest, RingKeepsTheLastCompiles) {
