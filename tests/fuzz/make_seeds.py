@@ -4,7 +4,8 @@
 graphs recorded by the Python client (clients/python, kiln.Tensor), KServe requests as the e2e
 tests send them (tritonclient's protos, the REST bodies of tests/e2e/test_kilnd_rest.py), the
 nn/state test's reference safetensors writer (tests/engine/nn/state/state_ref.py), the first items
-of the Fashion-MNIST files the training tests use, and UOp text printed by the engine (DEBUG=5
+of the Fashion-MNIST files the training tests use, GGUF files written by llama.cpp's `gguf` package
+(the reference of tests/engine/nn/gguf_test), and UOp text printed by the engine (DEBUG=5
 kernel ASTs, passed as files with --uop). Dictionaries come from ops.def, dtype.cc and
 model_config.proto, so they follow the sources.
 
@@ -428,13 +429,39 @@ def dictionaries() -> None:
                 "nan", "inf", "-inf", "true", "false", "%", "=", "(", ")", ",", "\\x", "#"])
 
 
+def gguf_files(tmp: Path) -> dict[str, bytes]:
+    """Small GGUF files from llama.cpp's own writer: every tensor type kiln reads and every metadata value type
+    (tests/engine/nn/gguf_ref.py), and one with a 64-byte alignment and nested arrays."""
+    import subprocess
+    out = tmp / "kiln_gguf_seeds"
+    out.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, str(ROOT / "tests/engine/nn/gguf_ref.py"), "synthetic", str(out)],
+                   check=True, capture_output=True)
+    from gguf import GGMLQuantizationType, GGUFWriter
+    from gguf.quants import quantize
+    w = GGUFWriter(out / "aligned.gguf", arch="llama")
+    w.data_alignment = 64
+    w.add_uint32("general.alignment", 64)
+    w.add_array("t.nested", [[1, 2], [3]])
+    w.add_array("tokenizer.ggml.tokens", ["a", "b", "ab"])
+    w.add_array("tokenizer.ggml.merges", ["a b"])
+    x = np.linspace(-1, 1, 64, dtype=np.float32).reshape(2, 32)
+    w.add_tensor("q4_1", quantize(x, GGMLQuantizationType.Q4_1), raw_dtype=GGMLQuantizationType.Q4_1)
+    w.add_tensor("f16", x.astype(np.float16), raw_dtype=GGMLQuantizationType.F16)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return {"types": (out / "types.gguf").read_bytes(), "aligned": (out / "aligned.gguf").read_bytes()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--uop", nargs="*", default=[], help="UOp text files (DEBUG=5 kernel ASTs)")
     ap.add_argument("--tmp", default="/tmp", help="scratch folder")
     args = ap.parse_args()
     for t in ("graph", "grpc_infer", "rest_infer", "model_config", "safetensors", "checkpoint", "idx",
-              "onnx"):
+              "onnx", "gguf"):
         clear_seeds(t)
     for name, g in graphs().items():
         put("graph", name, g.SerializeToString())
@@ -453,6 +480,8 @@ def main() -> None:
         put("idx", name, f)
     for name, m in onnx_models().items():
         put("onnx", name, m)
+    for name, g in gguf_files(Path(args.tmp)).items():
+        put("gguf", name, g)
     if args.uop:
         clear_seeds("uop_text")
         for i, path in enumerate(args.uop):
