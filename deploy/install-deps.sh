@@ -47,6 +47,8 @@ packages=(
   # the VIZ page (server/viz, issue #22): Graphviz's layout engine renders UOp graphs as SVG, highlight.js
   # (served by kilnd from /usr/share/javascript) colours kernel source; headless Chromium runs its browser test
   libgraphviz-dev libjs-highlight.js chromium
+  # the LLM tokenizer (engine/llm, issue #24): Unicode properties for its pre-tokenizer
+  libicu-dev
 )
 
 log() { printf '[install-deps] %s\n' "$*"; }

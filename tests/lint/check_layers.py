@@ -9,7 +9,7 @@ Usage:
 Rules (the table below is the single place to change them):
   * engine layers include only their own layer or lower ones:
       base < dtype < uop < rewrite < symbolic < schedule < codegen (= codegen/render) < runtime
-      < realize < tensor < jit < nn < onnx < api
+      < realize < tensor < jit < nn < onnx < llm < api
     engine/ never includes backends/, server/, clients/; the one exception is engine/api, which
     may include backends/* (it wires the compiled-in backends into the registry).
   * backends/<x> includes engine layers up to engine/runtime (incl. codegen/render), its own
@@ -37,7 +37,7 @@ import tempfile
 
 ENGINE_LAYERS = [
     "base", "dtype", "uop", "rewrite", "symbolic", "schedule", "codegen", "runtime", "realize",
-    "tensor", "jit", "nn", "onnx", "api",
+    "tensor", "jit", "nn", "onnx", "llm", "api",
 ]
 ENGINE_RANK = {name: i for i, name in enumerate(ENGINE_LAYERS)}
 BACKENDS_MAX_ENGINE = "runtime"  # backends may include engine layers up to and including this one
