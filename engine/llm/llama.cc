@@ -1,0 +1,167 @@
+// LlamaModel (llama.h).
+#include "engine/llm/llama.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/base/status.h"
+
+namespace kiln::llm {
+namespace {
+
+absl::Status Bad(const std::string& what) { return absl::InvalidArgumentError(absl::StrCat("llama: ", what)); }
+
+absl::StatusOr<int64_t> PositiveInt(const nn::GgufFile& f, const std::string& key) {
+  absl::StatusOr<int64_t> v = f.GetInt(key);
+  if (!v.ok()) return Bad(std::string(v.status().message()));
+  if (*v <= 0 || *v > (int64_t{1} << 24)) return Bad(absl::StrCat(key, " ", *v, " is outside [1, 2^24]"));
+  return *v;
+}
+
+// x * rsqrt(mean(x^2) + eps) * w over the last axis.
+Tensor RmsNorm(const Tensor& x, const Tensor& w, double eps) {
+  return x * ((x * x).Mean(-1, /*keepdim=*/true) + static_cast<float>(eps)).Rsqrt() * w;
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaConfig> LlamaConfig::FromGguf(const nn::GgufFile& f) {
+  absl::StatusOr<std::string> arch = f.GetString("general.architecture");
+  if (!arch.ok()) return Bad(std::string(arch.status().message()));
+  if (*arch != "llama") return Bad(absl::StrCat("general.architecture \"", *arch, "\" is not llama"));
+  LlamaConfig c;
+  KILN_ASSIGN_OR_RETURN(c.n_layer, PositiveInt(f, "llama.block_count"));
+  KILN_ASSIGN_OR_RETURN(c.n_embd, PositiveInt(f, "llama.embedding_length"));
+  KILN_ASSIGN_OR_RETURN(c.n_ff, PositiveInt(f, "llama.feed_forward_length"));
+  KILN_ASSIGN_OR_RETURN(c.n_head, PositiveInt(f, "llama.attention.head_count"));
+  KILN_ASSIGN_OR_RETURN(c.context_length, PositiveInt(f, "llama.context_length"));
+  c.n_head_kv = c.n_head;
+  if (f.Find("llama.attention.head_count_kv") != nullptr) {
+    KILN_ASSIGN_OR_RETURN(c.n_head_kv, PositiveInt(f, "llama.attention.head_count_kv"));
+  }
+  if (c.n_embd % c.n_head != 0 || c.n_head % c.n_head_kv != 0)
+    return Bad(absl::StrCat("embedding_length ", c.n_embd, ", head_count ", c.n_head, " and head_count_kv ",
+                            c.n_head_kv, " do not divide"));
+  c.head_dim = c.n_embd / c.n_head;
+  if (f.Find("llama.rope.dimension_count") != nullptr) {
+    KILN_ASSIGN_OR_RETURN(int64_t rope_dims, PositiveInt(f, "llama.rope.dimension_count"));
+    if (rope_dims != c.head_dim)
+      return Bad(absl::StrCat("llama.rope.dimension_count ", rope_dims, " is not the head size ", c.head_dim,
+                              " (partial RoPE is not supported)"));
+  }
+  if (c.head_dim % 2 != 0) return Bad(absl::StrCat("head size ", c.head_dim, " is odd"));
+  if (f.Find("llama.rope.freq_base") != nullptr) {
+    KILN_ASSIGN_OR_RETURN(c.rope_theta, f.GetFloat("llama.rope.freq_base"));
+  }
+  KILN_ASSIGN_OR_RETURN(c.rms_eps, f.GetFloat("llama.attention.layer_norm_rms_epsilon"));
+  absl::StatusOr<std::vector<std::string>> tokens = f.GetStrings("tokenizer.ggml.tokens");
+  if (!tokens.ok()) return Bad(std::string(tokens.status().message()));
+  c.vocab = static_cast<int64_t>(tokens->size());
+  c.tied_output = f.FindTensor("output.weight") == nullptr;
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const nn::GgufModel& gguf, const std::string& device) {
+  std::unique_ptr<LlamaModel> m(new LlamaModel());
+  m->device_ = device;
+  KILN_ASSIGN_OR_RETURN(m->config_, LlamaConfig::FromGguf(gguf.file()));
+  const LlamaConfig& c = m->config_;
+  const int64_t kv = c.n_head_kv * c.head_dim;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> want = {
+      {"token_embd.weight", {c.vocab, c.n_embd}}, {"output_norm.weight", {c.n_embd}}};
+  if (!c.tied_output) want.push_back({"output.weight", {c.vocab, c.n_embd}});
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    want.push_back({p + "attn_norm.weight", {c.n_embd}});
+    want.push_back({p + "attn_q.weight", {c.n_embd, c.n_embd}});
+    want.push_back({p + "attn_k.weight", {kv, c.n_embd}});
+    want.push_back({p + "attn_v.weight", {kv, c.n_embd}});
+    want.push_back({p + "attn_output.weight", {c.n_embd, c.n_embd}});
+    want.push_back({p + "ffn_norm.weight", {c.n_embd}});
+    want.push_back({p + "ffn_gate.weight", {c.n_ff, c.n_embd}});
+    want.push_back({p + "ffn_up.weight", {c.n_ff, c.n_embd}});
+    want.push_back({p + "ffn_down.weight", {c.n_embd, c.n_ff}});
+  }
+  for (const auto& [name, shape] : want) {
+    const nn::GgufTensorInfo* info = gguf.file().FindTensor(name);
+    if (info == nullptr) return Bad(absl::StrCat("the file has no tensor ", name));
+    if (info->shape() != shape)
+      return Bad(absl::StrCat(name, " is [", absl::StrJoin(info->shape(), ", "), "], expected [",
+                              absl::StrJoin(shape, ", "), "]"));
+    KILN_ASSIGN_OR_RETURN(Tensor w, gguf.Load(name, device));
+    m->weights_.emplace(name, std::move(w));
+  }
+  return m;
+}
+
+absl::StatusOr<Tensor> LlamaModel::Logits(const std::vector<int32_t>& tokens) const {
+  const LlamaConfig& c = config_;
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  if (T < 1 || T > c.context_length)
+    return Bad(absl::StrCat("a sequence of ", T, " tokens (1..", c.context_length, ")"));
+  for (int32_t t : tokens)
+    if (t < 0 || t >= c.vocab) return Bad(absl::StrCat("token id ", t, " is outside the vocabulary of ", c.vocab));
+  // Embedding: one-hot rows times the (decoded) table, so the lookup is a matmul the decoding fuses into.
+  const Tensor ids = Tensor::FromVector(tokens, {T, 1}, device_);
+  const Tensor onehot = Tensor::Arange(c.vocab).Cast(dtypes::kInt32).Reshape({1, c.vocab}).Eq(ids).Cast(dtypes::kFloat32);
+  Tensor x = onehot.Matmul(W("token_embd.weight"));  // [T, n_embd]
+
+  // RoPE tables: position p, pair i turns by p * theta^(-2i / head_dim).
+  const int64_t half = c.head_dim / 2;
+  std::vector<float> cos_t(T * half), sin_t(T * half);
+  for (int64_t p = 0; p < T; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(p) * std::pow(c.rope_theta, -2.0 * static_cast<double>(i) /
+                                                                               static_cast<double>(c.head_dim));
+      cos_t[p * half + i] = static_cast<float>(std::cos(angle));
+      sin_t[p * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  const Tensor cos = Tensor::FromVector(cos_t, {T, 1, half}, device_);
+  const Tensor sin = Tensor::FromVector(sin_t, {T, 1, half}, device_);
+  auto rope = [&](const Tensor& v, int64_t heads) {  // [T, heads, head_dim], adjacent pairs
+    const Tensor pairs = v.Reshape({T, heads, half, 2});
+    const Tensor a = pairs.Shrink({{0, T}, {0, heads}, {0, half}, {0, 1}}).Reshape({T, heads, half});
+    const Tensor b = pairs.Shrink({{0, T}, {0, heads}, {0, half}, {1, 2}}).Reshape({T, heads, half});
+    return Tensor::Stack({a * cos - b * sin, a * sin + b * cos}, 3).Reshape({T, heads, c.head_dim});
+  };
+  // Causal mask: 0 on and below the diagonal, -inf above.
+  std::vector<float> mask(T * T, 0.0f);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = i + 1; j < T; ++j) mask[i * T + j] = -std::numeric_limits<float>::infinity();
+  const Tensor causal = Tensor::FromVector(mask, {1, T, T}, device_);
+  const int64_t rep = c.n_head / c.n_head_kv;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    const Tensor h = RmsNorm(x, W(p + "attn_norm.weight"), c.rms_eps);
+    const Tensor q = rope(h.Matmul(W(p + "attn_q.weight").Transpose()).Reshape({T, c.n_head, c.head_dim}), c.n_head)
+                         .Permute({1, 0, 2});  // [H, T, D]
+    const Tensor k = rope(h.Matmul(W(p + "attn_k.weight").Transpose()).Reshape({T, c.n_head_kv, c.head_dim}),
+                          c.n_head_kv)
+                         .Permute({1, 0, 2})
+                         .Reshape({c.n_head_kv, 1, T, c.head_dim})
+                         .Expand({c.n_head_kv, rep, T, c.head_dim})
+                         .Reshape({c.n_head, T, c.head_dim});  // kv head j serves q heads j*rep .. j*rep+rep-1
+    const Tensor v = h.Matmul(W(p + "attn_v.weight").Transpose())
+                         .Reshape({T, c.n_head_kv, c.head_dim})
+                         .Permute({1, 0, 2})
+                         .Reshape({c.n_head_kv, 1, T, c.head_dim})
+                         .Expand({c.n_head_kv, rep, T, c.head_dim})
+                         .Reshape({c.n_head, T, c.head_dim});
+    const Tensor att = (q.Matmul(k.Transpose(1, 2)) * scale + causal).Softmax(-1);  // [H, T, T]
+    const Tensor o = att.Matmul(v).Permute({1, 0, 2}).Reshape({T, c.n_embd});
+    x = x + o.Matmul(W(p + "attn_output.weight").Transpose());
+    const Tensor g = RmsNorm(x, W(p + "ffn_norm.weight"), c.rms_eps);
+    const Tensor ff = g.Matmul(W(p + "ffn_gate.weight").Transpose()).Silu() * g.Matmul(W(p + "ffn_up.weight").Transpose());
+    x = x + ff.Matmul(W(p + "ffn_down.weight").Transpose());
+  }
+  x = RmsNorm(x, W("output_norm.weight"), c.rms_eps);
+  return x.Matmul(W(c.tied_output ? "token_embd.weight" : "output.weight").Transpose());
+}
+
+}  // namespace kiln::llm
