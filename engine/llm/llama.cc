@@ -1,6 +1,7 @@
 // LlamaModel (llama.h).
 #include "engine/llm/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/base/status.h"
+#include "engine/jit/tiny_jit.h"
 
 namespace kiln::llm {
 namespace {
@@ -162,6 +164,138 @@ absl::StatusOr<Tensor> LlamaModel::Logits(const std::vector<int32_t>& tokens) co
   }
   x = RmsNorm(x, W("output_norm.weight"), c.rms_eps);
   return x.Matmul(W(c.tied_output ? "token_embd.weight" : "output.weight").Transpose());
+}
+
+struct KvCache::Jit {
+  std::unique_ptr<jit::TinyJit> step;
+};
+
+KvCache::KvCache() = default;
+
+int KvCache::captures() const { return jit_ != nullptr && jit_->step->captured() ? 1 : 0; }
+
+absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx) const {
+  const LlamaConfig& c = config_;
+  if (max_ctx < 1 || max_ctx > c.context_length)
+    return Bad(absl::StrCat("a cache of ", max_ctx, " tokens (1..", c.context_length, ")"));
+  std::unique_ptr<KvCache> cache(new KvCache());
+  cache->max_ctx_ = max_ctx;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    for (std::vector<Tensor>* v : {&cache->k_, &cache->v_}) {
+      // A buffer of its own (Empty, then zeroed): Zeros().Contiguous() is one interned graph, and the realize memo
+      // would give every layer's cache the same buffer.
+      Tensor z = Tensor::Empty({c.n_head_kv, max_ctx, c.head_dim}, dtypes::kFloat32, device_);
+      z.Assign(0.0f);
+      KILN_RETURN_IF_ERROR(z.Realize());
+      v->push_back(std::move(z));
+    }
+  }
+  KvCache* raw = cache.get();
+  cache->jit_ = std::make_shared<KvCache::Jit>();
+  // in: token [1, 1] int32, cos / sin [1, 1, half], mask [1, 1, max_ctx] (0 up to the position, -inf after),
+  // write [1, max_ctx, 1] int32 (1 at the position).
+  cache->jit_->step = std::make_unique<jit::TinyJit>(
+      [this, raw](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+        const LlamaConfig& c = config_;
+        const int64_t M = raw->max_ctx_, half = c.head_dim / 2, rep = c.n_head / c.n_head_kv;
+        const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+        const Tensor onehot =
+            Tensor::Arange(c.vocab).Cast(dtypes::kInt32).Reshape({1, c.vocab}).Eq(in[0]).Cast(dtypes::kFloat32);
+        Tensor x = onehot.Matmul(W("token_embd.weight"));  // [1, n_embd]
+        const Tensor& cos = in[1];
+        const Tensor& sin = in[2];
+        const Tensor write = in[4].Eq(1);
+        auto rope = [&](const Tensor& v, int64_t heads) {  // [1, heads, head_dim], adjacent pairs
+          const Tensor pairs = v.Reshape({1, heads, half, 2});
+          const Tensor a = pairs.Shrink({{0, 1}, {0, heads}, {0, half}, {0, 1}}).Reshape({1, heads, half});
+          const Tensor b = pairs.Shrink({{0, 1}, {0, heads}, {0, half}, {1, 2}}).Reshape({1, heads, half});
+          return Tensor::Stack({a * cos - b * sin, a * sin + b * cos}, 3).Reshape({1, heads, c.head_dim});
+        };
+        auto heads_of = [&](const Tensor& kv) {  // [n_head_kv, M, D] -> [n_head, M, D]
+          return kv.Reshape({c.n_head_kv, 1, M, c.head_dim})
+              .Expand({c.n_head_kv, rep, M, c.head_dim})
+              .Reshape({c.n_head, M, c.head_dim});
+        };
+        std::vector<Tensor> written;
+        for (int64_t l = 0; l < c.n_layer; ++l) {
+          const std::string p = absl::StrCat("blk.", l, ".");
+          const Tensor h = RmsNorm(x, W(p + "attn_norm.weight"), c.rms_eps);
+          const Tensor q =
+              rope(h.Matmul(W(p + "attn_q.weight").Transpose()).Reshape({1, c.n_head, c.head_dim}), c.n_head)
+                  .Permute({1, 0, 2});  // [H, 1, D]
+          const Tensor k_new =
+              rope(h.Matmul(W(p + "attn_k.weight").Transpose()).Reshape({1, c.n_head_kv, c.head_dim}), c.n_head_kv)
+                  .Permute({1, 0, 2});  // [Hkv, 1, D]
+          const Tensor v_new =
+              h.Matmul(W(p + "attn_v.weight").Transpose()).Reshape({1, c.n_head_kv, c.head_dim}).Permute({1, 0, 2});
+          Tensor k_all = write.Where(k_new, raw->k_[l]);  // [Hkv, M, D]: the new row at the position
+          Tensor v_all = write.Where(v_new, raw->v_[l]);
+          const Tensor att = (q.Matmul(heads_of(k_all).Transpose(1, 2)) * scale + in[3]).Softmax(-1);  // [H, 1, M]
+          const Tensor o = att.Matmul(heads_of(v_all)).Permute({1, 0, 2}).Reshape({1, c.n_embd});
+          x = x + o.Matmul(W(p + "attn_output.weight").Transpose());
+          const Tensor g = RmsNorm(x, W(p + "ffn_norm.weight"), c.rms_eps);
+          const Tensor ff =
+              g.Matmul(W(p + "ffn_gate.weight").Transpose()).Silu() * g.Matmul(W(p + "ffn_up.weight").Transpose());
+          x = x + ff.Matmul(W(p + "ffn_down.weight").Transpose());
+          Tensor k_store = raw->k_[l];
+          Tensor v_store = raw->v_[l];
+          written.push_back(k_store.Assign(k_all));
+          written.push_back(v_store.Assign(v_all));
+        }
+        x = RmsNorm(x, W("output_norm.weight"), c.rms_eps);
+        Tensor logits = x.Matmul(W(c.tied_output ? "token_embd.weight" : "output.weight").Transpose()).Reshape({c.vocab});
+        std::vector<Tensor*> all;
+        for (Tensor& t : written) all.push_back(&t);
+        all.push_back(&logits);
+        KILN_RETURN_IF_ERROR(Tensor::Realize(all));
+        return std::vector<Tensor>{logits};
+      });
+  return cache;
+}
+
+absl::StatusOr<Tensor> LlamaModel::Step(KvCache& cache, int32_t token) const {
+  const LlamaConfig& c = config_;
+  if (cache.pos_ >= cache.max_ctx_)
+    return absl::FailedPreconditionError(absl::StrCat("llama: the cache holds ", cache.max_ctx_, " tokens, all used"));
+  if (token < 0 || token >= c.vocab)
+    return Bad(absl::StrCat("token id ", token, " is outside the vocabulary of ", c.vocab));
+  const int64_t M = cache.max_ctx_, half = c.head_dim / 2, pos = cache.pos_;
+  std::vector<float> cos_t(half), sin_t(half), mask(M, -std::numeric_limits<float>::infinity());
+  for (int64_t i = 0; i < half; ++i) {
+    const double angle = static_cast<double>(pos) *
+                         std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
+    cos_t[i] = static_cast<float>(std::cos(angle));
+    sin_t[i] = static_cast<float>(std::sin(angle));
+  }
+  for (int64_t j = 0; j <= pos; ++j) mask[j] = 0.0f;
+  std::vector<int32_t> write(M, 0);
+  write[pos] = 1;
+  std::vector<Tensor> in = {Tensor::FromVector(std::vector<int32_t>{token}, {1, 1}, device_),
+                            Tensor::FromVector(cos_t, {1, 1, half}, device_),
+                            Tensor::FromVector(sin_t, {1, 1, half}, device_),
+                            Tensor::FromVector(mask, {1, 1, M}, device_),
+                            Tensor::FromVector(write, {1, M, 1}, device_)};
+  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, (*cache.jit_->step)(in));
+  ++cache.pos_;
+  return out[0];
+}
+
+absl::StatusOr<std::vector<int32_t>> LlamaModel::Greedy(KvCache& cache, const std::vector<int32_t>& prompt,
+                                                        int64_t max_new, int32_t stop) const {
+  if (prompt.empty()) return Bad("an empty prompt");
+  Tensor logits;
+  for (int32_t t : prompt) {
+    KILN_ASSIGN_OR_RETURN(logits, Step(cache, t));
+  }
+  std::vector<int32_t> out;
+  while (static_cast<int64_t>(out.size()) < max_new) {
+    KILN_ASSIGN_OR_RETURN(std::vector<float> l, logits.ToVector<float>());
+    const int32_t next = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    out.push_back(next);
+    if (next == stop || static_cast<int64_t>(out.size()) >= max_new) break;
+    KILN_ASSIGN_OR_RETURN(logits, Step(cache, next));
+  }
+  return out;
 }
 
 }  // namespace kiln::llm

@@ -8,8 +8,8 @@
 // llama.cpp's converter permutes the rows of attn_q / attn_k so that RoPE rotates adjacent pairs (x[2i], x[2i+1])
 // by position * theta^(-2i / head_dim) ("normal" RoPE), which is what this model does.
 //
-// So far: Logits(tokens) runs the whole sequence at once (causal attention, no KV cache). Each sequence length is a
-// new graph; one trace for every position needs the symbolic sequence length of issue #20 item 2.
+// Logits(tokens) runs a whole sequence at once (causal attention, no cache; each length is its own graph). Step runs
+// one token against a KvCache of fixed length, one JIT trace for every position.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/nn/state/gguf.h"
+#include "engine/jit/tiny_jit.h"
 #include "engine/tensor/tensor.h"
 
 namespace kiln::llm {
@@ -34,6 +35,26 @@ struct LlamaConfig {
   static absl::StatusOr<LlamaConfig> FromGguf(const nn::GgufFile& f);
 };
 
+class LlamaModel;
+
+// The keys and values of a generation so far: per layer [n_head_kv, max_ctx, head_dim] device buffers of a fixed
+// length, and the jitted decode step that writes them. Made by LlamaModel::NewCache; one per sequence.
+class KvCache {
+ public:
+  int64_t max_ctx() const { return max_ctx_; }
+  int64_t pos() const { return pos_; }  // tokens written so far
+  // Decode steps captured by the JIT (at most 1 after the second step: one trace for every position).
+  int captures() const;
+
+ private:
+  friend class LlamaModel;
+  KvCache();
+  int64_t max_ctx_ = 0, pos_ = 0;
+  std::vector<Tensor> k_, v_;
+  struct Jit;
+  std::shared_ptr<Jit> jit_;
+};
+
 class LlamaModel {
  public:
   // Reads the config and checks that every weight is present with the shape the config implies (InvalidArgument
@@ -43,6 +64,19 @@ class LlamaModel {
 
   // Logits [T, vocab] of every position of `tokens` (1 <= T <= context_length, ids inside the vocabulary), float32.
   absl::StatusOr<Tensor> Logits(const std::vector<int32_t>& tokens) const;
+
+  // A cache for a sequence of at most `max_ctx` tokens (1..context_length), zeroed.
+  absl::StatusOr<std::unique_ptr<KvCache>> NewCache(int64_t max_ctx) const;
+  // Decodes `token` at position cache.pos() (then advances it): its keys and values go into the cache, and the
+  // result is the logits [vocab] of the token that follows. One TinyJit trace serves every position: the cache has a
+  // fixed length and the position enters as data (RoPE angles, the attention mask over the cache, the one-hot row
+  // the step writes), so attention spans all max_ctx rows, the ones past the position masked to -inf (Hugging Face's
+  // "static cache"). The returned tensor is overwritten by the next step. FailedPrecondition when the cache is full.
+  absl::StatusOr<Tensor> Step(KvCache& cache, int32_t token) const;
+  // Feeds `prompt` through Step, then appends the argmax token until `max_new` tokens or `stop` (e.g. eos); returns
+  // the new tokens (the stop token included when it came).
+  absl::StatusOr<std::vector<int32_t>> Greedy(KvCache& cache, const std::vector<int32_t>& prompt, int64_t max_new,
+                                              int32_t stop = -1) const;
 
  private:
   LlamaModel() = default;

@@ -4,6 +4,10 @@ of a GGUF file as llama.cpp's own `gguf` package dequantizes them; nothing here 
   llama_ref.py GGUF OUT IDS [IDS ...]    IDS: comma-separated token ids of one sequence. For sequence n writes
                                          OUT/logits_<n>.f32, the float32 logits [T, vocab] of every position, and
                                          prints "logits <n> <T> <vocab>"; then "done".
+  llama_ref.py --greedy N STOP GGUF IDS [IDS ...]
+                                         greedy decoding: for each prompt prints "greedy <n> <ids>", the N tokens
+                                         that follow (argmax each time; ending early at STOP), then "done". Token by
+                                         token with a key/value cache, in float32 (speed).
 
 The architecture (llama.cpp's llm_build_llama for these files): x = token_embd[ids]; per block,
 x += Wo(attn(rope(Wq h), rope(Wk h), Wv h)) with h = rmsnorm(x) * attn_norm, causal softmax attention with
@@ -20,6 +24,11 @@ from gguf.quants import dequantize
 
 
 def main() -> None:
+    greedy = None
+    if sys.argv[1] == "--greedy":
+        greedy = (int(sys.argv[2]), int(sys.argv[3]))
+        del sys.argv[1:4]
+        sys.argv.insert(2, "")
     path, out = sys.argv[1], sys.argv[2]
     r = GGUFReader(path)
     meta = {k: f.contents() for k, f in r.fields.items() if not k.startswith("tokenizer.")}
@@ -49,6 +58,48 @@ def main() -> None:
         o[..., 0::2] = a * c - b * s
         o[..., 1::2] = a * s + b * c
         return o
+
+    if greedy is not None:
+        n_new, stop = greedy
+        layers = [{k: w[f"blk.{i}.{k}.weight"] for k in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                                                          "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")}
+                  for i in range(n_layer)]
+        for n, arg in enumerate(sys.argv[3:]):
+            ids = [int(t) for t in arg.split(",")]
+            ks = [[] for _ in range(n_layer)]
+            vs = [[] for _ in range(n_layer)]
+
+            def step(tok, p):
+                x = emb[tok][None, :]
+                for i, L in enumerate(layers):
+                    h = rmsnorm(x, L["attn_norm"]).astype(np.float32)
+                    pos = np.array([float(p)])
+                    q = rope((h @ L["attn_q"].T).reshape(1, n_head, d), pos)[0]
+                    ks[i].append(rope((h @ L["attn_k"].T).reshape(1, n_kv, d), pos)[0])
+                    vs[i].append((h @ L["attn_v"].T).reshape(n_kv, d))
+                    K, V = np.stack(ks[i], 1), np.stack(vs[i], 1)  # [n_kv, t, d]
+                    o = np.empty((n_head, d), np.float32)
+                    for hd in range(n_head):
+                        kv = hd // (n_head // n_kv)
+                        sc = K[kv] @ q[hd] / np.sqrt(d)
+                        sc = np.exp(sc - sc.max())
+                        o[hd] = (sc / sc.sum()) @ V[kv]
+                    x = x + o.reshape(1, n_embd) @ L["attn_output"].T
+                    g = rmsnorm(x, L["ffn_norm"]).astype(np.float32)
+                    a = g @ L["ffn_gate"].T
+                    x = x + ((a / (1 + np.exp(-a))) * (g @ L["ffn_up"].T)) @ L["ffn_down"].T
+                return (rmsnorm(x, w["output_norm.weight"]) @ out_w.T)[0]
+            for p, tok in enumerate(ids):
+                logits = step(tok, p)
+            new = []
+            while len(new) < n_new:
+                new.append(int(np.argmax(logits)))
+                if new[-1] == stop or len(new) == n_new:
+                    break
+                logits = step(new[-1], len(ids) + len(new) - 1)
+            print(f"greedy {n} {','.join(map(str, new))}")
+        print("done")
+        return
 
     for n, arg in enumerate(sys.argv[3:]):
         ids = [int(t) for t in arg.split(",")]

@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "backends/register_all.h"
 #include "engine/llm/tokenizer.h"
+#include "engine/realize/realize.h"
 #include "gtest/gtest.h"
 
 namespace kiln::llm {
@@ -104,6 +105,91 @@ TEST(LlamaTest, SmolLM2LogitsMatchANumpyLlama) {
     }
     std::printf("prompt %zu: %lld tokens, worst |kiln - numpy| / max|logit| = %.2e\n", n, static_cast<long long>(T),
                 worst);
+  }
+}
+
+// Greedy decoding through the static-cache decode step: one JIT trace for every position (nothing compiles after the
+// first steps), the step's logits equal the whole-sequence logits of the prompt, and 64 new tokens on each of the 5
+// prompts equal a NumPy Llama's greedy tokens (llama_ref.py --greedy, with its own key/value cache).
+TEST(LlamaTest, SmolLM2GreedyDecodingMatchesNumpyTokenForToken) {
+  backends::RegisterAllBackends();
+  const std::string path = KILN_SMOLLM2_GGUF;
+  if (!std::filesystem::exists(path)) FAIL() << path << " is missing: deploy/install-deps.sh extracts it";
+  RealizeContext ctx;
+  ScopedRealizeContext scope(ctx);
+  absl::StatusOr<std::unique_ptr<nn::GgufModel>> gguf = nn::GgufModel::Open(path);
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = BpeTokenizer::FromGguf((*gguf)->file());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  absl::StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::Create(**gguf);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const int32_t eos = (*tok)->eos_id();
+  const std::vector<std::string> prompts = {
+      "What is the capital of France?", "Write a haiku about the sea.", "2 + 2 =",
+      "Translate 'good morning' into Spanish.", "List three primary colors."};
+  std::vector<std::vector<int32_t>> ids;
+  std::string args;
+  for (const std::string& p : prompts) {
+    absl::StatusOr<std::vector<int32_t>> t =
+        (*tok)->Encode(absl::StrCat("<|im_start|>user\n", p, "<|im_end|>\n<|im_start|>assistant\n"));
+    ASSERT_TRUE(t.ok()) << t.status();
+    ids.push_back(*t);
+    absl::StrAppend(&args, " ", absl::StrJoin(*t, ","));
+  }
+  const std::string ref =
+      RunCommand(absl::StrCat(KILN_TEST_PYTHON, " ", KILN_LLAMA_REF, " --greedy 64 ", eos, " ", path, args));
+  ASSERT_TRUE(absl::EndsWith(ref, "done\n")) << ref.substr(0, 3000);
+  std::vector<std::vector<int32_t>> want;
+  for (absl::string_view line : absl::StrSplit(ref, '\n')) {
+    std::vector<std::string> w = absl::StrSplit(line, ' ');
+    if (w.size() != 3 || w[0] != "greedy") continue;
+    std::vector<int32_t> v;
+    for (absl::string_view id : absl::StrSplit(w[2], ',')) v.push_back(std::stoi(std::string(id)));
+    want.push_back(v);
+  }
+  ASSERT_EQ(want.size(), prompts.size()) << ref;
+
+  // The first prompt step by step: each step's logits are that position's row of the whole-sequence logits.
+  {
+    absl::StatusOr<std::unique_ptr<KvCache>> cache = (*model)->NewCache(128);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    absl::StatusOr<Tensor> whole = (*model)->Logits(ids[0]);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    absl::StatusOr<std::vector<float>> rows = whole->ToVector<float>();
+    ASSERT_TRUE(rows.ok());
+    const int64_t V = (*model)->config().vocab;
+    for (size_t t = 0; t < ids[0].size(); ++t) {
+      absl::StatusOr<Tensor> step = (*model)->Step(**cache, ids[0][t]);
+      ASSERT_TRUE(step.ok()) << step.status();
+      absl::StatusOr<std::vector<float>> got = step->ToVector<float>();
+      ASSERT_TRUE(got.ok());
+      double top = 0, diff = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        top = std::max(top, std::abs(static_cast<double>((*rows)[t * V + v])));
+        diff = std::max(diff, std::abs(static_cast<double>((*got)[v]) - (*rows)[t * V + v]));
+      }
+      EXPECT_LE(diff, 1e-4 * top) << "position " << t;
+    }
+  }
+
+  int64_t compiled_after_capture = -1;
+  for (size_t n = 0; n < prompts.size(); ++n) {
+    SCOPED_TRACE(prompts[n]);
+    absl::StatusOr<std::unique_ptr<KvCache>> cache = (*model)->NewCache(128);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    absl::StatusOr<std::vector<int32_t>> got = (*model)->Greedy(**cache, ids[n], 64, eos);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, want[n]) << "kiln:  " << absl::StrJoin(*got, ",") << "\nnumpy: " << absl::StrJoin(want[n], ",");
+    EXPECT_EQ((*cache)->captures(), 1);
+    absl::StatusOr<std::string> text = (*tok)->Decode(*got);
+    ASSERT_TRUE(text.ok());
+    std::printf("prompt %zu (%zu tokens) -> %zu tokens: %s\n", n, ids[n].size(), got->size(), text->c_str());
+    if (n == 0) {
+      compiled_after_capture = ctx.counters().kernels_compiled;
+    } else {
+      EXPECT_EQ(ctx.counters().kernels_compiled, compiled_after_capture)
+          << "a later sequence compiled kernels: the trace is not shared by every position";
+    }
   }
 }
 
