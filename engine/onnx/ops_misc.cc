@@ -67,7 +67,9 @@ absl::StatusOr<std::vector<Value>> Loop(OpContext& ctx) {
   const size_t n_state = state.size();
   const size_t n_scan = body->outputs.size() >= 1 + n_state ? body->outputs.size() - 1 - n_state : 0;
   std::vector<std::vector<Value>> scans(n_scan);
-  constexpr int64_t kMaxTrips = 1 << 16;
+  // Each iteration reads the condition on the host: a bound on that cost (about 0.3 s of a release build for a
+  // trivial body at the limit); the run's node budget (kMaxNodeRuns) bounds larger and nested bodies.
+  constexpr int64_t kMaxTrips = 1 << 14;
   int64_t i = 0;
   for (; i < max_trips && cond; ++i) {
     if (i >= kMaxTrips) return ctx.Error(absl::StrCat("more than ", kMaxTrips, " iterations"));

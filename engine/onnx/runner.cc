@@ -148,6 +148,10 @@ absl::Status RunNodes(const Graph& graph, Scope* scope, const RunOptions& option
     if (node.def == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(node.Describe(), ": operator is not supported by kiln"));
     }
+    if (++result->node_runs > kMaxNodeRuns) {
+      return absl::InvalidArgumentError(absl::StrCat(node.Describe(), ": the model runs more than ", kMaxNodeRuns,
+                                                     " nodes (loop bodies counted per iteration)"));
+    }
     std::vector<Value> outs;
     if (std::optional<std::vector<Value>> folded = FoldOnHost(node, inputs)) {
       outs = *std::move(folded);

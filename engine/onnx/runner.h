@@ -51,9 +51,14 @@ struct RunOptions {
   WeightCache* weights = nullptr;  // optional; without it initializers are uploaded per run
 };
 
+// Node executions one Run may make, subgraphs (Loop / Scan / If bodies, every iteration) included: a bound on the
+// host work of a model whose loops multiply (a Loop inside a Loop), not only on one loop's trip count.
+inline constexpr int64_t kMaxNodeRuns = int64_t{1} << 18;
+
 struct RunResult {
   std::vector<Value> outputs;       // in graph output order (lazy tensors)
   std::vector<int> value_inputs;    // graph inputs whose data the graph depends on (sorted, unique)
+  int64_t node_runs = 0;            // nodes executed so far (<= kMaxNodeRuns)
 };
 
 // Runs `model` on `inputs` (name -> value; every graph input must be given, tensors with the declared dtype and rank;

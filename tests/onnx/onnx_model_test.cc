@@ -305,6 +305,82 @@ TEST_F(OnnxModelTest, HugePadsAreAnErrorNotAHang) {
   }
 }
 
+// A Loop over `trip` iterations (cond always true) whose body adds one to a float[2] carried value; with `inner_trip`
+// > 0 the body also runs such a loop itself (a nested Loop).
+::onnx::GraphProto LoopBody(int64_t inner_trip);
+void AddLoop(::onnx::GraphProto* g, const std::string& prefix, int64_t trip, int64_t inner_trip,
+             const std::string& in, const std::string& out) {
+  auto* t = g->add_initializer();
+  t->set_name(prefix + "trip");
+  t->set_data_type(7);
+  t->add_int64_data(trip);
+  auto* c = g->add_initializer();
+  c->set_name(prefix + "cond");
+  c->set_data_type(9);
+  c->add_int32_data(1);
+  auto* loop = AddNode(g, "Loop", {prefix + "trip", prefix + "cond", in}, {out});
+  auto* body = loop->add_attribute();
+  body->set_name("body");
+  body->set_type(::onnx::AttributeProto::GRAPH);
+  *body->mutable_g() = LoopBody(inner_trip);
+}
+::onnx::GraphProto LoopBody(int64_t inner_trip) {
+  ::onnx::GraphProto b;
+  b.set_name("body");
+  AddIo(b.add_input(), "iter", 7, {});
+  AddIo(b.add_input(), "cond_in", 9, {});
+  AddIo(b.add_input(), "acc_in", 1, {2});
+  AddIo(b.add_output(), "cond_out", 9, {});
+  AddIo(b.add_output(), "acc_out", 1, {2});
+  auto* one = b.add_initializer();
+  one->set_name("one");
+  one->set_data_type(1);
+  one->add_dims(2);
+  one->add_float_data(1);
+  one->add_float_data(1);
+  if (inner_trip > 0) {
+    AddLoop(&b, "inner_", inner_trip, 0, "acc_in", "acc_mid");
+    AddNode(&b, "Add", {"acc_mid", "one"}, {"acc_out"});
+  } else {
+    AddNode(&b, "Add", {"acc_in", "one"}, {"acc_out"});
+  }
+  AddNode(&b, "Identity", {"cond_in"}, {"cond_out"});
+  return b;
+}
+absl::StatusOr<RunResult> RunLoop(int64_t trip, int64_t inner_trip) {
+  ::onnx::ModelProto m = Base(8, 17);
+  auto* g = m.mutable_graph();
+  AddIo(g->add_input(), "a", 1, {2});
+  AddIo(g->add_output(), "final", 1, {2});
+  AddLoop(g, "", trip, inner_trip, "a", "final");
+  KILN_ASSIGN_OR_RETURN(auto model, Load(m));
+  Value a;
+  a.kind = Value::Kind::kTensor;
+  a.host = std::make_shared<const HostArray>(HostArray::FromDoubles(dtypes::kFloat32, {2}, {0, 0}));
+  return kiln::onnx::Run(*model, {{"a", a}}, RunOptions{});
+}
+
+TEST_F(OnnxModelTest, LoopsAreBoundedInTripsAndInNodeRuns) {
+  // fuzz_onnx: a Loop of 4.25e18 trips with an always-true condition ran 65,536 iterations (the old bound) and timed
+  // out under the sanitizers; the bound is now 16,384 trips, and every run is bounded to kMaxNodeRuns node executions,
+  // so a Loop inside a Loop (16,384^2 iterations) ends too.
+  absl::StatusOr<RunResult> small = RunLoop(5, 0);
+  ASSERT_TRUE(small.ok()) << small.status();
+  absl::StatusOr<HostArrayPtr> v = ValueToHost(small->outputs[0]);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ((*v)->GetDouble(0), 5.0);
+  EXPECT_EQ(small->node_runs, 1 + 5 * 2);
+  absl::StatusOr<RunResult> huge = RunLoop(4251398048237748227, 0);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(huge.status())) << huge.status();
+  EXPECT_NE(std::string(huge.status().message()).find("more than 16384 iterations"), std::string::npos)
+      << huge.status();
+  absl::StatusOr<RunResult> nested = RunLoop(16384, 16384);
+  ASSERT_FALSE(nested.ok());
+  EXPECT_NE(std::string(nested.status().message()).find("runs more than 262144 nodes"), std::string::npos)
+      << nested.status();
+}
+
 TEST_F(OnnxModelTest, ReshapeToAnOverflowingShapeIsAnError) {
   // fuzz_onnx (UBSan): the product of the shape's dims overflowed int64.
   ::onnx::ModelProto m = Base(8, 14);
