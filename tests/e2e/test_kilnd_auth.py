@@ -215,7 +215,8 @@ def test_kiln_viz_parameter_needs_admin(secured):
     assert "PERMISSION_DENIED" in str(refused.value) or "StatusCode.PERMISSION_DENIED" in repr(refused.value)
     assert "ModelInfer parameters.kiln_viz' needs role 'admin'" in str(refused.value), str(refused.value)
     c.infer("add_sub", [a, b], parameters={"kiln_viz": False}, headers={"authorization": f"Bearer {KEYS['infer']}"})
-    # reduce_sum has not run in this kilnd yet: its compiles are recorded (add_sub's kernels exist already).
+    # reduce_sum has not run in this kilnd yet: its compiles are recorded (add_sub's kernels exist already; the refused
+    # request and the one with kiln_viz false record nothing).
     x = grpcclient.InferInput("X", [3, 8], "FP32")
     x.set_data_from_numpy(np.arange(24, dtype=np.float32).reshape(3, 8))
     out = c.infer("reduce_sum", [x], parameters={"kiln_viz": True},
@@ -241,7 +242,10 @@ def test_kiln_viz_parameter_needs_admin(secured):
     r = conn.getresponse()
     doc = json.loads(r.read())
     conn.close()
-    assert r.status == 200 and {k["label"] for k in doc["kernels"]} == {"reduce_sum"}, doc
+    assert r.status == 200 and {k["label"] for k in doc["kernels"]} == {"reduce_sum", "add_sub"}, doc
+    # reduce_sum's were compiled by its recorded request; add_sub's were compiled unrecorded and reused by the admin's
+    # recorded REST request: recorded then, marked reused.
+    assert all(k["reused"] == (k["label"] == "add_sub") for k in doc["kernels"]), doc
 
 
 def test_sighup_reloads_keys(secured):
