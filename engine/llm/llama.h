@@ -45,6 +45,9 @@ class KvCache {
   int64_t pos() const { return pos_; }  // tokens written so far
   // Decode steps captured by the JIT (at most 1 after the second step: one trace for every position).
   int captures() const;
+  // Starts a new sequence in the same buffers and the same JIT trace: the position goes back to 0 (rows past the
+  // position are masked, and each step rewrites its own row before reading it, so nothing needs clearing).
+  void Reset() { pos_ = 0; }
 
  private:
   friend class LlamaModel;
