@@ -106,19 +106,21 @@ fi
 jobs="${FUZZ_JOBS:-1}"
 mkdir -p "$bin_dir/logs"
 echo "fuzzing ${#targets[@]} target(s) for ${seconds}s each, ${jobs} at a time; logs in $bin_dir/logs"
-pids=()
 names=()
+# Each target's exit status goes to a file: polling `jobs` to keep FUZZ_JOBS running reaps finished jobs, after which
+# `wait PID` no longer knows them (it said "not a child of this shell" and reported 127 for a clean target).
 for name in "${targets[@]}"; do
   while [[ $(jobs -rp | wc -l) -ge $jobs ]]; do sleep 1; done
-  ( run_one "$name" "$bin_dir/corpus/$name" "$bin_dir/logs/$name.log" -use_value_profile=1 ) &
-  pids+=($!)
+  rm -f "$bin_dir/logs/$name.rc"
+  ( rc=0; run_one "$name" "$bin_dir/corpus/$name" "$bin_dir/logs/$name.log" -use_value_profile=1 || rc=$?
+    echo "$rc" >"$bin_dir/logs/$name.rc" ) &
   names+=("$name")
 done
+wait
 failed=0
 rcs=()
-for i in "${!pids[@]}"; do
-  rc=0
-  wait "${pids[$i]}" || rc=$?
+for name in "${names[@]}"; do
+  rc="$(cat "$bin_dir/logs/$name.rc" 2>/dev/null || echo 127)"
   rcs+=("$rc")
   [[ $rc -ne 0 ]] && failed=1
 done
