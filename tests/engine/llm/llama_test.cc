@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "backends/register_all.h"
+#include "engine/base/status.h"
 #include "engine/llm/tokenizer.h"
 #include "engine/realize/realize.h"
 #include "gtest/gtest.h"
@@ -42,35 +43,56 @@ std::vector<float> ReadFloats(const std::string& path) {
   return v;
 }
 
+// The SmolLM2 file, its tokenizer and model.
+struct SmolLM2 {
+  std::unique_ptr<nn::GgufModel> gguf;
+  std::unique_ptr<BpeTokenizer> tok;
+  std::unique_ptr<LlamaModel> model;
+};
+absl::StatusOr<SmolLM2> LoadSmolLM2() {
+  SmolLM2 m;
+  KILN_ASSIGN_OR_RETURN(m.gguf, nn::GgufModel::Open(KILN_SMOLLM2_GGUF));
+  KILN_ASSIGN_OR_RETURN(m.tok, BpeTokenizer::FromGguf(m.gguf->file()));
+  KILN_ASSIGN_OR_RETURN(m.model, LlamaModel::Create(*m.gguf));
+  return m;
+}
+
+const std::vector<std::string> kPrompts = {
+    "What is the capital of France?", "Write a haiku about the sea.", "2 + 2 =",
+    "Translate 'good morning' into Spanish.", "List three primary colors."};
+
+// kPrompts as ChatML user turns, tokenized; `args` gets each one's ids for the reference script.
+absl::StatusOr<std::vector<std::vector<int32_t>>> ChatIds(const BpeTokenizer& tok, std::string* args) {
+  std::vector<std::vector<int32_t>> ids;
+  for (const std::string& p : kPrompts) {
+    KILN_ASSIGN_OR_RETURN(std::vector<int32_t> t,
+                          tok.Encode(absl::StrCat("<|im_start|>user\n", p, "<|im_end|>\n<|im_start|>assistant\n")));
+    absl::StrAppend(args, " ", absl::StrJoin(t, ","));
+    ids.push_back(std::move(t));
+  }
+  return ids;
+}
+
 TEST(LlamaTest, SmolLM2LogitsMatchANumpyLlama) {
   backends::RegisterAllBackends();
   const std::string path = KILN_SMOLLM2_GGUF;
   if (!std::filesystem::exists(path)) FAIL() << path << " is missing: deploy/install-deps.sh extracts it";
-  absl::StatusOr<std::unique_ptr<nn::GgufModel>> gguf = nn::GgufModel::Open(path);
-  ASSERT_TRUE(gguf.ok()) << gguf.status();
-  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = BpeTokenizer::FromGguf((*gguf)->file());
-  ASSERT_TRUE(tok.ok()) << tok.status();
-  absl::StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::Create(**gguf);
-  ASSERT_TRUE(model.ok()) << model.status();
-  const LlamaConfig& c = (*model)->config();
+  absl::StatusOr<SmolLM2> smol = LoadSmolLM2();
+  ASSERT_TRUE(smol.ok()) << smol.status();
+  const std::unique_ptr<BpeTokenizer>& tok = smol->tok;
+  const std::unique_ptr<LlamaModel>& model = smol->model;
+  const LlamaConfig& c = model->config();
   EXPECT_EQ(c.n_layer, 30);
   EXPECT_EQ(c.n_head, 9);
   EXPECT_EQ(c.n_head_kv, 3);
   EXPECT_EQ(c.head_dim, 64);
   EXPECT_TRUE(c.tied_output);
 
-  const std::vector<std::string> prompts = {
-      "What is the capital of France?", "Write a haiku about the sea.", "2 + 2 =",
-      "Translate 'good morning' into Spanish.", "List three primary colors."};
-  std::vector<std::vector<int32_t>> ids;
+  const std::vector<std::string>& prompts = kPrompts;
   std::string args;
-  for (const std::string& p : prompts) {
-    absl::StatusOr<std::vector<int32_t>> t =
-        (*tok)->Encode(absl::StrCat("<|im_start|>user\n", p, "<|im_end|>\n<|im_start|>assistant\n"));
-    ASSERT_TRUE(t.ok()) << t.status();
-    ids.push_back(*t);
-    absl::StrAppend(&args, " ", absl::StrJoin(*t, ","));
-  }
+  absl::StatusOr<std::vector<std::vector<int32_t>>> chat = ChatIds(*tok, &args);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  const std::vector<std::vector<int32_t>>& ids = *chat;
   const std::string dir = ::testing::TempDir() + "/llama_ref";
   std::filesystem::create_directories(dir);
   const std::string ref = RunCommand(absl::StrCat(KILN_TEST_PYTHON, " ", KILN_LLAMA_REF, " ", path, " ", dir, args));
@@ -78,7 +100,7 @@ TEST(LlamaTest, SmolLM2LogitsMatchANumpyLlama) {
 
   for (size_t n = 0; n < prompts.size(); ++n) {
     SCOPED_TRACE(prompts[n]);
-    absl::StatusOr<Tensor> logits = (*model)->Logits(ids[n]);
+    absl::StatusOr<Tensor> logits = model->Logits(ids[n]);
     ASSERT_TRUE(logits.ok()) << logits.status();
     const int64_t T = static_cast<int64_t>(ids[n].size());
     ASSERT_EQ(logits->shape(), (Shape{T, c.vocab}));
@@ -118,25 +140,16 @@ TEST(LlamaTest, SmolLM2GreedyDecodingMatchesNumpyTokenForToken) {
   if (!std::filesystem::exists(path)) FAIL() << path << " is missing: deploy/install-deps.sh extracts it";
   RealizeContext ctx;
   ScopedRealizeContext scope(ctx);
-  absl::StatusOr<std::unique_ptr<nn::GgufModel>> gguf = nn::GgufModel::Open(path);
-  ASSERT_TRUE(gguf.ok()) << gguf.status();
-  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tok = BpeTokenizer::FromGguf((*gguf)->file());
-  ASSERT_TRUE(tok.ok()) << tok.status();
-  absl::StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::Create(**gguf);
-  ASSERT_TRUE(model.ok()) << model.status();
-  const int32_t eos = (*tok)->eos_id();
-  const std::vector<std::string> prompts = {
-      "What is the capital of France?", "Write a haiku about the sea.", "2 + 2 =",
-      "Translate 'good morning' into Spanish.", "List three primary colors."};
-  std::vector<std::vector<int32_t>> ids;
+  absl::StatusOr<SmolLM2> smol = LoadSmolLM2();
+  ASSERT_TRUE(smol.ok()) << smol.status();
+  const std::unique_ptr<BpeTokenizer>& tok = smol->tok;
+  const std::unique_ptr<LlamaModel>& model = smol->model;
+  const int32_t eos = tok->eos_id();
+  const std::vector<std::string>& prompts = kPrompts;
   std::string args;
-  for (const std::string& p : prompts) {
-    absl::StatusOr<std::vector<int32_t>> t =
-        (*tok)->Encode(absl::StrCat("<|im_start|>user\n", p, "<|im_end|>\n<|im_start|>assistant\n"));
-    ASSERT_TRUE(t.ok()) << t.status();
-    ids.push_back(*t);
-    absl::StrAppend(&args, " ", absl::StrJoin(*t, ","));
-  }
+  absl::StatusOr<std::vector<std::vector<int32_t>>> chat = ChatIds(*tok, &args);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  const std::vector<std::vector<int32_t>>& ids = *chat;
   const std::string ref =
       RunCommand(absl::StrCat(KILN_TEST_PYTHON, " ", KILN_LLAMA_REF, " --greedy 64 ", eos, " ", path, args));
   ASSERT_TRUE(absl::EndsWith(ref, "done\n")) << ref.substr(0, 3000);
@@ -152,15 +165,15 @@ TEST(LlamaTest, SmolLM2GreedyDecodingMatchesNumpyTokenForToken) {
 
   // The first prompt step by step: each step's logits are that position's row of the whole-sequence logits.
   {
-    absl::StatusOr<std::unique_ptr<KvCache>> cache = (*model)->NewCache(128);
+    absl::StatusOr<std::unique_ptr<KvCache>> cache = model->NewCache(128);
     ASSERT_TRUE(cache.ok()) << cache.status();
-    absl::StatusOr<Tensor> whole = (*model)->Logits(ids[0]);
+    absl::StatusOr<Tensor> whole = model->Logits(ids[0]);
     ASSERT_TRUE(whole.ok()) << whole.status();
     absl::StatusOr<std::vector<float>> rows = whole->ToVector<float>();
     ASSERT_TRUE(rows.ok());
-    const int64_t V = (*model)->config().vocab;
+    const int64_t V = model->config().vocab;
     for (size_t t = 0; t < ids[0].size(); ++t) {
-      absl::StatusOr<Tensor> step = (*model)->Step(**cache, ids[0][t]);
+      absl::StatusOr<Tensor> step = model->Step(**cache, ids[0][t]);
       ASSERT_TRUE(step.ok()) << step.status();
       absl::StatusOr<std::vector<float>> got = step->ToVector<float>();
       ASSERT_TRUE(got.ok());
@@ -174,17 +187,17 @@ TEST(LlamaTest, SmolLM2GreedyDecodingMatchesNumpyTokenForToken) {
   }
 
   // One cache (one trace) for every prompt: Reset starts each sequence over in the same buffers.
-  absl::StatusOr<std::unique_ptr<KvCache>> cache = (*model)->NewCache(128);
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = model->NewCache(128);
   ASSERT_TRUE(cache.ok()) << cache.status();
   int64_t compiled_after_capture = -1;
   for (size_t n = 0; n < prompts.size(); ++n) {
     SCOPED_TRACE(prompts[n]);
     (*cache)->Reset();
-    absl::StatusOr<std::vector<int32_t>> got = (*model)->Greedy(**cache, ids[n], 64, eos);
+    absl::StatusOr<std::vector<int32_t>> got = model->Greedy(**cache, ids[n], 64, eos);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(*got, want[n]) << "kiln:  " << absl::StrJoin(*got, ",") << "\nnumpy: " << absl::StrJoin(want[n], ",");
     EXPECT_EQ((*cache)->captures(), 1);
-    absl::StatusOr<std::string> text = (*tok)->Decode(*got);
+    absl::StatusOr<std::string> text = tok->Decode(*got);
     ASSERT_TRUE(text.ok());
     std::printf("prompt %zu (%zu tokens) -> %zu tokens: %s\n", n, ids[n].size(), got->size(), text->c_str());
     if (n == 0) {
