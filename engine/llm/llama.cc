@@ -96,6 +96,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const nn::GgufMod
     KILN_ASSIGN_OR_RETURN(Tensor w, gguf.Load(name, device));
     m->weights_.emplace(name, std::move(w));
   }
+  // The decode step looks its tokens' rows up here: a one-hot matmul over the table would decode all vocab x n_embd
+  // weights at every step (a fifth of SmolLM2's step time) to use n_embd of them.
+  KILN_ASSIGN_OR_RETURN(m->embd_host_, m->W("token_embd.weight").ToVector<float>());
   return m;
 }
 
@@ -174,17 +177,27 @@ KvCache::KvCache() = default;
 
 int KvCache::captures() const { return jit_ != nullptr && jit_->step->captured() ? 1 : 0; }
 
-absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx) const {
+void KvCache::Reset(int64_t slot) {
+  if (slot < 0) {
+    std::fill(pos_.begin(), pos_.end(), 0);
+  } else if (slot < slots()) {
+    pos_[slot] = 0;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, int64_t slots) const {
   const LlamaConfig& c = config_;
   if (max_ctx < 1 || max_ctx > c.context_length)
     return Bad(absl::StrCat("a cache of ", max_ctx, " tokens (1..", c.context_length, ")"));
+  if (slots < 1 || slots > 256) return Bad(absl::StrCat("a cache of ", slots, " slots (1..256)"));
   std::unique_ptr<KvCache> cache(new KvCache());
   cache->max_ctx_ = max_ctx;
+  cache->pos_.assign(slots, 0);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     for (std::vector<Tensor>* v : {&cache->k_, &cache->v_}) {
       // A buffer of its own (Empty, then zeroed): Zeros().Contiguous() is one interned graph, and the realize memo
       // would give every layer's cache the same buffer.
-      Tensor z = Tensor::Empty({c.n_head_kv, max_ctx, c.head_dim}, dtypes::kFloat32, device_);
+      Tensor z = Tensor::Empty({slots, c.n_head_kv, max_ctx, c.head_dim}, dtypes::kFloat32, device_);
       z.Assign(0.0f);
       KILN_RETURN_IF_ERROR(z.Realize());
       v->push_back(std::move(z));
@@ -192,46 +205,45 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx) c
   }
   KvCache* raw = cache.get();
   cache->jit_ = std::make_shared<KvCache::Jit>();
-  // in: token [1, 1] int32, cos / sin [1, 1, half], mask [1, 1, max_ctx] (0 up to the position, -inf after),
-  // write [1, max_ctx, 1] int32 (1 at the position).
+  // in: embeddings [S, n_embd] float32, cos / sin [S, 1, half], mask [S, 1, 1, max_ctx] (0 up to each slot's position, -inf
+  // after), write [S, 1, max_ctx, 1] int32 (1 at each stepping slot's position, all 0 in the other slots).
   cache->jit_->step = std::make_unique<jit::TinyJit>(
       [this, raw](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
         const LlamaConfig& c = config_;
-        const int64_t M = raw->max_ctx_, half = c.head_dim / 2, rep = c.n_head / c.n_head_kv;
+        const int64_t S = raw->slots(), M = raw->max_ctx_, half = c.head_dim / 2, rep = c.n_head / c.n_head_kv;
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-        const Tensor onehot =
-            Tensor::Arange(c.vocab).Cast(dtypes::kInt32).Reshape({1, c.vocab}).Eq(in[0]).Cast(dtypes::kFloat32);
-        Tensor x = onehot.Matmul(W("token_embd.weight"));  // [1, n_embd]
+        Tensor x = in[0];  // [S, n_embd]: the tokens' embedding rows, looked up on the host
         const Tensor& cos = in[1];
         const Tensor& sin = in[2];
         const Tensor write = in[4].Eq(1);
-        auto rope = [&](const Tensor& v, int64_t heads) {  // [1, heads, head_dim], adjacent pairs
-          const Tensor pairs = v.Reshape({1, heads, half, 2});
-          const Tensor a = pairs.Shrink({{0, 1}, {0, heads}, {0, half}, {0, 1}}).Reshape({1, heads, half});
-          const Tensor b = pairs.Shrink({{0, 1}, {0, heads}, {0, half}, {1, 2}}).Reshape({1, heads, half});
-          return Tensor::Stack({a * cos - b * sin, a * sin + b * cos}, 3).Reshape({1, heads, c.head_dim});
+        auto rope = [&](const Tensor& v, int64_t heads) {  // [S, heads, head_dim], adjacent pairs
+          const Tensor pairs = v.Reshape({S, heads, half, 2});
+          const Tensor a = pairs.Shrink({{0, S}, {0, heads}, {0, half}, {0, 1}}).Reshape({S, heads, half});
+          const Tensor b = pairs.Shrink({{0, S}, {0, heads}, {0, half}, {1, 2}}).Reshape({S, heads, half});
+          return Tensor::Stack({a * cos - b * sin, a * sin + b * cos}, 3).Reshape({S, heads, c.head_dim});
         };
-        auto heads_of = [&](const Tensor& kv) {  // [n_head_kv, M, D] -> [n_head, M, D]
-          return kv.Reshape({c.n_head_kv, 1, M, c.head_dim})
-              .Expand({c.n_head_kv, rep, M, c.head_dim})
-              .Reshape({c.n_head, M, c.head_dim});
+        auto heads_of = [&](const Tensor& kv) {  // [S, n_head_kv, M, D] -> [S, n_head, M, D]
+          return kv.Reshape({S, c.n_head_kv, 1, M, c.head_dim})
+              .Expand({S, c.n_head_kv, rep, M, c.head_dim})
+              .Reshape({S, c.n_head, M, c.head_dim});
         };
         std::vector<Tensor> written;
         for (int64_t l = 0; l < c.n_layer; ++l) {
           const std::string p = absl::StrCat("blk.", l, ".");
           const Tensor h = RmsNorm(x, W(p + "attn_norm.weight"), c.rms_eps);
           const Tensor q =
-              rope(h.Matmul(W(p + "attn_q.weight").Transpose()).Reshape({1, c.n_head, c.head_dim}), c.n_head)
-                  .Permute({1, 0, 2});  // [H, 1, D]
+              rope(h.Matmul(W(p + "attn_q.weight").Transpose()).Reshape({S, c.n_head, c.head_dim}), c.n_head)
+                  .Reshape({S, c.n_head, 1, c.head_dim});
           const Tensor k_new =
-              rope(h.Matmul(W(p + "attn_k.weight").Transpose()).Reshape({1, c.n_head_kv, c.head_dim}), c.n_head_kv)
-                  .Permute({1, 0, 2});  // [Hkv, 1, D]
+              rope(h.Matmul(W(p + "attn_k.weight").Transpose()).Reshape({S, c.n_head_kv, c.head_dim}), c.n_head_kv)
+                  .Reshape({S, c.n_head_kv, 1, c.head_dim});
           const Tensor v_new =
-              h.Matmul(W(p + "attn_v.weight").Transpose()).Reshape({1, c.n_head_kv, c.head_dim}).Permute({1, 0, 2});
-          Tensor k_all = write.Where(k_new, raw->k_[l]);  // [Hkv, M, D]: the new row at the position
+              h.Matmul(W(p + "attn_v.weight").Transpose()).Reshape({S, c.n_head_kv, 1, c.head_dim});
+          Tensor k_all = write.Where(k_new, raw->k_[l]);  // [S, Hkv, M, D]: the new row at each slot's position
           Tensor v_all = write.Where(v_new, raw->v_[l]);
-          const Tensor att = (q.Matmul(heads_of(k_all).Transpose(1, 2)) * scale + in[3]).Softmax(-1);  // [H, 1, M]
-          const Tensor o = att.Matmul(heads_of(v_all)).Permute({1, 0, 2}).Reshape({1, c.n_embd});
+          const Tensor att =
+              (q.Matmul(heads_of(k_all).Transpose(2, 3)) * scale + in[3]).Softmax(-1);  // [S, H, 1, M]
+          const Tensor o = att.Matmul(heads_of(v_all)).Reshape({S, c.n_embd});
           x = x + o.Matmul(W(p + "attn_output.weight").Transpose());
           const Tensor g = RmsNorm(x, W(p + "ffn_norm.weight"), c.rms_eps);
           const Tensor ff =
@@ -243,7 +255,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx) c
           written.push_back(v_store.Assign(v_all));
         }
         x = RmsNorm(x, W("output_norm.weight"), c.rms_eps);
-        Tensor logits = x.Matmul(W(c.tied_output ? "token_embd.weight" : "output.weight").Transpose()).Reshape({c.vocab});
+        Tensor logits = x.Matmul(W(c.tied_output ? "token_embd.weight" : "output.weight").Transpose());  // [S, vocab]
         std::vector<Tensor*> all;
         for (Tensor& t : written) all.push_back(&t);
         all.push_back(&logits);
@@ -254,29 +266,51 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx) c
 }
 
 absl::StatusOr<Tensor> LlamaModel::Step(KvCache& cache, int32_t token) const {
+  KILN_ASSIGN_OR_RETURN(Tensor logits, StepBatch(cache, {SlotToken{0, token}}));
+  if (cache.slots() == 1) return logits.Reshape({config_.vocab});
+  return logits.Shrink({{0, 1}, {0, config_.vocab}}).Reshape({config_.vocab});
+}
+
+absl::StatusOr<Tensor> LlamaModel::StepBatch(KvCache& cache, const std::vector<SlotToken>& tokens) const {
   const LlamaConfig& c = config_;
-  if (cache.pos_ >= cache.max_ctx_)
-    return absl::FailedPreconditionError(absl::StrCat("llama: the cache holds ", cache.max_ctx_, " tokens, all used"));
-  if (token < 0 || token >= c.vocab)
-    return Bad(absl::StrCat("token id ", token, " is outside the vocabulary of ", c.vocab));
-  const int64_t M = cache.max_ctx_, half = c.head_dim / 2, pos = cache.pos_;
-  std::vector<float> cos_t(half), sin_t(half), mask(M, -std::numeric_limits<float>::infinity());
-  for (int64_t i = 0; i < half; ++i) {
-    const double angle = static_cast<double>(pos) *
-                         std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
-    cos_t[i] = static_cast<float>(std::cos(angle));
-    sin_t[i] = static_cast<float>(std::sin(angle));
+  const int64_t S = cache.slots(), M = cache.max_ctx_, half = c.head_dim / 2;
+  if (tokens.empty()) return Bad("a step of no slot");
+  std::vector<bool> named(S, false);
+  for (const SlotToken& st : tokens) {
+    if (st.slot < 0 || st.slot >= S) return Bad(absl::StrCat("slot ", st.slot, " is outside 0..", S - 1));
+    if (named[st.slot]) return Bad(absl::StrCat("slot ", st.slot, " is named twice in one step"));
+    named[st.slot] = true;
+    if (cache.pos_[st.slot] >= M)
+      return absl::FailedPreconditionError(
+          absl::StrCat("llama: slot ", st.slot, " of the cache holds ", M, " tokens, all used"));
+    if (st.token < 0 || st.token >= c.vocab)
+      return Bad(absl::StrCat("token id ", st.token, " is outside the vocabulary of ", c.vocab));
   }
-  for (int64_t j = 0; j <= pos; ++j) mask[j] = 0.0f;
-  std::vector<int32_t> write(M, 0);
-  write[pos] = 1;
-  std::vector<Tensor> in = {Tensor::FromVector(std::vector<int32_t>{token}, {1, 1}, device_),
-                            Tensor::FromVector(cos_t, {1, 1, half}, device_),
-                            Tensor::FromVector(sin_t, {1, 1, half}, device_),
-                            Tensor::FromVector(mask, {1, 1, M}, device_),
-                            Tensor::FromVector(write, {1, M, 1}, device_)};
+  // Idle slots: token 0, angle 0, attention to row 0 only (a finite softmax), nothing written.
+  std::vector<int32_t> write(S * M, 0);
+  std::vector<float> rows(S * c.n_embd, 0.0f);
+  std::vector<float> cos_t(S * half, 1.0f), sin_t(S * half, 0.0f);
+  std::vector<float> mask(S * M, -std::numeric_limits<float>::infinity());
+  for (int64_t s = 0; s < S; ++s) mask[s * M] = 0.0f;
+  for (const SlotToken& st : tokens) {
+    const int64_t s = st.slot, pos = cache.pos_[s];
+    std::copy_n(embd_host_.begin() + st.token * c.n_embd, c.n_embd, rows.begin() + s * c.n_embd);
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(pos) *
+                           std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
+      cos_t[s * half + i] = static_cast<float>(std::cos(angle));
+      sin_t[s * half + i] = static_cast<float>(std::sin(angle));
+    }
+    for (int64_t j = 0; j <= pos; ++j) mask[s * M + j] = 0.0f;
+    write[s * M + pos] = 1;
+  }
+  std::vector<Tensor> in = {Tensor::FromVector(rows, {S, c.n_embd}, device_),
+                            Tensor::FromVector(cos_t, {S, 1, half}, device_),
+                            Tensor::FromVector(sin_t, {S, 1, half}, device_),
+                            Tensor::FromVector(mask, {S, 1, 1, M}, device_),
+                            Tensor::FromVector(write, {S, 1, M, 1}, device_)};
   KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, (*cache.jit_->step)(in));
-  ++cache.pos_;
+  for (const SlotToken& st : tokens) ++cache.pos_[st.slot];
   return out[0];
 }
 

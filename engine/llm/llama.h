@@ -37,25 +37,37 @@ struct LlamaConfig {
 
 class LlamaModel;
 
-// The keys and values of a generation so far: per layer [n_head_kv, max_ctx, head_dim] device buffers of a fixed
-// length, and the jitted decode step that writes them. Made by LlamaModel::NewCache; one per sequence.
+// The keys and values of up to `slots` sequences: per layer [slots, n_head_kv, max_ctx, head_dim] device buffers of
+// a fixed length, each slot's position, and the jitted decode step that writes them. Made by LlamaModel::NewCache.
+// One slot per sequence; a batched step (LlamaModel::StepBatch) advances any subset of the slots by one token each,
+// which is what continuous batching (generator.h) runs.
 class KvCache {
  public:
   int64_t max_ctx() const { return max_ctx_; }
-  int64_t pos() const { return pos_; }  // tokens written so far
-  // Decode steps captured by the JIT (at most 1 after the second step: one trace for every position).
+  int64_t slots() const { return static_cast<int64_t>(pos_.size()); }
+  int64_t pos(int64_t slot = 0) const { return pos_[slot]; }  // tokens written so far in `slot`
+  // Decode steps captured by the JIT (at most 1 after the second step: one trace for every position and every mix of
+  // active slots).
   int captures() const;
-  // Starts a new sequence in the same buffers and the same JIT trace: the position goes back to 0 (rows past the
-  // position are masked, and each step rewrites its own row before reading it, so nothing needs clearing).
-  void Reset() { pos_ = 0; }
+  // Starts a new sequence in `slot` (all slots when -1), in the same buffers and the same JIT trace: the position goes
+  // back to 0 (rows past the position are masked, and each step rewrites its own row before reading it, so nothing
+  // needs clearing).
+  void Reset(int64_t slot = -1);
 
  private:
   friend class LlamaModel;
   KvCache();
-  int64_t max_ctx_ = 0, pos_ = 0;
+  int64_t max_ctx_ = 0;
+  std::vector<int64_t> pos_;
   std::vector<Tensor> k_, v_;
   struct Jit;
   std::shared_ptr<Jit> jit_;
+};
+
+// One token for one slot of a batched decode step.
+struct SlotToken {
+  int64_t slot = 0;
+  int32_t token = 0;
 };
 
 class LlamaModel {
@@ -68,14 +80,20 @@ class LlamaModel {
   // Logits [T, vocab] of every position of `tokens` (1 <= T <= context_length, ids inside the vocabulary), float32.
   absl::StatusOr<Tensor> Logits(const std::vector<int32_t>& tokens) const;
 
-  // A cache for a sequence of at most `max_ctx` tokens (1..context_length), zeroed.
-  absl::StatusOr<std::unique_ptr<KvCache>> NewCache(int64_t max_ctx) const;
+  // A cache of `slots` sequences (1..256) of at most `max_ctx` tokens each (1..context_length), zeroed.
+  absl::StatusOr<std::unique_ptr<KvCache>> NewCache(int64_t max_ctx, int64_t slots = 1) const;
   // Decodes `token` at position cache.pos() (then advances it): its keys and values go into the cache, and the
   // result is the logits [vocab] of the token that follows. One TinyJit trace serves every position: the cache has a
-  // fixed length and the position enters as data (RoPE angles, the attention mask over the cache, the one-hot row
-  // the step writes), so attention spans all max_ctx rows, the ones past the position masked to -inf (Hugging Face's
-  // "static cache"). The returned tensor is overwritten by the next step. FailedPrecondition when the cache is full.
+  // fixed length and the position enters as data (the token's embedding row, looked up on the host; the RoPE
+  // angles; the attention mask over the cache; the one-hot row the step writes), so attention spans all max_ctx
+  // rows, the ones past the position masked to -inf (Hugging Face's "static cache"). The returned tensor is
+  // overwritten by the next step. FailedPrecondition when the cache is full.
+  // Uses slot 0.
   absl::StatusOr<Tensor> Step(KvCache& cache, int32_t token) const;
+  // One decode step of every slot named in `tokens` (each at most once), in one batched run of the same trace: the
+  // result is the logits [slots, vocab]; rows of slots not named are meaningless, and their caches are untouched.
+  // InvalidArgument for a bad slot or token, FailedPrecondition when a named slot is full.
+  absl::StatusOr<Tensor> StepBatch(KvCache& cache, const std::vector<SlotToken>& tokens) const;
   // Feeds `prompt` through Step, then appends the argmax token until `max_new` tokens or `stop` (e.g. eos); returns
   // the new tokens (the stop token included when it came).
   absl::StatusOr<std::vector<int32_t>> Greedy(KvCache& cache, const std::vector<int32_t>& prompt, int64_t max_new,
@@ -88,6 +106,7 @@ class LlamaModel {
   std::string device_;
   LlamaConfig config_;
   std::map<std::string, Tensor> weights_;  // each a decoding graph over the file's bytes in a device buffer
+  std::vector<float> embd_host_;           // token_embd decoded, [vocab, n_embd] row-major, for Step's lookups
 };
 
 }  // namespace kiln::llm

@@ -49,6 +49,8 @@ class BpeTokenizer {
   int32_t eos_id() const { return eos_; }
   bool add_bos() const { return add_bos_; }
   const std::string& token(int32_t id) const { return tokens_[id]; }  // in the byte alphabet
+  // A control or user-defined token ("<|im_end|>"): generation leaves its text out of the output.
+  bool is_special(int32_t id) const { return id >= 0 && id < vocab_size() && is_special_[id]; }
   // The pre-tokenizer's pieces of `text` (step 2), for tests.
   absl::StatusOr<std::vector<std::string>> PreTokenize(std::string_view text) const;
 

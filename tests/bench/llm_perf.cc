@@ -1,0 +1,65 @@
+// llm_perf: decode-step timings of the Llama model on a GGUF file, one JSON line per measurement, for
+// llm_compare.py. For each slot count S: the first step (trace + compile), the second (capture), then the median
+// of `steps` replayed steps with every slot active; tokens/s = S / step time.
+//   llm_perf MODEL.gguf [steps=16] [slots=1,4,8] [max_ctx=256]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "backends/register_all.h"
+#include "engine/llm/llama.h"
+#include "engine/llm/tokenizer.h"
+
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: llm_perf MODEL.gguf [steps] [slots,...] [max_ctx]\n");
+    return 2;
+  }
+  kiln::backends::RegisterAllBackends();
+  int steps = argc > 2 ? std::atoi(argv[2]) : 16;
+  std::vector<int64_t> slot_counts;
+  for (absl::string_view s : absl::StrSplit(argc > 3 ? argv[3] : "1,4,8", ',')) {
+    int64_t v = 0;
+    if (absl::SimpleAtoi(s, &v)) slot_counts.push_back(v);
+  }
+  const int64_t max_ctx = argc > 4 ? std::atoll(argv[4]) : 256;
+  auto gguf = kiln::nn::GgufModel::Open(argv[1]);
+  if (!gguf.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(gguf.status().message()).c_str());
+    return 1;
+  }
+  auto model = kiln::llm::LlamaModel::Create(**gguf);
+  if (!model.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
+    return 1;
+  }
+  for (int64_t S : slot_counts) {
+    auto cache = (*model)->NewCache(max_ctx, S);
+    if (!cache.ok()) return 1;
+    std::vector<kiln::llm::SlotToken> all;
+    for (int64_t s = 0; s < S; ++s) all.push_back({s, static_cast<int32_t>(100 + s)});
+    std::vector<double> t;
+    for (int i = 0; i < steps + 2; ++i) {
+      const auto t0 = Clock::now();
+      auto logits = (*model)->StepBatch(**cache, all);
+      if (!logits.ok()) return 1;
+      auto host = logits->ToVector<float>();
+      if (!host.ok()) return 1;
+      t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    std::vector<double> replay(t.begin() + 2, t.end());
+    std::sort(replay.begin(), replay.end());
+    const double med = replay[replay.size() / 2];
+    std::printf("{\"slots\": %lld, \"max_ctx\": %lld, \"first_step_s\": %.4f, \"second_step_s\": %.4f, "
+                "\"step_s\": %.5f, \"tokens_per_s\": %.2f}\n",
+                static_cast<long long>(S), static_cast<long long>(max_ctx), t[0], t[1], med, S / med);
+    std::fflush(stdout);
+  }
+  return 0;
+}
