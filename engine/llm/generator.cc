@@ -100,7 +100,16 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const LlamaModel* m
                                                              const GeneratorOptions& options) {
   if (options.max_queue < 0) return absl::InvalidArgumentError("generator: max_queue is negative");
   std::unique_ptr<Generator> g(new Generator(model, tokenizer, options));
+  g->context_ = options.context != nullptr ? options.context : &CurrentRealizeContext();
+  ScopedRealizeContext scope(*g->context_);
   KILN_ASSIGN_OR_RETURN(g->cache_, model->NewCache(options.max_ctx, options.slots));
+  if (options.warm) {
+    for (int i = 0; i < 2; ++i) {
+      KILN_ASSIGN_OR_RETURN(Tensor logits, model->StepBatch(*g->cache_, {SlotToken{0, 0}}));
+      KILN_RETURN_IF_ERROR(logits.ToVector<float>().status());
+    }
+    g->cache_->Reset();
+  }
   g->stats_.slots = options.slots;
   g->stats_.max_ctx = options.max_ctx;
   g->thread_ = std::thread([raw = g.get()] { raw->Loop(); });
@@ -235,6 +244,7 @@ void Generator::Accept(Seq& s, int32_t t, GenerationEvent* ev) const {
 }
 
 void Generator::Loop() {
+  ScopedRealizeContext scope(*context_);
   const int64_t vocab = tok_->vocab_size();
   for (;;) {
     std::vector<std::pair<std::unique_ptr<Seq>, GenerationEvent>> ended;

@@ -38,6 +38,7 @@
 #include "engine/llm/llama.h"
 #include "engine/llm/sampler.h"
 #include "engine/llm/tokenizer.h"
+#include "engine/realize/realize.h"
 
 namespace kiln::llm {
 
@@ -63,9 +64,14 @@ struct GenerationEvent {
 using GenerationCallback = std::function<void(const GenerationEvent&)>;
 
 struct GeneratorOptions {
-  int64_t slots = 4;      // concurrent generations (KV cache slots)
-  int64_t max_ctx = 1024;  // tokens per slot, prompt and output together
+  int64_t slots = 4;        // concurrent generations (KV cache slots)
+  int64_t max_ctx = 1024;   // tokens per slot, prompt and output together
   int64_t max_queue = 256;  // generations waiting for a slot
+  // The realize context of the cache and of every step (the scheduler thread makes it current); null = the
+  // calling thread's current one at Create.
+  RealizeContext* context = nullptr;
+  // Run two steps at Create (trace and capture), so that the first generation does not pay for compilation.
+  bool warm = false;
 };
 
 struct GeneratorStats {
@@ -104,6 +110,7 @@ class Generator {
   const LlamaModel* const model_;
   const BpeTokenizer* const tok_;
   const GeneratorOptions options_;
+  RealizeContext* context_ = nullptr;
   std::unique_ptr<KvCache> cache_;
 
   mutable std::mutex mu_;

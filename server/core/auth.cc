@@ -86,6 +86,12 @@ constexpr Endpoint kEndpoints[] = {
     {H, "* /v2/trace/setting", kAdmin, "trace"},
     {H, "* /v2/models/{m}/trace/setting", kAdmin, "trace"},
     {H, "POST /v1/graphs:execute", kAdmin, "kiln-graph"},
+    // Text generation of kiln_llm models (server/rest/llm_routes.h).
+    {H, "GET /v1/models", kInfer, "metadata"},
+    {H, "POST /v1/completions", kInfer, "inference"},
+    {H, "POST /v1/chat/completions", kInfer, "inference"},
+    {H, "POST /v2/models/{m}/generate", kInfer, "inference"},
+    {H, "POST /v2/models/{m}/generate_stream", kInfer, "inference"},
     {H, "GET /v2/profile", kAdmin, "kiln-viz"},
     {H, "GET /viz", kAdmin, "kiln-viz"},
     {H, "GET /viz/highlight.js", kAdmin, "kiln-viz"},

@@ -96,6 +96,7 @@ const FieldRule* FindRule(std::string_view path) {
 // The `parameters` keys each platform reads.
 std::vector<std::string> KnownParameters(const inference::ModelConfig& config) {
   if (config.platform() == kPlatformBuiltin) return {"architecture"};
+  if (config.platform() == kPlatformLlm) return {"max_ctx", "max_queue", "warm"};  // ReadLlmConfig
   return {};
 }
 

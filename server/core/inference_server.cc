@@ -216,6 +216,33 @@ absl::StatusOr<std::shared_ptr<const ModelVersion>> InferenceServer::Resolve(
   return repository_.GetReady(name, version);
 }
 
+absl::StatusOr<std::shared_ptr<const ModelVersion>> InferenceServer::LlmVersion(
+    const std::string& name, const std::string& version) const {
+  if (!Ready()) return absl::UnavailableError("the server is shutting down");
+  absl::StatusOr<std::shared_ptr<const ModelVersion>> resolved = Resolve(name, version);
+  if (!resolved.ok()) return resolved.status();
+  std::shared_ptr<const ModelVersion> v = *std::move(resolved);
+  if (v->config->platform() != kPlatformLlm) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", v->name, "' is a ", v->config->platform(),
+                                                   " model, not a kiln_llm text generator: use /v2/models/",
+                                                   v->name, "/infer"));
+  }
+  if (v->llm == nullptr) {
+    return absl::UnavailableError(absl::StrCat("model '", v->name, "' has no engine in this kilnd"));
+  }
+  return v;
+}
+
+std::vector<std::shared_ptr<const ModelVersion>> InferenceServer::LlmVersions() const {
+  std::vector<std::shared_ptr<const ModelVersion>> out;
+  for (const RepositoryIndexEntry& e : RepositoryIndex(/*ready_only=*/true)) {
+    if (!out.empty() && out.back()->name == e.name) continue;
+    absl::StatusOr<std::shared_ptr<const ModelVersion>> v = Resolve(e.name, "");
+    if (v.ok() && (*v)->llm != nullptr) out.push_back(*std::move(v));
+  }
+  return out;
+}
+
 absl::StatusOr<bool> InferenceServer::ModelReady(const std::string& name,
                                                  const std::string& version) const {
   return Guard("ModelReady", [&]() -> absl::StatusOr<bool> {
@@ -395,6 +422,11 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
   task->obs.model = version.name;
   task->obs.version = std::to_string(version.version);
   task->obs.reached_model = true;
+  if (version.config->platform() == kPlatformLlm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", version.name, "' is a kiln_llm text generator: send POST /v2/models/", version.name,
+        "/generate (or generate_stream), or the OpenAI routes /v1/completions and /v1/chat/completions"));
+  }
   absl::StatusOr<ValidatedRequest> valid =
       ValidateInferRequest(*version.config, request, options_.max_request_bytes);
   if (!valid.ok()) return valid.status();

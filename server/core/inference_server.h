@@ -188,6 +188,14 @@ class InferenceServer : private ModelPlacer {
   // Reports every Infer (and every kernel launch, Infer and graphs) and the loaded models' memory
   // to `observer` (not owned; null = none). Call once before serving.
   void SetObserver(InferObserver* observer);
+  InferObserver* observer() const { return observer_; }
+
+  // A READY kiln_llm version's model (server/rest/llm_routes.h); NOT_FOUND / UNAVAILABLE as for
+  // Infer, INVALID_ARGUMENT when the model is not a kiln_llm one.
+  absl::StatusOr<std::shared_ptr<const ModelVersion>> LlmVersion(const std::string& name,
+                                                                 const std::string& version) const;
+  // Every READY kiln_llm version, newest version of each model (GET /v1/models).
+  std::vector<std::shared_ptr<const ModelVersion>> LlmVersions() const;
 
   // kiln.v1.Engine's core: graphs run directly on the default device's engine.
   GraphService& graphs() { return graphs_; }

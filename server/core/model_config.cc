@@ -3,6 +3,7 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/io/tokenizer.h"
@@ -177,14 +178,33 @@ absl::Status NormalizeModelConfig(std::string_view model_name, inference::ModelC
   if (platform.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("config platform: required (one of ", std::string(kPlatformGraph), ", ",
-                     std::string(kPlatformBuiltin), ", ", std::string(kPlatformOnnx), ")"));
+                     std::string(kPlatformBuiltin), ", ", std::string(kPlatformOnnx), ", ",
+                     std::string(kPlatformLlm), ")"));
   }
   if (platform != kPlatformGraph && platform != kPlatformBuiltin && platform != kPlatformOnnx &&
-      platform != "onnxruntime_onnx") {
+      platform != kPlatformLlm && platform != "onnxruntime_onnx") {
     return absl::InvalidArgumentError(absl::StrCat("config platform: unknown platform '", platform,
                                                    "' (kiln serves ", std::string(kPlatformGraph),
                                                    ", ", std::string(kPlatformBuiltin), ", ",
-                                                   std::string(kPlatformOnnx), ")"));
+                                                   std::string(kPlatformOnnx), ", ",
+                                                   std::string(kPlatformLlm), ")"));
+  }
+  if (platform == kPlatformLlm) {
+    // A text generator: Triton's LLM tensors (its vLLM and TensorRT-LLM backends' names), for metadata. It is
+    // served by the generate and OpenAI routes, one generation per request (slots = max_batch_size).
+    if (absl::Status s = CheckLlmConfig(*config); !s.ok()) return s;
+    if (config->input_size() == 0) {
+      inference::ModelInput* in = config->add_input();
+      in->set_name("text_input");
+      in->set_data_type(inference::TYPE_STRING);
+      in->add_dims(1);
+    }
+    if (config->output_size() == 0) {
+      inference::ModelOutput* out = config->add_output();
+      out->set_name("text_output");
+      out->set_data_type(inference::TYPE_STRING);
+      out->add_dims(-1);
+    }
   }
   if (config->max_batch_size() < 0 || config->max_batch_size() > kMaxBatchSize) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -256,8 +276,36 @@ absl::Status NormalizeModelConfig(std::string_view model_name, inference::ModelC
   return absl::OkStatus();
 }
 
+absl::StatusOr<LlmConfig> ReadLlmConfig(const inference::ModelConfig& config) {
+  LlmConfig c;
+  if (config.max_batch_size() > 0) c.slots = config.max_batch_size();
+  for (const auto& [key, value] : config.parameters()) {
+    int64_t* field = key == "max_ctx" ? &c.max_ctx : key == "max_queue" ? &c.max_queue : nullptr;
+    if (field != nullptr) {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(value.string_value(), &v) || v < 1 || v > (int64_t{1} << 20)) {
+        return absl::InvalidArgumentError(absl::StrCat("config parameters[", key, "]: '", value.string_value(),
+                                                       "' is not an integer in 1..1048576"));
+      }
+      *field = v;
+    } else if (key == "warm") {
+      if (value.string_value() != "true" && value.string_value() != "false") {
+        return absl::InvalidArgumentError("config parameters[warm]: neither \"true\" nor \"false\"");
+      }
+      c.warm = value.string_value() == "true";
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("config parameters[", key, "]: not a kiln_llm parameter (",
+                                                     "max_ctx, max_queue, warm)"));
+    }
+  }
+  return c;
+}
+
+absl::Status CheckLlmConfig(const inference::ModelConfig& config) { return ReadLlmConfig(config).status(); }
+
 std::string DefaultModelFilename(const inference::ModelConfig& config) {
   if (!config.default_model_filename().empty()) return config.default_model_filename();
+  if (config.platform() == kPlatformLlm) return "model.gguf";
   if (config.platform() == kPlatformGraph) return "model.graph";
   if (config.platform() == kPlatformBuiltin) return "model.safetensors";
   return "model.onnx";

@@ -22,6 +22,7 @@ namespace kiln::server {
 inline constexpr std::string_view kPlatformGraph = "kiln_graph";      // a kiln.v1.Graph
 inline constexpr std::string_view kPlatformBuiltin = "kiln_builtin";  // architecture + safetensors
 inline constexpr std::string_view kPlatformOnnx = "kiln_onnx";        // model.onnx
+inline constexpr std::string_view kPlatformLlm = "kiln_llm";          // model.gguf, a decoder LLM
 
 // True for a name kiln accepts for models and folders: 1..kMaxNameLength characters from
 // [A-Za-z0-9_.-], not "." or "..", no leading '.'. Names are looked up in the repository
@@ -40,5 +41,17 @@ absl::Status NormalizeModelConfig(std::string_view model_name, inference::ModelC
 // The model file a version folder must hold: default_model_filename if set, else the
 // platform's default ("model.graph", "model.safetensors", "model.onnx").
 std::string DefaultModelFilename(const inference::ModelConfig& config);
+
+// A kiln_llm model's serving settings: slots = max_batch_size (concurrent generations; 0 = 4), and
+// parameters max_ctx (tokens per generation, prompt included), max_queue (generations waiting for a
+// slot) and warm ("true": the decode step is compiled at load). INVALID_ARGUMENT names the parameter.
+struct LlmConfig {
+  int64_t slots = 4;
+  int64_t max_ctx = 1024;
+  int64_t max_queue = 256;
+  bool warm = true;
+};
+absl::StatusOr<LlmConfig> ReadLlmConfig(const inference::ModelConfig& config);
+absl::Status CheckLlmConfig(const inference::ModelConfig& config);
 
 }  // namespace kiln::server

@@ -197,6 +197,9 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
         HasOnnxVersion(files_, name)) {
       config.set_platform(std::string(kPlatformOnnxruntime));  // no config: completed from model.onnx below
       config.set_backend(std::string(kBackendOnnxruntime));
+    } else if (files_.Stat(name + "/config.pbtxt") == RepositoryFiles::Kind::kMissing && !strict_model_config_ &&
+               HasGgufVersion(files_, name)) {
+      config.set_platform(std::string(kPlatformLlm));  // no config: a GGUF LLM with the default settings
     } else {
       absl::StatusOr<inference::ModelConfig> parsed = ReadModelConfig(files_, name);
       if (!parsed.ok()) return parsed.status();
@@ -275,6 +278,21 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
         status = o.status();
       }
     }
+    std::shared_ptr<api::LlmModel> llm;
+    if (status.ok() && engine != nullptr && shared_config->platform() == kPlatformLlm) {
+      absl::StatusOr<LlmConfig> lc = ReadLlmConfig(*shared_config);
+      const std::string rel = absl::StrCat(version_dir, "/", DefaultModelFilename(*shared_config));
+      absl::StatusOr<std::shared_ptr<api::LlmModel>> m =
+          !lc.ok() ? absl::StatusOr<std::shared_ptr<api::LlmModel>>(lc.status())
+                   : api::LlmModel::Load((files_.root() / rel).string(),
+                                         {.slots = lc->slots, .max_ctx = lc->max_ctx, .max_queue = lc->max_queue,
+                                          .device = placement.device, .warm = lc->warm});
+      if (m.ok()) {
+        llm = *std::move(m);
+      } else {
+        status = m.status();
+      }
+    }
     if (status.ok() && engine != nullptr && shared_config->platform() == kPlatformGraph) {
       absl::StatusOr<std::shared_ptr<const api::PreparedGraph>> p =
           PrepareGraphModel(*engine, *shared_config, graph);
@@ -301,6 +319,7 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
     model->graph = std::move(prepared);
     model->builtin = std::move(builtin);
     model->onnx = std::move(onnx);
+    model->llm = std::move(llm);
     model->instance_count = 1 + static_cast<int>(placement.more_engines.size());
     for (api::Engine* more : placement.more_engines) {  // each instance its own engine model
       ModelVersion::Instance instance;

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/api/engine.h"
+#include "engine/api/llm_model.h"
 #include "inference/model_config.pb.h"
 #include "server/core/classification.h"
 #include "server/core/repository_files.h"
@@ -63,6 +64,9 @@ struct ModelVersion {
   std::shared_ptr<const api::BuiltinModel> builtin;
   // ONNX (onnx_config.h): the model loaded by the engine (null without an engine).
   std::shared_ptr<const api::OnnxModel> onnx;
+  // kiln_llm: the LLM and its generator (its own thread and KV cache), loaded at load time (null
+  // without an engine). Served by the generate / OpenAI routes (server/rest/llm_routes.h).
+  std::shared_ptr<api::LlmModel> llm;
   // Instances (instance_group count, placement.h): how many executors run the version, each on
   // its own lane of `device` (instance 0 uses the fields above). Instances 1.. of kiln_builtin and
   // ONNX versions hold their own copy of the model, loaded by their own engine (an engine model is

@@ -61,6 +61,26 @@ struct ModelMemoryObservation {
   uint64_t bytes = 0;
 };
 
+// One finished generation of a kiln_llm model (server/rest/llm_routes.h).
+struct GenerationObservation {
+  std::string model;
+  std::string version;
+  std::string route;          // "completions", "chat", "generate"
+  std::string finish_reason;  // "stop", "length", "cancelled", "error"
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  uint64_t first_token_ns = 0;          // arrival to the first token; 0 when none came
+  std::vector<uint64_t> inter_token_ns;  // gaps between successive tokens
+  uint64_t duration_ns = 0;              // arrival to the end
+};
+
+// A kiln_llm model's KV-cache slots and queue, after a generation starts or ends.
+struct LlmOccupancy {
+  std::string model;
+  std::string version;
+  int64_t slots = 0, active = 0, queued = 0;
+};
+
 class InferObserver {
  public:
   virtual ~InferObserver() = default;
@@ -78,6 +98,8 @@ class InferObserver {
   // One loaded version's memory changed (a run captured a JIT trace). Ignored for a version not
   // in the latest ObserveModels (it was unloaded meanwhile).
   virtual void ObserveModelMemory(const ModelMemoryObservation& /*memory*/) {}
+  virtual void ObserveGeneration(const GenerationObservation& /*generation*/) {}
+  virtual void ObserveLlmOccupancy(const LlmOccupancy& /*occupancy*/) {}
 };
 
 }  // namespace kiln::server

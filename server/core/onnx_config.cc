@@ -52,6 +52,10 @@ bool HasOnnxVersion(const RepositoryFiles& files, const std::string& name) {
   return NewestVersion(files, name, "model.onnx") > 0;
 }
 
+bool HasGgufVersion(const RepositoryFiles& files, const std::string& name) {
+  return NewestVersion(files, name, "model.gguf") > 0;
+}
+
 absl::Status CompleteOnnxConfig(const RepositoryFiles& files, const std::string& name,
                                 inference::ModelConfig* config) {
   if (config->platform().empty()) config->set_platform(std::string(kPlatformOnnxruntime));

@@ -27,6 +27,8 @@ bool IsOnnxConfig(const inference::ModelConfig& config);
 // Whether some version folder of model `name` holds model.onnx (for a folder without config.pbtxt).
 // Reads through `files`, so nothing outside the repository is looked at.
 bool HasOnnxVersion(const RepositoryFiles& files, const std::string& name);
+// Likewise <name>/<version>/model.gguf: a folder with one and no config.pbtxt is a kiln_llm model.
+bool HasGgufVersion(const RepositoryFiles& files, const std::string& name);
 
 // Completes `config` from the newest version's model.onnx (see above). INVALID_ARGUMENT when the graph cannot be
 // read (the message is the loader's: node, op, opset) or a config tensor names no graph input/output.

@@ -16,6 +16,11 @@ prometheus::Histogram::BucketBoundaries SecondsBuckets() {
   return {1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5, 1, 5, 10};
 }
 
+// Time to first token and inter-token latency of LLM generations: 1 ms .. 60 s.
+prometheus::Histogram::BucketBoundaries TokenBuckets() {
+  return {1e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+}
+
 std::string CodeName(absl::StatusCode code) { return absl::StatusCodeToString(code); }
 
 }  // namespace
@@ -169,6 +174,38 @@ Metrics::Metrics()
                                        .Name("kiln_training_examples_per_second")
                                        .Help("Training throughput of the job (smoothed)")
                                        .Register(*registry_);
+  llm_first_token_ = &BuildHistogram()
+                          .Name("kiln_llm_time_to_first_token_seconds")
+                          .Help("Arrival of a generation request to its first token, per kiln_llm model")
+                          .Register(*registry_);
+  llm_inter_token_ = &BuildHistogram()
+                          .Name("kiln_llm_inter_token_latency_seconds")
+                          .Help("Time between successive tokens of a generation, per kiln_llm model")
+                          .Register(*registry_);
+  llm_prompt_tokens_ = &BuildCounter()
+                            .Name("kiln_llm_prompt_tokens_total")
+                            .Help("Prompt tokens of finished generations")
+                            .Register(*registry_);
+  llm_generated_tokens_ = &BuildCounter()
+                               .Name("kiln_llm_generated_tokens_total")
+                               .Help("Tokens generated (rate() of it is tokens/s)")
+                               .Register(*registry_);
+  llm_generations_ = &BuildCounter()
+                          .Name("kiln_llm_generations_total")
+                          .Help("Finished generations by route and finish reason (stop, length, cancelled, error)")
+                          .Register(*registry_);
+  llm_slots_ = &prometheus::BuildGauge()
+                    .Name("kiln_llm_kv_slots")
+                    .Help("KV-cache slots (concurrent generations) of a kiln_llm model")
+                    .Register(*registry_);
+  llm_slots_used_ = &prometheus::BuildGauge()
+                         .Name("kiln_llm_kv_slots_used")
+                         .Help("KV-cache slots holding a generation")
+                         .Register(*registry_);
+  llm_queued_ = &prometheus::BuildGauge()
+                     .Name("kiln_llm_queued_generations")
+                     .Help("Generations waiting for a KV-cache slot")
+                     .Register(*registry_);
   // The JIT cache counters of the default device at 0 from the start, so a dashboard's hit rate
   // has series before the first kiln_builtin request (more devices appear on first use).
   for (prometheus::Family<prometheus::Counter>* f : {jit_hits_, jit_misses_, jit_evictions_}) f->Add({{"device", "CPU"}});
@@ -323,6 +360,26 @@ void Metrics::ObserveModelMemory(const ModelMemoryObservation& m) {
   absl::MutexLock l(&mu_);
   auto it = model_series_.find(std::make_tuple(m.model, m.version, m.device));
   if (it != model_series_.end()) it->second->Set(static_cast<double>(m.bytes));
+}
+
+void Metrics::ObserveGeneration(const GenerationObservation& g) {
+  const prometheus::Labels labels = {{"model", g.model}, {"version", g.version}};
+  if (g.completion_tokens > 0 && g.first_token_ns > 0) {
+    llm_first_token_->Add(labels, TokenBuckets()).Observe(static_cast<double>(g.first_token_ns) * 1e-9);
+  }
+  prometheus::Histogram& gaps = llm_inter_token_->Add(labels, TokenBuckets());
+  for (uint64_t ns : g.inter_token_ns) gaps.Observe(static_cast<double>(ns) * 1e-9);
+  llm_prompt_tokens_->Add(labels).Increment(static_cast<double>(g.prompt_tokens));
+  llm_generated_tokens_->Add(labels).Increment(static_cast<double>(g.completion_tokens));
+  llm_generations_->Add({{"model", g.model}, {"version", g.version}, {"route", g.route}, {"reason", g.finish_reason}})
+      .Increment();
+}
+
+void Metrics::ObserveLlmOccupancy(const LlmOccupancy& o) {
+  const prometheus::Labels labels = {{"model", o.model}, {"version", o.version}};
+  llm_slots_->Add(labels).Set(static_cast<double>(o.slots));
+  llm_slots_used_->Add(labels).Set(static_cast<double>(o.active));
+  llm_queued_->Add(labels).Set(static_cast<double>(o.queued));
 }
 
 void Metrics::ObserveTrainingStep(const std::string& job, double loss,

@@ -49,6 +49,13 @@
 //   kiln_training_loss                       gauge   {job}  loss of the job's last step
 //   kiln_training_examples_per_second        gauge   {job}  smoothed training throughput
 //   (each training family has a job="" series at 0 from the start, so dashboards have data)
+//   kiln_llm_time_to_first_token_seconds     histogram {model, version}  kiln_llm generations
+//   kiln_llm_inter_token_latency_seconds     histogram {model, version}  gaps between tokens
+//   kiln_llm_prompt_tokens_total, kiln_llm_generated_tokens_total  counters {model, version}
+//                                            (rate(kiln_llm_generated_tokens_total) is tokens/s)
+//   kiln_llm_generations_total               counter {model, version, route, reason}
+//   kiln_llm_kv_slots, kiln_llm_kv_slots_used, kiln_llm_queued_generations  gauges {model, version}:
+//                                            KV-cache occupancy, set as generations start and end
 // Requests that named no known model are counted in kiln_request_duration_seconds with
 // model="" only (so client-chosen names never become labels).
 // Thread safety: Observe* may be called from any thread.
@@ -104,6 +111,8 @@ class Metrics final : public InferObserver, public TrainingObserver {
   void ObserveModelMemory(const ModelMemoryObservation& memory) override;
   void ObserveTrainingStep(const std::string& job, double loss,
                            double examples_per_second) override;
+  void ObserveGeneration(const GenerationObservation& generation) override;
+  void ObserveLlmOccupancy(const LlmOccupancy& occupancy) override;
 
  private:
   Metrics();
@@ -150,6 +159,14 @@ class Metrics final : public InferObserver, public TrainingObserver {
   prometheus::Family<prometheus::Counter>* training_steps_;
   prometheus::Family<prometheus::Gauge>* training_loss_;
   prometheus::Family<prometheus::Gauge>* training_examples_per_second_;
+  prometheus::Family<prometheus::Histogram>* llm_first_token_;
+  prometheus::Family<prometheus::Histogram>* llm_inter_token_;
+  prometheus::Family<prometheus::Counter>* llm_prompt_tokens_;
+  prometheus::Family<prometheus::Counter>* llm_generated_tokens_;
+  prometheus::Family<prometheus::Counter>* llm_generations_;
+  prometheus::Family<prometheus::Gauge>* llm_slots_;
+  prometheus::Family<prometheus::Gauge>* llm_slots_used_;
+  prometheus::Family<prometheus::Gauge>* llm_queued_;
 
   absl::Mutex mu_;
   // kiln_kernel_duration_seconds series by (device, model, kernel label).

@@ -19,6 +19,7 @@
 #include "boost/asio/steady_timer.hpp"
 #include "boost/asio/thread_pool.hpp"
 #include "server/rest/http_connection.h"
+#include "server/rest/llm_routes.h"
 #include "server/rest/rest_routes.h"
 #include "server/rest/tls_context.h"
 #include "server/rest/training_routes.h"
@@ -72,15 +73,23 @@ RoutePlan HoldPermit(RoutePlan plan, Authenticator::Permit permit) {
   return plan;
 }
 
-// /v1/training/... to the training routes, everything else to the KServe routes.
+// /v1/training/... to the training routes, the text-generation routes (OpenAI's /v1/..., Triton's
+// generate) to the LLM routes, everything else to the KServe routes.
 class RestRouter : public Router {
  public:
-  RestRouter(const KserveRoutes* kserve, const TrainingRoutes* training, const Authenticator* auth)
-      : kserve_(kserve), training_(training), auth_(auth) {}
+  RestRouter(const KserveRoutes* kserve, const TrainingRoutes* training, const LlmRoutes* llm,
+             const Authenticator* auth)
+      : kserve_(kserve), training_(training), llm_(llm), auth_(auth) {}
+  RoutePlan Route(const HttpRequest& req, bool training, bool llm) const {
+    return training ? training_->Plan(req) : llm ? llm_->Plan(req) : kserve_->Plan(req);
+  }
   RoutePlan Plan(const HttpRequest& req) const override {
     const bool training = TrainingRoutes::Matches(req.path);
+    const bool llm = !training && LlmRoutes::Matches(req.path);
     if (auth_ != nullptr) {
-      const std::string_view endpoint = training ? "* /v1/training/..." : KserveRoutes::EndpointName(req.path);
+      const std::string_view endpoint = training ? "* /v1/training/..."
+                                        : llm    ? LlmRoutes::EndpointName(req.path)
+                                                 : KserveRoutes::EndpointName(req.path);
       if (!endpoint.empty()) {
         int retry_after_s = 0;
         absl::StatusOr<Authenticator::Permit> permit =
@@ -98,15 +107,16 @@ class RestRouter : public Router {
           if (code == 429) plan.answer->headers.emplace_back("Retry-After", std::to_string(retry_after_s));
           return plan;
         }
-        return HoldPermit(training ? training_->Plan(req) : kserve_->Plan(req), *std::move(permit));
+        return HoldPermit(Route(req, training, llm), *std::move(permit));
       }
     }
-    return training ? training_->Plan(req) : kserve_->Plan(req);
+    return Route(req, training, llm);
   }
 
  private:
   const KserveRoutes* const kserve_;
   const TrainingRoutes* const training_;
+  const LlmRoutes* const llm_;
   const Authenticator* const auth_;
 };
 
@@ -134,7 +144,8 @@ struct RestServer::Impl {
       : options(o),
         kserve(core, BodyLimits{o.max_body_bytes, o.max_chunks}, o.auth),
         training(jobs, BodyLimits{o.max_body_bytes, o.max_chunks}),
-        router(&kserve, &training, o.auth),
+        llm(core, BodyLimits{o.max_body_bytes, o.max_chunks}),
+        router(&kserve, &training, &llm, o.auth),
         context(LimitsOf(o), &router, &workers),
         workers(static_cast<size_t>(std::max(1, o.thread_count))),
         loops(static_cast<size_t>(std::max(1, o.io_threads))),
@@ -149,6 +160,7 @@ struct RestServer::Impl {
   std::unique_ptr<TlsContextSource> tls;  // null: plain HTTP
   KserveRoutes kserve;
   TrainingRoutes training;
+  LlmRoutes llm;
   RestRouter router;
   HttpContext context;
   net::thread_pool workers;

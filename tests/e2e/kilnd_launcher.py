@@ -14,10 +14,11 @@ from pathlib import Path
 
 class Kilnd:
     def __init__(self, repository: Path, extra: list[str] | None = None,
-                 wrapper: list[str] | None = None, env: dict[str, str] | None = None):
+                 wrapper: list[str] | None = None, env: dict[str, str] | None = None,
+                 start_timeout: float = 30):
         """`wrapper`: a command prefix kilnd runs under (e.g. `unshare -rm sh -c ...`); it must
         exec kilnd so that proc.pid is kilnd's pid. `env`: variables added to kilnd's environment
-        (knobs such as VIZ=1)."""
+        (knobs such as VIZ=1). `start_timeout`: seconds until the port files (models load first)."""
         self.scratch = Path(tempfile.mkdtemp(prefix="kiln_e2e_"))
         port_file = self.scratch / "port"
         http_port_file = self.scratch / "http_port"
@@ -30,7 +31,7 @@ class Kilnd:
              "--grpc-port=0", f"--port-file={port_file}", "--http-port=-1",
              f"--http-port-file={http_port_file}", *(extra or [])],
             stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + start_timeout
         self.port = 0
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
