@@ -172,8 +172,9 @@ TEST_F(GeneratorTest, StopStringsCancellationAndLimits) {
   const absl::Status refused = second.ok() ? third.status() : second.status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(refused.message().find("the limit is 1"), std::string::npos) << refused;
-  a.Wait();
+  a.Wait();  // every accepted generation ends before its Outcome goes out of scope
   if (second.ok()) b.Wait();
+  if (third.ok()) c.Wait();
 
   // Request checks name the field.
   auto message = [&](GenerationRequest r) { return std::string(gen->Submit(std::move(r), [](auto&) {}).status().message()); };

@@ -1,0 +1,86 @@
+"""LLM decode speed, kiln vs llama.cpp, on the same GGUF file and thread count, in one run (issue #24's speed table).
+
+  llm_compare.py [--gguf FILE] [--llm-perf build/release/tests/bench/llm_perf] [--llama-python PY] [--steps N]
+
+kiln: llm_perf (tests/bench/llm_perf.cc) times replayed decode steps of LlamaModel with 1, 4 and 8 slots all
+active; tokens/s = slots / step time. Batch-1 decode is the single-stream figure; the 8-slot aggregate against it
+is continuous batching's gain.
+llama.cpp: through llama-cpp-python, when PY (a Python with `llama_cpp` installed; pip builds llama.cpp from source,
+so it is not part of make deps) is given: n_threads = the cores kiln uses, decode tokens/s from llama.cpp's own
+timings (llama_perf_context) over N generated tokens after a short prompt, and prefill tokens/s at 128 prompt tokens.
+Prints one JSON line per measurement and a table of ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+LLAMA_CPP_SCRIPT = r"""
+import json, sys, time
+from llama_cpp import Llama
+path, threads, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=512, verbose=False)
+prompt = llm.tokenize(b"Once upon a time", add_bos=False)
+# decode: one token at a time after the prompt
+llm.reset(); llm.eval(prompt)
+t0 = time.perf_counter()
+for _ in range(steps):
+    tok = llm.sample(temp=0.0)
+    llm.eval([tok])
+decode = steps / (time.perf_counter() - t0)
+# prefill: 128 prompt tokens in one eval
+long = (prompt * 64)[:128]
+llm.reset()
+t0 = time.perf_counter(); llm.eval(long); prefill = len(long) / (time.perf_counter() - t0)
+print(json.dumps({"decode_tokens_per_s": decode, "prefill_tokens_per_s": prefill}))
+"""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gguf", default=str(REPO / ".venv/share/kiln/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--llm-perf", default=str(REPO / "build/release/tests/bench/llm_perf"))
+    ap.add_argument("--llama-python", default=os.environ.get("LLAMA_PYTHON", ""))
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    args = ap.parse_args()
+    print(f"# CPU: {platform.processor() or platform.machine()}, {args.threads} threads, model {Path(args.gguf).name}")
+    kiln = {}
+    out = subprocess.run([args.llm_perf, args.gguf, str(args.steps), "1,4,8", "256"], capture_output=True, text=True,
+                         check=True).stdout
+    for line in out.splitlines():
+        row = json.loads(line)
+        kiln[row["slots"]] = row
+        print(json.dumps({"engine": "kiln", **row}))
+    ref = None
+    if args.llama_python:
+        r = subprocess.run([args.llama_python, "-c", LLAMA_CPP_SCRIPT, args.gguf, str(args.threads), str(args.steps * 4)],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            ref = json.loads(r.stdout.strip().splitlines()[-1])
+            print(json.dumps({"engine": "llama.cpp", **ref}))
+        else:
+            print(f"# llama.cpp run failed: {r.stderr.strip()[-500:]}")
+    single = kiln[1]["tokens_per_s"]
+    print(f"kiln decode, 1 stream     {single:8.2f} tok/s   first step {kiln[1]['first_step_s']:.2f} s")
+    for s in (4, 8):
+        print(f"kiln decode, {s} streams     {kiln[s]['tokens_per_s']:8.2f} tok/s   {kiln[s]['tokens_per_s'] / single:.2f}x "
+              f"kiln's single stream (target >= 4x at 8)")
+    if ref is not None:
+        print(f"llama.cpp decode, 1 stream {ref['decode_tokens_per_s']:8.2f} tok/s   kiln / llama.cpp = "
+              f"{single / ref['decode_tokens_per_s']:.3f}x (target >= 1.0x)")
+        print(f"llama.cpp prefill (128)    {ref['prefill_tokens_per_s']:8.2f} tok/s   (kiln reads prompts one token "
+              f"per step: {single:.2f} tok/s)")
+    else:
+        print("# llama.cpp: not measured (give --llama-python, a Python with llama-cpp-python installed)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
