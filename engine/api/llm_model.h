@@ -27,8 +27,9 @@
 namespace kiln::api {
 
 struct LlmOptions {
-  int64_t slots = 4;        // concurrent generations
-  int64_t max_ctx = 1024;   // tokens per generation, prompt included (at most the model's context length)
+  int64_t slots = 4;  // concurrent generations
+  int64_t max_ctx =
+      1024;  // tokens per generation, prompt included (at most the model's context length)
   int64_t max_queue = 256;  // generations waiting for a slot; more are RESOURCE_EXHAUSTED
   std::string device;       // "" = CPU
   bool warm = true;
@@ -49,7 +50,7 @@ struct GenerateParams {
 };
 
 struct GenerateEvent {
-  std::string text;       // whole UTF-8 characters since the last event
+  std::string text;        // whole UTF-8 characters since the last event
   int64_t new_tokens = 0;  // tokens sampled since the last event
   bool done = false;
   std::string finish_reason;  // when done: "stop", "length", "cancelled" or "error"
@@ -74,7 +75,8 @@ struct LlmStats {
 
 class LlmModel {
  public:
-  static absl::StatusOr<std::shared_ptr<LlmModel>> Load(const std::string& gguf_path, const LlmOptions& options);
+  static absl::StatusOr<std::shared_ptr<LlmModel>> Load(const std::string& gguf_path,
+                                                        const LlmOptions& options);
   ~LlmModel();
 
   const LlmInfo& info() const;

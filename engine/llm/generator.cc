@@ -11,11 +11,16 @@ namespace kiln::llm {
 
 const char* FinishReasonName(FinishReason r) {
   switch (r) {
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
-    case FinishReason::kNone: break;
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
+    case FinishReason::kNone:
+      break;
   }
   return "";
 }
@@ -26,12 +31,12 @@ struct Generator::Seq {
   GenerationCallback callback;
   Sampler sampler;
   int64_t slot = -1;
-  size_t prompt_fed = 0;     // prompt tokens stepped
-  int32_t last = -1;         // the token sampled last (stepped next)
-  int64_t completion = 0;    // tokens sampled
-  std::string text;          // whole characters of the output so far (stop strings included, until found)
-  std::string partial;       // bytes of a character not yet complete
-  size_t emitted = 0;        // bytes of `text` reported
+  size_t prompt_fed = 0;   // prompt tokens stepped
+  int32_t last = -1;       // the token sampled last (stepped next)
+  int64_t completion = 0;  // tokens sampled
+  std::string text;  // whole characters of the output so far (stop strings included, until found)
+  std::string partial;  // bytes of a character not yet complete
+  size_t emitted = 0;   // bytes of `text` reported
   bool done = false;
 
   Seq(uint64_t id, GenerationRequest r, GenerationCallback cb)
@@ -69,9 +74,14 @@ std::string ValidUtf8(const std::string& s) {
   size_t i = 0;
   while (i < s.size()) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    size_t len = c < 0x80             ? 1
+                 : (c & 0xE0) == 0xC0 ? 2
+                 : (c & 0xF0) == 0xE0 ? 3
+                 : (c & 0xF8) == 0xF0 ? 4
+                                      : 0;
     bool ok = len > 0 && i + len <= s.size() && !(len == 2 && c < 0xC2);
-    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    for (size_t k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
     if (ok && len == 3) {
       const unsigned char c1 = static_cast<unsigned char>(s[i + 1]);
       ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);
@@ -93,10 +103,12 @@ std::string ValidUtf8(const std::string& s) {
 
 }  // namespace
 
-Generator::Generator(const LlamaModel* model, const BpeTokenizer* tokenizer, const GeneratorOptions& options)
+Generator::Generator(const LlamaModel* model, const BpeTokenizer* tokenizer,
+                     const GeneratorOptions& options)
     : model_(model), tok_(tokenizer), options_(options) {}
 
-absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const LlamaModel* model, const BpeTokenizer* tokenizer,
+absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const LlamaModel* model,
+                                                             const BpeTokenizer* tokenizer,
                                                              const GeneratorOptions& options) {
   if (options.max_queue < 0) return absl::InvalidArgumentError("generator: max_queue is negative");
   std::unique_ptr<Generator> g(new Generator(model, tokenizer, options));
@@ -130,18 +142,20 @@ absl::StatusOr<uint64_t> Generator::Submit(GenerationRequest request, Generation
   if (n == 0) return absl::InvalidArgumentError("prompt: empty (at least one token)");
   for (int32_t t : request.prompt)
     if (t < 0 || t >= tok_->vocab_size())
-      return absl::InvalidArgumentError(
-          absl::StrCat("prompt: token id ", t, " is outside the vocabulary of ", tok_->vocab_size()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt: token id ", t, " is outside the vocabulary of ", tok_->vocab_size()));
   if (n >= options_.max_ctx)
-    return absl::InvalidArgumentError(absl::StrCat("prompt: ", n, " tokens leave no room in a context of ",
-                                                   options_.max_ctx, " tokens (at most ", options_.max_ctx - 1,
-                                                   ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt: ", n, " tokens leave no room in a context of ", options_.max_ctx,
+                     " tokens (at most ", options_.max_ctx - 1, ")"));
   if (request.max_tokens < 1)
-    return absl::InvalidArgumentError(absl::StrCat("max_tokens: ", request.max_tokens, " is below 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens: ", request.max_tokens, " is below 1"));
   if (absl::Status s = request.sampling.Validate(); !s.ok())
     return absl::InvalidArgumentError(absl::StrCat("sampling: ", s.message()));
   if (request.stop.size() > kMaxStops)
-    return absl::InvalidArgumentError(absl::StrCat("stop: ", request.stop.size(), " strings (at most ", kMaxStops, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stop: ", request.stop.size(), " strings (at most ", kMaxStops, ")"));
   for (const std::string& s : request.stop)
     if (s.empty() || s.size() > kMaxStopBytes)
       return absl::InvalidArgumentError(
@@ -152,9 +166,9 @@ absl::StatusOr<uint64_t> Generator::Submit(GenerationRequest request, Generation
     if (stop_) return absl::UnavailableError("generator: stopping");
     if (static_cast<int64_t>(waiting_.size()) >= options_.max_queue) {
       ++stats_.rejected;
-      return absl::ResourceExhaustedError(absl::StrCat("generation queue: ", waiting_.size(),
-                                                       " generations already wait for a slot (the limit is ",
-                                                       options_.max_queue, ")"));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "generation queue: ", waiting_.size(),
+          " generations already wait for a slot (the limit is ", options_.max_queue, ")"));
     }
     id = next_id_++;
     waiting_.push_back(std::make_unique<Seq>(id, std::move(request), std::move(callback)));
@@ -251,7 +265,8 @@ void Generator::Loop() {
     std::vector<SlotToken> step;
     {
       std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return stop_ || !waiting_.empty() || !active_.empty() || !cancel_.empty(); });
+      cv_.wait(l,
+               [&] { return stop_ || !waiting_.empty() || !active_.empty() || !cancel_.empty(); });
       auto end_now = [&](std::unique_ptr<Seq> s, FinishReason why) {
         GenerationEvent ev;
         Finish(*s, why, &ev);
@@ -327,10 +342,11 @@ void Generator::Loop() {
           if (prefill) {
             ++s.prompt_fed;
             ++stats_.prompt_tokens;
-            if (s.prompt_fed < s.req.prompt.size()) continue;  // the prompt is not read yet: nothing to sample
+            if (s.prompt_fed < s.req.prompt.size())
+              continue;  // the prompt is not read yet: nothing to sample
           }
-          const int32_t next =
-              s.sampler.Sample(absl::MakeConstSpan(logits->data() + st.slot * vocab, static_cast<size_t>(vocab)));
+          const int32_t next = s.sampler.Sample(
+              absl::MakeConstSpan(logits->data() + st.slot * vocab, static_cast<size_t>(vocab)));
           ++stats_.generated_tokens;
           Accept(s, next, &ev);
           if (ev.done) ++stats_.finished;

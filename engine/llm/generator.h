@@ -51,7 +51,8 @@ struct GenerationRequest {
 };
 
 enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
-const char* FinishReasonName(FinishReason r);  // "stop", "length", "cancelled", "error"; "" for kNone
+const char* FinishReasonName(
+    FinishReason r);  // "stop", "length", "cancelled", "error"; "" for kNone
 
 struct GenerationEvent {
   std::string text;             // whole UTF-8 characters new since the last event (may be empty)
@@ -76,18 +77,20 @@ struct GeneratorOptions {
 
 struct GeneratorStats {
   int64_t slots = 0, max_ctx = 0, active = 0, queued = 0;
-  uint64_t steps = 0;             // batched decode steps run
-  uint64_t slot_steps = 0;        // sum over steps of the generations in it (slot_steps / steps = mean batch)
+  uint64_t steps = 0;  // batched decode steps run
+  uint64_t slot_steps =
+      0;  // sum over steps of the generations in it (slot_steps / steps = mean batch)
   uint64_t prompt_tokens = 0;     // prompt tokens read
   uint64_t generated_tokens = 0;  // tokens sampled
   uint64_t finished = 0, cancelled = 0, failed = 0, rejected = 0;
-  int captures = 0;               // JIT captures of the step (1 once it is traced)
+  int captures = 0;  // JIT captures of the step (1 once it is traced)
 };
 
 class Generator {
  public:
   // `model` and `tokenizer` must outlive the Generator. Allocates the cache (slots x max_ctx) and starts the thread.
-  static absl::StatusOr<std::unique_ptr<Generator>> Create(const LlamaModel* model, const BpeTokenizer* tokenizer,
+  static absl::StatusOr<std::unique_ptr<Generator>> Create(const LlamaModel* model,
+                                                           const BpeTokenizer* tokenizer,
                                                            const GeneratorOptions& options);
   ~Generator();  // ends every generation still queued or running with kCancelled, then joins the thread
 
@@ -101,7 +104,8 @@ class Generator {
 
  private:
   struct Seq;
-  Generator(const LlamaModel* model, const BpeTokenizer* tokenizer, const GeneratorOptions& options);
+  Generator(const LlamaModel* model, const BpeTokenizer* tokenizer,
+            const GeneratorOptions& options);
   void Loop();
   // Appends token `t` to `s` and fills `ev` (text, tokens, and the end when the token ends it).
   void Accept(Seq& s, int32_t t, GenerationEvent* ev) const;
@@ -115,12 +119,12 @@ class Generator {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                           // guarded by mu_
-  uint64_t next_id_ = 1;                        // guarded by mu_
-  std::deque<std::unique_ptr<Seq>> waiting_;    // guarded by mu_
+  bool stop_ = false;                               // guarded by mu_
+  uint64_t next_id_ = 1;                            // guarded by mu_
+  std::deque<std::unique_ptr<Seq>> waiting_;        // guarded by mu_
   std::map<int64_t, std::unique_ptr<Seq>> active_;  // slot -> generation, guarded by mu_
-  std::vector<uint64_t> cancel_;                // ids asked to end, guarded by mu_
-  GeneratorStats stats_;                        // guarded by mu_
+  std::vector<uint64_t> cancel_;                    // ids asked to end, guarded by mu_
+  GeneratorStats stats_;                            // guarded by mu_
   std::thread thread_;
 };
 

@@ -11,7 +11,8 @@ namespace kiln::llm {
 
 absl::Status SamplingParams::Validate() const {
   if (!(temperature >= 0.0 && temperature <= 100.0))
-    return absl::InvalidArgumentError(absl::StrCat("temperature ", temperature, " is outside [0, 100]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature ", temperature, " is outside [0, 100]"));
   if (top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k ", top_k, " is negative"));
   if (!(top_p > 0.0 && top_p <= 1.0))
     return absl::InvalidArgumentError(absl::StrCat("top_p ", top_p, " is outside (0, 1]"));
@@ -36,7 +37,9 @@ void Kept(const SamplingParams& p, absl::Span<const float> logits, std::vector<i
   const int64_t n = static_cast<int64_t>(logits.size());
   order->resize(n);
   std::iota(order->begin(), order->end(), 0);
-  const auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const auto before = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
   int64_t k = p.top_k > 0 ? std::min<int64_t>(p.top_k, n) : n;
   if (k < n) {
     std::partial_sort(order->begin(), order->begin() + k, order->end(), before);

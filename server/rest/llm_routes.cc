@@ -22,8 +22,8 @@
 #include "server/rest/json_parse.h"
 
 // Returns the status of `expr` when it is not OK.
-#define KILN_SERVER_RETURN_IF_ERROR(expr)            \
-  do {                                               \
+#define KILN_SERVER_RETURN_IF_ERROR(expr)                 \
+  do {                                                    \
     if (absl::Status _st = (expr); !_st.ok()) return _st; \
   } while (0)
 
@@ -74,7 +74,7 @@ Match MatchPath(std::string_view path) {
 
 struct Request {
   std::string model;
-  std::string prompt;               // completions / generate
+  std::string prompt;                   // completions / generate
   std::vector<api::ChatTurn> messages;  // chat
   std::optional<int64_t> max_tokens;
   api::GenerateParams params;
@@ -85,11 +85,13 @@ absl::Status Bad(std::string_view field, std::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": ", std::string(problem)));
 }
 
-absl::Status ReadNumber(const rapidjson::Value& v, std::string_view field, double lo, double hi, double* out) {
+absl::Status ReadNumber(const rapidjson::Value& v, std::string_view field, double lo, double hi,
+                        double* out) {
   if (v.IsNull()) return absl::OkStatus();
   if (!v.IsNumber()) return Bad(field, "not a number");
   const double d = v.GetDouble();
-  if (!(d >= lo && d <= hi)) return Bad(field, absl::StrFormat("%g is outside [%g, %g]", d, lo, hi));
+  if (!(d >= lo && d <= hi))
+    return Bad(field, absl::StrFormat("%g is outside [%g, %g]", d, lo, hi));
   *out = d;
   return absl::OkStatus();
 }
@@ -134,7 +136,8 @@ absl::Status ReadSampling(const rapidjson::Value& obj, const std::string& prefix
     } else if (key == "stop") {
       if (v.IsNull()) continue;
       if (v.IsString()) {
-        if (v.GetStringLength() > 0) r->params.stop.emplace_back(v.GetString(), v.GetStringLength());
+        if (v.GetStringLength() > 0)
+          r->params.stop.emplace_back(v.GetString(), v.GetStringLength());
       } else if (v.IsArray()) {
         for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
           if (!v[i].IsString()) return Bad(absl::StrCat(field, "[", i, "]"), "not a string");
@@ -154,14 +157,18 @@ absl::Status ReadSampling(const rapidjson::Value& obj, const std::string& prefix
       std::optional<int64_t> n;
       KILN_SERVER_RETURN_IF_ERROR(ReadInt(v, field, 1, 1, &n));
     } else if (key == "presence_penalty" || key == "frequency_penalty") {
-      if (!v.IsNull() && !(v.IsNumber() && v.GetDouble() == 0.0)) return Bad(field, "not supported (0 only)");
+      if (!v.IsNull() && !(v.IsNumber() && v.GetDouble() == 0.0))
+        return Bad(field, "not supported (0 only)");
     } else if (key == "repetition_penalty") {
-      if (!v.IsNull() && !(v.IsNumber() && v.GetDouble() == 1.0)) return Bad(field, "not supported (1 only)");
+      if (!v.IsNull() && !(v.IsNumber() && v.GetDouble() == 1.0))
+        return Bad(field, "not supported (1 only)");
     } else if (key == "logprobs" || key == "top_logprobs" || key == "echo" || key == "logit_bias" ||
-               key == "suffix" || key == "tools" || key == "tool_choice" || key == "response_format") {
-      const bool unset = v.IsNull() || (v.IsBool() && !v.GetBool()) || (v.IsObject() && v.MemberCount() == 0) ||
-                         (key == "response_format" && v.IsObject() && v.HasMember("type") &&
-                          v["type"].IsString() && std::string_view(v["type"].GetString()) == "text");
+               key == "suffix" || key == "tools" || key == "tool_choice" ||
+               key == "response_format") {
+      const bool unset =
+          v.IsNull() || (v.IsBool() && !v.GetBool()) || (v.IsObject() && v.MemberCount() == 0) ||
+          (key == "response_format" && v.IsObject() && v.HasMember("type") &&
+           v["type"].IsString() && std::string_view(v["type"].GetString()) == "text");
       if (!unset) return Bad(field, "not supported");
     }
   }
@@ -192,7 +199,8 @@ absl::StatusOr<Request> ParseRequest(Kind kind, const std::string& body, const M
     if (!doc.HasMember("prompt")) return Bad("prompt", "missing");
     const rapidjson::Value& p = doc["prompt"];
     if (p.IsArray()) {  // one prompt in an array, as the openai client sends it
-      if (p.Size() != 1 || !p[0].IsString()) return Bad("prompt", "an array of prompts must hold exactly one string");
+      if (p.Size() != 1 || !p[0].IsString())
+        return Bad("prompt", "an array of prompts must hold exactly one string");
       KILN_SERVER_RETURN_IF_ERROR(ReadString(p[0], "prompt[0]", &r.prompt));
     } else {
       KILN_SERVER_RETURN_IF_ERROR(ReadString(p, "prompt", &r.prompt));
@@ -207,7 +215,8 @@ absl::StatusOr<Request> ParseRequest(Kind kind, const std::string& body, const M
       api::ChatTurn turn;
       if (!msgs[i].HasMember("role")) return Bad(at + ".role", "missing");
       KILN_SERVER_RETURN_IF_ERROR(ReadString(msgs[i]["role"], at + ".role", &turn.role));
-      if (turn.role != "system" && turn.role != "user" && turn.role != "assistant" && turn.role != "developer")
+      if (turn.role != "system" && turn.role != "user" && turn.role != "assistant" &&
+          turn.role != "developer")
         return Bad(at + ".role", absl::StrCat("'", ValidUtf8(turn.role.substr(0, 64)),
                                               "' is not system, developer, user or assistant"));
       if (turn.role == "developer") turn.role = "system";
@@ -242,11 +251,14 @@ std::string NewId(Kind kind) {
 }
 
 int64_t UnixSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
-void Str(JsonWriter& w, std::string_view s) { w.String(s.data(), static_cast<rapidjson::SizeType>(s.size())); }
+void Str(JsonWriter& w, std::string_view s) {
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
 
 // What every piece of one generation's answer shares.
 struct Context {
@@ -255,15 +267,32 @@ struct Context {
   int64_t created = 0;
 };
 
+// The OpenAI head: id, object, created, model, and choices[0] opened (its "index" written).
 void WriteHead(JsonWriter& w, const Context& c, bool chunk) {
   Str(w, "id");
   Str(w, c.id);
   Str(w, "object");
-  Str(w, c.kind == Kind::kChat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
+  Str(w, c.kind == Kind::kChat ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                               : "text_completion");
   Str(w, "created");
   w.Int64(c.created);
   Str(w, "model");
   Str(w, c.model);
+  Str(w, "choices");  // the one choice is left open for the caller
+  w.StartArray();
+  w.StartObject();
+  Str(w, "index");
+  w.Int(0);
+}
+
+// Triton's generate answer: the model, its version and the text.
+void WriteGenerateText(JsonWriter& w, const Context& c, std::string_view text) {
+  Str(w, "model_name");
+  Str(w, c.model);
+  Str(w, "model_version");
+  Str(w, c.version);
+  Str(w, "text_output");
+  Str(w, text);
 }
 
 void WriteUsage(JsonWriter& w, const api::GenerateEvent& ev) {
@@ -279,7 +308,9 @@ void WriteUsage(JsonWriter& w, const api::GenerateEvent& ev) {
 }
 
 // OpenAI's finish_reason: "stop" / "length"; a cancelled generation never reaches a client.
-const char* OpenAiFinish(const std::string& reason) { return reason == "length" ? "length" : "stop"; }
+const char* OpenAiFinish(const std::string& reason) {
+  return reason == "length" ? "length" : "stop";
+}
 
 // The whole (non-streamed) answer.
 std::string FullAnswer(const Context& c, const std::string& text, const api::GenerateEvent& last) {
@@ -287,12 +318,7 @@ std::string FullAnswer(const Context& c, const std::string& text, const api::Gen
   JsonWriter w(buf);
   w.StartObject();
   if (c.kind == Kind::kGenerate) {
-    Str(w, "model_name");
-    Str(w, c.model);
-    Str(w, "model_version");
-    Str(w, c.version);
-    Str(w, "text_output");
-    Str(w, text);
+    WriteGenerateText(w, c, text);
     Str(w, "finish_reason");
     Str(w, last.finish_reason);
     WriteUsage(w, last);
@@ -300,11 +326,6 @@ std::string FullAnswer(const Context& c, const std::string& text, const api::Gen
     return buf.GetString();
   }
   WriteHead(w, c, false);
-  Str(w, "choices");
-  w.StartArray();
-  w.StartObject();
-  Str(w, "index");
-  w.Int(0);
   if (c.kind == Kind::kChat) {
     Str(w, "message");
     w.StartObject();
@@ -334,12 +355,7 @@ std::string Chunk(const Context& c, const api::GenerateEvent& ev, bool first) {
   JsonWriter w(buf);
   w.StartObject();
   if (c.kind == Kind::kGenerateStream) {
-    Str(w, "model_name");
-    Str(w, c.model);
-    Str(w, "model_version");
-    Str(w, c.version);
-    Str(w, "text_output");
-    Str(w, ev.text);
+    WriteGenerateText(w, c, ev.text);
     if (ev.done) {
       Str(w, "finish_reason");
       Str(w, ev.finish_reason);
@@ -348,11 +364,6 @@ std::string Chunk(const Context& c, const api::GenerateEvent& ev, bool first) {
     return buf.GetString();
   }
   WriteHead(w, c, true);
-  Str(w, "choices");
-  w.StartArray();
-  w.StartObject();
-  Str(w, "index");
-  w.Int(0);
   if (c.kind == Kind::kChat) {
     Str(w, "delta");
     w.StartObject();
@@ -398,8 +409,12 @@ std::string ErrorEvent(std::string_view message) {
 
 class Generation {
  public:
-  Generation(InferenceServer* core, std::shared_ptr<const ModelVersion> version, Context ctx, std::string route)
-      : core_(core), version_(std::move(version)), ctx_(std::move(ctx)), route_(std::move(route)),
+  Generation(InferenceServer* core, std::shared_ptr<const ModelVersion> version, Context ctx,
+             std::string route)
+      : core_(core),
+        version_(std::move(version)),
+        ctx_(std::move(ctx)),
+        route_(std::move(route)),
         start_(Clock::now()) {}
 
   const Context& context() const { return ctx_; }
@@ -435,13 +450,15 @@ class Generation {
     InferObserver* o = core_->observer();
     if (o == nullptr) return;
     const api::LlmStats s = version_->llm->stats();
-    o->ObserveLlmOccupancy({version_->name, std::to_string(version_->version), s.slots, s.active, s.queued});
+    o->ObserveLlmOccupancy(
+        {version_->name, std::to_string(version_->version), s.slots, s.active, s.queued});
   }
 
  private:
   static constexpr size_t kMaxGaps = 1 << 16;
   static uint64_t Nanos(Clock::time_point a, Clock::time_point b) {
-    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
   }
   InferenceServer* const core_;
   const std::shared_ptr<const ModelVersion> version_;
@@ -522,11 +539,11 @@ class GenerationStream : public ResponseStream {
   const std::shared_ptr<Generation> gen_;
   bool first_ = true;  // generator thread only
   std::mutex mu_;
-  std::string pending_;  // guarded by mu_
-  bool end_ = false;     // guarded by mu_
-  bool closed_ = false;  // guarded by mu_
-  bool started_ = false;  // guarded by mu_
-  uint64_t id_ = 0;       // guarded by mu_
+  std::string pending_;         // guarded by mu_
+  bool end_ = false;            // guarded by mu_
+  bool closed_ = false;         // guarded by mu_
+  bool started_ = false;        // guarded by mu_
+  uint64_t id_ = 0;             // guarded by mu_
   std::function<void()> wake_;  // guarded by mu_
 };
 
@@ -563,49 +580,58 @@ void Models(InferenceServer* core, HttpResponse* res) {
 void Generate(InferenceServer* core, const Match& m, std::string& body, HttpResponse* res) {
   absl::StatusOr<Request> req = ParseRequest(m.kind, body, m);
   if (!req.ok()) return SetStatus(res, req.status());
-  absl::StatusOr<std::shared_ptr<const ModelVersion>> version =
-      core->LlmVersion(req->model, m.kind == Kind::kGenerate || m.kind == Kind::kGenerateStream ? m.version : "");
+  absl::StatusOr<std::shared_ptr<const ModelVersion>> version = core->LlmVersion(
+      req->model, m.kind == Kind::kGenerate || m.kind == Kind::kGenerateStream ? m.version : "");
   if (!version.ok()) {
     const absl::Status& s = version.status();
-    return SetStatus(res, absl::Status(s.code(), absl::StrCat(m.kind == Kind::kGenerate ||
-                                                                      m.kind == Kind::kGenerateStream
-                                                                  ? "model_name: "
-                                                                  : "model: ",
-                                                              s.message())));
+    return SetStatus(
+        res, absl::Status(s.code(),
+                          absl::StrCat(m.kind == Kind::kGenerate || m.kind == Kind::kGenerateStream
+                                           ? "model_name: "
+                                           : "model: ",
+                                       s.message())));
   }
   api::LlmModel& llm = *(*version)->llm;
   const api::LlmInfo& info = llm.info();
   std::string text = req->prompt;
   if (m.kind == Kind::kChat) {
-    absl::StatusOr<std::string> rendered = llm.ApplyChatTemplate(req->messages, /*add_generation_prompt=*/true);
-    if (!rendered.ok()) return SetStatus(res, absl::Status(rendered.status().code(),
-                                                           absl::StrCat("messages: ", rendered.status().message())));
+    absl::StatusOr<std::string> rendered =
+        llm.ApplyChatTemplate(req->messages, /*add_generation_prompt=*/true);
+    if (!rendered.ok())
+      return SetStatus(res, absl::Status(rendered.status().code(),
+                                         absl::StrCat("messages: ", rendered.status().message())));
     text = *std::move(rendered);
   }
   absl::StatusOr<std::vector<int32_t>> prompt = llm.Tokenize(text);
   if (!prompt.ok()) {
-    return SetStatus(res, absl::InvalidArgumentError(absl::StrCat(
-                              m.kind == Kind::kChat ? "messages" : m.kind == Kind::kCompletions ? "prompt" : "text_input",
-                              ": ", prompt.status().message())));
+    return SetStatus(
+        res, absl::InvalidArgumentError(absl::StrCat(m.kind == Kind::kChat          ? "messages"
+                                                     : m.kind == Kind::kCompletions ? "prompt"
+                                                                                    : "text_input",
+                                                     ": ", prompt.status().message())));
   }
   const int64_t room = info.max_ctx - static_cast<int64_t>(prompt->size());
   if (room < 1) {
-    return SetStatus(res, absl::InvalidArgumentError(absl::StrCat(
-                              "prompt: ", prompt->size(), " tokens leave no room in the model's context of ",
-                              info.max_ctx, " tokens")));
+    return SetStatus(
+        res, absl::InvalidArgumentError(absl::StrCat(
+                 "prompt: ", prompt->size(), " tokens leave no room in the model's context of ",
+                 info.max_ctx, " tokens")));
   }
   // OpenAI: completions default to 16 tokens, chat to the rest of the context; a larger request is cut to it.
   api::GenerateParams params = req->params;
   params.max_tokens = std::min(room, req->max_tokens.value_or(m.kind == Kind::kChat ? room : 16));
 
-  Context ctx{m.kind, NewId(m.kind), (*version)->name, std::to_string((*version)->version), UnixSeconds()};
-  const char* route = m.kind == Kind::kChat ? "chat" : m.kind == Kind::kCompletions ? "completions" : "generate";
+  Context ctx{m.kind, NewId(m.kind), (*version)->name, std::to_string((*version)->version),
+              UnixSeconds()};
+  const char* route = m.kind == Kind::kChat          ? "chat"
+                      : m.kind == Kind::kCompletions ? "completions"
+                                                     : "generate";
   auto gen = std::make_shared<Generation>(core, *version, ctx, route);
 
   if (req->stream) {
     auto stream = std::make_shared<GenerationStream>(gen);
-    absl::StatusOr<uint64_t> id =
-        llm.Submit(*std::move(prompt), params, [stream](const api::GenerateEvent& ev) { stream->Push(ev); });
+    absl::StatusOr<uint64_t> id = llm.Submit(
+        *std::move(prompt), params, [stream](const api::GenerateEvent& ev) { stream->Push(ev); });
     if (!id.ok()) return SetStatus(res, id.status());
     stream->Start(*id);
     gen->Occupancy();
@@ -624,34 +650,43 @@ void Generate(InferenceServer* core, const Match& m, std::string& body, HttpResp
     bool done = false;
   };
   auto result = std::make_shared<Result>();
-  absl::StatusOr<uint64_t> id = llm.Submit(*std::move(prompt), params, [gen, result](const api::GenerateEvent& ev) {
-    gen->Time(ev);
-    std::lock_guard<std::mutex> l(result->mu);
-    result->text += ev.text;
-    if (ev.done) {
-      result->last = ev;
-      result->done = true;
-      result->cv.notify_all();
-    }
-  });
+  absl::StatusOr<uint64_t> id =
+      llm.Submit(*std::move(prompt), params, [gen, result](const api::GenerateEvent& ev) {
+        gen->Time(ev);
+        std::lock_guard<std::mutex> l(result->mu);
+        result->text += ev.text;
+        if (ev.done) {
+          result->last = ev;
+          result->done = true;
+          result->cv.notify_all();
+        }
+      });
   if (!id.ok()) return SetStatus(res, id.status());
   gen->Occupancy();
   std::unique_lock<std::mutex> l(result->mu);
   result->cv.wait(l, [&] { return result->done; });
   if (result->last.finish_reason == "error") return SetStatus(res, result->last.status);
   if (result->last.finish_reason == "cancelled")
-    return SetStatus(res, absl::UnavailableError("the generation was cancelled: kilnd is stopping or unloading the model"));
+    return SetStatus(res,
+                     absl::UnavailableError(
+                         "the generation was cancelled: kilnd is stopping or unloading the model"));
   SetJson(res, FullAnswer(ctx, result->text, result->last));
 }
 
 std::string_view EndpointOf(Kind kind) {
   switch (kind) {
-    case Kind::kModels: return "GET /v1/models";
-    case Kind::kCompletions: return "POST /v1/completions";
-    case Kind::kChat: return "POST /v1/chat/completions";
-    case Kind::kGenerate: return "POST /v2/models/{m}/generate";
-    case Kind::kGenerateStream: return "POST /v2/models/{m}/generate_stream";
-    case Kind::kNone: break;
+    case Kind::kModels:
+      return "GET /v1/models";
+    case Kind::kCompletions:
+      return "POST /v1/completions";
+    case Kind::kChat:
+      return "POST /v1/chat/completions";
+    case Kind::kGenerate:
+      return "POST /v2/models/{m}/generate";
+    case Kind::kGenerateStream:
+      return "POST /v2/models/{m}/generate_stream";
+    case Kind::kNone:
+      break;
   }
   return "";
 }
@@ -660,7 +695,9 @@ std::string_view EndpointOf(Kind kind) {
 
 bool LlmRoutes::Matches(std::string_view path) { return MatchPath(path).kind != Kind::kNone; }
 
-std::string_view LlmRoutes::EndpointName(std::string_view path) { return EndpointOf(MatchPath(path).kind); }
+std::string_view LlmRoutes::EndpointName(std::string_view path) {
+  return EndpointOf(MatchPath(path).kind);
+}
 
 RoutePlan LlmRoutes::Plan(const HttpRequest& req) const {
   RoutePlan plan;
@@ -677,7 +714,8 @@ RoutePlan LlmRoutes::Plan(const HttpRequest& req) const {
     plan.answer = MultipartNotHere();
     return plan;
   }
-  plan.handle = [core = core_, m = std::move(m)](const HttpRequest&, std::string& body, HttpResponse* res) {
+  plan.handle = [core = core_, m = std::move(m)](const HttpRequest&, std::string& body,
+                                                 HttpResponse* res) {
     if (m.kind == Kind::kModels) return Models(core, res);
     Generate(core, m, body, res);
   };

@@ -56,9 +56,10 @@ int main(int argc, char** argv) {
     std::vector<double> replay(t.begin() + 2, t.end());
     std::sort(replay.begin(), replay.end());
     const double med = replay[replay.size() / 2];
-    std::printf("{\"slots\": %lld, \"max_ctx\": %lld, \"first_step_s\": %.4f, \"second_step_s\": %.4f, "
-                "\"step_s\": %.5f, \"tokens_per_s\": %.2f}\n",
-                static_cast<long long>(S), static_cast<long long>(max_ctx), t[0], t[1], med, S / med);
+    std::printf(
+        "{\"slots\": %lld, \"max_ctx\": %lld, \"first_step_s\": %.4f, \"second_step_s\": %.4f, "
+        "\"step_s\": %.5f, \"tokens_per_s\": %.2f}\n",
+        static_cast<long long>(S), static_cast<long long>(max_ctx), t[0], t[1], med, S / med);
     std::fflush(stdout);
   }
   return 0;

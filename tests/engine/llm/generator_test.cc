@@ -40,7 +40,9 @@ SmolLM2* Smol() {
 }
 
 std::vector<int32_t> Chat(const std::string& user) {
-  return Smol()->tok->Encode(absl::StrCat("<|im_start|>user\n", user, "<|im_end|>\n<|im_start|>assistant\n")).value();
+  return Smol()
+      ->tok->Encode(absl::StrCat("<|im_start|>user\n", user, "<|im_end|>\n<|im_start|>assistant\n"))
+      .value();
 }
 
 // Everything one generation reported.
@@ -74,7 +76,8 @@ struct Outcome {
 class GeneratorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(KILN_SMOLLM2_GGUF)) GTEST_FAIL() << KILN_SMOLLM2_GGUF << " is missing";
+    if (!std::filesystem::exists(KILN_SMOLLM2_GGUF))
+      GTEST_FAIL() << KILN_SMOLLM2_GGUF << " is missing";
     ASSERT_NE(Smol()->model, nullptr);
   }
 };
@@ -82,8 +85,8 @@ class GeneratorTest : public ::testing::Test {
 TEST_F(GeneratorTest, ConcurrentGreedyGenerationsEqualEachAlone) {
   const LlamaModel& model = *Smol()->model;
   const BpeTokenizer& tok = *Smol()->tok;
-  const std::vector<std::vector<int32_t>> prompts = {Chat("What is the capital of France?"), Chat("2 + 2 ="),
-                                                     Chat("Name a color.")};
+  const std::vector<std::vector<int32_t>> prompts = {Chat("What is the capital of France?"),
+                                                     Chat("2 + 2 ="), Chat("Name a color.")};
   const int64_t kMax = 10;
   std::vector<std::vector<int32_t>> want;
   {
@@ -93,13 +96,16 @@ TEST_F(GeneratorTest, ConcurrentGreedyGenerationsEqualEachAlone) {
       want.push_back(model.Greedy(*alone, p, kMax, tok.eos_id()).value());
     }
   }
-  std::unique_ptr<Generator> gen = Generator::Create(&model, &tok, {.slots = 2, .max_ctx = 96}).value();
+  std::unique_ptr<Generator> gen =
+      Generator::Create(&model, &tok, {.slots = 2, .max_ctx = 96}).value();
   std::vector<std::unique_ptr<Outcome>> runs;
   for (size_t i = 0; i < prompts.size(); ++i) {
     runs.push_back(std::make_unique<Outcome>());
-    GenerationRequest req{.prompt = prompts[i], .max_tokens = kMax, .sampling = {.temperature = 0.0}};
+    GenerationRequest req{
+        .prompt = prompts[i], .max_tokens = kMax, .sampling = {.temperature = 0.0}};
     ASSERT_TRUE(gen->Submit(req, runs.back()->Callback()).ok());
-    if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others join mid-way
+    if (i == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others join mid-way
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
     Outcome& r = *runs[i];
@@ -108,7 +114,8 @@ TEST_F(GeneratorTest, ConcurrentGreedyGenerationsEqualEachAlone) {
     std::vector<int32_t> text_ids = want[i];
     if (!text_ids.empty() && text_ids.back() == tok.eos_id()) text_ids.pop_back();
     EXPECT_EQ(r.text, tok.Decode(text_ids).value()) << "prompt " << i;
-    EXPECT_EQ(r.finish, want[i].back() == tok.eos_id() ? FinishReason::kStop : FinishReason::kLength);
+    EXPECT_EQ(r.finish,
+              want[i].back() == tok.eos_id() ? FinishReason::kStop : FinishReason::kLength);
     EXPECT_EQ(r.prompt_tokens, static_cast<int64_t>(prompts[i].size()));
     EXPECT_EQ(r.completion_tokens, static_cast<int64_t>(want[i].size()));
   }
@@ -119,25 +126,33 @@ TEST_F(GeneratorTest, ConcurrentGreedyGenerationsEqualEachAlone) {
   // Two generations shared most steps: fewer steps than tokens stepped.
   EXPECT_LT(st.steps, st.slot_steps);
   EXPECT_GT(st.slot_steps, 0u);
-  std::printf("steps %llu, slot steps %llu (mean batch %.2f)\n", static_cast<unsigned long long>(st.steps),
-              static_cast<unsigned long long>(st.slot_steps), static_cast<double>(st.slot_steps) / st.steps);
+  std::printf("steps %llu, slot steps %llu (mean batch %.2f)\n",
+              static_cast<unsigned long long>(st.steps),
+              static_cast<unsigned long long>(st.slot_steps),
+              static_cast<double>(st.slot_steps) / st.steps);
 }
 
 TEST_F(GeneratorTest, StopStringsCancellationAndLimits) {
   const LlamaModel& model = *Smol()->model;
   const BpeTokenizer& tok = *Smol()->tok;
-  std::unique_ptr<Generator> gen = Generator::Create(&model, &tok, {.slots = 1, .max_ctx = 80, .max_queue = 1}).value();
+  std::unique_ptr<Generator> gen =
+      Generator::Create(&model, &tok, {.slots = 1, .max_ctx = 80, .max_queue = 1}).value();
   const std::vector<int32_t> prompt = Chat("What is the capital of France?");
 
   // The whole greedy text first, then a stop string from its middle: the output ends just before it.
   Outcome full;
-  ASSERT_TRUE(gen->Submit({.prompt = prompt, .max_tokens = 12, .sampling = {.temperature = 0.0}}, full.Callback()).ok());
+  ASSERT_TRUE(gen->Submit({.prompt = prompt, .max_tokens = 12, .sampling = {.temperature = 0.0}},
+                          full.Callback())
+                  .ok());
   full.Wait();
   ASSERT_GE(full.text.size(), 12u) << full.text;
   const std::string stop = full.text.substr(6, 3);
   const size_t at = full.text.find(stop);
   Outcome cut;
-  ASSERT_TRUE(gen->Submit({.prompt = prompt, .max_tokens = 12, .sampling = {.temperature = 0.0}, .stop = {stop, "zzzz"}},
+  ASSERT_TRUE(gen->Submit({.prompt = prompt,
+                           .max_tokens = 12,
+                           .sampling = {.temperature = 0.0},
+                           .stop = {stop, "zzzz"}},
                           cut.Callback())
                   .ok());
   cut.Wait();
@@ -146,8 +161,8 @@ TEST_F(GeneratorTest, StopStringsCancellationAndLimits) {
 
   // Cancelled after its first token: ends kCancelled, and the slot serves the next generation.
   Outcome cancelled;
-  absl::StatusOr<uint64_t> id =
-      gen->Submit({.prompt = prompt, .max_tokens = 60, .sampling = {.temperature = 0.0}}, cancelled.Callback());
+  absl::StatusOr<uint64_t> id = gen->Submit(
+      {.prompt = prompt, .max_tokens = 60, .sampling = {.temperature = 0.0}}, cancelled.Callback());
   ASSERT_TRUE(id.ok());
   for (int i = 0; i < 600; ++i) {
     {
@@ -177,12 +192,17 @@ TEST_F(GeneratorTest, StopStringsCancellationAndLimits) {
   if (third.ok()) c.Wait();
 
   // Request checks name the field.
-  auto message = [&](GenerationRequest r) { return std::string(gen->Submit(std::move(r), [](auto&) {}).status().message()); };
+  auto message = [&](GenerationRequest r) {
+    return std::string(gen->Submit(std::move(r), [](auto&) {}).status().message());
+  };
   EXPECT_NE(message({.prompt = {}}).find("prompt: empty"), std::string::npos);
-  EXPECT_NE(message({.prompt = std::vector<int32_t>(80, 1)}).find("leave no room"), std::string::npos);
-  EXPECT_NE(message({.prompt = {tok.vocab_size()}}).find("outside the vocabulary"), std::string::npos);
+  EXPECT_NE(message({.prompt = std::vector<int32_t>(80, 1)}).find("leave no room"),
+            std::string::npos);
+  EXPECT_NE(message({.prompt = {tok.vocab_size()}}).find("outside the vocabulary"),
+            std::string::npos);
   EXPECT_NE(message({.prompt = prompt, .max_tokens = 0}).find("max_tokens"), std::string::npos);
-  EXPECT_NE(message({.prompt = prompt, .sampling = {.top_p = 2.0}}).find("top_p"), std::string::npos);
+  EXPECT_NE(message({.prompt = prompt, .sampling = {.top_p = 2.0}}).find("top_p"),
+            std::string::npos);
   EXPECT_NE(message({.prompt = prompt, .stop = {""}}).find("stop"), std::string::npos);
 }
 

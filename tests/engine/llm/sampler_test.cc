@@ -14,7 +14,8 @@ namespace kiln::llm {
 namespace {
 
 // softmax(l / T) over the top_k largest, then the smallest prefix (by probability, largest first) reaching top_p.
-std::vector<double> Reference(const std::vector<float>& l, double temp, int64_t top_k, double top_p) {
+std::vector<double> Reference(const std::vector<float>& l, double temp, int64_t top_k,
+                              double top_p) {
   std::vector<std::pair<double, int>> v;
   for (size_t i = 0; i < l.size(); ++i) v.push_back({l[i], static_cast<int>(i)});
   std::stable_sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
@@ -59,10 +60,12 @@ TEST(SamplerTest, TheDistributionIsTemperatureThenTopKThenTopP) {
   for (double t : {0.3, 1.0, 2.5}) {
     for (int64_t k : {0, 1, 7, 50}) {
       for (double p : {1.0, 0.9, 0.5, 0.05}) {
-        const std::vector<double> got = Sampler(SamplingParams{.temperature = t, .top_k = k, .top_p = p}).Distribution(l);
+        const std::vector<double> got =
+            Sampler(SamplingParams{.temperature = t, .top_k = k, .top_p = p}).Distribution(l);
         const std::vector<double> want = Reference(l, t, k, p);
         for (size_t i = 0; i < l.size(); ++i)
-          ASSERT_NEAR(got[i], want[i], 1e-9) << "T " << t << " top_k " << k << " top_p " << p << " id " << i;
+          ASSERT_NEAR(got[i], want[i], 1e-9)
+              << "T " << t << " top_k " << k << " top_p " << p << " id " << i;
       }
     }
   }
@@ -100,8 +103,10 @@ TEST(SamplerTest, ASeedRepeatsTheDraws) {
 
 TEST(SamplerTest, ParametersOutsideTheirRangeAreNamed) {
   EXPECT_TRUE(SamplingParams{}.Validate().ok());
-  EXPECT_NE(SamplingParams{.temperature = -0.1}.Validate().message().find("temperature"), std::string::npos);
-  EXPECT_NE(SamplingParams{.temperature = NAN}.Validate().message().find("temperature"), std::string::npos);
+  EXPECT_NE(SamplingParams{.temperature = -0.1}.Validate().message().find("temperature"),
+            std::string::npos);
+  EXPECT_NE(SamplingParams{.temperature = NAN}.Validate().message().find("temperature"),
+            std::string::npos);
   EXPECT_NE(SamplingParams{.top_k = -1}.Validate().message().find("top_k"), std::string::npos);
   EXPECT_NE(SamplingParams{.top_p = 0.0}.Validate().message().find("top_p"), std::string::npos);
   EXPECT_NE(SamplingParams{.top_p = 1.5}.Validate().message().find("top_p"), std::string::npos);
