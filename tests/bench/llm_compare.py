@@ -27,19 +27,20 @@ import json, sys, time
 from llama_cpp import Llama
 path, threads, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 llm = Llama(model_path=path, n_threads=threads, n_threads_batch=threads, n_ctx=512, verbose=False)
-prompt = llm.tokenize(b"Once upon a time", add_bos=False)
-# decode: one token at a time after the prompt
-llm.reset(); llm.eval(prompt)
-t0 = time.perf_counter()
-for _ in range(steps):
-    tok = llm.sample(temp=0.0)
-    llm.eval([tok])
-decode = steps / (time.perf_counter() - t0)
-# prefill: 128 prompt tokens in one eval
-long = (prompt * 64)[:128]
-llm.reset()
-t0 = time.perf_counter(); llm.eval(long); prefill = len(long) / (time.perf_counter() - t0)
-print(json.dumps({"decode_tokens_per_s": decode, "prefill_tokens_per_s": prefill}))
+def run(prompt, n):
+    llm.reset()
+    t0 = time.perf_counter()
+    out = llm.create_completion(prompt, max_tokens=n, temperature=0.0)
+    return time.perf_counter() - t0, out["usage"]["completion_tokens"]
+prompt = "Once upon a time"
+run(prompt, 2)  # warm-up
+t1, n1 = run(prompt, 1)
+tn, nn = run(prompt, steps + 1)
+decode = (nn - n1) / (tn - t1)  # the tokens after the first, without the prompt's evaluation
+long = " ".join(["word"] * 127)
+tp, _ = run(long, 1)
+print(json.dumps({"decode_tokens_per_s": decode, "decode_tokens": nn - n1,
+                  "prefill_tokens_per_s": len(llm.tokenize(long.encode(), add_bos=False)) / tp}))
 """
 
 
@@ -67,7 +68,7 @@ def main() -> None:
             ref = json.loads(r.stdout.strip().splitlines()[-1])
             print(json.dumps({"engine": "llama.cpp", **ref}))
         else:
-            print(f"# llama.cpp run failed: {r.stderr.strip()[-500:]}")
+            print(f"# llama.cpp run failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
     single = kiln[1]["tokens_per_s"]
     print(f"kiln decode, 1 stream     {single:8.2f} tok/s   first step {kiln[1]['first_step_s']:.2f} s")
     for s in (4, 8):
