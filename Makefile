@@ -93,8 +93,8 @@ fuzz-net: build-release
 serve: build-release
 	@echo "make serve: kilnd, KServe v2 HTTP on :8000 and gRPC on :8001, training on; repository $(SERVE_DIR)/models (Ctrl-C stops it)"
 	mkdir -p $(SERVE_DIR)/models $(SERVE_DIR)/data && cp -R -u models/. $(SERVE_DIR)/models/
-	mkdir -p $(SERVE_DIR)/models/smollm2/1 && cp -u deploy/llm/smollm2/config.pbtxt $(SERVE_DIR)/models/smollm2/ && \
-	  cp -u .venv/share/kiln/SmolLM2-135M-Instruct.Q4_1.gguf $(SERVE_DIR)/models/smollm2/1/model.gguf
+	mkdir -p $(SERVE_DIR)/models/smollm2/1 && cp -u deploy/llm/smollm2/config.pbtxt $(SERVE_DIR)/models/smollm2/
+	cp -u .venv/share/kiln/SmolLM2-135M-Instruct.Q4_1.gguf $(SERVE_DIR)/models/smollm2/1/model.gguf
 	./build/release/server/main/kilnd --model-repository=$(SERVE_DIR)/models --data-dir=$(SERVE_DIR)/data --dataset-roots=$(DATASET_ROOTS) $(SERVE_ARGS)
 
 debug: deps
