@@ -293,10 +293,7 @@ absl::StatusOr<LlmConfig> ReadLlmConfig(const inference::ModelConfig& config) {
         return absl::InvalidArgumentError("config parameters[warm]: neither \"true\" nor \"false\"");
       }
       c.warm = value.string_value() == "true";
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("config parameters[", key, "]: not a kiln_llm parameter (",
-                                                     "max_ctx, max_queue, warm)"));
-    }
+    }  // other keys: CheckParameters (config_support.cc) refuses them, naming what kiln_llm reads
   }
   return c;
 }
