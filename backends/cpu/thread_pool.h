@@ -3,8 +3,16 @@
 // ParallelFor(n, fn) runs fn(0..n-1) and returns when all have finished; the calling thread runs tasks too (its own
 // and, while it waits, anyone's), so nested or concurrent ParallelFor calls from many request threads never deadlock.
 // Thread-safe. The destructor finishes queued work and joins.
+//
+// Hand-off latency: a replayed JIT step launches hundreds of kernels a few tens of microseconds apart, and waking a
+// worker blocked on a condition variable costs about as much as a small kernel (a futex wake, on a VM an IPI), so a
+// worker that finished a task spins for a short window (kSpinWindow) before it sleeps, as ggml's and OpenMP's pools
+// do, and the caller spins briefly for the other tasks of its batch. At most size() - 1 workers spin at once (at
+// least one), so on a 2-core machine the caller and one spinning worker never compete with a third runnable thread.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -24,10 +32,12 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()); }
   void ParallelFor(int n, const std::function<void(int)>& fn);
 
+  static constexpr std::chrono::microseconds kSpinWindow{200};
+
  private:
   struct Batch {
     const std::function<void(int)>* fn;
-    int remaining;
+    std::atomic<int> remaining;
   };
   struct Task {
     Batch* batch;
@@ -39,9 +49,12 @@ class ThreadPool {
 
   std::mutex mu_;
   std::condition_variable work_cv_;  // tasks queued or stopping
-  std::condition_variable done_cv_;  // some batch finished a task
-  std::deque<Task> queue_;
-  bool stop_ = false;
+  std::condition_variable done_cv_;  // some batch finished its last task
+  std::deque<Task> queue_;           // guarded by mu_
+  std::atomic<int> queued_{0};       // queue_.size(), for lock-free peeking while spinning
+  std::atomic<bool> stop_{false};
+  int spinners_ = 0;  // guarded by mu_
+  int max_spinners_ = 1;
   std::vector<std::thread> workers_;
 };
 

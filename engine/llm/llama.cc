@@ -160,10 +160,12 @@ absl::StatusOr<Tensor> LlamaModel::Logits(const std::vector<int32_t>& tokens) co
                          .Reshape({c.n_head, T, c.head_dim});
     const Tensor att = (q.Matmul(k.Transpose(1, 2)) * scale + causal).Softmax(-1);  // [H, T, T]
     const Tensor o = att.Matmul(v).Permute({1, 0, 2}).Reshape({T, c.n_embd});
-    x = x + o.Matmul(W(p + "attn_output.weight").Transpose());
+    x = (x + o.Matmul(W(p + "attn_output.weight").Transpose())).Contiguous();  // see StepBatch
     const Tensor g = RmsNorm(x, W(p + "ffn_norm.weight"), c.rms_eps);
-    const Tensor ff = g.Matmul(W(p + "ffn_gate.weight").Transpose()).Silu() * g.Matmul(W(p + "ffn_up.weight").Transpose());
-    x = x + ff.Matmul(W(p + "ffn_down.weight").Transpose());
+    const Tensor ff =
+        (g.Matmul(W(p + "ffn_gate.weight").Transpose()).Silu() * g.Matmul(W(p + "ffn_up.weight").Transpose()))
+            .Contiguous();
+    x = (x + ff.Matmul(W(p + "ffn_down.weight").Transpose())).Contiguous();
   }
   x = RmsNorm(x, W("output_norm.weight"), c.rms_eps);
   return x.Matmul(W(c.tied_output ? "token_embd.weight" : "output.weight").Transpose());
@@ -244,11 +246,15 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
           const Tensor att =
               (q.Matmul(heads_of(k_all).Transpose(2, 3)) * scale + in[3]).Softmax(-1);  // [S, H, 1, M]
           const Tensor o = att.Matmul(heads_of(v_all)).Reshape({S, c.n_embd});
-          x = x + o.Matmul(W(p + "attn_output.weight").Transpose());
+          // The residual stream gets a buffer per add: left lazy, every later kernel that reads x would re-add all
+          // the earlier layers' outputs (layer 29's RMSNorm read 61 buffers).
+          x = (x + o.Matmul(W(p + "attn_output.weight").Transpose())).Contiguous();
           const Tensor g = RmsNorm(x, W(p + "ffn_norm.weight"), c.rms_eps);
-          const Tensor ff =
-              g.Matmul(W(p + "ffn_gate.weight").Transpose()).Silu() * g.Matmul(W(p + "ffn_up.weight").Transpose());
-          x = x + ff.Matmul(W(p + "ffn_down.weight").Transpose());
+          // Contiguous: left lazy, SiLU's exp would be recomputed inside the down matmul once per output tile.
+          const Tensor gate = g.Matmul(W(p + "ffn_gate.weight").Transpose()).Contiguous();
+          const Tensor up = g.Matmul(W(p + "ffn_up.weight").Transpose()).Contiguous();
+          const Tensor ff = (gate.Silu() * up).Contiguous();
+          x = (x + ff.Matmul(W(p + "ffn_down.weight").Transpose())).Contiguous();
           Tensor k_store = raw->k_[l];
           Tensor v_store = raw->v_[l];
           written.push_back(k_store.Assign(k_all));
