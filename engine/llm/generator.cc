@@ -120,6 +120,14 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const LlamaModel* m
       KILN_ASSIGN_OR_RETURN(Tensor logits, model->StepBatch(*g->cache_, {SlotToken{0, 0}}));
       KILN_RETURN_IF_ERROR(logits.ToVector<float>().status());
     }
+    // The prefill trace too (compiled on its first run, captured on its second), when a chunk fits the context.
+    if (options.max_ctx >= 2) {
+      const std::vector<int32_t> one(1, 0);
+      for (int i = 0; i < 2; ++i) {
+        g->cache_->Reset();
+        KILN_RETURN_IF_ERROR(model->Prefill(*g->cache_, 0, one));
+      }
+    }
     g->cache_->Reset();
   }
   g->stats_.slots = options.slots;
@@ -263,6 +271,7 @@ void Generator::Loop() {
   for (;;) {
     std::vector<std::pair<std::unique_ptr<Seq>, GenerationEvent>> ended;
     std::vector<SlotToken> step;
+    std::vector<std::pair<int64_t, Seq*>> prefill;  // slots with more than their prompt's last token to read
     {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l,
@@ -310,11 +319,51 @@ void Generator::Loop() {
         active_[slot] = std::move(s);
       }
       for (auto& [slot, s] : active_) {
-        const bool prefill = s->prompt_fed < s->req.prompt.size();
-        step.push_back({slot, prefill ? s->req.prompt[s->prompt_fed] : s->last});
+        if (s->prompt_fed + 1 < s->req.prompt.size()) {
+          prefill.emplace_back(slot, s.get());
+          continue;
+        }
+        const bool reading = s->prompt_fed < s->req.prompt.size();
+        step.push_back({slot, reading ? s->req.prompt[s->prompt_fed] : s->last});
       }
     }
     for (auto& [s, ev] : ended) s->callback(ev);
+    // Chunked prefill: one chunk of each reading slot's prompt (all but its last token, which the decode step reads
+    // and samples after) per round, between decode steps, so a long prompt delays the other streams by a chunk's
+    // time per token rather than stalling them for the whole prompt. Only this thread touches active_'s entries.
+    std::vector<std::pair<Seq*, GenerationEvent>> failed;
+    for (auto& [slot, s] : prefill) {
+      const size_t fed = s->prompt_fed;
+      const size_t n = std::min<size_t>(KvCache::kPrefillChunk, s->req.prompt.size() - 1 - fed);
+      const absl::Status st = model_->Prefill(
+          *cache_, slot, std::vector<int32_t>(s->req.prompt.begin() + fed, s->req.prompt.begin() + fed + n));
+      std::lock_guard<std::mutex> l(mu_);
+      if (st.ok()) {
+        s->prompt_fed += n;
+        stats_.prompt_tokens += static_cast<int64_t>(n);
+        continue;
+      }
+      GenerationEvent ev;
+      ev.done = true;
+      ev.finish = FinishReason::kError;
+      ev.status = st;
+      ev.prompt_tokens = static_cast<int64_t>(s->req.prompt.size());
+      s->done = true;
+      ++stats_.failed;
+      failed.emplace_back(s, std::move(ev));
+    }
+    if (!failed.empty()) {
+      std::vector<std::unique_ptr<Seq>> gone;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        for (auto& [seq, ev] : failed) {
+          auto it = active_.find(seq->slot);
+          gone.push_back(std::move(it->second));
+          active_.erase(it);
+        }
+      }
+      for (auto& [seq, ev] : failed) seq->callback(ev);
+    }
     if (step.empty()) continue;
 
     absl::StatusOr<std::vector<float>> logits = [&]() -> absl::StatusOr<std::vector<float>> {

@@ -173,6 +173,7 @@ absl::StatusOr<Tensor> LlamaModel::Logits(const std::vector<int32_t>& tokens) co
 
 struct KvCache::Jit {
   std::unique_ptr<jit::TinyJit> step;
+  std::unique_ptr<jit::TinyJit> prefill;
 };
 
 KvCache::KvCache() = default;
@@ -268,7 +269,119 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
         KILN_RETURN_IF_ERROR(Tensor::Realize(all));
         return std::vector<Tensor>{logits};
       });
+  // in: embeddings [C, n_embd], cos / sin [C, 1, half], mask [1, C, max_ctx] (query t sees rows 0..pos + t),
+  // write [S, 1, max_ctx, C] int32 (1 where chunk row t goes: the prefilling slot, row pos + t, valid t only),
+  // slot [S, 1, 1, 1] float32 (one-hot: the prefilling slot). C = KvCache::kPrefillChunk. No logits: the caller
+  // feeds the prompt's last token through the decode step, which gives them.
+  cache->jit_->prefill = std::make_unique<jit::TinyJit>(
+      [this, raw](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+        const LlamaConfig& c = config_;
+        const int64_t S = raw->slots(), M = raw->max_ctx_, C = KvCache::kPrefillChunk, half = c.head_dim / 2;
+        const int64_t rep = c.n_head / c.n_head_kv;
+        const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+        Tensor x = in[0];
+        const Tensor& cos = in[1];
+        const Tensor& sin = in[2];
+        const Tensor write = in[4].Cast(dtypes::kFloat32);       // [S, 1, M, C]
+        const Tensor written_row = in[4].Sum(-1, true).Eq(1);     // [S, 1, M, 1]
+        const Tensor& slot = in[5];
+        auto rope = [&](const Tensor& v, int64_t heads) {  // [C, heads, head_dim], adjacent pairs
+          const Tensor pairs = v.Reshape({C, heads, half, 2});
+          const Tensor a = pairs.Shrink({{0, C}, {0, heads}, {0, half}, {0, 1}}).Reshape({C, heads, half});
+          const Tensor b = pairs.Shrink({{0, C}, {0, heads}, {0, half}, {1, 2}}).Reshape({C, heads, half});
+          return Tensor::Stack({a * cos - b * sin, a * sin + b * cos}, 3).Reshape({C, heads, c.head_dim});
+        };
+        auto heads_of = [&](const Tensor& kv) {  // [n_head_kv, M, D] -> [n_head, M, D]
+          return kv.Reshape({c.n_head_kv, 1, M, c.head_dim})
+              .Expand({c.n_head_kv, rep, M, c.head_dim})
+              .Reshape({c.n_head, M, c.head_dim});
+        };
+        std::vector<Tensor> written;
+        for (int64_t l = 0; l < c.n_layer; ++l) {
+          const std::string p = absl::StrCat("blk.", l, ".");
+          const Tensor h = RmsNorm(x, W(p + "attn_norm.weight"), c.rms_eps);
+          const Tensor q = rope(h.Matmul(W(p + "attn_q.weight").Transpose()).Reshape({C, c.n_head, c.head_dim}),
+                                c.n_head)
+                               .Permute({1, 0, 2});  // [H, C, D]
+          const Tensor k_new =
+              rope(h.Matmul(W(p + "attn_k.weight").Transpose()).Reshape({C, c.n_head_kv, c.head_dim}), c.n_head_kv)
+                  .Permute({1, 0, 2})
+                  .Reshape({1, c.n_head_kv, C, c.head_dim});
+          const Tensor v_new = h.Matmul(W(p + "attn_v.weight").Transpose())
+                                   .Reshape({C, c.n_head_kv, c.head_dim})
+                                   .Permute({1, 0, 2})
+                                   .Reshape({1, c.n_head_kv, C, c.head_dim});
+          // Chunk row t lands on cache row pos + t of the slot: a one-hot [M, C] times the chunk's rows is each row
+          // exactly (1 * x + 0 * the others).
+          const Tensor k_all = written_row.Where(write.Matmul(k_new), raw->k_[l]);  // [S, Hkv, M, D]
+          const Tensor v_all = written_row.Where(write.Matmul(v_new), raw->v_[l]);
+          const Tensor k_slot = (k_all * slot).Sum(0);  // [Hkv, M, D]
+          const Tensor v_slot = (v_all * slot).Sum(0);
+          const Tensor att = (q.Matmul(heads_of(k_slot).Transpose(1, 2)) * scale + in[3]).Softmax(-1);  // [H, C, M]
+          const Tensor o = att.Matmul(heads_of(v_slot)).Permute({1, 0, 2}).Reshape({C, c.n_embd});
+          x = (x + o.Matmul(W(p + "attn_output.weight").Transpose())).Contiguous();  // see the decode step
+          const Tensor g = RmsNorm(x, W(p + "ffn_norm.weight"), c.rms_eps);
+          const Tensor gate = g.Matmul(W(p + "ffn_gate.weight").Transpose()).Contiguous();
+          const Tensor up = g.Matmul(W(p + "ffn_up.weight").Transpose()).Contiguous();
+          const Tensor ff = (gate.Silu() * up).Contiguous();
+          x = (x + ff.Matmul(W(p + "ffn_down.weight").Transpose())).Contiguous();
+          Tensor k_store = raw->k_[l];
+          Tensor v_store = raw->v_[l];
+          written.push_back(k_store.Assign(k_all));
+          written.push_back(v_store.Assign(v_all));
+        }
+        std::vector<Tensor*> all;
+        for (Tensor& t : written) all.push_back(&t);
+        KILN_RETURN_IF_ERROR(Tensor::Realize(all));
+        return std::vector<Tensor>{};
+      });
   return cache;
+}
+
+absl::Status LlamaModel::Prefill(KvCache& cache, int64_t slot, const std::vector<int32_t>& tokens) const {
+  const LlamaConfig& c = config_;
+  const int64_t S = cache.slots(), M = cache.max_ctx_, C = KvCache::kPrefillChunk, half = c.head_dim / 2;
+  if (slot < 0 || slot >= S) return Bad(absl::StrCat("slot ", slot, " is outside 0..", S - 1));
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (cache.pos_[slot] + n > M)
+    return absl::FailedPreconditionError(absl::StrCat("llama: slot ", slot, " holds ", cache.pos_[slot],
+                                                      " tokens; ", n, " more do not fit in ", M));
+  for (int32_t t : tokens)
+    if (t < 0 || t >= c.vocab) return Bad(absl::StrCat("token id ", t, " is outside the vocabulary of ", c.vocab));
+  std::vector<float> one_hot(S, 0.0f);
+  one_hot[slot] = 1.0f;
+  for (int64_t at = 0; at < n; at += C) {
+    const int64_t valid = std::min(C, n - at), pos = cache.pos_[slot];
+    std::vector<float> rows(C * c.n_embd, 0.0f);
+    std::vector<float> cos_t(C * half, 1.0f), sin_t(C * half, 0.0f);
+    std::vector<float> mask(C * M, -std::numeric_limits<float>::infinity());
+    std::vector<int32_t> write(S * M * C, 0);
+    for (int64_t t = 0; t < C; ++t) {
+      if (t >= valid) {  // padding: row 0 only (a finite softmax), nothing written
+        mask[t * M] = 0.0f;
+        continue;
+      }
+      const int64_t p = pos + t;
+      std::copy_n(embd_host_.begin() + tokens[at + t] * c.n_embd, c.n_embd, rows.begin() + t * c.n_embd);
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = static_cast<double>(p) *
+                             std::pow(c.rope_theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
+        cos_t[t * half + i] = static_cast<float>(std::cos(angle));
+        sin_t[t * half + i] = static_cast<float>(std::sin(angle));
+      }
+      for (int64_t j = 0; j <= p; ++j) mask[t * M + j] = 0.0f;
+      write[(slot * M + p) * C + t] = 1;
+    }
+    std::vector<Tensor> in = {Tensor::FromVector(rows, {C, c.n_embd}, device_),
+                              Tensor::FromVector(cos_t, {C, 1, half}, device_),
+                              Tensor::FromVector(sin_t, {C, 1, half}, device_),
+                              Tensor::FromVector(mask, {1, C, M}, device_),
+                              Tensor::FromVector(write, {S, 1, M, C}, device_),
+                              Tensor::FromVector(one_hot, {S, 1, 1, 1}, device_)};
+    KILN_RETURN_IF_ERROR((*cache.jit_->prefill)(in).status());
+    cache.pos_[slot] += valid;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> LlamaModel::Step(KvCache& cache, int32_t token) const {
@@ -323,10 +436,8 @@ absl::StatusOr<Tensor> LlamaModel::StepBatch(KvCache& cache, const std::vector<S
 absl::StatusOr<std::vector<int32_t>> LlamaModel::Greedy(KvCache& cache, const std::vector<int32_t>& prompt,
                                                         int64_t max_new, int32_t stop) const {
   if (prompt.empty()) return Bad("an empty prompt");
-  Tensor logits;
-  for (int32_t t : prompt) {
-    KILN_ASSIGN_OR_RETURN(logits, Step(cache, t));
-  }
+  KILN_RETURN_IF_ERROR(Prefill(cache, 0, std::vector<int32_t>(prompt.begin(), prompt.end() - 1)));
+  KILN_ASSIGN_OR_RETURN(Tensor logits, Step(cache, prompt.back()));
   std::vector<int32_t> out;
   while (static_cast<int64_t>(out.size()) < max_new) {
     KILN_ASSIGN_OR_RETURN(std::vector<float> l, logits.ToVector<float>());

@@ -43,6 +43,8 @@ class LlamaModel;
 // which is what continuous batching (generator.h) runs.
 class KvCache {
  public:
+  // Prompt tokens per prefill run (LlamaModel::Prefill): one JIT trace, shorter chunks padded.
+  static constexpr int64_t kPrefillChunk = 32;
   int64_t max_ctx() const { return max_ctx_; }
   int64_t slots() const { return static_cast<int64_t>(pos_.size()); }
   int64_t pos(int64_t slot = 0) const { return pos_[slot]; }  // tokens written so far in `slot`
@@ -94,7 +96,12 @@ class LlamaModel {
   // result is the logits [slots, vocab]; rows of slots not named are meaningless, and their caches are untouched.
   // InvalidArgument for a bad slot or token, FailedPrecondition when a named slot is full.
   absl::StatusOr<Tensor> StepBatch(KvCache& cache, const std::vector<SlotToken>& tokens) const;
-  // Feeds `prompt` through Step, then appends the argmax token until `max_new` tokens or `stop` (e.g. eos); returns
+  // Writes the keys and values of `tokens` into `slot` at positions pos(slot).. (then advances it), kPrefillChunk
+  // tokens per run of a second JIT trace (one for every position and chunk fill): a prompt is read a chunk at a
+  // time rather than a token per decode step. No logits: feed the prompt's last token through Step / StepBatch.
+  // InvalidArgument for a bad slot or token, FailedPrecondition when the tokens do not fit.
+  absl::Status Prefill(KvCache& cache, int64_t slot, const std::vector<int32_t>& tokens) const;
+  // Prefills all of `prompt` but its last token, steps that one, then appends the argmax token until `max_new` tokens or `stop` (e.g. eos); returns
   // the new tokens (the stop token included when it came).
   absl::StatusOr<std::vector<int32_t>> Greedy(KvCache& cache, const std::vector<int32_t>& prompt, int64_t max_new,
                                               int32_t stop = -1) const;

@@ -184,6 +184,45 @@ TEST(LlamaTest, SmolLM2GreedyDecodingMatchesNumpyTokenForToken) {
       }
       EXPECT_LE(diff, 1e-4 * top) << "position " << t;
     }
+    // Prefill (chunks of KvCache::kPrefillChunk through the second trace) then one step: the step's logits are the
+    // same row, in slot 1 of a two-slot cache whose slot 0 holds another sequence; and slot 0 still decodes as
+    // before. Split points: one token, a chunk and a bit, and all but the last.
+    const int64_t n0 = static_cast<int64_t>(ids[0].size());
+    absl::StatusOr<Tensor> other = model->Logits(std::vector<int32_t>(ids[1].begin(), ids[1].begin() + 6));
+    ASSERT_TRUE(other.ok()) << other.status();
+    absl::StatusOr<std::vector<float>> other_rows = other->ToVector<float>();
+    ASSERT_TRUE(other_rows.ok());
+    absl::StatusOr<std::unique_ptr<KvCache>> two = model->NewCache(128, 2);  // one cache, its traces made once
+    ASSERT_TRUE(two.ok()) << two.status();
+    for (int64_t k : {int64_t{1}, std::min<int64_t>(KvCache::kPrefillChunk + 3, n0 - 1), n0 - 1}) {
+      SCOPED_TRACE(absl::StrCat("prefill of ", k, " tokens"));
+      (*two)->Reset();
+      ASSERT_TRUE(model->Prefill(**two, 0, std::vector<int32_t>(ids[1].begin(), ids[1].begin() + 5)).ok());
+      absl::Status st = model->Prefill(**two, 1, std::vector<int32_t>(ids[0].begin(), ids[0].begin() + k));
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_EQ((*two)->pos(1), k);
+      absl::StatusOr<Tensor> step = model->StepBatch(**two, {SlotToken{1, ids[0][k]}, SlotToken{0, ids[1][5]}});
+      ASSERT_TRUE(step.ok()) << step.status();
+      absl::StatusOr<std::vector<float>> got = step->ToVector<float>();
+      ASSERT_TRUE(got.ok());
+      double top = 0, diff = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        top = std::max(top, std::abs(static_cast<double>((*rows)[k * V + v])));
+        diff = std::max(diff, std::abs(static_cast<double>((*got)[V + v]) - (*rows)[k * V + v]));
+      }
+      EXPECT_LE(diff, 1e-4 * top);
+      top = diff = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        top = std::max(top, std::abs(static_cast<double>((*other_rows)[5 * V + v])));
+        diff = std::max(diff, std::abs(static_cast<double>((*got)[v]) - (*other_rows)[5 * V + v]));
+      }
+      EXPECT_LE(diff, 1e-4 * top) << "slot 0";
+    }
+    absl::StatusOr<std::unique_ptr<KvCache>> small = model->NewCache(8);
+    ASSERT_TRUE(small.ok());
+    EXPECT_EQ(model->Prefill(**small, 0, std::vector<int32_t>(9, 1)).code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(model->Prefill(**small, 1, {1}).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(model->Prefill(**small, 0, {-1}).code(), absl::StatusCode::kInvalidArgument);
   }
 
   // One cache (one trace) for every prompt: Reset starts each sequence over in the same buffers.
