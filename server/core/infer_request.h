@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <array>
-#include <memory>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,6 +34,7 @@ struct TypedContents {
   absl::Span<const uint64_t> uint64s;
   absl::Span<const float> fp32s;
   absl::Span<const double> fp64s;
+  std::vector<std::string_view> bytes;  // bytes_contents (read by kiln_llm models only)
 };
 
 struct InferInput {
@@ -47,6 +50,14 @@ struct InferInput {
   // window named by shared_memory_byte_size, whatever form the other inputs use.
   bool shared_memory = false;
 };
+
+// A request or response parameter as the wire typed it (KServe's InferParameter; REST's JSON
+// scalars). A REST parameter that is an array or an object arrives as its JSON text.
+struct ParameterJson {
+  std::string text;
+};
+using ParameterValue = std::variant<bool, int64_t, uint64_t, double, std::string, ParameterJson>;
+using Parameters = std::vector<std::pair<std::string, ParameterValue>>;
 
 // A requested output to be written into a shared memory region instead of the response.
 struct SharedMemoryOutput {
@@ -93,6 +104,10 @@ struct InferRequest {
   // the requested outputs to write into regions (InferenceServer does, after the run).
   std::vector<std::shared_ptr<const void>> shared_memory_holds;
   std::vector<SharedMemoryOutput> shared_memory_outputs;
+  // Every request parameter with a value, those acted on above included (in the order the
+  // transport read them). kiln_llm models read their sampling fields here (llm_infer.cc); other
+  // models read none.
+  Parameters parameters;
 };
 
 // The request parameter `timeout` (Triton's: microseconds, 0 = none) stored in
@@ -136,6 +151,9 @@ struct InferResponse {
   std::string model_version;
   std::string id;
   std::vector<InferOutput> outputs;
+  // Response parameters (Triton's `triton_final_response` on a stream's responses of a kiln_llm
+  // model); the gRPC transport sends them.
+  Parameters parameters;
 };
 
 }  // namespace kiln::server

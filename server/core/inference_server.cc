@@ -359,6 +359,19 @@ absl::StatusOr<InferResponse> InferenceServer::Infer(const InferRequest& request
 }
 
 void InferenceServer::InferAsync(const InferRequest& request, InferCallback done) {
+  Start(request, std::move(done), nullptr);
+}
+
+InferenceServer::StreamHandle InferenceServer::InferStreamAsync(const InferRequest& request,
+                                                                StreamCallback on_response) {
+  InferCallback once = [on_response](absl::StatusOr<InferResponse> response) {
+    on_response(std::move(response), /*final=*/true);
+  };
+  return Start(request, std::move(once), std::move(on_response));
+}
+
+InferenceServer::StreamHandle InferenceServer::Start(const InferRequest& request,
+                                                     InferCallback done, StreamCallback decoupled) {
   Task task;
   task.start = std::chrono::steady_clock::now();
   task.done = std::move(done);
@@ -366,11 +379,20 @@ void InferenceServer::InferAsync(const InferRequest& request, InferCallback done
   absl::Status admitted = Guard("ModelInfer", [&] { return Admit(request, &task); });
   if (!admitted.ok()) {
     Finish(task, admitted);
-    return;
+    return {};
+  }
+  if (task.model->config->platform() == kPlatformLlm) {  // to the model's generator
+    if (decoupled != nullptr) {
+      return GenerateInfer(task.model, request, /*decoupled=*/true, std::move(decoupled));
+    }
+    auto once = [done = std::move(task.done)](absl::StatusOr<InferResponse> r, bool final) {
+      if (final) done(std::move(r));
+    };
+    return GenerateInfer(task.model, request, /*decoupled=*/false, std::move(once));
   }
   if (task.model->batcher != nullptr) {  // dynamic batching: the batcher decides when it runs
     Enqueue(std::move(task));
-    return;
+    return {};
   }
   DeviceLane& lane = *task.lane;
   // Expected engine time from the version's latest run; unknown (0) means queue: first runs
@@ -382,6 +404,7 @@ void InferenceServer::InferAsync(const InferRequest& request, InferCallback done
   task.admitted = std::chrono::steady_clock::now();
   lane.Submit([this, task = std::move(task)]() mutable { RunTask(task); },
               /*may_inline=*/options_.inline_execution && short_enough);
+  return {};
 }
 
 DeviceLane* InferenceServer::PickLane(const ModelVersion& version) const {
@@ -422,11 +445,7 @@ absl::Status InferenceServer::Admit(const InferRequest& request, Task* task) {
   task->obs.model = version.name;
   task->obs.version = std::to_string(version.version);
   task->obs.reached_model = true;
-  if (version.config->platform() == kPlatformLlm) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model '", version.name, "' is a kiln_llm text generator: send POST /v2/models/", version.name,
-        "/generate (or generate_stream), or the OpenAI routes /v1/completions and /v1/chat/completions"));
-  }
+  if (version.config->platform() == kPlatformLlm) return absl::OkStatus();  // GenerateInfer
   absl::StatusOr<ValidatedRequest> valid =
       ValidateInferRequest(*version.config, request, options_.max_request_bytes);
   if (!valid.ok()) return valid.status();

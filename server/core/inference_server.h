@@ -38,6 +38,15 @@
 // so cached answers are written too) and sends only their shape and datatype; an output larger
 // than its window fails the request with INVALID_ARGUMENT naming the parameter.
 //
+// kiln_llm models (llm_infer.cc) answer the same inference calls the way Triton's vLLM backend
+// does: inputs text_input (BYTES, one prompt), optional stream (BOOL), sampling_parameters (BYTES,
+// a JSON object of llm_sampling.h's fields) and exclude_input_in_output (BOOL, true only), the
+// sampling fields also taken from request parameters; output text_output (BYTES). InferAsync
+// answers once with the whole generated text; InferStreamAsync with stream=true answers once per
+// text delta, then an empty final response. Such a request is not queued on a device lane: it
+// goes straight to the model's generator (continuous batching, its own thread), so it is neither
+// counted in the request statistics nor in nv_inference_* metrics but in the kiln_llm_* ones.
+//
 // Thread safety: every method may be called concurrently from any thread.
 // Shutdown: BeginShutdown() makes Ready() false and refuses new inference and repository calls
 // with UNAVAILABLE at once; requests already admitted still execute and answer normally.
@@ -180,10 +189,32 @@ class InferenceServer : private ModelPlacer {
   // then returns after `done`), else on the device's executor thread; the device is released
   // before `done` runs. The request's views
   // (InferInput::raw, shape) must stay valid until `done` runs. Statistics are updated for every
-  // request that reaches a version.
+  // request that reaches a version. A kiln_llm request (see above) runs its whole generation and
+  // answers once with the text, `done` on the model's generator thread; the request's
+  // cancellation and deadline are checked at every token (a cancelled one ends at the next step).
   void InferAsync(const InferRequest& request, InferCallback done);
   // InferAsync and wait for the answer.
   absl::StatusOr<InferResponse> Infer(const InferRequest& request);
+
+  // One response of a request on a stream; `final` on its last one, after which none comes (an
+  // error is always final).
+  using StreamCallback = std::function<void(absl::StatusOr<InferResponse> response, bool final)>;
+  struct StreamHandle {
+    // The request may answer with several responses (Triton's decoupled models: a kiln_llm
+    // generation), which need not wait for the answers of requests sent before it.
+    bool decoupled = false;
+    // Ends a decoupled request early (its final response follows, CANCELLED): any thread, any
+    // number of times, a no-op once it has ended. Null when !decoupled.
+    std::function<void()> cancel;
+  };
+  // ModelStreamInfer's entry: InferAsync, except that a kiln_llm request asking for stream=true
+  // answers once per text delta (each response text_output = the new text, parameter
+  // triton_final_response false), then with an empty response whose triton_final_response is true;
+  // with stream=false, once with the whole text and triton_final_response true. Every other
+  // request answers exactly once, final. `on_response` runs on this thread (refused before
+  // queueing, or run inline), the device's executor or the model's generator thread, never
+  // concurrently for one request; the request's views must stay valid until the final response.
+  StreamHandle InferStreamAsync(const InferRequest& request, StreamCallback on_response);
 
   // Reports every Infer (and every kernel launch, Infer and graphs) and the loaded models' memory
   // to `observer` (not owned; null = none). Call once before serving.
@@ -228,8 +259,18 @@ class InferenceServer : private ModelPlacer {
   absl::Status Warmup(const ModelVersion& version, const RepositoryFiles& files) override;
   // The machine's devices (api::ListDevices), discovered on first use.
   std::vector<std::string> Devices();
-  // Resolves, validates and admits; on refusal returns the error (obs filled).
+  // InferAsync and InferStreamAsync: admits, then queues or runs a tensor model's request, or
+  // starts a kiln_llm generation, answering through `decoupled` when it is set (a stream) and else
+  // through `done` once.
+  StreamHandle Start(const InferRequest& request, InferCallback done, StreamCallback decoupled);
+  // Resolves, validates and admits; on refusal returns the error (obs filled). A kiln_llm request
+  // is admitted once resolved (GenerateInfer checks the rest).
   absl::Status Admit(const InferRequest& request, Task* task);
+  // A kiln_llm version's KServe v2 inference (llm_infer.cc): reads the request's inputs and
+  // parameters, submits the generation and answers through `respond` (one final response unless
+  // `decoupled` and the request asks for stream=true).
+  StreamHandle GenerateInfer(std::shared_ptr<const ModelVersion> version,
+                             const InferRequest& request, bool decoupled, StreamCallback respond);
   void Finish(Task& task, absl::StatusOr<InferResponse> response);
   // Writes the outputs that the request directs into shared memory (see above); all or none.
   static absl::Status WriteSharedMemoryOutputs(const InferRequest& request, InferResponse* response);

@@ -190,14 +190,22 @@ absl::Status NormalizeModelConfig(std::string_view model_name, inference::ModelC
                                                    std::string(kPlatformLlm), ")"));
   }
   if (platform == kPlatformLlm) {
-    // A text generator: Triton's LLM tensors (its vLLM and TensorRT-LLM backends' names), for metadata. It is
-    // served by the generate and OpenAI routes, one generation per request (slots = max_batch_size).
+    // A text generator: Triton's LLM tensors (its vLLM backend's names), for metadata; the KServe
+    // inference calls read them (llm_infer.cc) as the generate and OpenAI routes read their
+    // bodies, one generation per request (slots = max_batch_size).
     if (absl::Status s = CheckLlmConfig(*config); !s.ok()) return s;
     if (config->input_size() == 0) {
-      inference::ModelInput* in = config->add_input();
-      in->set_name("text_input");
-      in->set_data_type(inference::TYPE_STRING);
-      in->add_dims(1);
+      auto add = [config](const char* name, inference::DataType type, bool optional) {
+        inference::ModelInput* in = config->add_input();
+        in->set_name(name);
+        in->set_data_type(type);
+        in->add_dims(1);
+        in->set_optional(optional);
+      };
+      add("text_input", inference::TYPE_STRING, false);
+      add("stream", inference::TYPE_BOOL, true);
+      add("sampling_parameters", inference::TYPE_STRING, true);
+      add("exclude_input_in_output", inference::TYPE_BOOL, true);
     }
     if (config->output_size() == 0) {
       inference::ModelOutput* out = config->add_output();

@@ -65,7 +65,8 @@ struct ModelVersion {
   // ONNX (onnx_config.h): the model loaded by the engine (null without an engine).
   std::shared_ptr<const api::OnnxModel> onnx;
   // kiln_llm: the LLM and its generator (its own thread and KV cache), loaded at load time (null
-  // without an engine). Served by the generate / OpenAI routes (server/rest/llm_routes.h).
+  // without an engine). Served by the generate / OpenAI routes (server/rest/llm_routes.h) and the
+  // KServe inference calls (llm_infer.cc).
   std::shared_ptr<api::LlmModel> llm;
   // Instances (instance_group count, placement.h): how many executors run the version, each on
   // its own lane of `device` (instance 0 uses the fields above). Instances 1.. of kiln_builtin and

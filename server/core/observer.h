@@ -61,11 +61,11 @@ struct ModelMemoryObservation {
   uint64_t bytes = 0;
 };
 
-// One finished generation of a kiln_llm model (server/rest/llm_routes.h).
+// One finished generation of a kiln_llm model (llm_generation.h).
 struct GenerationObservation {
   std::string model;
   std::string version;
-  std::string route;          // "completions", "chat", "generate"
+  std::string route;          // "completions", "chat", "generate", "infer", "stream_infer"
   std::string finish_reason;  // "stop", "length", "cancelled", "error"
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;

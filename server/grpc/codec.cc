@@ -1,6 +1,7 @@
 #include "server/grpc/codec.h"
 
 #include <string>
+#include <variant>
 
 #include "absl/strings/match.h"
 
@@ -25,6 +26,7 @@ void CountContents(const inference::InferTensorContents& c, InferInput* in) {
   in->typed.uint64s = span(c.uint64_contents());
   in->typed.fp32s = span(c.fp32_contents());
   in->typed.fp64s = span(c.fp64_contents());
+  in->typed.bytes.assign(c.bytes_contents().begin(), c.bytes_contents().end());
 }
 
 bool HasSharedMemoryParameters(const google::protobuf::Map<std::string, inference::InferParameter>& p) {
@@ -100,6 +102,27 @@ InferRequest DecodeInferRequest(const inference::ModelInferRequest& wire) {
 
 absl::Status ApplyRequestParameters(const inference::ModelInferRequest& wire,
                                     InferRequest* request, const SharedMemoryManager* shared_memory) {
+  for (const auto& [key, p] : wire.parameters()) {  // all of them, for kiln_llm (infer_request.h)
+    switch (p.parameter_choice_case()) {
+      case inference::InferParameter::kBoolParam:
+        request->parameters.emplace_back(key, p.bool_param());
+        break;
+      case inference::InferParameter::kInt64Param:
+        request->parameters.emplace_back(key, p.int64_param());
+        break;
+      case inference::InferParameter::kUint64Param:
+        request->parameters.emplace_back(key, p.uint64_param());
+        break;
+      case inference::InferParameter::kDoubleParam:
+        request->parameters.emplace_back(key, p.double_param());
+        break;
+      case inference::InferParameter::kStringParam:
+        request->parameters.emplace_back(key, p.string_param());
+        break;
+      default:
+        break;  // no value
+    }
+  }
   for (int i = 0; i < wire.inputs_size(); ++i) {  // shared_memory.h
     if (i >= static_cast<int>(request->inputs.size()) || !request->inputs[i].shared_memory) continue;
     const std::string where = absl::StrCat("inputs[", i, "].parameters");
@@ -185,6 +208,22 @@ void EncodeInferResponse(const InferResponse& response, inference::ModelInferRes
     t->set_datatype(out.datatype);
     for (int64_t d : out.shape) t->add_shape(d);
     wire->add_raw_output_contents(out.raw);  // empty for an output in shared memory, as Triton's
+  }
+  for (const auto& [key, value] : response.parameters) {
+    inference::InferParameter& p = (*wire->mutable_parameters())[key];
+    if (const bool* b = std::get_if<bool>(&value)) {
+      p.set_bool_param(*b);
+    } else if (const int64_t* i = std::get_if<int64_t>(&value)) {
+      p.set_int64_param(*i);
+    } else if (const uint64_t* u = std::get_if<uint64_t>(&value)) {
+      p.set_uint64_param(*u);
+    } else if (const double* d = std::get_if<double>(&value)) {
+      p.set_double_param(*d);
+    } else if (const std::string* str = std::get_if<std::string>(&value)) {
+      p.set_string_param(*str);
+    } else {
+      p.set_string_param(std::get<ParameterJson>(value).text);
+    }
   }
 }
 

@@ -16,13 +16,15 @@ namespace kiln::server {
 InferRequest DecodeInferRequest(const inference::ModelInferRequest& wire);
 // The request parameters kilnd acts on: `timeout` (int64_param or uint64_param, microseconds, as
 // Triton's) tightens request->deadline (ApplyTimeoutParameter); `priority`; kiln's `kiln_viz`
-// (bool_param) sets request->viz, whose admin check is the caller's (CallGate::Authorize). Others
-// are ignored, as Triton does.
+// (bool_param) sets request->viz, whose admin check is the caller's (CallGate::Authorize). Every
+// parameter with a value is also copied into request->parameters (kiln_llm models read their
+// sampling fields there); other models ignore the rest, as Triton does.
 // Tensor parameters: shared_memory_region / _offset / _byte_size of inputs and requested outputs
 // are resolved against `shared_memory` (shared_memory.h; null: INVALID_ARGUMENT), inputs viewing
 // the mapped bytes, the request holding the mappings; `classification` of outputs.
 absl::Status ApplyRequestParameters(const inference::ModelInferRequest& wire, InferRequest* request,
                                     const SharedMemoryManager* shared_memory = nullptr);
+// The outputs (raw_output_contents) and the response's parameters.
 void EncodeInferResponse(const InferResponse& response, inference::ModelInferResponse* wire);
 
 // `config` (string: JSON ModelConfig) and `file:*` parameters of RepositoryModelLoad.

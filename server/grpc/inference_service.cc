@@ -1,17 +1,18 @@
 #include "server/grpc/inference_service.h"
 
 #include <cstdint>
+#include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-
 #include "absl/synchronization/mutex.h"
 #include "server/core/guard.h"
 #include "server/core/log_settings.h"
@@ -119,19 +120,50 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(grpc::CallbackServerConte
 
 namespace {
 
-// One ModelStreamInfer call. Reads requests one after another and hands each to the core; the
-// answers are written in request order (an answer that completes early -- a refused request, or
-// one on another device -- waits in `done` for those before it), one write in flight at a time.
-// The call finishes with OK once the client has half-closed (or cancelled), every request has been
-// answered and every write has completed.
+// Appends the text of delta `from` to delta `into` (each one BYTES element of text_output, raw).
+// False, nothing changed, when either is not such a response.
+bool AppendDelta(inference::ModelStreamInferResponse* into,
+                 const inference::ModelStreamInferResponse& from) {
+  if (into->infer_response().raw_output_contents_size() != 1 ||
+      from.infer_response().raw_output_contents_size() != 1) {
+    return false;
+  }
+  std::string* a = into->mutable_infer_response()->mutable_raw_output_contents(0);
+  const std::string& b = from.infer_response().raw_output_contents(0);
+  if (a->size() < 4 || b.size() < 4 || a->size() + b.size() - 8 > UINT32_MAX) return false;
+  a->append(b, 4, std::string::npos);
+  const uint32_t length = static_cast<uint32_t>(a->size() - 4);
+  std::memcpy(a->data(), &length, 4);  // little-endian, as the wire is
+  return true;
+}
+
+// One ModelStreamInfer call. Reads requests one after another and hands each to the core
+// (InferStreamAsync). A request answers once (tensor models), or is decoupled (a kiln_llm
+// generation) and answers with one or more responses, the last one final. One write is in flight
+// at a time; the order of the writes:
+//   - single answers in request order: one that completes early (a refused request, or one on
+//     another device) waits in `done` for those before it;
+//   - a decoupled request's responses as they come, in their own order; its place in the order
+//     above is released (nothing is written there) once the core says it is decoupled or its
+//     first non-final response comes, so it neither waits for nor holds up the others. Several
+//     may run at once (they share the model's continuous batching). A text delta that comes while
+//     the previous delta of the same request still waits to be written is appended to it (a
+//     client that reads slowly gets fewer, longer deltas, never more waiting responses).
+// The call finishes with OK once the client has half-closed (or cancelled) and every request's
+// final response has been written.
 //
-// Backpressure: answers waiting to be written (queued behind the write in flight, or out of order)
-// are bounded by StreamLimits; a client that sends but does not read past the bound gets its
-// stream finished with RESOURCE_EXHAUSTED naming the bound, the waiting answers are freed at once,
-// its running requests are cancelled (they stop between kernels) and nothing more is read.
+// Backpressure: responses waiting to be written (queued behind the write in flight, or out of
+// order) are bounded by StreamLimits; a client that sends but does not read past the bound gets
+// its stream finished with RESOURCE_EXHAUSTED naming the bound, the waiting responses are freed
+// at once, its running requests are cancelled (they stop between kernels, generations before
+// their next step) and nothing more is read.
 //
-// Lifetime: the state lives in a shared object that the core's callbacks hold, so an answer that
-// completes after the stream ended (cancelled, or finished for backpressure) is dropped safely;
+// Cancellation: when the client cancels the call (or goes away), the stream's token cancels its
+// queued and running tensor requests, and every decoupled request still running is cancelled
+// (StreamHandle::cancel: a generation's KV-cache slot is free before the next step).
+//
+// Lifetime: the state lives in a shared object that the core's callbacks hold, so a response that
+// comes after the stream ended (cancelled, or finished for backpressure) is dropped safely;
 // OnDone deletes the reactor.
 class StreamInferReactor final
     : public grpc::ServerBidiReactor<inference::ModelInferRequest,
@@ -158,13 +190,14 @@ class StreamInferReactor final
       if (shared_->finished) return;  // finished for backpressure: read no more
       ++shared_->outstanding;
       seq = shared_->next_seq++;
+      shared_->running.emplace(seq, Running{});
     }
     auto message = std::make_shared<inference::ModelInferRequest>(std::move(incoming_));
     incoming_.Clear();
-    // The decoded views point into *message, which the callback keeps alive. InferAsync may run
-    // the request (and this callback) before it returns; the next read starts after it.
+    // The decoded views point into *message, which the callback keeps alive. The core may answer
+    // (and run this callback) before InferStreamAsync returns; the next read starts after it.
     std::shared_ptr<Shared> shared = shared_;
-    auto answer = [shared, message, seq](absl::StatusOr<InferResponse> result) {
+    auto answer = [shared, message, seq](absl::StatusOr<InferResponse> result, bool final) {
       inference::ModelStreamInferResponse out;
       absl::Status st = result.status();
       if (st.ok()) {
@@ -180,7 +213,7 @@ class StreamInferReactor final
         out.mutable_infer_response()->set_model_name(message->model_name());
         out.mutable_infer_response()->set_model_version(message->model_version());
       }
-      Enqueue(shared, seq, std::move(out));
+      Respond(shared, seq, std::move(out), final, /*delta=*/st.ok() && !final);
     };
     absl::StatusOr<InferRequest> decoded =
         Guard("ModelStreamInfer (decode)", [&]() -> absl::StatusOr<InferRequest> {
@@ -195,9 +228,10 @@ class StreamInferReactor final
           return r;
         });
     if (decoded.ok()) {
-      server_->InferAsync(*decoded, answer);
+      InferenceServer::StreamHandle handle = server_->InferStreamAsync(*decoded, answer);
+      if (handle.decoupled) Decoupled(shared_, seq, std::move(handle.cancel));
     } else {
-      answer(decoded.status());
+      answer(decoded.status(), /*final=*/true);
     }
     StartRead(&incoming_);
   }
@@ -205,86 +239,199 @@ class StreamInferReactor final
   void OnWriteDone(bool /*ok*/) override {
     absl::MutexLock lock(&shared_->mu);
     Shared& s = *shared_;
-    s.pending_bytes -= s.writes.front().second;
+    s.pending_bytes -= s.writes.front().bytes;
+    if (s.writes.front().final) --s.outstanding;
     s.writes.pop_front();
-    --s.outstanding;
     if (!s.writes.empty() && !s.finished) {
-      StartWrite(&s.writes.front().first);
+      StartWrite(&s.writes.front().response);
     } else {
       s.writing = false;
     }
     MaybeFinishLocked(s);
   }
 
-  void OnCancel() override { shared_->cancellation->Cancel(); }
-
-  void OnDone() override {
+  void OnCancel() override {
+    shared_->cancellation->Cancel();
+    std::vector<std::function<void()>> cancels;
     {
       absl::MutexLock lock(&shared_->mu);
-      shared_->reactor = nullptr;  // answers completing later are dropped
+      cancels = RunningCancelsLocked(*shared_);
+    }
+    for (const auto& cancel : cancels) cancel();
+  }
+
+  void OnDone() override {
+    std::vector<std::function<void()>> cancels;
+    {
+      absl::MutexLock lock(&shared_->mu);
+      shared_->reactor = nullptr;  // responses coming later are dropped
       shared_->writes.clear();
       shared_->done.clear();
+      cancels = RunningCancelsLocked(*shared_);
+      shared_->running.clear();
     }
+    for (const auto& cancel : cancels) cancel();
     delete this;
   }
 
  private:
+  // A response waiting to be written.
+  struct Pending {
+    inference::ModelStreamInferResponse response;
+    int64_t bytes = 0;
+    uint64_t seq = 0;    // of its request
+    bool final = false;  // its request's last response: writing it ends the request
+    bool delta = false;  // a text delta that a later one of the same request may extend
+  };
+  // A request read whose final response has not come yet.
+  struct Running {
+    bool released = false;         // decoupled: its place in the order of single answers is free
+    std::function<void()> cancel;  // decoupled: StreamHandle::cancel (null until known)
+  };
   struct Shared {
     absl::Mutex mu;
     StreamInferReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;  // null after OnDone
     StreamLimits limits;
     std::shared_ptr<api::CancellationToken> cancellation = std::make_shared<api::CancellationToken>();
-    // Answers to write, front in flight when `writing`, each with its size.
-    std::deque<std::pair<inference::ModelStreamInferResponse, int64_t>> writes ABSL_GUARDED_BY(mu);
-    // Answers that completed before an earlier request's, by request sequence number.
-    std::map<uint64_t, std::pair<inference::ModelStreamInferResponse, int64_t>> done ABSL_GUARDED_BY(mu);
+    // Responses to write, front in flight when `writing`.
+    std::deque<Pending> writes ABSL_GUARDED_BY(mu);
+    // Single answers that completed before an earlier request's, by request sequence number;
+    // nullopt marks a released place (a decoupled request's).
+    std::map<uint64_t, std::optional<Pending>> done ABSL_GUARDED_BY(mu);
+    std::map<uint64_t, Running> running ABSL_GUARDED_BY(mu);
+    int64_t held ABSL_GUARDED_BY(mu) = 0;           // responses in `done`
     int64_t pending_bytes ABSL_GUARDED_BY(mu) = 0;  // over `writes` and `done`
     uint64_t next_seq ABSL_GUARDED_BY(mu) = 0;      // of the next request read
-    uint64_t next_write ABSL_GUARDED_BY(mu) = 0;    // of the next answer to write
-    int64_t outstanding ABSL_GUARDED_BY(mu) = 0;    // requests read, answer not yet written
+    uint64_t next_write ABSL_GUARDED_BY(mu) = 0;    // the next place in the order of single answers
+    int64_t outstanding ABSL_GUARDED_BY(mu) = 0;    // requests read, final response not yet written
     bool writing ABSL_GUARDED_BY(mu) = false;
     bool reading_done ABSL_GUARDED_BY(mu) = false;
     bool finished ABSL_GUARDED_BY(mu) = false;
   };
+  using Cancels = std::vector<std::function<void()>>;
 
-  static void Enqueue(const std::shared_ptr<Shared>& shared, uint64_t seq,
-                      inference::ModelStreamInferResponse response) {
+  // The core says request `seq` is decoupled: its place is released, `cancel` kept for the end
+  // of the stream (run at once when the stream has already ended).
+  static void Decoupled(const std::shared_ptr<Shared>& shared, uint64_t seq,
+                        std::function<void()> cancel) {
     Shared& s = *shared;
-    absl::MutexLock lock(&s.mu);
-    if (s.reactor == nullptr || s.finished) return;
-    const int64_t bytes = static_cast<int64_t>(response.ByteSizeLong());
-    s.pending_bytes += bytes;
-    s.done.emplace(seq, std::make_pair(std::move(response), bytes));
+    Cancels cancels;
+    {
+      absl::MutexLock lock(&s.mu);
+      auto it = s.running.find(seq);
+      if (it == s.running.end()) return;  // its final response came already
+      if (s.reactor == nullptr || s.finished || s.cancellation->cancelled()) {
+        cancels.push_back(std::move(cancel));
+      } else {
+        it->second.cancel = std::move(cancel);
+        if (!it->second.released) ReleaseLocked(s, seq, &it->second);
+        cancels = PumpLocked(s);
+      }
+    }
+    for (const auto& c : cancels) c();
+  }
+
+  // One response of request `seq` (`delta`: a text delta that may be appended to).
+  static void Respond(const std::shared_ptr<Shared>& shared, uint64_t seq,
+                      inference::ModelStreamInferResponse response, bool final, bool delta) {
+    Shared& s = *shared;
+    Cancels cancels;
+    {
+      absl::MutexLock lock(&s.mu);
+      if (s.reactor == nullptr || s.finished) return;
+      bool released = false;
+      if (auto it = s.running.find(seq); it != s.running.end()) {
+        if (!final && !it->second.released) ReleaseLocked(s, seq, &it->second);
+        released = it->second.released;
+        if (final) s.running.erase(it);
+      }
+      QueueLocked(s, seq, std::move(response), final, delta, released);
+      cancels = PumpLocked(s);
+    }
+    for (const auto& c : cancels) c();
+  }
+
+  // Request `seq` is decoupled: nothing is written at its place in the order of single answers.
+  static void ReleaseLocked(Shared& s, uint64_t seq, Running* running)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    running->released = true;
+    s.done.emplace(seq, std::nullopt);
+  }
+
+  // A single answer waits in `done` for its place; a released request's response goes to the end
+  // of `writes`, or is appended to the previous delta of its request when that still waits there.
+  static void QueueLocked(Shared& s, uint64_t seq, inference::ModelStreamInferResponse response,
+                          bool final, bool delta, bool released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    if (!released) {
+      Pending p{std::move(response), 0, seq, final, false};
+      p.bytes = static_cast<int64_t>(p.response.ByteSizeLong());
+      s.pending_bytes += p.bytes;
+      ++s.held;
+      s.done.emplace(seq, std::move(p));
+      return;
+    }
+    Pending* last = s.writes.size() > (s.writing ? 1u : 0u) ? &s.writes.back() : nullptr;
+    if (delta && last != nullptr && last->seq == seq && last->delta &&
+        AppendDelta(&last->response, response)) {
+      const int64_t before = last->bytes;
+      last->bytes = static_cast<int64_t>(last->response.ByteSizeLong());
+      s.pending_bytes += last->bytes - before;
+      return;
+    }
+    Pending p{std::move(response), 0, seq, final, delta};
+    p.bytes = static_cast<int64_t>(p.response.ByteSizeLong());
+    s.pending_bytes += p.bytes;
+    s.writes.push_back(std::move(p));
+  }
+
+  // Moves the single answers whose turn has come to `writes`, enforces the bounds and starts a
+  // write when none is in flight. Returns what to cancel (outside the lock) when the stream is
+  // finished for backpressure.
+  static Cancels PumpLocked(Shared& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     for (auto it = s.done.begin(); it != s.done.end() && it->first == s.next_write;
          it = s.done.erase(it)) {
-      s.writes.push_back(std::move(it->second));
+      if (it->second.has_value()) {
+        s.writes.push_back(std::move(*it->second));
+        --s.held;
+      }
       ++s.next_write;
     }
-    const int64_t waiting =
-        static_cast<int64_t>(s.writes.size() + s.done.size()) - (s.writing ? 1 : 0);
+    const int64_t waiting = static_cast<int64_t>(s.writes.size()) - (s.writing ? 1 : 0) + s.held;
     if (waiting > s.limits.max_pending_responses || s.pending_bytes > s.limits.max_pending_bytes) {
-      FinishForBackpressureLocked(s, waiting);
-      return;
+      return FinishForBackpressureLocked(s, waiting);
     }
     if (!s.writing && !s.writes.empty()) {
       s.writing = true;
-      s.reactor->StartWrite(&s.writes.front().first);
+      s.reactor->StartWrite(&s.writes.front().response);
     }
+    return {};
+  }
+
+  static Cancels RunningCancelsLocked(Shared& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+    Cancels out;
+    for (const auto& [seq, running] : s.running) {
+      if (running.cancel) out.push_back(running.cancel);
+    }
+    return out;
   }
 
   // The client is not reading: free what waits, stop the stream's work, finish with the reason.
-  static void FinishForBackpressureLocked(Shared& s, int64_t waiting)
+  static Cancels FinishForBackpressureLocked(Shared& s, int64_t waiting)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     const int64_t bytes = s.pending_bytes;
     s.finished = true;
     s.cancellation->Cancel();
     // Keep only the write in flight (gRPC owns its buffer until OnWriteDone).
     while (s.writes.size() > (s.writing ? 1u : 0u)) {
-      s.pending_bytes -= s.writes.back().second;
+      s.pending_bytes -= s.writes.back().bytes;
       s.writes.pop_back();
     }
-    for (auto& [seq, answer] : s.done) s.pending_bytes -= answer.second;
+    for (auto& [seq, answer] : s.done) {
+      if (answer.has_value()) s.pending_bytes -= answer->bytes;
+    }
     s.done.clear();
+    s.held = 0;
     spdlog::warn("ModelStreamInfer: {} answers ({} bytes) wait for a client that does not read; "
                  "stream finished",
                  waiting, bytes);
@@ -296,6 +443,7 @@ class StreamInferReactor final
                      " bytes per stream (--stream-max-pending-responses, "
                      "--stream-max-pending-bytes); the stream is closed and its remaining "
                      "requests cancelled")));
+    return RunningCancelsLocked(s);
   }
 
   static void MaybeFinishLocked(Shared& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {

@@ -8,7 +8,10 @@
 // in the core (InferAsync) and the answer is sent from the core's executor. The client's deadline
 // and cancellation reach the engine (a run stops between kernels). On a stream every request gets
 // one ModelStreamInferResponse (in request order; the id correlates): a failed request carries
-// error_message (plus the id) and the stream stays open. A stream whose client does not read is
+// error_message (plus the id) and the stream stays open. A kiln_llm request is decoupled, as in
+// Triton's vLLM backend (InferenceServer::InferStreamAsync): with stream=true it gets one response
+// per text delta and an empty final one (parameter triton_final_response), written as they come,
+// interleaved with the others'; the end of the call cancels every generation it started. A stream whose client does not read is
 // finished with RESOURCE_EXHAUSTED once more answers wait than StreamLimits allow (their memory is
 // freed, its running requests cancelled). No exception escapes a handler (server/core/guard.h).
 // Thread safety: handlers run concurrently on gRPC's callback threads; `server` is shared.

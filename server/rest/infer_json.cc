@@ -295,6 +295,28 @@ absl::Status DecodeInferRequest(std::string* body, int64_t header_length, const 
   }
   if (const Value* params = Member(doc, "parameters"); params != nullptr) {
     if (!params->IsObject()) return Bad("parameters", "expected an object");
+    for (auto it = params->MemberBegin(); it != params->MemberEnd(); ++it) {  // infer_request.h
+      std::string key(it->name.GetString(), it->name.GetStringLength());
+      const Value& v = it->value;
+      if (v.IsBool()) {
+        request.parameters.emplace_back(std::move(key), v.GetBool());
+      } else if (v.IsInt64()) {
+        request.parameters.emplace_back(std::move(key), v.GetInt64());
+      } else if (v.IsUint64()) {
+        request.parameters.emplace_back(std::move(key), v.GetUint64());
+      } else if (v.IsNumber()) {
+        request.parameters.emplace_back(std::move(key), v.GetDouble());
+      } else if (v.IsString()) {
+        request.parameters.emplace_back(std::move(key),
+                                        std::string(v.GetString(), v.GetStringLength()));
+      } else if (!v.IsNull()) {
+        rapidjson::StringBuffer text;
+        Writer w(text);
+        v.Accept(w);
+        request.parameters.emplace_back(
+            std::move(key), ParameterJson{std::string(text.GetString(), text.GetSize())});
+      }
+    }
     if (const Value* b = Member(*params, "binary_data_output"); b != nullptr) {
       if (!b->IsBool()) return Bad("parameters.binary_data_output", "expected true or false");
       out->binary_output_default = b->GetBool();

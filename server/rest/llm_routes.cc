@@ -18,6 +18,8 @@
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
+#include "server/core/llm_generation.h"
+#include "server/core/llm_sampling.h"
 #include "server/rest/http_status.h"
 #include "server/rest/json_parse.h"
 
@@ -30,7 +32,6 @@
 namespace kiln::server {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using JsonWriter = rapidjson::Writer<rapidjson::StringBuffer>;
 
 enum class Kind { kNone, kModels, kCompletions, kChat, kGenerate, kGenerateStream };
@@ -76,35 +77,12 @@ struct Request {
   std::string model;
   std::string prompt;                   // completions / generate
   std::vector<api::ChatTurn> messages;  // chat
-  std::optional<int64_t> max_tokens;
-  api::GenerateParams params;
+  SamplingFields sampling;
   bool stream = false;
 };
 
 absl::Status Bad(std::string_view field, std::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(std::string(field), ": ", std::string(problem)));
-}
-
-absl::Status ReadNumber(const rapidjson::Value& v, std::string_view field, double lo, double hi,
-                        double* out) {
-  if (v.IsNull()) return absl::OkStatus();
-  if (!v.IsNumber()) return Bad(field, "not a number");
-  const double d = v.GetDouble();
-  if (!(d >= lo && d <= hi))
-    return Bad(field, absl::StrFormat("%g is outside [%g, %g]", d, lo, hi));
-  *out = d;
-  return absl::OkStatus();
-}
-
-absl::Status ReadInt(const rapidjson::Value& v, std::string_view field, int64_t lo, int64_t hi,
-                     std::optional<int64_t>* out) {
-  if (v.IsNull()) return absl::OkStatus();
-  if (!v.IsInt64() && !(v.IsUint64() && v.GetUint64() <= static_cast<uint64_t>(INT64_MAX)))
-    return Bad(field, "not an integer");
-  const int64_t i = v.IsInt64() ? v.GetInt64() : static_cast<int64_t>(v.GetUint64());
-  if (i < lo || i > hi) return Bad(field, absl::StrCat(i, " is outside ", lo, "..", hi));
-  *out = i;
-  return absl::OkStatus();
 }
 
 absl::Status ReadString(const rapidjson::Value& v, std::string_view field, std::string* out) {
@@ -113,55 +91,17 @@ absl::Status ReadString(const rapidjson::Value& v, std::string_view field, std::
   return absl::OkStatus();
 }
 
-// The sampling fields, from `obj` (the body for OpenAI routes, `parameters` or the body for generate).
+// The sampling fields (server/core/llm_sampling.h) and the OpenAI ones, from `obj` (the body for
+// OpenAI routes, `parameters` or the body for generate). Other keys are ignored.
 absl::Status ReadSampling(const rapidjson::Value& obj, const std::string& prefix, Request* r) {
   for (auto it = obj.MemberBegin(); it != obj.MemberEnd(); ++it) {
     const std::string key(it->name.GetString(), it->name.GetStringLength());
     const std::string field = prefix + key;
     const rapidjson::Value& v = it->value;
-    if (key == "max_tokens" || key == "max_completion_tokens" || key == "max_new_tokens") {
-      KILN_SERVER_RETURN_IF_ERROR(ReadInt(v, field, 1, int64_t{1} << 20, &r->max_tokens));
-    } else if (key == "temperature") {
-      KILN_SERVER_RETURN_IF_ERROR(ReadNumber(v, field, 0.0, 100.0, &r->params.temperature));
-    } else if (key == "top_p") {
-      KILN_SERVER_RETURN_IF_ERROR(ReadNumber(v, field, 1e-9, 1.0, &r->params.top_p));
-    } else if (key == "top_k") {
-      std::optional<int64_t> k;
-      KILN_SERVER_RETURN_IF_ERROR(ReadInt(v, field, -1, int64_t{1} << 24, &k));
-      if (k.has_value()) r->params.top_k = *k < 0 ? 0 : *k;  // -1: no limit (vLLM's spelling)
-    } else if (key == "seed") {
-      std::optional<int64_t> seed;
-      KILN_SERVER_RETURN_IF_ERROR(ReadInt(v, field, INT64_MIN, INT64_MAX, &seed));
-      if (seed.has_value()) r->params.seed = static_cast<uint64_t>(*seed);
-    } else if (key == "stop") {
-      if (v.IsNull()) continue;
-      if (v.IsString()) {
-        if (v.GetStringLength() > 0)
-          r->params.stop.emplace_back(v.GetString(), v.GetStringLength());
-      } else if (v.IsArray()) {
-        for (rapidjson::SizeType i = 0; i < v.Size(); ++i) {
-          if (!v[i].IsString()) return Bad(absl::StrCat(field, "[", i, "]"), "not a string");
-          r->params.stop.emplace_back(v[i].GetString(), v[i].GetStringLength());
-        }
-      } else {
-        return Bad(field, "neither a string nor an array of strings");
-      }
-    } else if (key == "ignore_eos") {
-      if (!v.IsBool()) return Bad(field, "not a boolean");
-      r->params.ignore_eos = v.GetBool();
-    } else if (key == "stream") {
+    if (key == "stream") {
       if (v.IsNull()) continue;
       if (!v.IsBool()) return Bad(field, "not a boolean");
       r->stream = v.GetBool();
-    } else if (key == "n" || key == "best_of") {
-      std::optional<int64_t> n;
-      KILN_SERVER_RETURN_IF_ERROR(ReadInt(v, field, 1, 1, &n));
-    } else if (key == "presence_penalty" || key == "frequency_penalty") {
-      if (!v.IsNull() && !(v.IsNumber() && v.GetDouble() == 0.0))
-        return Bad(field, "not supported (0 only)");
-    } else if (key == "repetition_penalty") {
-      if (!v.IsNull() && !(v.IsNumber() && v.GetDouble() == 1.0))
-        return Bad(field, "not supported (1 only)");
     } else if (key == "logprobs" || key == "top_logprobs" || key == "echo" || key == "logit_bias" ||
                key == "suffix" || key == "tools" || key == "tool_choice" ||
                key == "response_format") {
@@ -170,6 +110,9 @@ absl::Status ReadSampling(const rapidjson::Value& obj, const std::string& prefix
           (key == "response_format" && v.IsObject() && v.HasMember("type") &&
            v["type"].IsString() && std::string_view(v["type"].GetString()) == "text");
       if (!unset) return Bad(field, "not supported");
+    } else if (absl::StatusOr<bool> read = ReadSamplingField(key, v, field, &r->sampling);
+               !read.ok()) {
+      return read.status();
     }
   }
   return absl::OkStatus();
@@ -405,69 +348,14 @@ std::string ErrorEvent(std::string_view message) {
   return absl::StrCat("data: ", buf.GetString(), "\n\n");
 }
 
-// ---- one generation: its timings for the metrics, and where its events go ----
+// ---- one generation: its answer's context, its meter, and where its events go ----
 
-class Generation {
- public:
-  Generation(InferenceServer* core, std::shared_ptr<const ModelVersion> version, Context ctx,
+struct Generation {
+  Generation(InferenceServer* core, std::shared_ptr<const ModelVersion> version, Context context,
              std::string route)
-      : core_(core),
-        version_(std::move(version)),
-        ctx_(std::move(ctx)),
-        route_(std::move(route)),
-        start_(Clock::now()) {}
-
-  const Context& context() const { return ctx_; }
-  api::LlmModel& llm() const { return *version_->llm; }
-
-  // Timings of one event (on the generator's thread).
-  void Time(const api::GenerateEvent& ev) {
-    if (ev.new_tokens > 0) {
-      const Clock::time_point now = Clock::now();
-      if (!seen_token_) {
-        obs_.first_token_ns = Nanos(start_, now);
-        seen_token_ = true;
-      } else {
-        const uint64_t gap = Nanos(last_token_, now) / static_cast<uint64_t>(ev.new_tokens);
-        for (int64_t i = 0; i < ev.new_tokens && obs_.inter_token_ns.size() < kMaxGaps; ++i)
-          obs_.inter_token_ns.push_back(gap);
-      }
-      last_token_ = now;
-    }
-    if (ev.done) {
-      obs_.model = version_->name;
-      obs_.version = std::to_string(version_->version);
-      obs_.route = route_;
-      obs_.finish_reason = ev.finish_reason;
-      obs_.prompt_tokens = ev.prompt_tokens;
-      obs_.completion_tokens = ev.completion_tokens;
-      obs_.duration_ns = Nanos(start_, Clock::now());
-      if (InferObserver* o = core_->observer(); o != nullptr) o->ObserveGeneration(obs_);
-      Occupancy();
-    }
-  }
-  void Occupancy() const {
-    InferObserver* o = core_->observer();
-    if (o == nullptr) return;
-    const api::LlmStats s = version_->llm->stats();
-    o->ObserveLlmOccupancy(
-        {version_->name, std::to_string(version_->version), s.slots, s.active, s.queued});
-  }
-
- private:
-  static constexpr size_t kMaxGaps = 1 << 16;
-  static uint64_t Nanos(Clock::time_point a, Clock::time_point b) {
-    return static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
-  }
-  InferenceServer* const core_;
-  const std::shared_ptr<const ModelVersion> version_;
-  const Context ctx_;
-  const std::string route_;
-  const Clock::time_point start_;
-  bool seen_token_ = false;
-  Clock::time_point last_token_;
-  GenerationObservation obs_;
+      : ctx(std::move(context)), meter(core->observer(), std::move(version), std::move(route)) {}
+  const Context ctx;
+  GenerationMeter meter;  // llm_generation.h
 };
 
 // The server-sent events of a streamed generation, between the generator's thread (Push) and the
@@ -484,18 +372,18 @@ class GenerationStream : public ResponseStream {
       started_ = true;
       cancel = closed_;
     }
-    if (cancel) gen_->llm().Cancel(id);
+    if (cancel) gen_->meter.llm().Cancel(id);
   }
   void Push(const api::GenerateEvent& ev) {
-    gen_->Time(ev);
+    gen_->meter.Time(ev);
     std::string framed;
     if (ev.done && ev.finish_reason == "error") {
       framed = ErrorEvent(std::string(ev.status.message()));
     } else if (!ev.text.empty() || ev.done || first_) {
-      framed = absl::StrCat("data: ", Chunk(gen_->context(), ev, first_), "\n\n");
+      framed = absl::StrCat("data: ", Chunk(gen_->ctx, ev, first_), "\n\n");
       first_ = false;
     }
-    if (ev.done && gen_->context().kind != Kind::kGenerateStream) framed += "data: [DONE]\n\n";
+    if (ev.done && gen_->ctx.kind != Kind::kGenerateStream) framed += "data: [DONE]\n\n";
     std::function<void()> wake;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -532,7 +420,7 @@ class GenerationStream : public ResponseStream {
       cancel = started_ && !end_;
       id = id_;
     }
-    if (cancel) gen_->llm().Cancel(id);  // the slot is free before the next step
+    if (cancel) gen_->meter.llm().Cancel(id);  // the slot is free before the next step
   }
 
  private:
@@ -592,7 +480,6 @@ void Generate(InferenceServer* core, const Match& m, std::string& body, HttpResp
                                        s.message())));
   }
   api::LlmModel& llm = *(*version)->llm;
-  const api::LlmInfo& info = llm.info();
   std::string text = req->prompt;
   if (m.kind == Kind::kChat) {
     absl::StatusOr<std::string> rendered =
@@ -602,24 +489,14 @@ void Generate(InferenceServer* core, const Match& m, std::string& body, HttpResp
                                          absl::StrCat("messages: ", rendered.status().message())));
     text = *std::move(rendered);
   }
-  absl::StatusOr<std::vector<int32_t>> prompt = llm.Tokenize(text);
-  if (!prompt.ok()) {
-    return SetStatus(
-        res, absl::InvalidArgumentError(absl::StrCat(m.kind == Kind::kChat          ? "messages"
-                                                     : m.kind == Kind::kCompletions ? "prompt"
-                                                                                    : "text_input",
-                                                     ": ", prompt.status().message())));
-  }
-  const int64_t room = info.max_ctx - static_cast<int64_t>(prompt->size());
-  if (room < 1) {
-    return SetStatus(
-        res, absl::InvalidArgumentError(absl::StrCat(
-                 "prompt: ", prompt->size(), " tokens leave no room in the model's context of ",
-                 info.max_ctx, " tokens")));
-  }
-  // OpenAI: completions default to 16 tokens, chat to the rest of the context; a larger request is cut to it.
-  api::GenerateParams params = req->params;
-  params.max_tokens = std::min(room, req->max_tokens.value_or(m.kind == Kind::kChat ? room : 16));
+  // OpenAI: completions default to 16 tokens, chat to the rest of the context.
+  absl::StatusOr<PreparedGeneration> prepared = PrepareGeneration(
+      llm, text,
+      m.kind == Kind::kChat          ? "messages"
+      : m.kind == Kind::kCompletions ? "prompt"
+                                     : "text_input",
+      req->sampling.max_tokens, req->sampling.params, m.kind == Kind::kChat ? 0 : 16);
+  if (!prepared.ok()) return SetStatus(res, prepared.status());
 
   Context ctx{m.kind, NewId(m.kind), (*version)->name, std::to_string((*version)->version),
               UnixSeconds()};
@@ -630,11 +507,12 @@ void Generate(InferenceServer* core, const Match& m, std::string& body, HttpResp
 
   if (req->stream) {
     auto stream = std::make_shared<GenerationStream>(gen);
-    absl::StatusOr<uint64_t> id = llm.Submit(
-        *std::move(prompt), params, [stream](const api::GenerateEvent& ev) { stream->Push(ev); });
+    absl::StatusOr<uint64_t> id =
+        llm.Submit(std::move(prepared->prompt), prepared->params,
+                   [stream](const api::GenerateEvent& ev) { stream->Push(ev); });
     if (!id.ok()) return SetStatus(res, id.status());
     stream->Start(*id);
-    gen->Occupancy();
+    gen->meter.Occupancy();
     res->status = 200;
     res->content_type = "text/event-stream";
     res->headers.emplace_back("Cache-Control", "no-cache");
@@ -650,9 +528,9 @@ void Generate(InferenceServer* core, const Match& m, std::string& body, HttpResp
     bool done = false;
   };
   auto result = std::make_shared<Result>();
-  absl::StatusOr<uint64_t> id =
-      llm.Submit(*std::move(prompt), params, [gen, result](const api::GenerateEvent& ev) {
-        gen->Time(ev);
+  absl::StatusOr<uint64_t> id = llm.Submit(
+      std::move(prepared->prompt), prepared->params, [gen, result](const api::GenerateEvent& ev) {
+        gen->meter.Time(ev);
         std::lock_guard<std::mutex> l(result->mu);
         result->text += ev.text;
         if (ev.done) {
@@ -662,7 +540,7 @@ void Generate(InferenceServer* core, const Match& m, std::string& body, HttpResp
         }
       });
   if (!id.ok()) return SetStatus(res, id.status());
-  gen->Occupancy();
+  gen->meter.Occupancy();
   std::unique_lock<std::mutex> l(result->mu);
   result->cv.wait(l, [&] { return result->done; });
   if (result->last.finish_reason == "error") return SetStatus(res, result->last.status);

@@ -18,7 +18,8 @@
 // core's code: 400 naming the field, 404 unknown model, 429 queue full); an error after it is a
 // last event {"error": ...}. Sampling fields an engine cannot honour (n > 1, logprobs, echo,
 // non-zero penalties) are 400, never silently ignored; fields kiln does not read otherwise
-// (user, ...) are ignored as OpenAI's own server ignores unknown ones.
+// (user, ...) are ignored as OpenAI's own server ignores unknown ones. The sampling fields are read
+// by server/core/llm_sampling.h, as KServe inference on these models reads them (llm_infer.cc).
 #pragma once
 
 #include <string_view>

@@ -1,6 +1,7 @@
 """A kiln_llm model served by a real kilnd (issue #24 item 6): SmolLM2-135M-Instruct Q4_1, a model folder with
 model.gguf and a three-line config.pbtxt, spoken to over plain HTTP the way OpenAI clients and Triton's generate
-extension speak.
+extension speak, and over KServe v2 inference with the stock tritonclient packages the way Triton's vLLM backend is
+spoken to (text_input / stream / sampling_parameters in, text_output out, decoupled streaming over gRPC).
 
 The reference for the generated text is independent of kiln: the chat prompt rendered by jinja2 from the file's own
 template (as transformers' apply_chat_template does), tokenized by Hugging Face's `tokenizers` built from the file's
@@ -12,6 +13,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
@@ -22,9 +24,13 @@ from pathlib import Path
 
 import jinja2
 import jinja2.sandbox
+import numpy as np
 import pytest
 import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 from gguf import GGUFReader
+from tritonclient.utils import InferenceServerException
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -38,6 +44,9 @@ from tokenizer_ref import build as build_reference_tokenizer  # noqa: E402
 
 SLOTS = 4
 QUESTION = "What is the capital of France?"
+# The chat prompt of QUESTION, rendered by hand: the raw text_input of the generate route and of KServe inference.
+CHAT_PROMPT = f"<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n" \
+              f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +81,18 @@ def metric(server, name: str, **labels) -> float:
     return total
 
 
+_REFERENCES: dict[tuple[str, int], tuple[str, int, int]] = {}
+
+
 def reference(messages: list[dict], n_new: int) -> tuple[str, int, int]:
+    """reference_uncached, computed once per module run for each (messages, n_new)."""
+    key = (json.dumps(messages), n_new)
+    if key not in _REFERENCES:
+        _REFERENCES[key] = reference_uncached(messages, n_new)
+    return _REFERENCES[key]
+
+
+def reference_uncached(messages: list[dict], n_new: int) -> tuple[str, int, int]:
     """(text, prompt tokens, completion tokens) of a greedy generation, all by independent tools."""
     r = GGUFReader(str(GGUF))
     template = r.fields["tokenizer.chat_template"].contents()
@@ -109,6 +129,13 @@ def test_models_and_metadata(llm):
     assert meta["platform"] == "kiln_llm"
     assert meta["inputs"][0]["name"] == "text_input" and meta["inputs"][0]["datatype"] == "BYTES"
     assert meta["outputs"][0]["name"] == "text_output"
+    # Triton's vLLM-backend tensors: the prompt, and the optional stream / sampling_parameters / exclude_input_in_output.
+    config = requests.get(url(llm, "/v2/models/smollm2/config"), timeout=10).json()
+    inputs = {i["name"]: i for i in config["input"]}
+    assert list(inputs) == ["text_input", "stream", "sampling_parameters", "exclude_input_in_output"], config
+    assert not inputs["text_input"].get("optional", False)
+    assert all(inputs[n].get("optional") for n in ["stream", "sampling_parameters", "exclude_input_in_output"])
+    assert inputs["stream"]["data_type"] == "TYPE_BOOL" and inputs["sampling_parameters"]["data_type"] == "TYPE_STRING"
 
 
 def test_greedy_chat_equals_the_numpy_reference(llm):
@@ -135,8 +162,7 @@ def test_greedy_chat_equals_the_numpy_reference(llm):
     assert chunks[-1]["choices"][0]["finish_reason"] == got["choices"][0]["finish_reason"]
     assert chunks[-1]["usage"] == got["usage"]
     # Triton's generate extension and the completions route give the same text for the same prompt.
-    prompt = f"<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n" \
-             f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
+    prompt = CHAT_PROMPT
     gen = requests.post(url(llm, "/v2/models/smollm2/generate"),
                         json={"text_input": prompt, "parameters": {"max_tokens": 12, "temperature": 0}},
                         timeout=300).json()
@@ -240,12 +266,208 @@ def test_bad_requests_name_the_field(llm):
     assert code == 400 and err.startswith("messages[0].role: "), err
     code, err = post("/v2/models/smollm2/generate", {"parameters": {}})
     assert code == 400 and err == "text_input: missing", err
-    code, err = post("/v2/models/smollm2/infer", {"inputs": [{"name": "text_input", "datatype": "BYTES", "shape": [1],
+    code, err = post("/v2/models/smollm2/infer", {"inputs": [{"name": "prompt", "datatype": "BYTES", "shape": [1],
                                                                "data": ["x"]}]})
-    assert code == 400 and "generate" in err, err
+    assert code == 400 and err.startswith("inputs['prompt']: not an input") and "text_input" in err, err
     r = requests.get(url(llm, "/v1/completions"), timeout=10)
     assert r.status_code == 405
     # The daemon still serves after all of them.
     ok = requests.post(url(llm, "/v1/completions"),
                        json={"model": "smollm2", "prompt": "Hi", "max_tokens": 1, "temperature": 0}, timeout=300)
     assert ok.status_code == 200
+
+
+# ---- KServe v2 inference with the stock tritonclient packages (Triton's vLLM-backend conventions) ----
+
+def llm_inputs(client, prompt: str | None = None, *, stream: bool | None = None, sampling: dict | None = None,
+               exclude: bool | None = None) -> list:
+    """The inputs of a vLLM-backend request, built with `client`'s (tritonclient.grpc or .http) InferInput."""
+    inputs = []
+    if prompt is not None:
+        text = client.InferInput("text_input", [1], "BYTES")
+        text.set_data_from_numpy(np.array([prompt.encode()], dtype=np.object_))
+        inputs.append(text)
+    for name, value in [("stream", stream), ("exclude_input_in_output", exclude)]:
+        if value is not None:
+            flag = client.InferInput(name, [1], "BOOL")
+            flag.set_data_from_numpy(np.array([value], dtype=bool))
+            inputs.append(flag)
+    if sampling is not None:
+        params = client.InferInput("sampling_parameters", [1], "BYTES")
+        params.set_data_from_numpy(np.array([json.dumps(sampling).encode()], dtype=np.object_))
+        inputs.append(params)
+    return inputs
+
+
+def text_of(result) -> str | None:
+    out = result.as_numpy("text_output")
+    return None if out is None else out.reshape(-1)[0].decode()
+
+
+def is_final(result) -> bool:
+    params = result.get_response().parameters
+    return "triton_final_response" in params and params["triton_final_response"].bool_param
+
+
+def collect(got: queue.Queue, ids: set[str], timeout: float = 300) -> tuple[dict[str, list], list[tuple[str, bool]]]:
+    """The stream's responses by request id until every id's final one came, and their arrival order (id, final).
+    A response with an error fails the test."""
+    by_id: dict[str, list] = {i: [] for i in ids}
+    order: list[tuple[str, bool]] = []
+    waiting = set(ids)
+    deadline = time.monotonic() + timeout
+    while waiting:
+        result, error = got.get(timeout=max(0.1, deadline - time.monotonic()))
+        assert error is None, error
+        rid = result.get_response().id
+        by_id[rid].append(result)
+        order.append((rid, is_final(result)))
+        if is_final(result):
+            waiting.discard(rid)
+    return by_id, order
+
+
+GREEDY_12 = {"max_tokens": 12, "temperature": 0}
+
+
+def test_unary_infer_equals_the_generate_route_and_the_reference(llm):
+    # The generate route answers CHAT_PROMPT with this text (test_greedy_chat_equals_the_numpy_reference).
+    want_text, _, _ = reference([{"role": "user", "content": QUESTION}], 12)
+    before = metric(llm, "kiln_llm_generations_total", model="smollm2", route="infer")
+    with grpcclient.InferenceServerClient(llm.url) as client:
+        result = client.infer("smollm2", llm_inputs(grpcclient, CHAT_PROMPT, sampling=GREEDY_12), request_id="u-1")
+        assert text_of(result) == want_text
+        response = result.get_response()
+        assert response.id == "u-1" and response.model_name == "smollm2" and response.model_version == "1"
+        assert response.outputs[0].datatype == "BYTES" and list(response.outputs[0].shape) == [1]
+    # Over HTTP, the sampling fields as request parameters (Triton's generate extension's spelling).
+    with httpclient.InferenceServerClient(llm.http_url) as client:
+        result = client.infer("smollm2", llm_inputs(httpclient, CHAT_PROMPT, stream=False, exclude=True),
+                              parameters=GREEDY_12)
+        assert text_of(result) == want_text
+    assert metric(llm, "kiln_llm_generations_total", model="smollm2", route="infer") == before + 2
+
+
+def test_stream_infer_sends_deltas_then_an_empty_final_response(llm):
+    prompt, sampling = "The capital of France is", {"max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    with grpcclient.InferenceServerClient(llm.url) as client:
+        unary = text_of(client.infer("smollm2", llm_inputs(grpcclient, prompt, sampling=sampling)))
+        got: queue.Queue = queue.Queue()
+        client.start_stream(callback=lambda result, error: got.put((result, error)))
+        client.async_stream_infer("smollm2", llm_inputs(grpcclient, prompt, stream=True, sampling=sampling),
+                                  request_id="s-1", enable_empty_final_response=True)
+        by_id, _ = collect(got, {"s-1"})
+        # stream=false on the same stream: one response, the whole text, final.
+        client.async_stream_infer("smollm2", llm_inputs(grpcclient, prompt, stream=False, sampling=sampling),
+                                  request_id="s-2")
+        whole, _ = collect(got, {"s-2"})
+        client.stop_stream()
+    responses = by_id["s-1"]
+    deltas, last = responses[:-1], responses[-1]
+    assert len(deltas) > 1, [text_of(r) for r in responses]
+    assert "".join(text_of(r) for r in deltas) == unary
+    assert all(not is_final(r) and text_of(r) for r in deltas)
+    assert is_final(last) and text_of(last) is None
+    assert all(r.get_response().id == "s-1" and r.get_response().model_name == "smollm2" for r in responses)
+    assert len(whole["s-2"]) == 1 and is_final(whole["s-2"][0]) and text_of(whole["s-2"][0]) == unary
+    assert got.empty()
+
+
+def test_two_generations_share_one_stream(llm):
+    sampling = {"max_tokens": 10, "temperature": 0, "ignore_eos": True}
+    with grpcclient.InferenceServerClient(llm.url) as client:
+        got: queue.Queue = queue.Queue()
+        client.start_stream(callback=lambda result, error: got.put((result, error)))
+        client.async_stream_infer("smollm2", llm_inputs(grpcclient, "Count to ten:", stream=True, sampling=sampling),
+                                  request_id="a")
+        client.async_stream_infer("smollm2", llm_inputs(grpcclient, "Name a colour:", stream=True, sampling=sampling),
+                                  request_id="b")
+        by_id, order = collect(got, {"a", "b"})
+        client.stop_stream()
+    for rid in ["a", "b"]:
+        assert len(by_id[rid]) >= 3 and is_final(by_id[rid][-1]), rid  # deltas, then the final response
+        assert "".join(text_of(r) for r in by_id[rid][:-1]), rid
+    # They ran together (continuous batching): b's text started before a's generation ended.
+    assert order.index(("b", False)) < order.index(("a", True)), order
+
+
+def test_closing_the_stream_cancels_its_generation(llm):
+    cancelled = metric(llm, "kiln_llm_generations_total", model="smollm2", route="stream_infer", reason="cancelled")
+    client = grpcclient.InferenceServerClient(llm.url)
+    got: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    client.async_stream_infer(
+        "smollm2", llm_inputs(grpcclient, "Tell me a long story.", stream=True,
+                              sampling={"max_tokens": 150, "temperature": 0, "ignore_eos": True}),
+        request_id="long")
+    for _ in range(2):  # two deltas: the generation is running
+        result, error = got.get(timeout=300)
+        assert error is None and not is_final(result), error
+    client.stop_stream(cancel_requests=True)
+    client.close()
+    # The generation ends as cancelled and its slot is free long before 150 tokens could have been generated.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if metric(llm, "kiln_llm_generations_total", model="smollm2", route="stream_infer",
+                  reason="cancelled") == cancelled + 1:
+            break
+        time.sleep(0.2)
+    assert metric(llm, "kiln_llm_generations_total", model="smollm2", route="stream_infer",
+                  reason="cancelled") == cancelled + 1
+    assert metric(llm, "kiln_llm_kv_slots_used", model="smollm2") == 0
+    with grpcclient.InferenceServerClient(llm.url) as client:
+        result = client.infer("smollm2", llm_inputs(grpcclient, "Hi", sampling={"max_tokens": 1, "temperature": 0}))
+        assert text_of(result) is not None
+
+
+def test_bad_infer_requests_name_the_field(llm):
+    one = {"max_tokens": 1, "temperature": 0}
+
+    def int32_prompt(client):
+        prompt = client.InferInput("text_input", [1], "INT32")
+        prompt.set_data_from_numpy(np.array([7], dtype=np.int32))
+        return [prompt]
+
+    def two_prompts(client):
+        prompt = client.InferInput("text_input", [2], "BYTES")
+        prompt.set_data_from_numpy(np.array([b"a", b"b"], dtype=np.object_))
+        return [prompt]
+
+    cases = [  # (inputs, what the message must hold)
+        (lambda c: llm_inputs(c, sampling=one), ["text_input", "missing"]),
+        (int32_prompt, ["inputs['text_input'].datatype", "BYTES"]),
+        (two_prompts, ["inputs['text_input'].shape", "one prompt"]),
+        (lambda c: llm_inputs(c, "Hi", sampling={"max_tokens": 1, "beam_width": 2}),
+         ["sampling_parameters.beam_width", "not a sampling field"]),
+        (lambda c: llm_inputs(c, "Hi", sampling={"max_tokens": 1, "temperature": -1}),
+         ["sampling_parameters.temperature"]),
+        (lambda c: llm_inputs(c, "Hi", exclude=False, sampling=one), ["inputs['exclude_input_in_output']", "false"]),
+    ]
+    with grpcclient.InferenceServerClient(llm.url) as client:
+        for make, words in cases:
+            with pytest.raises(InferenceServerException) as e:
+                client.infer("smollm2", make(grpcclient))
+            assert e.value.status() == "StatusCode.INVALID_ARGUMENT", e.value
+            assert all(w in e.value.message() for w in words), (words, e.value.message())
+        # Unary calls cannot stream.
+        with pytest.raises(InferenceServerException) as e:
+            client.infer("smollm2", llm_inputs(grpcclient, "Hi", stream=True, sampling=one))
+        assert e.value.status() == "StatusCode.INVALID_ARGUMENT" and "inputs['stream']" in e.value.message()
+        # On a stream the error is that request's response; the stream serves the next one.
+        got: queue.Queue = queue.Queue()
+        client.start_stream(callback=lambda result, error: got.put((result, error)))
+        client.async_stream_infer("smollm2", int32_prompt(grpcclient), request_id="bad")
+        result, error = got.get(timeout=60)
+        assert result is None and "inputs['text_input'].datatype" in str(error), error
+        client.async_stream_infer("smollm2", llm_inputs(grpcclient, "Hi", stream=True, sampling=one), request_id="ok")
+        by_id, _ = collect(got, {"ok"})
+        assert is_final(by_id["ok"][-1])
+        client.stop_stream()
+    with httpclient.InferenceServerClient(llm.http_url) as client:
+        for make, words in cases:
+            with pytest.raises(InferenceServerException) as e:
+                client.infer("smollm2", make(httpclient))
+            assert e.value.status() == "400", e.value
+            assert all(w in e.value.message() for w in words), (words, e.value.message())
+        # The daemon still serves after all of them.
+        assert text_of(client.infer("smollm2", llm_inputs(httpclient, "Hi", sampling=one))) is not None
