@@ -61,6 +61,7 @@ void ThreadPool::RunTask(const Task& t) {
 
 void ThreadPool::WorkerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
+  bool may_spin = false;  // only right after a task: one window, then sleep until work comes
   while (true) {
     if (!queue_.empty()) {
       Task t = queue_.front();
@@ -69,10 +70,12 @@ void ThreadPool::WorkerLoop() {
       lock.unlock();
       RunTask(t);
       lock.lock();
+      may_spin = true;
       continue;
     }
     if (stop_.load()) return;  // stopping and drained
-    if (spinners_ < max_spinners_) {
+    if (may_spin && spinners_ < max_spinners_) {
+      may_spin = false;
       ++spinners_;
       lock.unlock();
       SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0 || stop_.load(); }, kSpinWindow);
@@ -80,7 +83,9 @@ void ThreadPool::WorkerLoop() {
       --spinners_;
       continue;  // re-check the queue under the lock either way
     }
+    may_spin = false;
     work_cv_.wait(lock, [this] { return stop_.load() || !queue_.empty(); });
+    may_spin = false;
   }
 }
 

@@ -286,27 +286,34 @@ class Scheduler {
   }
 
   // Whether group a (transitively) depends on any node of group b.
+  // Whether kernel a reads (through any chain of kernels) what kernel b writes. The groups a reaches are found once
+  // per round and kept (reach_, cleared by BuildAll): the fusion decisions ask this for many pairs, and a search per
+  // question made scheduling quadratic (SmolLM2's 469-kernel prefill graph: 6 s).
   bool DependsOn(size_t a, size_t b) {
-    absl::flat_hash_set<size_t> seen;
-    std::vector<size_t> stack{a};
-    while (!stack.empty()) {
-      size_t g = stack.back();
-      stack.pop_back();
-      if (!seen.insert(g).second) continue;
-      for (const UOp* d : builds_[g].deps) {
-        auto it = group_of_.find(d);
-        if (it == group_of_.end()) continue;
-        if (it->second == b) return true;
-        stack.push_back(it->second);
+    if (reach_.size() != builds_.size()) reach_.assign(builds_.size(), {});
+    std::vector<bool>& r = reach_[a];
+    if (r.empty()) {
+      r.assign(builds_.size(), false);
+      std::vector<size_t> stack{a};
+      while (!stack.empty()) {
+        const size_t g = stack.back();
+        stack.pop_back();
+        for (const UOp* d : builds_[g].deps) {
+          auto it = group_of_.find(d);
+          if (it == group_of_.end() || r[it->second]) continue;
+          r[it->second] = true;
+          stack.push_back(it->second);
+        }
       }
     }
-    return false;
+    return r[b];
   }
 
   absl::Status BuildAll() {
     groups_ = Groups();
     builds_.clear();
     group_of_.clear();
+    reach_.clear();
     for (size_t i = 0; i < groups_.size(); ++i) {
       for (const UOp* u : groups_[i]) group_of_[u] = i;
       KILN_ASSIGN_OR_RETURN(KernelBuild kb, BuildKernel(g_, groups_[i]));
@@ -653,6 +660,7 @@ class Scheduler {
   UnionFind uf_;
   std::vector<std::vector<const UOp*>> groups_;
   std::vector<KernelBuild> builds_;
+  std::vector<std::vector<bool>> reach_;  // DependsOn's memo: per kernel, the kernels it reads from (empty: not yet)
   UOpMap<size_t> group_of_;
   // Fusion-rule state: the decision count and sink, the first error a realize rule met, and one round's facts from
   // the kernel builds (each reduce's uses by group and index, broadcast reduces, ASSIGNs with a write-after-read

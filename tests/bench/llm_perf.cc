@@ -1,6 +1,8 @@
 // llm_perf: decode-step timings of the Llama model on a GGUF file, one JSON line per measurement, for
 // llm_compare.py. For each slot count S: the first step (trace + compile), the second (capture), then the median
-// of `steps` replayed steps with every slot active; tokens/s = S / step time.
+// of `steps` replayed steps with every slot active; tokens/s = S / step time. Then prefill: 128 prompt tokens read
+// by LlamaModel::Prefill (chunks of KvCache::kPrefillChunk) into a one-slot cache, first run (compile) and the
+// median of three more; tokens/s = 128 / that time.
 //   llm_perf MODEL.gguf [steps=16] [slots=1,4,8] [max_ctx=256]
 #include <algorithm>
 #include <chrono>
@@ -22,7 +24,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   kiln::backends::RegisterAllBackends();
-  int steps = argc > 2 ? std::atoi(argv[2]) : 16;
+  int steps = std::max(1, argc > 2 ? std::atoi(argv[2]) : 16);
   std::vector<int64_t> slot_counts;
   for (absl::string_view s : absl::StrSplit(argc > 3 ? argv[3] : "1,4,8", ',')) {
     int64_t v = 0;
@@ -61,6 +63,24 @@ int main(int argc, char** argv) {
         "\"step_s\": %.5f, \"tokens_per_s\": %.2f}\n",
         static_cast<long long>(S), static_cast<long long>(max_ctx), t[0], t[1], med, S / med);
     std::fflush(stdout);
+  }
+  {
+    constexpr int64_t kPrompt = 128;
+    auto cache = (*model)->NewCache(std::max<int64_t>(max_ctx, kPrompt), 1);
+    if (!cache.ok()) return 1;
+    std::vector<int32_t> prompt;
+    for (int64_t i = 0; i < kPrompt; ++i) prompt.push_back(static_cast<int32_t>(100 + (i * 37) % 1000));
+    std::vector<double> t;
+    for (int i = 0; i < 4; ++i) {
+      (*cache)->Reset();
+      const auto t0 = Clock::now();
+      if (!(*model)->Prefill(**cache, 0, prompt).ok()) return 1;
+      t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    std::vector<double> replay(t.begin() + 1, t.end());
+    std::sort(replay.begin(), replay.end());
+    std::printf("{\"prefill_tokens\": %lld, \"first_prefill_s\": %.4f, \"prefill_s\": %.4f, \"tokens_per_s\": %.2f}\n",
+                static_cast<long long>(kPrompt), t[0], replay[1], kPrompt / replay[1]);
   }
   return 0;
 }
