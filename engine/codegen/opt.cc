@@ -531,7 +531,7 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
 // the input rows are shared by every output channel, the output-gradient rows by every kernel column).
 template <typename Apply>
 absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply& apply) {
-  if (!ctx.has_reduce || work < (int64_t{1} << 18) || !ctx.target.has_threads) return false;
+  if (!ctx.has_reduce || !ctx.target.has_threads) return false;
   const int vf = std::max(4, ctx.target.vector_bytes / 4);
   std::vector<UOpPtr> red = AxesOfType(cur, ctx, {AxisType::kReduce});
   if (red.empty()) return false;
@@ -557,6 +557,9 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
     narrow[i] = !rs[i].is_store && rs[i].stride == 1 && param->dtype().Base().ItemSize() < 4;
   }
   const bool any_narrow = std::find(narrow.begin(), narrow.end(), true) != narrow.end();
+  // Small kernels keep the generic heuristic, except quantized ones, whose rows it would gather byte by byte
+  // (SmolLM2's fused K and V projections, 384 x 576: 105 -> 40 us).
+  if (work < (int64_t{1} << 18) && !any_narrow) return false;
   int64_t v = 0;
   // Whole SIMD registers of lanes; 16 or 8 when they divide (narrower vectors still beat scalar code). Lane counts
   // that are not a power of two (a conv's 20-wide rows) measured worse: the vectorizer shuffles them.
