@@ -1,6 +1,7 @@
 """LLM decode speed, kiln vs llama.cpp, on the same GGUF file and thread count, in one run (issue #24's speed table).
 
   llm_compare.py [--gguf FILE] [--llm-perf build/release/tests/bench/llm_perf] [--llama-python PY] [--steps N]
+                 [--check-greedy]
 
 kiln: llm_perf (tests/bench/llm_perf.cc) times replayed decode steps of LlamaModel with 1, 4 and 8 slots all
 active (tokens/s = slots / step time), and Prefill of 128 prompt tokens. Batch-1 decode is the single-stream figure; the 8-slot aggregate against it
@@ -43,6 +44,56 @@ print(json.dumps({"decode_tokens_per_s": decode, "decode_tokens": nn - n1,
                   "prefill_tokens_per_s": len(llm.tokenize(long.encode(), add_bos=False)) / tp}))
 """
 
+# Greedy token-for-token check (--check-greedy): llama.cpp tokenizes five fixed chat prompts and generates up to N
+# tokens with temperature 0 (argmax, no penalties); kiln's LlamaModel::Greedy (llm_perf greedy N: prefill + decode)
+# runs on the same prompt ids. Prints one JSON line per prompt and whether every one is equal.
+LLAMA_CPP_GREEDY = r"""
+import json, sys
+from llama_cpp import Llama
+path, n = sys.argv[1], int(sys.argv[2])
+llm = Llama(model_path=path, n_threads=2, n_ctx=512, verbose=False)
+eos = llm.token_eos()
+for prompt in json.loads(sys.stdin.read()):
+    ids = llm.tokenize(prompt.encode(), add_bos=False, special=True)
+    llm.reset()
+    out = []
+    for t in llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0, reset=True):
+        out.append(t)
+        if t == eos or len(out) >= n:
+            break
+    print(json.dumps({"prompt_ids": ids, "greedy": out}))
+"""
+GREEDY_PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Explain what a compiler does in two sentences.",
+    "List three prime numbers.",
+    "Tell me a short story about a robot who learns to paint.",
+]
+
+
+def check_greedy(args) -> bool:
+    chat = [f"<|im_start|>user\n{p}<|im_end|>\n<|im_start|>assistant\n" for p in GREEDY_PROMPTS]
+    r = subprocess.run([args.llama_python, "-c", LLAMA_CPP_GREEDY, args.gguf, "64"], input=json.dumps(chat),
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"# llama.cpp greedy run failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
+        return False
+    ref = [json.loads(line) for line in r.stdout.splitlines()]
+    lines = "\n".join(",".join(map(str, x["prompt_ids"])) for x in ref) + "\n"
+    k = subprocess.run([args.llm_perf, args.gguf, "greedy", "64"], input=lines, capture_output=True, text=True,
+                       check=True)
+    got = [[int(t) for t in line.split(",") if t] for line in k.stdout.splitlines()]
+    same = 0
+    for prompt, x, g in zip(GREEDY_PROMPTS, ref, got):
+        equal = g == x["greedy"]
+        same += equal
+        first = next((i for i, (a, b) in enumerate(zip(g, x["greedy"])) if a != b), None)
+        print(json.dumps({"prompt": prompt, "prompt_tokens": len(x["prompt_ids"]), "tokens": len(g),
+                          "equal": equal, "first_difference": first}))
+    print(f"greedy vs llama.cpp: {same}/{len(GREEDY_PROMPTS)} prompts equal token for token (up to 64 tokens)")
+    return same == len(GREEDY_PROMPTS)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -51,7 +102,11 @@ def main() -> None:
     ap.add_argument("--llama-python", default=os.environ.get("LLAMA_PYTHON", ""))
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--check-greedy", action="store_true",
+                    help="also compare greedy output with llama.cpp token for token (needs --llama-python)")
     args = ap.parse_args()
+    if args.check_greedy and args.llama_python:
+        check_greedy(args)
     print(f"# CPU: {platform.processor() or platform.machine()}, {args.threads} threads, model {Path(args.gguf).name}")
     kiln = {}
     out = subprocess.run([args.llm_perf, args.gguf, str(args.steps), "1,4,8", "256"], capture_output=True, text=True,

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "backends/register_all.h"
 #include "engine/llm/llama.h"
@@ -24,6 +26,34 @@ int main(int argc, char** argv) {
     return 2;
   }
   kiln::backends::RegisterAllBackends();
+  // llm_perf MODEL.gguf greedy N: each stdin line is a prompt's token ids (comma-separated); prints the Greedy ids
+  // (prefill + decode, up to N new tokens, stopping at eos) per line, for llm_compare.py --check-greedy.
+  if (argc > 3 && std::string(argv[2]) == "greedy") {
+    auto gguf = kiln::nn::GgufModel::Open(argv[1]);
+    if (!gguf.ok()) return 1;
+    auto model = kiln::llm::LlamaModel::Create(**gguf);
+    auto tok = kiln::llm::BpeTokenizer::FromGguf((*gguf)->file());
+    if (!model.ok() || !tok.ok()) return 1;
+    auto cache = (*model)->NewCache(512, 1);
+    if (!cache.ok()) return 1;
+    char buf[1 << 16];
+    while (std::fgets(buf, sizeof buf, stdin) != nullptr) {
+      std::vector<int32_t> ids;
+      for (absl::string_view f : absl::StrSplit(absl::StripAsciiWhitespace(buf), ',')) {
+        int32_t v = 0;
+        if (absl::SimpleAtoi(f, &v)) ids.push_back(v);
+      }
+      (*cache)->Reset();
+      auto out = (*model)->Greedy(**cache, ids, std::atoi(argv[3]), (*tok)->eos_id());
+      if (!out.ok()) {
+        std::fprintf(stderr, "%s\n", std::string(out.status().message()).c_str());
+        return 1;
+      }
+      std::printf("%s\n", absl::StrJoin(*out, ",").c_str());
+      std::fflush(stdout);
+    }
+    return 0;
+  }
   int steps = std::max(1, argc > 2 ? std::atoi(argv[2]) : 16);
   std::vector<int64_t> slot_counts;
   for (absl::string_view s : absl::StrSplit(argc > 3 ? argv[3] : "1,4,8", ',')) {
