@@ -115,21 +115,7 @@ absl::StatusOr<std::unique_ptr<Generator>> Generator::Create(const LlamaModel* m
   g->context_ = options.context != nullptr ? options.context : &CurrentRealizeContext();
   ScopedRealizeContext scope(*g->context_);
   KILN_ASSIGN_OR_RETURN(g->cache_, model->NewCache(options.max_ctx, options.slots));
-  if (options.warm) {
-    for (int i = 0; i < 2; ++i) {
-      KILN_ASSIGN_OR_RETURN(Tensor logits, model->StepBatch(*g->cache_, {SlotToken{0, 0}}));
-      KILN_RETURN_IF_ERROR(logits.ToVector<float>().status());
-    }
-    // The prefill trace too (compiled on its first run, captured on its second), when a chunk fits the context.
-    if (options.max_ctx >= 2) {
-      const std::vector<int32_t> one(1, 0);
-      for (int i = 0; i < 2; ++i) {
-        g->cache_->Reset();
-        KILN_RETURN_IF_ERROR(model->Prefill(*g->cache_, 0, one));
-      }
-    }
-    g->cache_->Reset();
-  }
+  if (options.warm) KILN_RETURN_IF_ERROR(model->WarmUp(*g->cache_));
   g->stats_.slots = options.slots;
   g->stats_.max_ctx = options.max_ctx;
   g->thread_ = std::thread([raw = g.get()] { raw->Loop(); });

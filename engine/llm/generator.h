@@ -83,7 +83,7 @@ struct GeneratorStats {
   uint64_t prompt_tokens = 0;     // prompt tokens read
   uint64_t generated_tokens = 0;  // tokens sampled
   uint64_t finished = 0, cancelled = 0, failed = 0, rejected = 0;
-  int captures = 0;  // JIT captures of the step (1 once it is traced)
+  int captures = 0;  // decode-step traces captured (one per attention span used, KvCache::SpanFor)
 };
 
 class Generator {

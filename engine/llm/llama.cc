@@ -172,13 +172,24 @@ absl::StatusOr<Tensor> LlamaModel::Logits(const std::vector<int32_t>& tokens) co
 }
 
 struct KvCache::Jit {
-  std::unique_ptr<jit::TinyJit> step;
+  std::map<int64_t, std::unique_ptr<jit::TinyJit>> steps;  // by attention span (SpanFor)
   std::unique_ptr<jit::TinyJit> prefill;
 };
 
 KvCache::KvCache() = default;
 
-int KvCache::captures() const { return jit_ != nullptr && jit_->step->captured() ? 1 : 0; }
+int KvCache::captures() const {
+  int n = 0;
+  if (jit_ != nullptr)
+    for (const auto& [span, jit] : jit_->steps) n += jit->captured() ? 1 : 0;
+  return n;
+}
+
+int64_t KvCache::SpanFor(int64_t rows) const {
+  int64_t span = kMinSpan;
+  while (span < rows && span < max_ctx_) span *= 2;
+  return std::min(span, max_ctx_);
+}
 
 void KvCache::Reset(int64_t slot) {
   if (slot < 0) {
@@ -188,30 +199,12 @@ void KvCache::Reset(int64_t slot) {
   }
 }
 
-absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, int64_t slots) const {
-  const LlamaConfig& c = config_;
-  if (max_ctx < 1 || max_ctx > c.context_length)
-    return Bad(absl::StrCat("a cache of ", max_ctx, " tokens (1..", c.context_length, ")"));
-  if (slots < 1 || slots > 256) return Bad(absl::StrCat("a cache of ", slots, " slots (1..256)"));
-  std::unique_ptr<KvCache> cache(new KvCache());
-  cache->max_ctx_ = max_ctx;
-  cache->pos_.assign(slots, 0);
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    for (std::vector<Tensor>* v : {&cache->k_, &cache->v_}) {
-      // A buffer of its own (Empty, then zeroed): Zeros().Contiguous() is one interned graph, and the realize memo
-      // would give every layer's cache the same buffer.
-      Tensor z = Tensor::Empty({slots, c.n_head_kv, max_ctx, c.head_dim}, dtypes::kFloat32, device_);
-      z.Assign(0.0f);
-      KILN_RETURN_IF_ERROR(z.Realize());
-      v->push_back(std::move(z));
-    }
-  }
-  KvCache* raw = cache.get();
-  cache->jit_ = std::make_shared<KvCache::Jit>();
-  // in: embeddings [S, n_embd] float32, cos / sin [S, 1, half], mask [S, 1, 1, max_ctx] (0 up to each slot's position, -inf
-  // after), write [S, 1, max_ctx, 1] int32 (1 at each stepping slot's position, all 0 in the other slots).
-  cache->jit_->step = std::make_unique<jit::TinyJit>(
-      [this, raw](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+// The decode step whose attention reads the first `span` rows of the cache (KvCache::SpanFor).
+// in: embeddings [S, n_embd] float32, cos / sin [S, 1, half], mask [S, 1, 1, span] (0 up to each slot's position, -inf
+// after), write [S, 1, max_ctx, 1] int32 (1 at each stepping slot's position, all 0 in the other slots).
+std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span) const {
+  return std::make_unique<jit::TinyJit>(
+      [this, raw, span](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
         const LlamaConfig& c = config_;
         const int64_t S = raw->slots(), M = raw->max_ctx_, half = c.head_dim / 2, rep = c.n_head / c.n_head_kv;
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
@@ -225,10 +218,11 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
           const Tensor b = pairs.Shrink({{0, S}, {0, heads}, {0, half}, {1, 2}}).Reshape({S, heads, half});
           return Tensor::Stack({a * cos - b * sin, a * sin + b * cos}, 3).Reshape({S, heads, c.head_dim});
         };
-        auto heads_of = [&](const Tensor& kv) {  // [S, n_head_kv, M, D] -> [S, n_head, M, D]
-          return kv.Reshape({S, c.n_head_kv, 1, M, c.head_dim})
-              .Expand({S, c.n_head_kv, rep, M, c.head_dim})
-              .Reshape({S, c.n_head, M, c.head_dim});
+        auto heads_of = [&](const Tensor& kv) {  // [S, n_head_kv, M, D] -> its first `span` rows, [S, n_head, span, D]
+          return kv.Shrink({{0, S}, {0, c.n_head_kv}, {0, span}, {0, c.head_dim}})
+              .Reshape({S, c.n_head_kv, 1, span, c.head_dim})
+              .Expand({S, c.n_head_kv, rep, span, c.head_dim})
+              .Reshape({S, c.n_head, span, c.head_dim});
         };
         std::vector<Tensor> written;
         for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -269,6 +263,28 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
         KILN_RETURN_IF_ERROR(Tensor::Realize(all));
         return std::vector<Tensor>{logits};
       });
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, int64_t slots) const {
+  const LlamaConfig& c = config_;
+  if (max_ctx < 1 || max_ctx > c.context_length)
+    return Bad(absl::StrCat("a cache of ", max_ctx, " tokens (1..", c.context_length, ")"));
+  if (slots < 1 || slots > 256) return Bad(absl::StrCat("a cache of ", slots, " slots (1..256)"));
+  std::unique_ptr<KvCache> cache(new KvCache());
+  cache->max_ctx_ = max_ctx;
+  cache->pos_.assign(slots, 0);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    for (std::vector<Tensor>* v : {&cache->k_, &cache->v_}) {
+      // A buffer of its own (Empty, then zeroed): Zeros().Contiguous() is one interned graph, and the realize memo
+      // would give every layer's cache the same buffer.
+      Tensor z = Tensor::Empty({slots, c.n_head_kv, max_ctx, c.head_dim}, dtypes::kFloat32, device_);
+      z.Assign(0.0f);
+      KILN_RETURN_IF_ERROR(z.Realize());
+      v->push_back(std::move(z));
+    }
+  }
+  KvCache* raw = cache.get();
+  cache->jit_ = std::make_shared<KvCache::Jit>();
   // in: embeddings [C, n_embd], cos / sin [C, 1, half], mask [1, C, max_ctx] (query t sees rows 0..pos + t),
   // write [S, 1, max_ctx, C] int32 (1 where chunk row t goes: the prefilling slot, row pos + t, valid t only),
   // slot [S, 1, 1, 1] float32 (one-hot: the prefilling slot). C = KvCache::kPrefillChunk. No logits: the caller
@@ -336,6 +352,29 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
         return std::vector<Tensor>{};
       });
   return cache;
+}
+
+absl::Status LlamaModel::WarmUp(KvCache& cache) const {
+  // Each span's step twice (trace, then capture) with slot 0 placed at the span's last row, then the prefill trace
+  // twice. The rows written are garbage, but every row is rewritten by its own step before any step reads it.
+  std::vector<int64_t> spans;
+  for (int64_t span = cache.SpanFor(1);; span = cache.SpanFor(span + 1)) {
+    spans.push_back(span);
+    if (span >= cache.max_ctx_) break;
+  }
+  for (int64_t span : spans) {
+    for (int i = 0; i < 2; ++i) {
+      cache.pos_[0] = span - 1;
+      KILN_ASSIGN_OR_RETURN(Tensor logits, StepBatch(cache, {SlotToken{0, 0}}));
+      KILN_RETURN_IF_ERROR(logits.ToVector<float>().status());
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    cache.Reset();
+    KILN_RETURN_IF_ERROR(Prefill(cache, 0, {0}));
+  }
+  cache.Reset();
+  return absl::OkStatus();
 }
 
 absl::Status LlamaModel::Prefill(KvCache& cache, int64_t slot, const std::vector<int32_t>& tokens) const {
@@ -409,8 +448,13 @@ absl::StatusOr<Tensor> LlamaModel::StepBatch(KvCache& cache, const std::vector<S
   std::vector<int32_t> write(S * M, 0);
   std::vector<float> rows(S * c.n_embd, 0.0f);
   std::vector<float> cos_t(S * half, 1.0f), sin_t(S * half, 0.0f);
-  std::vector<float> mask(S * M, -std::numeric_limits<float>::infinity());
-  for (int64_t s = 0; s < S; ++s) mask[s * M] = 0.0f;
+  int64_t rows_needed = 1;
+  for (const SlotToken& st : tokens) rows_needed = std::max(rows_needed, cache.pos_[st.slot] + 1);
+  const int64_t L = cache.SpanFor(rows_needed);
+  std::unique_ptr<jit::TinyJit>& jit = cache.jit_->steps[L];
+  if (jit == nullptr) jit = MakeStep(&cache, L);
+  std::vector<float> mask(S * L, -std::numeric_limits<float>::infinity());
+  for (int64_t s = 0; s < S; ++s) mask[s * L] = 0.0f;
   for (const SlotToken& st : tokens) {
     const int64_t s = st.slot, pos = cache.pos_[s];
     std::copy_n(embd_host_.begin() + st.token * c.n_embd, c.n_embd, rows.begin() + s * c.n_embd);
@@ -420,15 +464,15 @@ absl::StatusOr<Tensor> LlamaModel::StepBatch(KvCache& cache, const std::vector<S
       cos_t[s * half + i] = static_cast<float>(std::cos(angle));
       sin_t[s * half + i] = static_cast<float>(std::sin(angle));
     }
-    for (int64_t j = 0; j <= pos; ++j) mask[s * M + j] = 0.0f;
+    for (int64_t j = 0; j <= pos; ++j) mask[s * L + j] = 0.0f;
     write[s * M + pos] = 1;
   }
   std::vector<Tensor> in = {Tensor::FromVector(rows, {S, c.n_embd}, device_),
                             Tensor::FromVector(cos_t, {S, 1, half}, device_),
                             Tensor::FromVector(sin_t, {S, 1, half}, device_),
-                            Tensor::FromVector(mask, {S, 1, 1, M}, device_),
+                            Tensor::FromVector(mask, {S, 1, 1, L}, device_),
                             Tensor::FromVector(write, {S, 1, M, 1}, device_)};
-  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, (*cache.jit_->step)(in));
+  KILN_ASSIGN_OR_RETURN(std::vector<Tensor> out, (*jit)(in));
   for (const SlotToken& st : tokens) ++cache.pos_[st.slot];
   return out[0];
 }

@@ -45,11 +45,16 @@ class KvCache {
  public:
   // Prompt tokens per prefill run (LlamaModel::Prefill): one JIT trace, shorter chunks padded.
   static constexpr int64_t kPrefillChunk = 32;
+  // The decode step's attention reads only the first SpanFor(rows) rows of the cache: kMinSpan, doubled until it
+  // covers `rows` (the longest stepping sequence), at most max_ctx. One JIT trace per span (a handful: 64, 128, ...,
+  // max_ctx), so a short generation in a long context does not pay attention over the whole cache.
+  static constexpr int64_t kMinSpan = 64;
+  int64_t SpanFor(int64_t rows) const;
   int64_t max_ctx() const { return max_ctx_; }
   int64_t slots() const { return static_cast<int64_t>(pos_.size()); }
   int64_t pos(int64_t slot = 0) const { return pos_[slot]; }  // tokens written so far in `slot`
-  // Decode steps captured by the JIT (at most 1 after the second step: one trace for every position and every mix of
-  // active slots).
+  // Decode-step traces captured by the JIT: one per attention span used (SpanFor), each serving every position
+  // within it and every mix of active slots.
   int captures() const;
   // Starts a new sequence in `slot` (all slots when -1), in the same buffers and the same JIT trace: the position goes
   // back to 0 (rows past the position are masked, and each step rewrites its own row before reading it, so nothing
@@ -96,6 +101,9 @@ class LlamaModel {
   // result is the logits [slots, vocab]; rows of slots not named are meaningless, and their caches are untouched.
   // InvalidArgument for a bad slot or token, FailedPrecondition when a named slot is full.
   absl::StatusOr<Tensor> StepBatch(KvCache& cache, const std::vector<SlotToken>& tokens) const;
+  // Compiles and captures every trace the cache will use (each attention span's decode step, the prefill), so no
+  // generation waits for a compile; leaves the cache reset.
+  absl::Status WarmUp(KvCache& cache) const;
   // Writes the keys and values of `tokens` into `slot` at positions pos(slot).. (then advances it), kPrefillChunk
   // tokens per run of a second JIT trace (one for every position and chunk fill): a prompt is read a chunk at a
   // time rather than a token per decode step. No logits: feed the prompt's last token through Step / StepBatch.
@@ -108,6 +116,7 @@ class LlamaModel {
 
  private:
   LlamaModel() = default;
+  std::unique_ptr<jit::TinyJit> MakeStep(KvCache* cache, int64_t span) const;
   const Tensor& W(const std::string& name) const { return weights_.at(name); }
 
   std::string device_;

@@ -225,27 +225,31 @@ TEST(LlamaTest, SmolLM2GreedyDecodingMatchesNumpyTokenForToken) {
     EXPECT_EQ(model->Prefill(**small, 0, {-1}).code(), absl::StatusCode::kInvalidArgument);
   }
 
-  // One cache (one trace) for every prompt: Reset starts each sequence over in the same buffers.
+  // One cache for every prompt: Reset starts each sequence over in the same buffers and traces (one per attention
+  // span: 64 and 128 rows here).
   absl::StatusOr<std::unique_ptr<KvCache>> cache = model->NewCache(128);
   ASSERT_TRUE(cache.ok()) << cache.status();
-  int64_t compiled_after_capture = -1;
   for (size_t n = 0; n < prompts.size(); ++n) {
     SCOPED_TRACE(prompts[n]);
     (*cache)->Reset();
     absl::StatusOr<std::vector<int32_t>> got = model->Greedy(**cache, ids[n], 64, eos);
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(*got, want[n]) << "kiln:  " << absl::StrJoin(*got, ",") << "\nnumpy: " << absl::StrJoin(want[n], ",");
-    EXPECT_EQ((*cache)->captures(), 1);
+    EXPECT_GE((*cache)->captures(), 1);
+    EXPECT_LE((*cache)->captures(), 2);
     absl::StatusOr<std::string> text = tok->Decode(*got);
     ASSERT_TRUE(text.ok());
     std::printf("prompt %zu (%zu tokens) -> %zu tokens: %s\n", n, ids[n].size(), got->size(), text->c_str());
-    if (n == 0) {
-      compiled_after_capture = ctx.counters().kernels_compiled;
-    } else {
-      EXPECT_EQ(ctx.counters().kernels_compiled, compiled_after_capture)
-          << "a later sequence compiled kernels: the trace is not shared by every position";
-    }
   }
+  // Every sequence again: the same tokens, and nothing compiles (each span's trace serves every position in it).
+  const int64_t compiled = ctx.counters().kernels_compiled;
+  for (size_t n = 0; n < prompts.size(); n += 4) {
+    (*cache)->Reset();
+    absl::StatusOr<std::vector<int32_t>> got = model->Greedy(**cache, ids[n], 64, eos);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, want[n]);
+  }
+  EXPECT_EQ(ctx.counters().kernels_compiled, compiled) << "a second run compiled kernels: the traces are not reused";
 }
 
 }  // namespace
