@@ -59,17 +59,22 @@ void ThreadPool::RunTask(const Task& t) {
   }
 }
 
+bool ThreadPool::RunQueued(std::unique_lock<std::mutex>& lock) {
+  if (queue_.empty()) return false;
+  Task t = queue_.front();
+  queue_.pop_front();
+  queued_.fetch_sub(1, std::memory_order_relaxed);
+  lock.unlock();
+  RunTask(t);
+  lock.lock();
+  return true;
+}
+
 void ThreadPool::WorkerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   bool may_spin = false;  // only right after a task: one window, then sleep until work comes
   while (true) {
-    if (!queue_.empty()) {
-      Task t = queue_.front();
-      queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_relaxed);
-      lock.unlock();
-      RunTask(t);
-      lock.lock();
+    if (RunQueued(lock)) {
       may_spin = true;
       continue;
     }
@@ -114,15 +119,7 @@ void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn) {
       kSpinWindow);
   std::unique_lock<std::mutex> lock(mu_);
   while (batch.remaining.load(std::memory_order_acquire) > 0) {
-    if (!queue_.empty()) {  // help instead of idling (any batch's task)
-      Task t = queue_.front();
-      queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_relaxed);
-      lock.unlock();
-      RunTask(t);
-      lock.lock();
-      continue;
-    }
+    if (RunQueued(lock)) continue;  // help instead of idling (any batch's task)
     done_cv_.wait(lock);
   }
 }

@@ -46,6 +46,8 @@ class ThreadPool {
   void WorkerLoop();
   // Runs one task; call with the lock released.
   void RunTask(const Task& t);
+  // Runs the queue's first task, if any, releasing `lock` (held on entry and on return) while it runs.
+  bool RunQueued(std::unique_lock<std::mutex>& lock);
 
   std::mutex mu_;
   std::condition_variable work_cv_;  // tasks queued or stopping

@@ -102,6 +102,19 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const nn::GgufMod
   return m;
 }
 
+// The rest of a block after attention: x + Wo o, then x + Wdown(silu(Wgate g) * Wup g) with g = rmsnorm(x).
+// Every sum and the FFN product get buffers of their own: left lazy, every later kernel that reads x would re-add all
+// the earlier layers' outputs (layer 29's RMSNorm read 61 buffers, and no two layers shared a compiled kernel), and
+// SiLU's exp would be recomputed inside the down matmul once per output tile.
+Tensor LlamaModel::BlockTail(const Tensor& x, const Tensor& o, const std::string& p) const {
+  const Tensor h = (x + o.Matmul(W(p + "attn_output.weight").Transpose())).Contiguous();
+  const Tensor g = RmsNorm(h, W(p + "ffn_norm.weight"), config_.rms_eps);
+  const Tensor gate = g.Matmul(W(p + "ffn_gate.weight").Transpose()).Contiguous();
+  const Tensor up = g.Matmul(W(p + "ffn_up.weight").Transpose()).Contiguous();
+  const Tensor ff = (gate.Silu() * up).Contiguous();
+  return (h + ff.Matmul(W(p + "ffn_down.weight").Transpose())).Contiguous();
+}
+
 absl::StatusOr<Tensor> LlamaModel::Logits(const std::vector<int32_t>& tokens) const {
   const LlamaConfig& c = config_;
   const int64_t T = static_cast<int64_t>(tokens.size());
@@ -160,12 +173,7 @@ absl::StatusOr<Tensor> LlamaModel::Logits(const std::vector<int32_t>& tokens) co
                          .Reshape({c.n_head, T, c.head_dim});
     const Tensor att = (q.Matmul(k.Transpose(1, 2)) * scale + causal).Softmax(-1);  // [H, T, T]
     const Tensor o = att.Matmul(v).Permute({1, 0, 2}).Reshape({T, c.n_embd});
-    x = (x + o.Matmul(W(p + "attn_output.weight").Transpose())).Contiguous();  // see StepBatch
-    const Tensor g = RmsNorm(x, W(p + "ffn_norm.weight"), c.rms_eps);
-    const Tensor ff =
-        (g.Matmul(W(p + "ffn_gate.weight").Transpose()).Silu() * g.Matmul(W(p + "ffn_up.weight").Transpose()))
-            .Contiguous();
-    x = (x + ff.Matmul(W(p + "ffn_down.weight").Transpose())).Contiguous();
+    x = BlockTail(x, o, p);
   }
   x = RmsNorm(x, W("output_norm.weight"), c.rms_eps);
   return x.Matmul(W(c.tied_output ? "token_embd.weight" : "output.weight").Transpose());
@@ -206,7 +214,7 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span) c
   return std::make_unique<jit::TinyJit>(
       [this, raw, span](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
         const LlamaConfig& c = config_;
-        const int64_t S = raw->slots(), M = raw->max_ctx_, half = c.head_dim / 2, rep = c.n_head / c.n_head_kv;
+        const int64_t S = raw->slots(), half = c.head_dim / 2, rep = c.n_head / c.n_head_kv;
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
         Tensor x = in[0];  // [S, n_embd]: the tokens' embedding rows, looked up on the host
         const Tensor& cos = in[1];
@@ -239,17 +247,9 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span) c
           Tensor k_all = write.Where(k_new, raw->k_[l]);  // [S, Hkv, M, D]: the new row at each slot's position
           Tensor v_all = write.Where(v_new, raw->v_[l]);
           const Tensor att =
-              (q.Matmul(heads_of(k_all).Transpose(2, 3)) * scale + in[3]).Softmax(-1);  // [S, H, 1, M]
+              (q.Matmul(heads_of(k_all).Transpose(2, 3)) * scale + in[3]).Softmax(-1);  // [S, H, 1, span]
           const Tensor o = att.Matmul(heads_of(v_all)).Reshape({S, c.n_embd});
-          // The residual stream gets a buffer per add: left lazy, every later kernel that reads x would re-add all
-          // the earlier layers' outputs (layer 29's RMSNorm read 61 buffers).
-          x = (x + o.Matmul(W(p + "attn_output.weight").Transpose())).Contiguous();
-          const Tensor g = RmsNorm(x, W(p + "ffn_norm.weight"), c.rms_eps);
-          // Contiguous: left lazy, SiLU's exp would be recomputed inside the down matmul once per output tile.
-          const Tensor gate = g.Matmul(W(p + "ffn_gate.weight").Transpose()).Contiguous();
-          const Tensor up = g.Matmul(W(p + "ffn_up.weight").Transpose()).Contiguous();
-          const Tensor ff = (gate.Silu() * up).Contiguous();
-          x = (x + ff.Matmul(W(p + "ffn_down.weight").Transpose())).Contiguous();
+          x = BlockTail(x, o, p);
           Tensor k_store = raw->k_[l];
           Tensor v_store = raw->v_[l];
           written.push_back(k_store.Assign(k_all));
@@ -292,7 +292,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
   cache->jit_->prefill = std::make_unique<jit::TinyJit>(
       [this, raw](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
         const LlamaConfig& c = config_;
-        const int64_t S = raw->slots(), M = raw->max_ctx_, C = KvCache::kPrefillChunk, half = c.head_dim / 2;
+        const int64_t M = raw->max_ctx_, C = KvCache::kPrefillChunk, half = c.head_dim / 2;
         const int64_t rep = c.n_head / c.n_head_kv;
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
         Tensor x = in[0];
@@ -335,12 +335,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
           const Tensor v_slot = (v_all * slot).Sum(0);
           const Tensor att = (q.Matmul(heads_of(k_slot).Transpose(1, 2)) * scale + in[3]).Softmax(-1);  // [H, C, M]
           const Tensor o = att.Matmul(heads_of(v_slot)).Permute({1, 0, 2}).Reshape({C, c.n_embd});
-          x = (x + o.Matmul(W(p + "attn_output.weight").Transpose())).Contiguous();  // see the decode step
-          const Tensor g = RmsNorm(x, W(p + "ffn_norm.weight"), c.rms_eps);
-          const Tensor gate = g.Matmul(W(p + "ffn_gate.weight").Transpose()).Contiguous();
-          const Tensor up = g.Matmul(W(p + "ffn_up.weight").Transpose()).Contiguous();
-          const Tensor ff = (gate.Silu() * up).Contiguous();
-          x = (x + ff.Matmul(W(p + "ffn_down.weight").Transpose())).Contiguous();
+          x = BlockTail(x, o, p);
           Tensor k_store = raw->k_[l];
           Tensor v_store = raw->v_[l];
           written.push_back(k_store.Assign(k_all));

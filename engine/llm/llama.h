@@ -117,6 +117,7 @@ class LlamaModel {
  private:
   LlamaModel() = default;
   std::unique_ptr<jit::TinyJit> MakeStep(KvCache* cache, int64_t span) const;
+  Tensor BlockTail(const Tensor& x, const Tensor& o, const std::string& prefix) const;
   const Tensor& W(const std::string& name) const { return weights_.at(name); }
 
   std::string device_;
