@@ -3,10 +3,11 @@
 // A KvCache of `slots` sequences and one scheduler thread. Each iteration of the thread:
 //   1. drops cancelled generations (their slot is free for the next admission at once);
 //   2. admits queued generations, first come first served, into free slots;
-//   3. runs ONE batched decode step (LlamaModel::StepBatch, one JIT trace) in which every admitted generation
-//      advances by one token: the next prompt token while its prompt is being read (prefill), else the token it
-//      sampled last;
-//   4. for each generation whose prompt is read, samples the next token from its row of logits (Sampler), turns
+//   3. prefills one chunk (LlamaModel::Prefill, KvCache::kPrefillChunk tokens) of each generation with more than a
+//      few prompt tokens still to read besides its last;
+//   4. runs ONE batched decode step (LlamaModel::StepBatch) in which every other admitted generation advances by
+//      one token: its next prompt token while the last few are being read, else the token it sampled last;
+//   5. for each generation whose prompt is read, samples the next token from its row of logits (Sampler), turns
 //      it into text and reports it through the generation's callback, or finishes it: "stop" (the end-of-sequence
 //      token, or a stop string), "length" (max_tokens, or the slot's context is full).
 // So generations join and leave between steps, and N concurrent generations cost one step per token, not N.
