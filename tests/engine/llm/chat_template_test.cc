@@ -24,6 +24,7 @@
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
+#include "tests/engine/run_command.h"
 
 namespace kiln::llm {
 namespace {
@@ -429,15 +430,7 @@ std::string WriteCases(const std::vector<Case>& cases) {
 }
 
 std::string RunPython(const std::string& args) {
-  const std::string cmd =
-      absl::StrCat(KILN_TEST_PYTHON, " ", KILN_CHAT_TEMPLATE_REF, " ", args, " 2>&1");
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return "cannot run " + cmd;
-  std::string text;
-  char buf[65536];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) text.append(buf, n);
-  pclose(p);
-  return text;
+  return test_util::RunCommand(absl::StrCat(KILN_TEST_PYTHON, " ", KILN_CHAT_TEMPLATE_REF, " ", args));
 }
 
 std::vector<Case> AllCases() {

@@ -21,19 +21,12 @@
 #include "engine/llm/tokenizer.h"
 #include "engine/realize/realize.h"
 #include "gtest/gtest.h"
+#include "tests/engine/run_command.h"
 
 namespace kiln::llm {
 namespace {
 
-std::string RunCommand(const std::string& cmd) {
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return "cannot run " + cmd;
-  std::string text;
-  char buf[65536];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) text.append(buf, n);
-  pclose(p);
-  return text;
-}
+using test_util::RunCommand;
 
 std::vector<float> ReadFloats(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

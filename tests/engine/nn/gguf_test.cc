@@ -24,19 +24,13 @@
 #include "engine/realize/realize.h"
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/engine/run_command.h"
 
 namespace kiln::nn {
 namespace {
 
 std::string RunPython(const std::string& args) {
-  const std::string cmd = absl::StrCat(KILN_TEST_PYTHON, " ", KILN_GGUF_REF, " ", args, " 2>&1");
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return "cannot run " + cmd;
-  std::string text;
-  char buf[65536];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) text.append(buf, n);
-  pclose(p);
-  return text;
+  return test_util::RunCommand(absl::StrCat(KILN_TEST_PYTHON, " ", KILN_GGUF_REF, " ", args));
 }
 
 std::string ReadFile(const std::string& path) {
