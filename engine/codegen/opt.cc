@@ -234,14 +234,17 @@ absl::StatusOr<UOpPtr> ApplyOpt(const UOpPtr& sink, const Opt& opt, LowerContext
   const UOpPtr& r = axes[opt.axis];
   const int64_t n = RangeSize(r.get());
   if (n < 0) return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": axis has a symbolic size"));
-  const int64_t amt = opt.arg == 0 ? n : opt.arg;
+  // UPCAST(axis, -amt): the lanes split off the top of the axis (lane j at j * (n / amt) + i), so lanes lie n / amt
+  // apart rather than side by side (see MatmulTile's row axis).
+  const bool top = opt.op == OptOp::kUpcast && opt.arg < 0;
+  const int64_t amt = opt.arg == 0 ? n : (top ? -opt.arg : opt.arg);
   if (amt <= 0 || n % amt != 0)
     return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": ", amt, " does not divide axis size ", n));
   UOpPtr out;
   switch (opt.op) {
     case OptOp::kUpcast: {
       if (amt > 16) return absl::InvalidArgumentError(absl::StrCat("opt ", what, ": upcast amount above 16"));
-      KILN_ASSIGN_OR_RETURN(out, SplitRange(sink, r, amt, AxisType::kUpcast, false, ctx));
+      KILN_ASSIGN_OR_RETURN(out, SplitRange(sink, r, amt, AxisType::kUpcast, top, ctx));
       break;
     }
     case OptOp::kUnroll: {
@@ -297,6 +300,8 @@ struct IndexStride {
   std::optional<int64_t> stride;
   // The index moves with a reduce range (a load in the reduce loop, not in the epilogue).
   bool in_reduce = false;
+  // The INDEX carries a gate (a padded view's bounds).
+  bool gated = false;
 };
 
 std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis, int64_t step = 1) {
@@ -313,6 +318,7 @@ std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis, int64
     if (u->op() != Op::INDEX || u->num_src() < 2 || u->src(0)->op() != Op::PARAM) continue;
     int64_t a = 0, b = 0;
     IndexStride s{u, stored.contains(u), std::nullopt};
+    s.gated = u->num_src() > 2;
     for (const UOp* v : Toposort(u->src(1))) {
       const auto* a = v->op() == Op::RANGE ? std::get_if<AxisArg>(&v->arg()) : nullptr;
       s.in_reduce |= a != nullptr && a->type == AxisType::kReduce;
@@ -390,6 +396,11 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
           // An epilogue load (a fused bias or ReLU mask, once per output) may move like the store.
         } else if (!s.stride || (*s.stride != 0 && *s.stride != 1)) {
           ok = false;
+        } else if (!strided_store && s.gated && s.in_reduce && *s.stride == 1) {
+          // A padded input read in vector lanes: the gate differs per lane (row edges). The output channels are
+          // taken as lanes instead (below), with the gate per tile row. ResNet-50's stride-1 3x3 convs at 56x56 and
+          // 28x28: 6.5-7.1 -> 4.0 ms each (2-core Xeon, AVX2).
+          ok = false;
         } else {
           any_vec |= *s.stride == 1 && s.in_reduce;
         }
@@ -404,7 +415,7 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
   bool strided_lanes = false;
   std::vector<IndexStride> n_strides;
   find_lane(false, nn, n_strides);
-  if ((nn < 0 || lane_tile(out[nn]) % vf != 0) && red_per_out >= kStridedLaneMinReduce) {
+  if ((nn < 0 || lane_tile(out[nn]) == 0 || lane_tile(out[nn]) % vf != 0) && red_per_out >= kStridedLaneMinReduce) {
     int sn = -1;
     std::vector<IndexStride> s_strides;
     find_lane(true, sn, s_strides);
@@ -455,8 +466,16 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
   // The whole row axis when it fits (a conv weight gradient's 3- or 5-wide kernel rows), else the largest candidate
   // that divides it.
   int64_t tm = m >= 2 && m <= max_rows ? m : 0;
-  for (int64_t c : {16, 12, 10, 8, 6, 5, 4, 3, 2}) {
+  for (int64_t c : {16, 12, 10, 8, 7, 6, 5, 4, 3, 2}) {
     if (tm == 0 && c <= max_rows && m % c == 0) tm = c;
+  }
+  // No divisor within the budget (a 7x7 output's 49 pixels, with two vectors of lanes only 4 rows fit): one vector of
+  // lanes leaves room for 7 rows. ResNet-50's stage-4 convs fell back to scalar code here (0.7 GFLOPS).
+  if (tm == 0 && tn > vf && tn % vf == 0) {
+    tn = vf;
+    for (int64_t c : {8, 7, 6, 5, 4, 3, 2}) {
+      if (tm == 0 && c <= regs && m % c == 0) tm = c;
+    }
   }
   if (tm == 0) return false;
   ctx.no_gather =
@@ -505,7 +524,17 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
   ctx.lanes_last = {id_n};
   for (int64_t id = ctx.next_axis_id; id-- > first_new_id;) ctx.lanes_last.push_back(id);
   if (const int am = index_of(id_m); am >= 0) {
-    KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, am, tm}));
+    // Rows split off the top of the axis when the row loads would otherwise be consecutive elements (a conv's
+    // pixels, merged or along x): LLVM's SLP vectorizer packs consecutive scalar loads into a vector, and then
+    // vectorized the tile across its 4 rows (xmm, weights broadcast) instead of along its 16 lanes, with spills.
+    // Rows n / tm apart (like a matmul's A rows, K apart) keep it on the lanes: ResNet-50's 1x1 convs 3.4 -> 1.9 ms.
+    bool near = false;
+    std::vector<IndexStride> ms =
+        StridesAlong(cur, AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal})[am].get());
+    for (size_t i = 0; i < ms.size() && i < n_strides.size(); ++i)
+      near |= !ms[i].is_store && n_strides[i].stride == 0 && ms[i].stride && *ms[i].stride != 0 &&
+              std::abs(*ms[i].stride) < vf;
+    KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, am, near && tm < m ? -tm : tm}));
   }
   const int last = static_cast<int>(red.size()) - 1;
   const int64_t k = red.back();

@@ -10,8 +10,9 @@ namespace kiln::runtime {
 absl::StatusOr<DeviceMemory> HostAllocator::Alloc(size_t nbytes) {
   DeviceMemory m;
   m.nbytes = nbytes;
-  if (nbytes == 0) return m;
-  const size_t rounded = (nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  // A zero-byte buffer still gets one aligned block: the CPU renderer's gated loads read element 0 of their buffer
+  // without a branch and discard the value where the gate is off.
+  const size_t rounded = nbytes == 0 ? kAlignment : (nbytes + kAlignment - 1) / kAlignment * kAlignment;
   if (rounded < nbytes) return absl::ResourceExhaustedError("host allocation size overflows");
   m.ptr = std::aligned_alloc(kAlignment, rounded);
   if (m.ptr == nullptr)

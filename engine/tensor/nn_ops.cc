@@ -74,6 +74,9 @@ IntVec Iota(int64_t from, int64_t to) {
 // only where A has >= 256 rows (at most 1/256 of the FMAs: MiniLM's seq-128 FFN weights stay as they are), and only
 // on the CPU backend: INTERP is the oracle, and GPUs tile through local memory instead.
 constexpr int64_t kPackLanes = 16;
+// Conv2d's output-channel lanes (LaneWeights) read the weights through the same kind of packed buffer,
+// [Co / 8][Ci][KH][KW][8]: one 8-float run per reduce step, consecutive steps adjacent.
+constexpr int64_t kConvPackLanes = 16;
 
 bool PaysToPackRhs(const std::string& device, DType dt, int64_t m, int64_t k, int64_t n) {
   const bool cpu = device == "CPU" || device.starts_with("CPU:");
@@ -388,7 +391,14 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
   IntVec out = {bs, cout};
   out.insert(out.end(), oyx.begin(), oyx.end());
   Tensor w = weight;
-  if (lanes) w = weight.Permute({1, 2, 3, 0}).Contiguous().Permute({3, 0, 1, 2});
+  if (lanes) {
+    const int64_t kh = hw[0], kw = hw[1];
+    w = weight.Reshape({cout / kConvPackLanes, kConvPackLanes, cin, kh, kw})
+            .Permute({0, 2, 3, 4, 1})
+            .Contiguous()
+            .Permute({0, 4, 1, 2, 3})
+            .Reshape(weight.shape());
+  }
   Tensor ret = x.Mul(w.Reshape(wshape)).Sum(Axes(absl::Span<const int64_t>(axes)), true, opt.acc_dtype).Reshape(out);
   if (ret.ok() && g == 1 && n == 2 && std::all_of(stride->begin(), stride->end(), [](int64_t v) { return v == 1; }) &&
       std::all_of(dilation->begin(), dilation->end(), [](int64_t v) { return v == 1; })) {

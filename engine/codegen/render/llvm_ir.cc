@@ -173,6 +173,27 @@ absl::Status Emitter::EmitLoad(const UOp& u) {
   }
   const std::string alt =
       u.num_src() >= 2 ? Ref(u.src(1).get()) : ConstLiteral(u.dtype(), Arg(int64_t{0}));
+  // A scalar element of a kernel buffer: read without a branch, from the buffer's first element where the gate is
+  // off (host buffers are never empty: HostAllocator gives a zero-byte buffer 64 bytes), and the value selected.
+  // A padded conv reads its input through such gates, one per tile row, in its innermost loop: as branches they
+  // split the loop body into blocks that the SLP vectorizer does not cross, and the tile stayed scalar (ResNet-50's
+  // 3x3 convs, 2-core Xeon: 4.1 -> ? ms each).
+  const UOp* ix = u.src(0).get();
+  if (u.dtype().count == 1 && ix->op() == Op::INDEX && ix->src(0)->op() == Op::PARAM) {
+    const std::string safe = Tmp();
+    Line(absl::StrCat(safe, " = select i1 ", gate, ", ptr ", ptr, ", ptr ", Ref(ix->src(0).get())));
+    std::string l = Tmp();
+    Line(absl::StrCat(l, " = load ", mt, ", ptr ", safe, ", align ", align));
+    if (u.dtype().scalar == ScalarType::kBool) {
+      std::string b = Tmp();
+      Line(absl::StrCat(b, " = icmp ne ", mt, " ", l, ", zeroinitializer"));
+      l = b;
+    }
+    std::string r = Tmp();
+    Line(absl::StrCat(r, " = select i1 ", gate, ", ", rt, " ", l, ", ", rt, " ", alt));
+    val_[&u] = r;
+    return absl::OkStatus();
+  }
   const int k = nblock_++;
   const std::string pre = cur_block_;
   Line(absl::StrCat("br i1 ", gate, ", label %G", k, ".load, label %G", k, ".done"));
