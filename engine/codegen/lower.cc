@@ -278,6 +278,7 @@ absl::StatusOr<Program> LowerKernel(const UOpPtr& kernel_ast, const Target& targ
   }
   p.applied_opts = ctx.applied_opts;
   p.no_gather = ctx.no_gather;
+  p.strided_loads = ctx.strided_loads;
   KILN_RETURN_IF_ERROR(FillProgramInfo(ctx, p));
   // Every buffer of the kernel stays a parameter, read or not: the launch passes the schedule's buffers,
   // and a body simplified past one of them (where(c, x, x) -> x drops c's buffer) would otherwise be

@@ -34,6 +34,7 @@ struct LowerContext {
   // consecutive accumulators into vectors, so those runs must be the lane axis's (not the row axis's) copies.
   std::vector<int64_t> lanes_last;
   bool no_gather = false;  // Program::no_gather
+  bool strided_loads = false;  // Program::strided_loads
   RewriteStats* stats = nullptr;  // where the passes count their rule hits (LowerOptions::stats, or DEBUG's own)
 
   // GraphRewrite options for a rule-table stage: named `pass`, this context as the rules' ctx, counted in `stats`.

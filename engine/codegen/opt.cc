@@ -804,6 +804,11 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
   KILN_ASSIGN_OR_RETURN(bool acc, AccTile(cur, ctx, work, apply));
   if (acc) return cur;
 
+  if (!ctx.has_reduce && !out.empty()) {
+    const std::vector<UOpPtr> axes = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
+    for (const IndexStride& s : StridesAlong(cur, axes.back().get()))
+      ctx.strided_loads |= !s.is_store && (!s.stride || (*s.stride != 0 && *s.stride != 1));
+  }
   // 1. unroll the last reduce axis: fully when small, else by 4 (tinygrad step 7).
   int64_t lanes = 1;
   if (!red.empty()) {

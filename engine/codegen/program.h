@@ -51,6 +51,9 @@ struct Program {
   // The kernel's register tile broadcasts one scalar per tile row from addresses a row apart (MatmulTile's
   // strided-store lane axis): a backend should keep those scalar loads, not pack them into gathers.
   bool no_gather = false;
+  // An elementwise kernel whose loads move by more than one element along its innermost output axis (a transpose):
+  // its stores stay scalar, and the CPU renderer then does not make them streaming stores.
+  bool strided_loads = false;
 };
 
 // The buffer parameters a rendered Program takes: one per slot up to the highest it has (renderers declare
