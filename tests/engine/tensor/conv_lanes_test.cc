@@ -34,6 +34,7 @@ struct ConvShape {
   const char* name;
   int64_t b, ci, co, hw, k,
       pad;  // b * co * oh * ow * ci * k * k >= 2^24: Conv2d copies the weights co-last
+  int64_t stride = 1;
 };
 void PrintTo(const ConvShape& s, std::ostream* os) { *os << s.name; }
 
@@ -48,7 +49,7 @@ class ConvLanesTest : public ::testing::TestWithParam<std::tuple<std::string, Co
 
 TEST_P(ConvLanesTest, ForwardAndInputGradientMatchLoops) {
   const auto& [dev, s] = GetParam();
-  const int64_t oh = s.hw + 2 * s.pad - s.k + 1;
+  const int64_t oh = (s.hw + 2 * s.pad - s.k) / s.stride + 1;
   std::vector<float> x = testing::SineData(s.b * s.ci * s.hw * s.hw, 1.0f, 0.1f),
                      w = testing::SineData(s.co * s.ci * s.k * s.k, 0.5f, 0.2f),
                      dy = testing::SineData(s.b * s.co * oh * oh, 1.0f, 0.3f);
@@ -69,7 +70,7 @@ TEST_P(ConvLanesTest, ForwardAndInputGradientMatchLoops) {
           for (int64_t c = 0; c < s.ci; ++c)
             for (int64_t ky = 0; ky < s.k; ++ky)
               for (int64_t kx = 0; kx < s.k; ++kx) {
-                const int64_t iy = y + ky - s.pad, ix = xx + kx - s.pad;
+                const int64_t iy = y * s.stride + ky - s.pad, ix = xx * s.stride + kx - s.pad;
                 if (iy < 0 || ix < 0 || iy >= s.hw || ix >= s.hw) continue;
                 want_y[yi(n, o, y, xx)] +=
                     static_cast<double>(x[xi(n, c, iy, ix)]) * w[wi(o, c, ky, kx)];
@@ -81,6 +82,7 @@ TEST_P(ConvLanesTest, ForwardAndInputGradientMatchLoops) {
   Tensor dyt = Tensor::FromVector(dy, {s.b, s.co, oh, oh}, dev);
   ConvOptions opt;
   opt.padding = {s.pad};
+  opt.stride = {s.stride};
   Tensor y = xt.Conv2d(wt, std::nullopt, opt);
   auto got_y = y.ToVector<float>();
   ASSERT_TRUE(got_y.ok()) << got_y.status();
@@ -101,7 +103,15 @@ INSTANTIATE_TEST_SUITE_P(
                           ConvShape{"padded", 20, 16, 48, 12, 3, 1},
                           // padding wider than the kernel: the reduce loops narrowed to the valid
                           // window (codegen/narrow.cc) are empty at the output's borders
-                          ConvShape{"wide_pad", 32, 16, 32, 6, 3, 4})),
+                          ConvShape{"wide_pad", 32, 16, 32, 6, 3, 4},
+                          // ResNet-50's layer kinds: a 7x7 output (49 pixels: a 7-row tile of one vector of
+                          // lanes), 1x1 convs (stride 1 and 2), a padded 3x3 at 14x14 (its 196 merged pixels are
+                          // tile rows split off the top of the axis, its gated input read without branches)
+                          // at batch 1, as served (a batch > 1 gives the tile its batch axis as rows)
+                          ConvShape{"rows7", 1, 640, 64, 7, 3, 1},
+                          ConvShape{"pointwise", 1, 2048, 192, 7, 1, 0},
+                          ConvShape{"pointwise_s2", 1, 1024, 384, 13, 1, 0, 2},
+                          ConvShape{"padded_14", 1, 320, 32, 14, 3, 1})),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param).name; });
 
 class StridedLanesTest : public ::testing::TestWithParam<std::string> {
