@@ -102,6 +102,7 @@ absl::StatusOr<UOpPtr> ApplyOpts(const UOpPtr& sink, LowerContext& ctx) {
 // The lowering passes, in order (tinygrad codegen/__init__.py, adapted).
 constexpr Pass kLowerPasses[] = {
     {"initial symbolic", InitialSymbolic, true},
+    {"collapse one-hot reduces", CollapseOneHotReduces},
     {"apply opts", ApplyOpts},
     {"expand upcasts", ExpandUpcasts, true},
     {"postopt symbolic", PostoptSymbolic, true},

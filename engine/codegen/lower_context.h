@@ -70,6 +70,9 @@ absl::StatusOr<UOpPtr> ExpandUpcasts(const UOpPtr& sink, LowerContext& ctx);
 // Reduce loops whose every ADD term is 0 outside a window of the loop (a padded view's gate, `lo <= r + f < hi`)
 // run over that window only, and the window's conditions leave the gates.
 absl::StatusOr<UOpPtr> NarrowGatedReduces(const UOpPtr& sink, LowerContext& ctx);
+// A sum over r of values that are 0 unless r == e (e fixed outside the reduce: a one-hot gather) becomes the value
+// at r = e, 0 when e is outside the range.
+absl::StatusOr<UOpPtr> CollapseOneHotReduces(const UOpPtr& sink, LowerContext& ctx);
 
 // ---- reduce.cc ----
 absl::StatusOr<UOpPtr> LowerReduces(const UOpPtr& sink, LowerContext& ctx);

@@ -19,6 +19,7 @@
 #include "engine/base/status.h"
 #include "engine/codegen/lower_context.h"
 #include "engine/symbolic/symbolic.h"
+#include "engine/symbolic/variable.h"
 
 namespace kiln::codegen {
 namespace {
@@ -276,7 +277,144 @@ absl::StatusOr<UOpPtr> NarrowOne(const UOpPtr& sink, absl::flat_hash_set<const U
   return UOpPtr();
 }
 
+// One-hot reduces. Largest reduce checked term by term (a vocabulary of 131,072 entries).
+constexpr int64_t kMaxOneHotRange = int64_t{1} << 17;
+
+// Whether `s`, an integer expression of reduce range `r` (size n) and of nothing else (no other range, variable or
+// load), equals r + *off for every r in [0, n). Tensor::Arange's values reach kernels as a sum of bit planes of the
+// range (where((r / 2^j) % 2 != 0, 2^j, 0) summed over j), which no rule folds back to r, so this evaluates the
+// expression at each r (n <= kMaxOneHotRange).
+bool IsShiftedRange(const UOp* s, const UOp* r, int64_t n, int64_t* off) {
+  if (!s->dtype().IsInt() || s->dtype().count != 1 || n > kMaxOneHotRange) return false;
+  for (const UOp* u : Toposort(UOpPtr::FromRaw(s))) {
+    if (u->op() == Op::RANGE && u != r) return false;
+    if (u->op() == Op::LOAD || u->op() == Op::DEFINE_VAR || u->op() == Op::SPECIAL || u->op() == Op::BIND ||
+        u->op() == Op::INDEX)
+      return false;
+  }
+  const std::string name = "onehot_r";
+  absl::flat_hash_map<UOpPtr, UOpPtr> subs;
+  subs.emplace(UOpPtr::FromRaw(r), UOp::Variable(name, 0, n - 1));
+  const UOpPtr e = Substitute(UOpPtr::FromRaw(s), subs);
+  VarVals vals;
+  for (int64_t i = 0; i < n; ++i) {
+    vals[name] = i;
+    absl::StatusOr<int64_t> v = Evaluate(e, vals);
+    if (!v.ok()) return false;
+    if (i == 0) *off = *v;
+    if (*v != i + *off) return false;
+  }
+  return true;
+}
+
+// The reduce-range side of CMPEQ `c` as r + off and the other side `e` (so the condition holds at r = e - off);
+// false when c is not such an equality.
+bool OneHotCondition(const UOp* c, const UOp* r, int64_t n, const RangeSets& rs, UOpPtr* e, int64_t* off) {
+  if (c->op() != Op::CMPEQ || !c->src(0)->dtype().IsInt()) return false;
+  for (int side = 0; side < 2; ++side) {
+    const UOp* a = c->src(side).get();
+    const UOp* b = c->src(1 - side).get();
+    const auto& rb = rs.Of(b);
+    if (std::find(rb.begin(), rb.end(), r) != rb.end()) continue;
+    bool other_reduce = false;
+    for (const UOp* x : rb) {
+      const AxisArg* ax = AxisOf(x);
+      other_reduce |= ax == nullptr || ax->type == AxisType::kReduce || ax->type == AxisType::kGroupReduce;
+    }
+    if (other_reduce) continue;
+    if (!IsShiftedRange(a, r, n, off)) continue;
+    *e = UOpPtr::FromRaw(b);
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+// sum over r of a value that is 0 unless r == e, with e fixed outside the reduce, is that value at r = e (0 when e
+// is outside [0, n)): an embedding lookup or ONNX Gather, built as tinygrad's OneHot(idx).Where(table, 0).Sum().
+// Without this, MiniLM's word-embedding lookup ran as a [128 x 30522] x [30522 x 384] product (98 of its 156 ms).
+// r is replaced by e clamped into [0, n) (so the table read stays in bounds) and the sum by WHERE(0 <= e < n, ...).
+absl::StatusOr<UOpPtr> CollapseOneHotReduces(const UOpPtr& sink, LowerContext& ctx) {
+  (void)ctx;
+  UOpPtr cur = sink;
+  for (int guard = 0; guard < 8; ++guard) {
+    absl::flat_hash_map<const UOp*, std::vector<const UOp*>> reduces;
+    std::vector<const UOp*> order;
+    for (const UOp* u : Toposort(cur)) {
+      if (u->op() != Op::REDUCE) continue;
+      for (size_t i = 1; i < u->num_src(); ++i) {
+        if (reduces[u->src(i).get()].empty()) order.push_back(u->src(i).get());
+        reduces[u->src(i).get()].push_back(u);
+      }
+    }
+    std::optional<RangeSets> rs;
+    UOpPtr next;
+    for (const UOp* r : order) {
+      const AxisArg* a = AxisOf(r);
+      int64_t n = 0;
+      if (a == nullptr || a->type != AxisType::kReduce || !ConstInt(r->src(0), &n) || n < 1) continue;
+      // Every REDUCE over r adds values that are 0 unless the same one-hot condition holds.
+      const UOp* cond = nullptr;
+      UOpPtr e;
+      int64_t off = 0;
+      bool ok = true;
+      for (const UOp* red : reduces[r]) {
+        const Op* rop = std::get_if<Op>(&red->arg());
+        if (rop == nullptr || *rop != Op::ADD) {
+          ok = false;
+          break;
+        }
+        const UOp* found = nullptr;
+        for (const UOp* c : ZeroUnless(red->src(0).get())) {
+          if (c == cond || (cond == nullptr && c->op() == Op::CMPEQ)) {
+            if (cond == nullptr) {
+              if (!rs) rs.emplace(cur);
+              if (!OneHotCondition(c, r, n, *rs, &e, &off)) continue;
+            }
+            found = c;
+            break;
+          }
+        }
+        if (found == nullptr) {
+          ok = false;
+          break;
+        }
+        cond = found;
+      }
+      if (!ok || cond == nullptr) continue;
+      const DType dt = e->dtype();
+      const UOpPtr t = Simplify(e - UOp::Const(dt, off));
+      const UOpPtr valid = UOp::Make(Op::AND, dtypes::kBool,
+                                     {UOp::Make(Op::CMPLT, dtypes::kBool, {UOp::Const(dt, int64_t{-1}), t}),
+                                      UOp::Make(Op::CMPLT, dtypes::kBool, {t, UOp::Const(dt, n)})});
+      const UOpPtr at = UOp::Make(Op::CAST, r->dtype(),
+                                  {UOp::Make(Op::WHERE, dt, {valid, t, UOp::Const(dt, int64_t{0})})});
+      absl::flat_hash_map<const UOp*, UOpPtr> map;
+      map.emplace(r, at);
+      map.emplace(cond, UOp::ConstBool(true));
+      absl::flat_hash_set<const UOp*> targets(reduces[r].begin(), reduces[r].end());
+      next = RewriteBottomUp(cur, [&](const UOp* orig, const UOpPtr& u) -> UOpPtr {
+        if (orig == r) return at;
+        if (orig == cond) return UOp::ConstBool(true);
+        if (!targets.contains(orig)) return nullptr;
+        UOpVec src;
+        for (size_t i = 1; i < orig->num_src(); ++i)
+          if (orig->src(i).get() != r) src.push_back(u->src(i));
+        const DType vt = u->src(0)->dtype();
+        const UOpPtr zero = vt.IsFloat() ? UOp::Const(vt, 0.0) : UOp::Const(vt, int64_t{0});
+        UOpPtr body = UOp::Make(Op::WHERE, vt, {valid, u->src(0), zero});
+        if (src.empty()) return body;
+        src.insert(src.begin(), body);
+        return u->WithSrc(src);
+      });
+      break;
+    }
+    if (!next) break;
+    cur = DropTrueGates(next, ctx).value_or(next);
+  }
+  return cur;
+}
 
 absl::StatusOr<UOpPtr> NarrowGatedReduces(const UOpPtr& sink, LowerContext& ctx) {
   UOpPtr cur = sink;
