@@ -2,6 +2,8 @@
 //
 // LowerKernel runs a straight list of named passes (kLowerPasses in lower.cc):
 //   "initial symbolic"  INDEX indices/gates and RANGE ends through engine/symbolic Simplify, plus index folding
+//   "collapse one-hot reduces" sum over r of where(r == e, x, 0) with e fixed outside the reduce (an embedding
+//                       lookup / Gather) -> x at r = clamp(e), 0 where e is outside [0, n) (narrow.cc)
 //   "apply opts"        explicit LowerOptions::opts, else the hand-coded heuristic unless NOOPT=1 (the GPU one,
 //                       gpu_opt.cc, for has_local targets: TC first when the target has tensor cores and TC != 0);
 //                       names the kernel
