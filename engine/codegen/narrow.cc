@@ -388,8 +388,10 @@ absl::StatusOr<UOpPtr> CollapseOneHotReduces(const UOpPtr& sink, LowerContext& c
       const UOpPtr valid = UOp::Make(Op::AND, dtypes::kBool,
                                      {UOp::Make(Op::CMPLT, dtypes::kBool, {UOp::Const(dt, int64_t{-1}), t}),
                                       UOp::Make(Op::CMPLT, dtypes::kBool, {t, UOp::Const(dt, n)})});
-      const UOpPtr at = UOp::Make(Op::CAST, r->dtype(),
-                                  {UOp::Make(Op::WHERE, dt, {valid, t, UOp::Const(dt, int64_t{0})})});
+      // Clamped with MIN/MAX, not a WHERE on `valid`: range analysis then bounds the table index by [0, n) (BEAM
+      // sizes its candidates' buffers by it; a loaded index is otherwise unbounded).
+      const UOpPtr at =
+          UOp::Make(Op::CAST, r->dtype(), {Max(Min(t, UOp::Const(dt, n - 1)), UOp::Const(dt, int64_t{0}))});
       absl::flat_hash_map<const UOp*, UOpPtr> map;
       map.emplace(r, at);
       map.emplace(cond, UOp::ConstBool(true));
