@@ -1,6 +1,6 @@
 # kiln: the two commands that matter are `make serve` and `make test` (README.md).
 #
-#   make test     install deps, build the release preset (-O2 -g, asserts on), run every CTest
+#   make test     install deps, build the release preset (-O2 -g1, asserts on), run every CTest
 #                 (the fuzz targets' corpus replays included: fuzz_replay_*)
 #   make bench    install deps, build release, run tests/bench/run.sh
 #   make fuzz-numerics N=...   the differential test with N fresh random cases per backend (CPU, INTERP, CL);
