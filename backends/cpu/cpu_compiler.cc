@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "backends/cpu/cpu_device.h"
 #include "backends/cpu/llvm_init.h"
 #include "engine/base/cpu_features.h"
@@ -21,6 +22,7 @@
 #include "llvm/IR/Verifier.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/TargetSelect.h"
 #include "llvm/Support/raw_ostream.h"
@@ -53,6 +55,51 @@ size_t LargestBlock(const llvm::Module& mod) {
   return most;
 }
 
+// LLVM's SLP vectorizer reads its widest-bundle cap from a process-wide option ("slp-max-vf"), while kernels
+// compile on several threads at once (realize's PrecompileKernels). A kernel marked "kiln-slp-max-vf" (Program::
+// slp_max_vf) compiles under that cap and the others without it, so compiles of the two kinds never overlap: a
+// compile waits until every compile running under a different cap has finished.
+class SlpCapScope {
+ public:
+  explicit SlpCapScope(unsigned cap) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](unsigned* want) { return active_ == 0 || cap_ == *want; }, &cap));
+    if (active_ == 0 && cap_ != cap) {
+      llvm::cl::Option* opt = llvm::cl::getRegisteredOptions().lookup("slp-max-vf");
+      if (opt != nullptr) {
+        opt->reset();  // the default: no cap (the option counts only when it was given)
+        if (cap > 0) opt->addOccurrence(0, "slp-max-vf", std::to_string(cap));
+      }
+      cap_ = cap;
+    }
+    ++active_;
+  }
+  ~SlpCapScope() {
+    absl::MutexLock lock(&mu_);
+    --active_;
+  }
+  SlpCapScope(const SlpCapScope&) = delete;
+  SlpCapScope& operator=(const SlpCapScope&) = delete;
+
+ private:
+  static absl::Mutex mu_;
+  static unsigned cap_ ABSL_GUARDED_BY(mu_);
+  static int active_ ABSL_GUARDED_BY(mu_);
+};
+absl::Mutex SlpCapScope::mu_;
+unsigned SlpCapScope::cap_ = 0;
+int SlpCapScope::active_ = 0;
+
+unsigned SlpCapOf(const llvm::Module& mod) {
+  for (const llvm::Function& f : mod) {
+    const llvm::Attribute a = f.getFnAttribute("kiln-slp-max-vf");
+    unsigned cap = 0;
+    if (a.isStringAttribute() && !a.getValueAsString().getAsInteger(10, cap)) return cap;
+  }
+  return 0;
+}
+
 }  // namespace
 
 CpuCompiler::CpuCompiler(std::string cpu, std::string features)
@@ -60,17 +107,19 @@ CpuCompiler::CpuCompiler(std::string cpu, std::string features)
   if (cpu_.empty()) cpu_ = llvm::sys::getHostCPUName().str();
   if (features_.empty()) {
     std::vector<std::string> f;
-    // AVX-512 only when KILN_CPU_AVX512=1. At 512-bit width LLVM 19.1's SLP vectorizer rewrites the
-    // fused attention kernel (softmax @ (V + b), head-split; MiniLM's r_2_12_8_32_8_2_16_2) wrongly:
-    // opt -opt-bisect-limit names SLPVectorizerPass as the first bad pass, and the same IR at -O0,
-    // or optimized without AVX-512, is right. MiniLM's embeddings came out with cosine 0.72-0.91
-    // against onnxruntime on a Zen 4 (issue #17); tests/engine/tensor/attention_kernel_test.cc
-    // fails with the knob on.
+    // AVX-512 unless KILN_CPU_AVX512=0 (engine/base/cpu_features.h). LLVM 19.1's SLP vectorizer once rewrote the
+    // fused attention kernel (softmax @ (V + b), head-split) wrongly at 512-bit width on a Zen 4 (issue #17);
+    // tests/engine/tensor/attention_kernel_test.cc and MiniLM against onnxruntime (onnx_real_models) check it
+    // and pass at 512 bits, also with the kernels tuned for znver4 and znver5.
     const bool allow512 = CpuAvx512Allowed();
     for (const auto& kv : llvm::sys::getHostCPUFeatures()) {
       const bool on = kv.second && (allow512 || !kv.first().starts_with("avx512"));
       f.push_back(absl::StrCat(on ? "+" : "-", kv.first().str()));
     }
+    // LLVM tunes Intel's AVX-512 parts (Skylake-X through Sapphire Rapids) to prefer 256-bit vectors; kiln's
+    // code is scalar lanes that the SLP vectorizer packs, so under that tuning it packs them into ymm registers
+    // and a tile planned for 64-byte vectors spills (2048^3 matmul: 96 spills, 48 GFLOPS). AVX-512 on means zmm.
+    if (allow512) f.push_back("-prefer-256-bit");
     std::sort(f.begin(), f.end());
     features_ = absl::StrJoin(f, ",");
   }
@@ -135,6 +184,7 @@ absl::StatusOr<std::string> CpuCompiler::Compile(const std::string& source, cons
   const bool huge = LargestBlock(*mod) > kMaxOptimizedBlock;
 
   {  // -O2, new pass manager
+    const SlpCapScope slp_cap(SlpCapOf(*mod));
     llvm::LoopAnalysisManager lam;
     llvm::FunctionAnalysisManager fam;
     llvm::CGSCCAnalysisManager cgam;

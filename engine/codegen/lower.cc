@@ -279,6 +279,7 @@ absl::StatusOr<Program> LowerKernel(const UOpPtr& kernel_ast, const Target& targ
   }
   p.applied_opts = ctx.applied_opts;
   p.no_gather = ctx.no_gather;
+  p.slp_max_vf = ctx.slp_max_vf;
   p.strided_loads = ctx.strided_loads;
   KILN_RETURN_IF_ERROR(FillProgramInfo(ctx, p));
   // Every buffer of the kernel stays a parameter, read or not: the launch passes the schedule's buffers,

@@ -35,6 +35,7 @@ struct LowerContext {
   std::vector<int64_t> lanes_last;
   bool no_gather = false;  // Program::no_gather
   bool strided_loads = false;  // Program::strided_loads
+  int slp_max_vf = 0;          // Program::slp_max_vf
   RewriteStats* stats = nullptr;  // where the passes count their rule hits (LowerOptions::stats, or DEBUG's own)
 
   // GraphRewrite options for a rule-table stage: named `pass`, this context as the rules' ctx, counted in `stats`.

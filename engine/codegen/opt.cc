@@ -484,6 +484,15 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
   // lanes) while tm x tn still fits, so each broadcast row value feeds more FMAs (conv3's weight gradient: 3 kernel
   // columns x 64 output channels rather than 3 x 32).
   while (tm == m && tn % vf == 0 && 2 * tn <= 64 && n % (2 * tn) == 0 && tm * (2 * tn / vf) <= regs) tn *= 2;
+  // LLVM 19's SLP vectorizer packs the tile's accumulators (loop phis) in power-of-two chunks, largest first, and
+  // leaves scalar what is left when that rest is not itself a power of two: 7 rows x 32 lanes = 224 became one
+  // 128-wide bundle and 96 scalar FMAs with spills (ResNet-50's 14x14 1x1 convs at AVX-512: 2.7 ms against 0.7).
+  // Such a tile is packed one register at a time instead; others keep the default, which packs 2^a + 2^b tiles
+  // well and which a cap made scalar for the CNN's 8-row conv tiles.
+  {
+    const int64_t accs = tm * tn, rest = accs - (int64_t{1} << (63 - __builtin_clzll(accs)));
+    if (rest != 0 && (rest & (rest - 1)) != 0) ctx.slp_max_vf = vf;
+  }
   const int64_t id_n = std::get<AxisArg>(axes[nn]->arg()).id, id_m = std::get<AxisArg>(axes[nm]->arg()).id;
   auto index_of = [&](int64_t id) {
     std::vector<UOpPtr> now = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});

@@ -54,6 +54,10 @@ struct Program {
   // An elementwise kernel whose loads move by more than one element along its innermost output axis (a transpose):
   // its stores stay scalar, and the CPU renderer then does not make them streaming stores.
   bool strided_loads = false;
+  // The widest vector (in elements) a backend's auto-vectorizer should form from the kernel's scalar lanes; 0 = no
+  // limit. Set for register tiles whose accumulator count LLVM's SLP vectorizer cannot cover with its power-of-two
+  // chunks (a 7-row tile: see MatmulTile), so it packs them one register at a time.
+  int slp_max_vf = 0;
 };
 
 // The buffer parameters a rendered Program takes: one per slot up to the highest it has (renderers declare

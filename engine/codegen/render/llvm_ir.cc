@@ -458,7 +458,9 @@ absl::StatusOr<std::string> Emitter::Run() {
   absl::StrAppend(&out, "@", n, ".info = constant [2 x i32] [i32 ", nbufs, ", i32 ", p_.vars.size(), "]\n\n");
   for (const std::string& d : decls_) absl::StrAppend(&out, d, "\n");
   absl::StrAppend(&out, "\nattributes #0 = { alwaysinline nounwind",
-                  p_.no_gather ? " \"kiln-no-gather\"" : "", " }\nattributes #1 = { nounwind }\n");
+                  p_.no_gather ? " \"kiln-no-gather\"" : "",
+                  p_.slp_max_vf > 0 ? absl::StrCat(" \"kiln-slp-max-vf\"=\"", p_.slp_max_vf, "\"") : "",
+                  " }\nattributes #1 = { nounwind }\n");
   if (streaming_stores_) absl::StrAppend(&out, "\n!0 = !{i32 1}\n");
   if (!loop_md_.empty())
     absl::StrAppend(&out, "\n!1 = !{!\"llvm.loop.vectorize.enable\", i1 false}\n", loop_md_);
