@@ -37,7 +37,9 @@ UOpPtr Combine(Op op, const UOpPtr& a, const UOpPtr& b) {
 // combines UNROLL lanes: the accumulator takes the terms one by one, ((acc + x0) + x1) + ..., as tinygrad's
 // reduce_to_acc does. Each term that is a product then contracts with the running sum into one FMA; combined first,
 // two lanes cost a multiply, an FMA and an add (2048^3 matmul at 512-bit width: 48 vector ops per 32 FMAs' work,
-// 71% of OpenBLAS). Only the order of float additions changes.
+// 71% of OpenBLAS). Only the order of float additions changes, and only when every term is a product (lanes of a dot
+// product): a sum like sum(x + (-mean)) keeps its own grouping, where taking x into the accumulator first would
+// cancel catastrophically.
 UOpPtr AccumulateLanes(Op rop, const UOpPtr& acc, const UOpPtr& v) {
   if (rop != Op::ADD || !v->dtype().IsFloat() || v->op() != Op::ADD) return Combine(rop, acc, v);
   std::vector<UOpPtr> terms;
@@ -46,6 +48,10 @@ UOpPtr AccumulateLanes(Op rop, const UOpPtr& acc, const UOpPtr& v) {
     terms.push_back(left->src(1));
     left = left->src(0);
   }
+  terms.push_back(left);
+  for (const UOpPtr& t : terms)
+    if (t->op() != Op::MUL) return Combine(rop, acc, v);
+  terms.pop_back();
   UOpPtr out = Combine(rop, acc, left);
   for (size_t i = terms.size(); i-- > 0;) out = Combine(rop, out, terms[i]);
   return out;

@@ -100,8 +100,11 @@ def test_magika_on_real_files(tmp):
     want = ort_run(model, {"bytes": x})[0]
     got = kiln_run(tmp, model, {"bytes": x}, ["target_label"])[0]
     assert got.shape == want.shape and got.dtype == want.dtype
-    # probabilities: differences come from summation order only (measured max 1.8e-5 absolute)
-    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+    # Probabilities: the differences come from summation order, and this model is sensitive to it. Against the same
+    # model in float64 (run by kiln, initializers and casts widened) onnxruntime's float32 output is up to 2.1e-4 off
+    # and kiln's 3.5e-4 (2.8e-4 before its matmul tiles added unrolled products one by one; on one file the three
+    # give 0.15992 / 0.16018 / 0.15983 for ORT / kiln / float64), so the bound is their sum, not 1e-4.
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=6e-4)
     assert (cosine(got, want) >= 0.9999).all()
     assert (got.argmax(-1) == want.argmax(-1)).all()
 

@@ -1,4 +1,5 @@
 // ALU ops, casts and the half/bfloat helpers of the llvm renderer (semantics documented in llvm_ir.h).
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,87 @@ std::string Emitter::FromFloat(const std::string& v, DType to) {
   Line(absl::StrCat(sel, " = select ", i1, " ", isnan, ", ", i32, " ", quiet, ", ", i32, " ", rounded));
   Line(absl::StrCat(narrow, " = trunc ", i32, " ", sel, " to ", i16));
   Line(absl::StrCat(r, " = bitcast ", i16, " ", narrow, " to ", RegType(to)));
+  return r;
+}
+
+// 2^x in float32 as arithmetic rather than a libm call: a call to exp2f is opaque to LLVM's SLP vectorizer, which
+// left every epilogue with an exp scalar (MiniLM's GELU, softmax, the CNN's log-softmax). x = n + f with n = rint(x)
+// and |f| <= 1/2; 2^f by its Taylor series to degree 7 (truncation error under 6e-9 relative, a tenth of float's ulp);
+// 2^n as two power-of-two factors 2^(n>>1) * 2^(n - (n>>1)), each a normal float, so results from the subnormals to
+// the overflow to inf round once, at the last multiply. x is clamped to [-151, 129] first (beyond, the result is 0 or
+// inf either way) and a NaN is returned as it came.
+std::string Emitter::Exp2F32(DType d, const std::string& x) {
+  const int n = d.count;
+  const std::string t = RegType(d), i32 = RegType(IntOfWidth(32, n));
+  const std::string i1 = RegType(dtypes::kBool.Vec(static_cast<uint16_t>(n)));
+  auto lit = [&](double v) { return ConstLiteral(d, Arg(ConstFloat(v))); };
+  auto line = [&](const std::string& rhs) {
+    std::string r = Tmp();
+    Line(absl::StrCat(r, " = ", rhs));
+    return r;
+  };
+  const std::string lo = line(absl::StrCat("fcmp olt ", t, " ", x, ", ", lit(-151.0)));
+  const std::string x1 = line(absl::StrCat("select ", i1, " ", lo, ", ", t, " ", lit(-151.0), ", ", t, " ", x));
+  const std::string hi = line(absl::StrCat("fcmp ogt ", t, " ", x1, ", ", lit(129.0)));
+  const std::string x2 = line(absl::StrCat("select ", i1, " ", hi, ", ", t, " ", lit(129.0), ", ", t, " ", x1));
+  const std::string nan = line(absl::StrCat("fcmp uno ", t, " ", x, ", ", x));
+  const std::string xc = line(absl::StrCat("select ", i1, " ", nan, ", ", t, " ", lit(0.0), ", ", t, " ", x2));
+  const std::string nf = Intrinsic("llvm.rint", d, {xc});
+  const std::string f = line(absl::StrCat("fsub ", t, " ", xc, ", ", nf));
+  // ln(2)^k / k!, k = 7 down to 0.
+  static constexpr double kCoef[] = {1.525273380405984e-05, 1.5403530393381608e-04, 1.3333558146428443e-03,
+                                     9.618129107628477e-03,  5.550410866482158e-02,   2.402265069591007e-01,
+                                     6.931471805599453e-01,  1.0};
+  std::string p = lit(kCoef[0]);
+  for (size_t k = 1; k < std::size(kCoef); ++k) {
+    const std::string m = line(absl::StrCat("fmul contract ", t, " ", p, ", ", f));
+    p = line(absl::StrCat("fadd contract ", t, " ", m, ", ", lit(kCoef[k])));
+  }
+  const std::string ni = line(absl::StrCat("fptosi ", t, " ", nf, " to ", i32));
+  const std::string na = line(absl::StrCat("ashr ", i32, " ", ni, ", ", IntSplat(32, 1, n)));
+  const std::string nb = line(absl::StrCat("sub ", i32, " ", ni, ", ", na));
+  auto pow2 = [&](const std::string& e) {
+    const std::string biased = line(absl::StrCat("add ", i32, " ", e, ", ", IntSplat(32, 127, n)));
+    const std::string bits = line(absl::StrCat("shl ", i32, " ", biased, ", ", IntSplat(32, 23, n)));
+    return line(absl::StrCat("bitcast ", i32, " ", bits, " to ", t));
+  };
+  const std::string fa = pow2(na), fb = pow2(nb);
+  const std::string r1 = line(absl::StrCat("fmul ", t, " ", p, ", ", fa));
+  const std::string r2 = line(absl::StrCat("fmul ", t, " ", r1, ", ", fb));
+  return line(absl::StrCat("select ", i1, " ", nan, ", ", t, " ", x, ", ", t, " ", r2));
+}
+
+// The kernel calls 2^x rather than inlining it: an epilogue of 256 outputs with an inline exp each (MiniLM's GELU
+// tile) is a block past the CPU compiler's size bound for optimized code (backends/cpu: kMaxOptimizedBlock), and
+// compiled unoptimized it ran 4x slower than with scalar library calls. The scalar @kiln_exp2 names 4-, 8- and
+// 16-lane variants through "vector-function-abi-variant", so LLVM's SLP vectorizer replaces a bundle of calls with one
+// call of the vector body. Each body is Exp2F32's arithmetic, defined once in the module (noinline: the inliner
+// runs before the SLP vectorizer) and kept alive for it by @llvm.compiler.used.
+std::string Emitter::Exp2CallF32(DType d, const std::string& x) {
+  const int n = d.count;
+  if (n != 1 && n != 4 && n != 8 && n != 16) return Exp2F32(d, x);
+  if (decls_.insert("; kiln_exp2").second) {
+    for (int lanes : {1, 4, 8, 16}) {
+      const DType v = dtypes::kFloat32.Vec(static_cast<uint16_t>(lanes));
+      std::string saved = std::move(body_);
+      body_.clear();
+      const std::string r = Exp2F32(v, "%x");
+      std::string fn = absl::StrCat("define internal ", RegType(v), " @kiln_exp2", lanes == 1 ? "" : absl::StrCat("_v", lanes),
+                                    "(", RegType(v), " %x) #2 {\nentry:\n", body_, "  ret ", RegType(v), " ", r, "\n}");
+      body_ = std::move(saved);
+      decls_.insert(std::move(fn));
+    }
+    decls_.insert("@llvm.compiler.used = appending global [3 x ptr] [ptr @kiln_exp2_v4, ptr @kiln_exp2_v8, "
+                  "ptr @kiln_exp2_v16], section \"llvm.metadata\"");
+    decls_.insert("attributes #2 = { noinline nounwind willreturn memory(none) }");
+    decls_.insert("attributes #3 = { nounwind willreturn memory(none) \"vector-function-abi-variant\"=\""
+                  "_ZGV_LLVM_N4v_kiln_exp2(kiln_exp2_v4),_ZGV_LLVM_N8v_kiln_exp2(kiln_exp2_v8),"
+                  "_ZGV_LLVM_N16v_kiln_exp2(kiln_exp2_v16)\" }");
+  }
+  const std::string t = RegType(d);
+  std::string r = Tmp();
+  Line(absl::StrCat(r, " = call ", t, " @kiln_exp2", n == 1 ? "" : absl::StrCat("_v", n), "(", t, " ", x,
+                    ")", n == 1 ? " #3" : ""));
   return r;
 }
 
@@ -224,7 +306,7 @@ absl::StatusOr<std::string> Emitter::FloatOp(Op op, DType d, const std::vector<s
     case Op::NEG: Line(absl::StrCat(r, " = fneg ", t, " ", a[0])); return r;
     case Op::RECIPROCAL: Line(absl::StrCat(r, " = fdiv ", t, " ", one, ", ", a[0])); return r;
     case Op::MAX: return Intrinsic("llvm.maximum", d, a);
-    case Op::EXP2: return Intrinsic("llvm.exp2", d, a);
+    case Op::EXP2: return d.scalar == ScalarType::kFloat32 ? Exp2CallF32(d, a[0]) : Intrinsic("llvm.exp2", d, a);
     case Op::LOG2: return Intrinsic("llvm.log2", d, a);
     case Op::SIN: return Intrinsic("llvm.sin", d, a);
     case Op::SQRT: return Intrinsic("llvm.sqrt", d, a);

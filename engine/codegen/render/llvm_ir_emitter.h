@@ -39,6 +39,8 @@ class Emitter {
   std::string ToFloat(const std::string& v, DType d);
   std::string FromFloat(const std::string& v, DType to);
   std::string Intrinsic(const std::string& base, DType d, const std::vector<std::string>& args);
+  std::string Exp2F32(DType d, const std::string& x);      // 2^x as arithmetic, see llvm_ir_alu.cc
+  std::string Exp2CallF32(DType d, const std::string& x);  // 2^x through @kiln_exp2 and its vector variants
 
   absl::Status EmitAlu(const UOp& u);
   absl::Status EmitCast(const UOp& u);

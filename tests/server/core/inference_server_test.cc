@@ -149,8 +149,13 @@ class RecordingObserver : public InferObserver {
   }
   void ObservePending(const std::string& model, const std::string&, int delta) override {
     if (delta < 0) {
-      absl::MutexLock l(&mu_);
-      started.push_back(model);
+      {
+        absl::MutexLock l(&mu_);
+        started.push_back(model);
+      }
+      // A test that needs a request to hold the device while it queues others (on the executing thread, as the
+      // request starts; see InlineWhenIdleQueuedBehindInArrivalOrder).
+      if (hold_next_start.exchange(false)) release_start.WaitForNotification();
     }
   }
   void ObserveModels(absl::Span<const ModelMemoryObservation> loaded,
@@ -175,6 +180,8 @@ class RecordingObserver : public InferObserver {
     return f();
   }
 
+  std::atomic<bool> hold_next_start{false};
+  absl::Notification release_start;
   absl::Mutex mu_;
   std::vector<InferObservation> infers;
   std::vector<std::string> kernel_devices;
@@ -386,6 +393,9 @@ TEST(InferenceServerExecutorTest, InlineWhenIdleQueuedBehindInArrivalOrder) {
   std::vector<std::thread::id> threads(6);
   auto first = CnnRequest("cnn", 64, 2);
   std::thread::id first_caller;
+  // Request 0 holds the device until the others are queued: with fast kernels its batch of 64 had finished
+  // before request 1 was sent, which then ran inline on an idle device (seen under load).
+  observer.hold_next_start = true;
   std::thread inline_caller([&] {
     first_caller = std::this_thread::get_id();
     server->InferAsync(first->request, [&](absl::StatusOr<InferResponse> r) {
@@ -407,6 +417,7 @@ TEST(InferenceServerExecutorTest, InlineWhenIdleQueuedBehindInArrivalOrder) {
       threads[static_cast<size_t>(i)] = std::this_thread::get_id();
     });
   }
+  observer.release_start.Notify();
   inline_caller.join();
   for (;;) {
     absl::MutexLock l(&mu);
@@ -436,7 +447,8 @@ TEST(InferenceServerExecutorTest, InlineWhenIdleQueuedBehindInArrivalOrder) {
   std::sort(infers.begin(), infers.end(),
             [](const auto& a, const auto& b) { return a.batch_size > b.batch_size; });
   EXPECT_EQ(infers[0].batch_size, 64u);
-  EXPECT_LT(infers[0].queue_ns, 1'000'000u) << "inline queue time";
+  // Inline means no queue: its queue time is below every queued request's (which waited for it), with no
+  // wall-clock bound (a loaded CI machine took 4 ms to schedule the inline caller's thread).
   for (size_t i = 1; i < infers.size(); ++i) {
     EXPECT_GT(infers[i].queue_ns, infers[0].queue_ns) << "a queued request waited less";
   }
