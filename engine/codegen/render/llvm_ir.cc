@@ -235,6 +235,14 @@ absl::Status Emitter::EmitStore(const UOp& u) {
   return absl::OkStatus();
 }
 
+bool Emitter::InReduceLoop() const {
+  for (const Loop& l : loops_) {
+    const auto* a = std::get_if<AxisArg>(&l.range->arg());
+    if (a != nullptr && a->type == AxisType::kReduce) return true;
+  }
+  return false;
+}
+
 absl::Status Emitter::EmitRange(size_t i, const UOp& u) {
   const std::string t = RegType(u.dtype());
   const std::string end = Ref(u.src(0).get());

@@ -41,6 +41,7 @@ class Emitter {
   std::string Intrinsic(const std::string& base, DType d, const std::vector<std::string>& args);
   std::string Exp2F32(DType d, const std::string& x);      // 2^x as arithmetic, see llvm_ir_alu.cc
   std::string Exp2CallF32(DType d, const std::string& x);  // 2^x through @kiln_exp2 and its vector variants
+  bool InReduceLoop() const;  // an open loop is a reduce range
 
   absl::Status EmitAlu(const UOp& u);
   absl::Status EmitCast(const UOp& u);
