@@ -48,10 +48,9 @@ UOpPtr AccumulateLanes(Op rop, const UOpPtr& acc, const UOpPtr& v) {
     terms.push_back(left->src(1));
     left = left->src(0);
   }
-  terms.push_back(left);
+  if (left->op() != Op::MUL) return Combine(rop, acc, v);
   for (const UOpPtr& t : terms)
     if (t->op() != Op::MUL) return Combine(rop, acc, v);
-  terms.pop_back();
   UOpPtr out = Combine(rop, acc, left);
   for (size_t i = terms.size(); i-- > 0;) out = Combine(rop, out, terms[i]);
   return out;
