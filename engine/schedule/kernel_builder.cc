@@ -27,6 +27,67 @@ void CollectRanges(const UOpPtr& u, absl::flat_hash_set<const UOp*>* out) {
     if (n->op() == Op::RANGE) out->insert(n);
 }
 
+// Tensor::Arange's index tensor: over a (2, 2, ..., 2) view of k dims, the sum of k planes, plane j being the
+// constant 2^(k-1-j) padded on the left to [0, 2^(k-1-j)] along dim j and expanded over the others, so its value at
+// (i_0, ..., i_{k-1}) is sum_j i_j 2^(k-1-j). Read flat (RESHAPE to [2^k]) that is the flat index itself.
+// Lowered as it is, each plane becomes WHERE(0 < (f / 2^m) % 2, 2^m, 0) on the reader's index f, and once f is a
+// composite index (a random weight, rand(32, 32, 5, 5): f = a*800 + b*25 + c*5 + d) the div/mod folding splits every
+// plane differently: 15 planes of divisions and remainders per element, 2,300 lines of LLVM IR and 350 ms of compile
+// per init kernel of the CNN. The RESHAPE of such a sum lowers to the flat index instead (`IsBitPlaneIota`).
+bool IsConstTree(const UOp* u, int64_t* value) {
+  while (IsMovement(u->op()) && (u->op() == Op::RESHAPE || u->op() == Op::EXPAND)) u = u->src(0).get();
+  if (u->op() != Op::CONST || !u->dtype().IsInt()) return false;
+  *value = static_cast<int64_t>(u->ConstValue());
+  return true;
+}
+
+// The dim j of one plane (see above), -1 if `p` is not one.
+int PlaneDim(const UOp* p, int k) {
+  if (p->op() == Op::EXPAND) p = p->src(0).get();
+  int j = k == 1 ? 0 : -1;
+  if (p->op() == Op::RESHAPE) {
+    const Shape& ps = p->shape();
+    if (static_cast<int>(ps.size()) != k) return -1;
+    j = -1;
+    for (int d = 0; d < k; ++d) {
+      if (ps[d] == 2 && j < 0) j = d;
+      else if (ps[d] != 1) return -1;
+    }
+    p = p->src(0).get();
+  }
+  if (j < 0 || p->op() != Op::PAD || p->shape() != Shape{2}) return -1;
+  const IntVec* pad = ArgIntVec(p->arg());
+  if (pad == nullptr || *pad != IntVec{1, 0}) return -1;
+  int64_t c = 0;
+  if (!IsConstTree(p->src(0).get(), &c) || c != (int64_t{1} << (k - 1 - j))) return -1;
+  return j;
+}
+
+// Whether `u` is Arange's sum of bit planes over (2, ..., 2), none of its nodes realized.
+bool IsBitPlaneIota(const UOp* u, const GraphInfo& g) {
+  const Shape& s = u->shape();
+  const int k = static_cast<int>(s.size());
+  if (k == 0 || k > 62 || !u->dtype().IsInt() || std::any_of(s.begin(), s.end(), [](int64_t d) { return d != 2; }))
+    return false;
+  std::vector<bool> seen(k, false);
+  std::vector<const UOp*> stack{u};
+  int planes = 0;
+  while (!stack.empty()) {
+    const UOp* n = stack.back();
+    stack.pop_back();
+    if (g.realized.contains(n) || n->dtype() != u->dtype()) return false;
+    if (n->op() == Op::ADD && n->shape() == s) {
+      stack.push_back(n->src(0).get());
+      stack.push_back(n->src(1).get());
+      continue;
+    }
+    const int j = PlaneDim(n, k);
+    if (j < 0 || seen[j] || ++planes > k) return false;
+    seen[j] = true;
+  }
+  return planes == k;
+}
+
 class Builder {
  public:
   explicit Builder(const GraphInfo& g) : g_(g) {}
@@ -236,6 +297,8 @@ class Builder {
       if (u == assign_buffer_ && idx[0] != assign_index_) out_.war_hazard = true;
       co_return Memo(std::move(key), Load(u, u->dtype(), idx[0], valid));
     }
+    if (op == Op::RESHAPE && u->shape().size() == 1 && IsBitPlaneIota(u->src(0).get(), g_))
+      co_return Memo(std::move(key), UOp::Make(Op::CAST, u->dtype(), {idx[0]}));
     if (IsMovement(op)) {
       UOpPtr local;
       KILN_CO_ASSIGN_OR_RETURN(IndexVec sidx, MapMovement(*u, idx, &local));
