@@ -26,6 +26,7 @@
 #include "engine/codegen/render/renderer.h"
 #include "engine/realize/beam.h"
 #include "engine/realize/kernel_log.h"
+#include "engine/realize/program_cache.h"
 #include "engine/realize/realize_internal.h"
 #include "engine/rewrite/trace.h"
 #include "engine/runtime/buffer.h"
@@ -168,14 +169,40 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
   }
   k->explicit_opts = lower.use_explicit_opts;
   k->opts = lower.opts;
-  {
-    ScopedTraceGroup group(log_id);  // the lowering's rewrite passes belong to this kernel
-    KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, target, lower));
+  // The lowered program from the program cache (program_cache.h) when a build of this kiln lowered the same kernel
+  // before; not when the lowering itself is observed (VIZ records its passes; pass hooks) or CACHELEVEL=0.
+  const std::string pkey = lower.hooks == nullptr && log_id == 0 && GetKnob(Knob::kCacheLevel) > 0
+                               ? realize_internal::ProgramCacheKey(dev, ast, target, lower)
+                               : std::string();
+  runtime::CompiledKernel ck;
+  size_t uop_count = 0;
+  bool cached = false;
+  if (std::string blob; !pkey.empty() && runtime::CompileCache::Global().Lookup(pkey, &blob)) {
+    realize_internal::CachedProgram cp;
+    if (realize_internal::DeserializeProgram(blob, &cp)) {
+      absl::StatusOr<runtime::CompiledKernel> loaded =
+          runtime::CompileKernelSource(dev, std::move(cp.source), cp.program.name);
+      if (loaded.ok()) {
+        k->program = std::move(cp.program);
+        ck = *std::move(loaded);
+        uop_count = static_cast<size_t>(cp.uop_count);
+        cached = true;
+      }
+    }
   }
-  KILN_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, runtime::CompileKernel(dev, k->program));
+  if (!cached) {
+    {
+      ScopedTraceGroup group(log_id);  // the lowering's rewrite passes belong to this kernel
+      KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, target, lower));
+    }
+    KILN_ASSIGN_OR_RETURN(ck, runtime::CompileKernel(dev, k->program));
+    uop_count = k->program.uops.size();
+    if (!pkey.empty() && k->program.vars.empty())
+      runtime::CompileCache::Global().Store(pkey, realize_internal::SerializeProgram(k->program, ck.source));
+  }
   k->source = std::move(ck.source);
   k->runner = std::move(ck.program);
-  k->bytes = k->source.size() + ck.binary_bytes + 160 * k->program.uops.size() + kLoadedKernelOverheadBytes;
+  k->bytes = k->source.size() + ck.binary_bytes + 160 * uop_count + kLoadedKernelOverheadBytes;
   if (DebugLevel() >= 3 && !k->program.applied_opts.empty())
     std::fprintf(stderr, "%s: %s\n", k->program.name.c_str(), absl::StrJoin(k->program.applied_opts, ", ").c_str());
   if (DebugLevel() >= 4) std::fprintf(stderr, "%s\n", k->source.c_str());

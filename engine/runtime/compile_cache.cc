@@ -238,12 +238,21 @@ void CompileCache::ClearMemory() {
 absl::StatusOr<CompiledKernel> CompileKernel(Device& device, const codegen::Program& program, CompileCache* cache) {
   const auto t0 = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(const codegen::Renderer* renderer, codegen::RendererFor(device.renderer()));
+  KILN_ASSIGN_OR_RETURN(std::string source, renderer->Render(program));
+  KILN_ASSIGN_OR_RETURN(CompiledKernel k, CompileKernelSource(device, std::move(source), program.name, cache));
+  k.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return k;
+}
+
+absl::StatusOr<CompiledKernel> CompileKernelSource(Device& device, std::string source, const std::string& name,
+                                                   CompileCache* cache) {
+  const auto t0 = std::chrono::steady_clock::now();
+  KILN_ASSIGN_OR_RETURN(const codegen::Renderer* renderer, codegen::RendererFor(device.renderer()));
   CompiledKernel k;
-  KILN_ASSIGN_OR_RETURN(k.source, renderer->Render(program));
+  k.source = std::move(source);
   if (cache == nullptr) cache = &CompileCache::Global();
-  KILN_ASSIGN_OR_RETURN(std::string binary,
-                        cache->GetOrCompile(device.compiler(), renderer->name(), k.source, program.name));
-  KILN_ASSIGN_OR_RETURN(k.program, device.Load(binary, program.name));
+  KILN_ASSIGN_OR_RETURN(std::string binary, cache->GetOrCompile(device.compiler(), renderer->name(), k.source, name));
+  KILN_ASSIGN_OR_RETURN(k.program, device.Load(binary, name));
   k.binary_bytes = binary.size();
   k.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return k;

@@ -119,5 +119,8 @@ struct CompiledKernel {
 // Renders `program` with the device's renderer, compiles it through `cache` (Global() when null) and loads it.
 absl::StatusOr<CompiledKernel> CompileKernel(Device& device, const codegen::Program& program,
                                              CompileCache* cache = nullptr);
+// The same from an already rendered source (the device renderer's output for a program named `name`).
+absl::StatusOr<CompiledKernel> CompileKernelSource(Device& device, std::string source, const std::string& name,
+                                                   CompileCache* cache = nullptr);
 
 }  // namespace kiln::runtime
