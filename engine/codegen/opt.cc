@@ -341,7 +341,11 @@ std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis, int64
 //    axis along which the loads move by 0 or 1 but the output by more, and that fills whole vectors, is taken
 //    instead: the stores are then scalar (extracted lanes), a few percent of the FMAs. A conv with output-channel
 //    lanes: conv2 of the Fashion-MNIST CNN (20-wide rows, 62% lane use) 63 -> 52 ms forward, conv4 (6-wide rows)
-//    21 -> 7 ms (tests/bench/conv_perf on the 2-core Zen 4, lightly loaded).
+//    21 -> 7 ms (tests/bench/conv_perf on the 2-core Zen 4, lightly loaded). When there is no contiguous store axis,
+//    or only one narrower than 8 (a weight gradient stored (Co, Ci, KH, KW), contiguous only along its 3-wide kx),
+//    no upcast can vectorize the stores anyway and the alternative is scalar code, so strided lanes are taken from
+//    kStridedLaneMinReduceNoTile products: ResNet-50's 7x7 stage-4 weight gradient (49 products per output) ran
+//    scalar at 3 GFLOPS, 76.9 -> 3.0 ms (conv_compare.py).
 //  - The row axis m: the other output axis along which the most vector-loaded buffers (moving by 1 along n) stay
 //    put (move by 0): each vector load is then reused by tm rows (B's rows in a matmul, the input rows in a conv,
 //    which do not depend on the output channel). Upcast by tm rows, keeping tm x tn accumulators within 16 SIMD
@@ -356,6 +360,7 @@ std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis, int64
 // Products per output element from which a strided-store lane axis is worth it: the tile's scalar stores (an
 // extract and a store per lane, after the reduce loop) are then at most one per four 16-lane FMAs.
 constexpr int64_t kStridedLaneMinReduce = 64;
+constexpr int64_t kStridedLaneMinReduceNoTile = 8;
 
 template <typename Apply>
 absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vector<int64_t>& out,
@@ -415,7 +420,11 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
   bool strided_lanes = false;
   std::vector<IndexStride> n_strides;
   find_lane(false, nn, n_strides);
-  if ((nn < 0 || lane_tile(out[nn]) == 0 || lane_tile(out[nn]) % vf != 0) && red_per_out >= kStridedLaneMinReduce) {
+  // No contiguous store axis at all, or one too narrow for any vector (the heuristic's other upcasts cannot
+  // vectorize it either).
+  const bool no_lanes = nn < 0 || out[nn] < 8;
+  if ((no_lanes && red_per_out >= kStridedLaneMinReduceNoTile) ||
+      ((nn < 0 || lane_tile(out[nn]) == 0 || lane_tile(out[nn]) % vf != 0) && red_per_out >= kStridedLaneMinReduce)) {
     int sn = -1;
     std::vector<IndexStride> s_strides;
     find_lane(true, sn, s_strides);

@@ -216,8 +216,8 @@ UOpPtr FindByKey(const UOpPtr& from, const Digest& key, int depth) {
   return nullptr;
 }
 
-// Conv2d (groups 1, stride 1, dilation 1) weight gradient dW[co, ci, ky, kx] = sum_{b, oy, ox} dY[b, co, oy, ox] *
-// X[b, ci, oy + ky, ox + kx] as a matmul whose lane axis is co: the output gradient `g` (contiguous) is copied
+// Conv2d (groups 1, dilation 1) weight gradient dW[co, ci, ky, kx] = sum_{b, oy, ox} dY[b, co, oy, ox] *
+// X[b, ci, oy * s + ky, ox * s + kx] (X padded; the stride s is in the pooled view) as a matmul whose lane axis is co: the output gradient `g` (contiguous) is copied
 // channels-last ([B, OH, OW, Co]), so one vector load of co lanes feeds every (ci, ky, kx) row of the pooled input (a
 // broadcast scalar) and MatmulTile gives the kernel a (kx rows x co lanes) register tile. The rules' path sums over
 // the output x axis instead, whose 6- or 8-wide rows (conv3/conv4 of the CNN) fill half an AVX-512 register at best.
@@ -243,7 +243,37 @@ Tensor ConvWeightGradient(const Tensor& xp_view, const Tensor& g) {
 
 bool LaneWeights(int64_t groups, int64_t cin, int64_t cout, const IntVec& hw, int64_t work);
 
-// Conv2d (groups 1, stride 1, dilation 1) gradients. The input gradient is a transposed convolution: the output
+// The output gradient of a strided conv [B, C, OH, OW] on the stride-1 grid of the forward's padded input: along a
+// spatial dim of stride s, s - 1 zeros after every element but the last ((OH - 1) * s + 1 rows), then `rem` zeros for
+// the rows of the padded input that no window reached ((P - K) % s). Its stride-1 transposed convolution is then the
+// input gradient. A view: pads and reshapes only.
+Tensor SpreadToStride1(const Tensor& g, const IntVec& stride, const IntVec& rem) {
+  Tensor d = g;
+  for (int i = 0; i < 2; ++i) {
+    const int64_t ax = 2 + i, s = stride[i];
+    if (s > 1) {
+      const Shape sh = d.shape();
+      IntVec split(sh.begin(), sh.end());
+      split.insert(split.begin() + ax + 1, 1);
+      std::vector<std::pair<int64_t, int64_t>> pad(split.size(), {0, 0});
+      pad[ax + 1] = {0, s - 1};
+      IntVec merged(sh.begin(), sh.end());
+      merged[ax] *= s;
+      std::vector<std::pair<int64_t, int64_t>> keep;
+      for (size_t d2 = 0; d2 < merged.size(); ++d2) keep.push_back({0, merged[d2]});
+      keep[ax] = {0, (sh[ax] - 1) * s + 1};
+      d = d.Reshape(split).Pad(pad).Reshape(merged).Shrink(keep);
+    }
+    if (rem[i] > 0) {
+      std::vector<std::pair<int64_t, int64_t>> pad(4, {0, 0});
+      pad[ax] = {0, rem[i]};
+      d = d.Pad(pad);
+    }
+  }
+  return d;
+}
+
+// Conv2d (groups 1, dilation 1) gradients. The input gradient is a transposed convolution: the output
 // gradient padded by k - 1, convolved with the weights flipped in space and with in/out channels swapped, then
 // cropped by the forward padding. The rows are padded in a contiguous copy and the columns through the view: the conv
 // kernel's register tile spans 8 (or 5) input rows and loops over the columns, so codegen's "narrow gated reduces"
@@ -261,13 +291,17 @@ bool LaneWeights(int64_t groups, int64_t cin, int64_t cout, const IntVec& hw, in
 // recomputed with different FMA contraction in different kernels; the scheduler now stores such an x once.)
 // Registered by key: holds no UOp.
 void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, const UOpPtr& xpool,
-                          const std::vector<std::pair<int64_t, int64_t>>& pads, const IntVec& hw) {
+                          const std::vector<std::pair<int64_t, int64_t>>& pads, const IntVec& hw, const IntVec& stride) {
   const Digest x_key = x->Key(), w_key = w->Key(), xp_key = xpool->Key();
+  // Rows (columns) of the padded input that no window of a strided conv reaches: their gradient is 0.
+  IntVec rem(2, 0);
+  for (int i = 0; i < 2; ++i)
+    rem[i] = (x->shape()[2 + i] + pads[2 + i].first + pads[2 + i].second - hw[i]) % stride[i];
   const bool matmul_dw = w->shape()[1] * hw[0] * hw[1] >= 64;
   int64_t gsize = 1;
   for (int64_t d : out->shape()) gsize *= d;
   const bool materialize_g = gsize >= (int64_t{1} << 20);
-  RegisterGradientOverride(out, [x_key, w_key, xp_key, pads, hw, matmul_dw, materialize_g](
+  RegisterGradientOverride(out, [x_key, w_key, xp_key, pads, hw, stride, rem, matmul_dw, materialize_g](
                                     const UOpPtr& node, const Tensor& grad, const std::string& device)
                                     -> absl::StatusOr<std::vector<std::pair<UOpPtr, UOpPtr>>> {
     constexpr int kDepth = 24;  // out -> reshape -> sum -> mul -> permute/expand/reshape/pool view -> pad -> x
@@ -293,6 +327,11 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
       out.push_back({wn, dw[0]});
     }
     Tensor wt(wn, device);
+    // A strided conv's input gradient: the same transposed convolution over the output gradient spread onto the
+    // stride-1 grid (zeros between; s^2 times the useful multiply-adds at stride s, in the dense conv kernel). The
+    // autodiff of the pooling view it replaces summed the [B, Ci, OH, OW, KH, KW] intermediate back with gates that
+    // are mostly off: ResNet-50's stride-2 convs at 4-6 GFLOPS (conv_compare.py).
+    if (stride[0] > 1 || stride[1] > 1) g = SpreadToStride1(g, stride, rem);
     // The x padding goes in the view only where the conv kernel takes channel lanes (rows along y, a loop along x);
     // with lanes along x the gate would vary per lane and stay in the loads.
     const int64_t b = g.size(0), co = g.size(1), ih = g.size(2) + hw[0] - 1,
@@ -400,9 +439,9 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
             .Reshape(weight.shape());
   }
   Tensor ret = x.Mul(w.Reshape(wshape)).Sum(Axes(absl::Span<const int64_t>(axes)), true, opt.acc_dtype).Reshape(out);
-  if (ret.ok() && g == 1 && n == 2 && std::all_of(stride->begin(), stride->end(), [](int64_t v) { return v == 1; }) &&
+  if (ret.ok() && g == 1 && n == 2 &&
       std::all_of(dilation->begin(), dilation->end(), [](int64_t v) { return v == 1; })) {
-    RegisterConvGradient(ret.uop(), uop(), weight.uop(), xpool, *pads, hw);
+    RegisterConvGradient(ret.uop(), uop(), weight.uop(), xpool, *pads, hw, *stride);
   }
   if (!bias) return ret;
   IntVec bshape = {1, -1};

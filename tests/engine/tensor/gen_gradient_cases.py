@@ -148,6 +148,23 @@ def conv2d_grad(G, x, w):  # valid cross-correlation, stride 1: out[n,o,i,j] = s
     return [dx, dw]
 
 
+def conv2d_strided_grad(stride, pad):  # out[n,o,i,j] = sum xp[n,c,i*sh+p,j*sw+q] w[o,c,p,q], xp = x zero-padded
+    sh, sw = stride
+
+    def grad(G, x, w):
+        xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+        dxp, dw = np.zeros_like(xp), np.zeros_like(w)
+        kh, kw = w.shape[2:]
+        oh, ow = G.shape[2:]
+        for p in range(kh):
+            for q in range(kw):
+                rows, cols = slice(p, p + sh * (oh - 1) + 1, sh), slice(q, q + sw * (ow - 1) + 1, sw)
+                dxp[:, :, rows, cols] += np.einsum("noij,oc->ncij", G, w[:, :, p, q])
+                dw[:, :, p, q] = np.einsum("noij,ncij->oc", G, xp[:, :, rows, cols])
+        return [dxp[:, :, pad:pad + x.shape[2], pad:pad + x.shape[3]], dw]
+    return grad
+
+
 def windows(x):  # (N, C, H, W) -> (N, C, H/2, W/2, 4): the 2x2 stride-2 windows
     n, c, h, w = x.shape
     return x.reshape(n, c, h // 2, 2, w // 2, 2).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, h // 2, w // 2, 4)
@@ -179,6 +196,14 @@ def cross_entropy_grad(G, x):  # mean over rows of -log_softmax(x)[label]
 
 
 x, w_ = U(2, 2, 5, 5), U(3, 2, 3, 3); case("conv2d", [x, w_], (2, 3, 3, 3), conv2d_grad)
+# Strided convs (their own gradient path in engine/tensor/nn_ops.cc): padded (also with Ci * KH * KW >= 64, whose
+# weight gradient is the channels-last matmul), a row and column no window reaches ((6 - 3) % 2 = 1), 1x1
+# downsampling, and strides (2, 3) with a remainder along one dim only.
+x, w_ = U(2, 2, 7, 7), U(3, 2, 3, 3); case("conv2d_s2p1", [x, w_], (2, 3, 4, 4), conv2d_strided_grad((2, 2), 1))
+x, w_ = U(1, 8, 7, 7), U(4, 8, 3, 3); case("conv2d_s2p1_wide", [x, w_], (1, 4, 4, 4), conv2d_strided_grad((2, 2), 1))
+x, w_ = U(1, 2, 6, 6), U(3, 2, 3, 3); case("conv2d_s2_rem", [x, w_], (1, 3, 2, 2), conv2d_strided_grad((2, 2), 0))
+x, w_ = U(1, 4, 5, 5), U(3, 4, 1, 1); case("conv2d_1x1s2", [x, w_], (1, 3, 3, 3), conv2d_strided_grad((2, 2), 0))
+x, w_ = U(1, 2, 7, 8), U(2, 2, 3, 3); case("conv2d_s23p1", [x, w_], (1, 2, 4, 3), conv2d_strided_grad((2, 3), 1))
 x = U(1, 2, 4, 4); case("max_pool2d", [x], (1, 2, 2, 2), max_pool_grad)
 x = U(1, 2, 4, 4); case("avg_pool2d", [x], (1, 2, 2, 2), lambda G, x: [unwindows(np.repeat(G[..., None] / 4, 4, -1), x.shape)])
 x = U(3, 5); case("layernorm", [x], (3, 5), layernorm_grad)

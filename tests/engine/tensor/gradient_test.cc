@@ -31,6 +31,13 @@ struct Case {
   std::map<int, std::vector<double>> grads;
 };
 
+ConvOptions Strided(IntVec stride, IntVec padding) {
+  ConvOptions o;
+  o.stride = std::move(stride);
+  o.padding = std::move(padding);
+  return o;
+}
+
 const std::map<std::string, Fn>& Ops() {
   static const auto* ops = new std::map<std::string, Fn>{
       {"neg", [](const auto& a) { return a[0].Neg(); }},
@@ -83,6 +90,11 @@ const std::map<std::string, Fn>& Ops() {
       {"softmax", [](const auto& a) { return a[0].Softmax(); }},
       {"log_softmax", [](const auto& a) { return a[0].LogSoftmax(); }},
       {"conv2d", [](const auto& a) { return a[0].Conv2d(a[1]); }},
+      {"conv2d_s2p1", [](const auto& a) { return a[0].Conv2d(a[1], std::nullopt, Strided({2}, {1})); }},
+      {"conv2d_s2p1_wide", [](const auto& a) { return a[0].Conv2d(a[1], std::nullopt, Strided({2}, {1})); }},
+      {"conv2d_s2_rem", [](const auto& a) { return a[0].Conv2d(a[1], std::nullopt, Strided({2}, {0})); }},
+      {"conv2d_1x1s2", [](const auto& a) { return a[0].Conv2d(a[1], std::nullopt, Strided({2}, {0})); }},
+      {"conv2d_s23p1", [](const auto& a) { return a[0].Conv2d(a[1], std::nullopt, Strided({2, 3}, {1})); }},
       {"max_pool2d", [](const auto& a) { return a[0].MaxPool2d(); }},
       {"avg_pool2d", [](const auto& a) { return a[0].AvgPool2d(); }},
       {"layernorm", [](const auto& a) { return a[0].LayerNorm(); }},
