@@ -330,6 +330,21 @@ std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis, int64
   return out;
 }
 
+// The output axis to split over threads and how many: the most threads (up to the target's) that leave >= 128K ops
+// each, on the outermost axis whose size they divide in whole units (`unit(a)`: a register tile kept whole on that
+// axis). The outermost axis first, as before; a later one only when it does not divide: a batch of 17 (a dynamic
+// batch) otherwise ran every kernel of the CNN on one core, as slow as a batch of 32. (0, 1) when none splits.
+template <typename Unit>
+std::pair<int, int> ThreadSplit(const LowerContext& ctx, const std::vector<int64_t>& out, int64_t work, Unit unit) {
+  if (!ctx.target.has_threads || ctx.target.max_threads <= 1) return {0, 1};
+  for (int t : {32, 16, 12, 8, 6, 5, 4, 3, 2}) {
+    if (t > ctx.target.max_threads || work / t < 128 * 1024) continue;
+    for (int a = 0; a < static_cast<int>(out.size()); ++a)
+      if (out[a] > 1 && out[a] % (t * unit(a)) == 0) return {a, t};
+  }
+  return {0, 1};
+}
+
 // Register tile for a reduce kernel with >= 2 output axes: a matmul C[m, n] = sum_k A[m, k] * B[k, n] (batched or
 // not), and convolutions: with output-channels-last weights (Conv2d's LaneWeights) the output channel axis plays n
 // and an output row axis m; otherwise the output x axis plays n and the output channel axis m.
@@ -509,18 +524,11 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
       if (std::get<AxisArg>(now[i]->arg()).id == id) return i;
     return -1;
   };
-  // Threads over the outermost output axis (keeping whole row tiles when that axis is m).
-  int threads = 1;
-  if (ctx.target.has_threads && ctx.target.max_threads > 1) {
-    const int64_t unit = nm == 0 ? tm : (nn == 0 ? tn : 1);
-    for (int t : {32, 16, 12, 8, 6, 5, 4, 3, 2}) {
-      if (t <= ctx.target.max_threads && out[0] % (t * unit) == 0 && work / t >= 128 * 1024) {
-        threads = t;
-        break;
-      }
-    }
+  // Threads over the outermost output axis that splits evenly (keeping whole row or lane tiles on m or n).
+  if (ctx.target.has_threads) {
+    auto [axis, t] = ThreadSplit(ctx, out, work, [&](int a) { return a == nm ? tm : (a == nn ? tn : 1); });
+    if (t > 1) KILN_RETURN_IF_ERROR(apply({OptOp::kThread, axis, t}));
   }
-  if (threads > 1) KILN_RETURN_IF_ERROR(apply({OptOp::kThread, 0, threads}));
   // Upcast n (in chunks of at most 16 lanes, the innermost chunk first, so lanes stay in memory order), then m.
   const int64_t first_new_id = ctx.next_axis_id;
   for (int64_t left = tn; left > 1;) {
@@ -637,14 +645,11 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
   if (v == 0) return false;
   // Threads first (they may consume the outermost output axis), then the split, then the reuse upcasts.
   std::vector<UOpPtr> outs = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
-  if (ctx.target.max_threads > 1 && !outs.empty()) {
-    const int64_t o0 = RangeSize(outs[0].get());
-    for (int t : {32, 16, 12, 8, 6, 5, 4, 3, 2}) {
-      if (t <= ctx.target.max_threads && o0 % t == 0 && work / t >= 128 * 1024) {
-        KILN_RETURN_IF_ERROR(apply({OptOp::kThread, 0, t}));
-        break;
-      }
-    }
+  {
+    std::vector<int64_t> sizes;
+    for (const UOpPtr& o : outs) sizes.push_back(RangeSize(o.get()));
+    auto [axis, t] = ThreadSplit(ctx, sizes, work, [](int) { return int64_t{1}; });
+    if (t > 1) KILN_RETURN_IF_ERROR(apply({OptOp::kThread, axis, t}));
   }
   red = AxesOfType(cur, ctx, {AxisType::kReduce});
   KILN_RETURN_IF_ERROR(apply({OptOp::kAcc, static_cast<int>(red.size()) - 1, v == n ? 0 : v}));
@@ -870,17 +875,10 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
       }
     }
   }
-  // 3. threads over the outermost output axis with >= 128K ops per thread (tinygrad step 10).
-  if (ctx.target.has_threads && ctx.target.max_threads > 1) {
-    std::vector<int64_t> now = sizes({AxisType::kLoop, AxisType::kGlobal});
-    if (!now.empty()) {
-      for (int64_t t : {32, 16, 12, 8, 6, 5, 4, 3, 2}) {
-        if (t <= ctx.target.max_threads && now[0] % t == 0 && work / t >= 128 * 1024) {
-          KILN_RETURN_IF_ERROR(apply({OptOp::kThread, 0, t}));
-          break;
-        }
-      }
-    }
+  // 3. threads over the outermost output axis that splits evenly, with >= 128K ops per thread (tinygrad step 10).
+  if (ctx.target.has_threads) {
+    auto [axis, t] = ThreadSplit(ctx, sizes({AxisType::kLoop, AxisType::kGlobal}), work, [](int) { return int64_t{1}; });
+    if (t > 1) KILN_RETURN_IF_ERROR(apply({OptOp::kThread, axis, t}));
   }
   return cur;
 }
