@@ -10,7 +10,7 @@
 namespace kiln::realize_internal {
 namespace {
 
-constexpr char kFormat[] = "kiln-program-v1";
+constexpr char kFormat[] = "kiln-program-v2";
 
 void Field(Sha256& h, const std::string& s) {
   const uint64_t n = s.size();
@@ -82,7 +82,7 @@ std::string ProgramCacheKey(runtime::Device& dev, const UOpPtr& ast, const codeg
   return absl::StrCat("program:", DigestHex(h.Final()));
 }
 
-std::string SerializeProgram(const codegen::Program& p, const std::string& source) {
+std::string SerializeProgram(const codegen::Program& p, int64_t source_bytes, const std::string& binary_key) {
   Writer w;
   w.Str(kFormat);
   w.Str(p.name);
@@ -104,7 +104,8 @@ std::string SerializeProgram(const codegen::Program& p, const std::string& sourc
   w.Int(p.strided_loads);
   w.Int(p.slp_max_vf);
   w.Int(static_cast<int64_t>(p.uops.size()));
-  w.Str(source);
+  w.Int(source_bytes);
+  w.Str(binary_key);
   return w.Take();
 }
 
@@ -139,7 +140,8 @@ bool DeserializeProgram(const std::string& blob, CachedProgram* out) {
     p.applied_opts.push_back(std::move(o));
   }
   if (!r.Int(&p.flops) || !r.Int(&p.mem_bytes) || !r.Int(&flags[0]) || !r.Int(&flags[1]) || !r.Int(&vf) ||
-      !r.Int(&out->uop_count) || !r.Str(&out->source) || !r.Done())
+      !r.Int(&out->uop_count) || !r.Int(&out->source_bytes) || !r.Str(&out->binary_key) || out->binary_key.empty() ||
+      !r.Done())
     return false;
   p.no_gather = flags[0] != 0;
   p.strided_loads = flags[1] != 0;

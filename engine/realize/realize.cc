@@ -170,22 +170,26 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
   k->explicit_opts = lower.use_explicit_opts;
   k->opts = lower.opts;
   // The lowered program from the program cache (program_cache.h) when a build of this kiln lowered the same kernel
-  // before; not when the lowering itself is observed (VIZ records its passes; pass hooks) or CACHELEVEL=0.
-  const std::string pkey = lower.hooks == nullptr && log_id == 0 && GetKnob(Knob::kCacheLevel) > 0
-                               ? realize_internal::ProgramCacheKey(dev, ast, target, lower)
-                               : std::string();
-  runtime::CompiledKernel ck;
-  size_t uop_count = 0;
+  // before; not when the lowering itself is observed (VIZ records its passes; pass hooks; DEBUG >= 4 prints the
+  // source) or CACHELEVEL=0. A hit loads the binary by its compile-cache key; the kernel then holds no source.
+  const std::string pkey =
+      lower.hooks == nullptr && log_id == 0 && DebugLevel() < 4 && GetKnob(Knob::kCacheLevel) > 0
+          ? realize_internal::ProgramCacheKey(dev, ast, target, lower)
+          : std::string();
+  runtime::CompileCache& cache = runtime::CompileCache::Global();
+  size_t uop_count = 0, source_bytes = 0, binary_bytes = 0;
   bool cached = false;
-  if (std::string blob; !pkey.empty() && runtime::CompileCache::Global().Lookup(pkey, &blob)) {
+  if (std::string blob; !pkey.empty() && cache.Lookup(pkey, &blob)) {
     realize_internal::CachedProgram cp;
-    if (realize_internal::DeserializeProgram(blob, &cp)) {
-      absl::StatusOr<runtime::CompiledKernel> loaded =
-          runtime::CompileKernelSource(dev, std::move(cp.source), cp.program.name);
+    std::string binary;
+    if (realize_internal::DeserializeProgram(blob, &cp) && cache.Lookup(cp.binary_key, &binary)) {
+      absl::StatusOr<std::unique_ptr<runtime::Program>> loaded = dev.Load(binary, cp.program.name);
       if (loaded.ok()) {
         k->program = std::move(cp.program);
-        ck = *std::move(loaded);
+        k->runner = *std::move(loaded);
         uop_count = static_cast<size_t>(cp.uop_count);
+        source_bytes = static_cast<size_t>(cp.source_bytes);
+        binary_bytes = binary.size();
         cached = true;
       }
     }
@@ -195,14 +199,20 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
       ScopedTraceGroup group(log_id);  // the lowering's rewrite passes belong to this kernel
       KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, target, lower));
     }
-    KILN_ASSIGN_OR_RETURN(ck, runtime::CompileKernel(dev, k->program));
+    KILN_ASSIGN_OR_RETURN(runtime::CompiledKernel ck, runtime::CompileKernel(dev, k->program));
     uop_count = k->program.uops.size();
-    if (!pkey.empty() && k->program.vars.empty())
-      runtime::CompileCache::Global().Store(pkey, realize_internal::SerializeProgram(k->program, ck.source));
+    source_bytes = ck.source.size();
+    binary_bytes = ck.binary_bytes;
+    if (!pkey.empty() && k->program.vars.empty()) {
+      KILN_ASSIGN_OR_RETURN(const codegen::Renderer* renderer, codegen::RendererFor(dev.renderer()));
+      const std::string binary_key = runtime::CompileCache::Key(renderer->name(), dev.compiler().CacheKey(),
+                                                                k->program.name, ck.source);
+      cache.Store(pkey, realize_internal::SerializeProgram(k->program, static_cast<int64_t>(source_bytes), binary_key));
+    }
+    k->source = std::move(ck.source);
+    k->runner = std::move(ck.program);
   }
-  k->source = std::move(ck.source);
-  k->runner = std::move(ck.program);
-  k->bytes = k->source.size() + ck.binary_bytes + 160 * uop_count + kLoadedKernelOverheadBytes;
+  k->bytes = source_bytes + binary_bytes + 160 * uop_count + kLoadedKernelOverheadBytes;
   if (DebugLevel() >= 3 && !k->program.applied_opts.empty())
     std::fprintf(stderr, "%s: %s\n", k->program.name.c_str(), absl::StrJoin(k->program.applied_opts, ", ").c_str());
   if (DebugLevel() >= 4) std::fprintf(stderr, "%s\n", k->source.c_str());
@@ -248,10 +258,11 @@ int64_t realize_internal::LogIdForLaunch(LoadedKernel& k, runtime::Device& dev) 
   lower.use_explicit_opts = k.explicit_opts;
   lower.opts = k.opts;
   lower.hooks = k.hooks.get();
+  absl::StatusOr<codegen::Program> again;
   {
     Context knobs({{Knob::kNoOpt, k.noopt}, {Knob::kTc, k.tc}});
     ScopedTraceGroup group(id);  // the passes of this lowering are the record's
-    absl::StatusOr<codegen::Program> again = codegen::LowerKernel(k.ast, realize_internal::TargetFor(dev), lower);
+    again = codegen::LowerKernel(k.ast, realize_internal::TargetFor(dev), lower);
     // It lowered once with these inputs; a failure now would be a bug, and then the record has no passes.
     if (!again.ok() && DebugLevel() >= 1)
       std::fprintf(stderr, "VIZ: lowering %s again failed: %s\n", k.program.name.c_str(),
@@ -268,6 +279,11 @@ int64_t realize_internal::LogIdForLaunch(LoadedKernel& k, runtime::Device& dev) 
   lk.ast = k.ast;
   lk.applied_opts = k.program.applied_opts;
   lk.source = k.source;
+  if (lk.source.empty() && again.ok()) {  // a kernel from the program cache holds no source: render it again
+    if (absl::StatusOr<const codegen::Renderer*> r = codegen::RendererFor(dev.renderer()); r.ok()) {
+      if (absl::StatusOr<std::string> src = (*r)->Render(*again); src.ok()) lk.source = *std::move(src);
+    }
+  }
   lk.flops = k.program.flops;
   lk.bytes = k.program.mem_bytes;
   log.RecordCompile(std::move(lk));

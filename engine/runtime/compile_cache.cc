@@ -212,6 +212,10 @@ absl::StatusOr<std::string> CompileCache::GetOrCompile(Compiler& compiler, const
 bool CompileCache::Lookup(const std::string& key, std::string* value) {
   if (MemGet(key, value)) return true;
   if (!options_.disk || GetKnob(Knob::kCacheLevel) <= 0 || !DiskGet(key, value)) return false;
+  {
+    absl::MutexLock lock(&mem_mu_);
+    ++stats_.disk_hits;
+  }
   MemPut(key, *value);
   return true;
 }
@@ -238,21 +242,12 @@ void CompileCache::ClearMemory() {
 absl::StatusOr<CompiledKernel> CompileKernel(Device& device, const codegen::Program& program, CompileCache* cache) {
   const auto t0 = std::chrono::steady_clock::now();
   KILN_ASSIGN_OR_RETURN(const codegen::Renderer* renderer, codegen::RendererFor(device.renderer()));
-  KILN_ASSIGN_OR_RETURN(std::string source, renderer->Render(program));
-  KILN_ASSIGN_OR_RETURN(CompiledKernel k, CompileKernelSource(device, std::move(source), program.name, cache));
-  k.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return k;
-}
-
-absl::StatusOr<CompiledKernel> CompileKernelSource(Device& device, std::string source, const std::string& name,
-                                                   CompileCache* cache) {
-  const auto t0 = std::chrono::steady_clock::now();
-  KILN_ASSIGN_OR_RETURN(const codegen::Renderer* renderer, codegen::RendererFor(device.renderer()));
   CompiledKernel k;
-  k.source = std::move(source);
+  KILN_ASSIGN_OR_RETURN(k.source, renderer->Render(program));
   if (cache == nullptr) cache = &CompileCache::Global();
-  KILN_ASSIGN_OR_RETURN(std::string binary, cache->GetOrCompile(device.compiler(), renderer->name(), k.source, name));
-  KILN_ASSIGN_OR_RETURN(k.program, device.Load(binary, name));
+  KILN_ASSIGN_OR_RETURN(std::string binary,
+                        cache->GetOrCompile(device.compiler(), renderer->name(), k.source, program.name));
+  KILN_ASSIGN_OR_RETURN(k.program, device.Load(binary, program.name));
   k.binary_bytes = binary.size();
   k.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return k;

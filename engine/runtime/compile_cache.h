@@ -33,7 +33,7 @@ namespace kiln::runtime {
 
 struct CompileCacheStats {
   int64_t memory_hits = 0;
-  int64_t disk_hits = 0;
+  int64_t disk_hits = 0;       // binaries and Lookup values read from the disk
   int64_t misses = 0;          // = compiles performed through this cache
   int64_t disk_writes = 0;
   int64_t disk_errors = 0;     // open/read/write failures (each also disables or skips the disk)
@@ -119,8 +119,5 @@ struct CompiledKernel {
 // Renders `program` with the device's renderer, compiles it through `cache` (Global() when null) and loads it.
 absl::StatusOr<CompiledKernel> CompileKernel(Device& device, const codegen::Program& program,
                                              CompileCache* cache = nullptr);
-// The same from an already rendered source (the device renderer's output for a program named `name`).
-absl::StatusOr<CompiledKernel> CompileKernelSource(Device& device, std::string source, const std::string& name,
-                                                   CompileCache* cache = nullptr);
 
 }  // namespace kiln::runtime

@@ -1,7 +1,8 @@
 // The program cache (engine/realize/program_cache.h): a kernel lowered once is read back, by another realize
 // context of the process and, after the in-memory level is dropped, from the SQLite file, without being lowered
 // again, and computes the same values (references computed here from the inputs). CACHELEVEL=0 lowers. The record
-// format round-trips and rejects truncated or foreign records.
+// format (launch facts and the binary's compile-cache key, no source) round-trips and rejects truncated or foreign
+// records.
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -90,7 +91,7 @@ TEST(ProgramCacheFormat, RoundTripsAndRejectsDamagedRecords) {
   p.mem_bytes = 5678;
   p.no_gather = true;
   p.slp_max_vf = 16;
-  const std::string blob = realize_internal::SerializeProgram(p, "define void @r_2_16_4() { ret void }");
+  const std::string blob = realize_internal::SerializeProgram(p, 4321, "0123abcd");
   realize_internal::CachedProgram got;
   ASSERT_TRUE(realize_internal::DeserializeProgram(blob, &got));
   EXPECT_EQ(got.program.name, p.name);
@@ -107,7 +108,8 @@ TEST(ProgramCacheFormat, RoundTripsAndRejectsDamagedRecords) {
   EXPECT_TRUE(got.program.no_gather);
   EXPECT_FALSE(got.program.strided_loads);
   EXPECT_EQ(got.program.slp_max_vf, 16);
-  EXPECT_EQ(got.source, "define void @r_2_16_4() { ret void }");
+  EXPECT_EQ(got.source_bytes, 4321);
+  EXPECT_EQ(got.binary_key, "0123abcd");
   for (size_t n = 0; n < blob.size(); n += 7) {
     realize_internal::CachedProgram cut;
     EXPECT_FALSE(realize_internal::DeserializeProgram(blob.substr(0, n), &cut)) << "truncated to " << n;
@@ -115,6 +117,8 @@ TEST(ProgramCacheFormat, RoundTripsAndRejectsDamagedRecords) {
   realize_internal::CachedProgram extra;
   EXPECT_FALSE(realize_internal::DeserializeProgram(blob + "x", &extra));
   EXPECT_FALSE(realize_internal::DeserializeProgram("kiln-program-v0", &extra));
+  EXPECT_FALSE(realize_internal::DeserializeProgram(realize_internal::SerializeProgram(p, 1, ""), &extra))
+      << "a record must name its binary";
 }
 
 }  // namespace
