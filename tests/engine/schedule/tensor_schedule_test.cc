@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/schedule/schedule.h"
+#include "engine/tensor/gradient.h"
 #include "engine/tensor/tensor.h"
 
 namespace kiln {
@@ -93,6 +94,35 @@ TEST(TensorKernelCount, Softmax) {
   Tensor x = E({4, 32});
   // max, then sum of exp; the final division fuses the exp again: 3 kernels (tinygrad's count).
   EXPECT_EQ(Kernels(x.Softmax(-1)), 3);
+}
+
+
+// Reduce ranges nest in order of their ids. A reduce whose innermost range is a 3-tap kernel axis gets its largest
+// range (the channels) innermost instead (Builder::Finish): the input gradient of a padded 3x3 conv, a transposed conv
+// over flipped weights, otherwise came out (ci, ky, kx), its register tile running 3 iterations per ci and ky.
+TEST(TensorKernelOrder, ConvInputGradientReducesChannelsInnermost) {
+  Tensor x = E({1, 32, 8, 8}), w = E({32, 32, 3, 3}), dy = E({1, 32, 8, 8});
+  ConvOptions o;
+  o.padding = {1};
+  Tensor loss = (x.Conv2d(w, std::nullopt, o) * dy).Sum();
+  auto g = Gradient(loss, {x});
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto s = CreateSchedule({(*g)[0].uop()});
+  ASSERT_TRUE(s.ok()) << s.status();
+  int checked = 0;
+  for (const ScheduleItem& it : s->items) {
+    if (it.kind != ScheduleItem::Kind::kKernel) continue;
+    for (const UOp* u : Toposort(it.ast)) {
+      if (u->op() != Op::REDUCE || u->num_src() != 4) continue;
+      std::vector<std::pair<int64_t, int64_t>> by_id;  // (id, size)
+      for (size_t i = 1; i < u->num_src(); ++i)
+        by_id.push_back({std::get<AxisArg>(u->src(i)->arg()).id, u->src(i)->src(0)->ArgInt()});
+      std::sort(by_id.begin(), by_id.end());
+      EXPECT_EQ(by_id.back().second, 32) << "the channel range is not innermost";
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 1);
 }
 
 }  // namespace
