@@ -19,6 +19,12 @@ class Sha256 {
   Sha256& operator=(const Sha256&) = delete;
   void Update(const void* data, size_t n);
   void Update(std::string_view s) { Update(s.data(), s.size()); }
+  // The string's length (8 bytes), then the string: fields hashed one after another cannot run into each other.
+  void UpdateField(std::string_view s) {
+    const uint64_t n = s.size();
+    Update(&n, sizeof(n));
+    Update(s);
+  }
   Digest Final();
 
  private:

@@ -525,10 +525,8 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
     return -1;
   };
   // Threads over the outermost output axis that splits evenly (keeping whole row or lane tiles on m or n).
-  if (ctx.target.has_threads) {
-    auto [axis, t] = ThreadSplit(ctx, out, work, [&](int a) { return a == nm ? tm : (a == nn ? tn : 1); });
-    if (t > 1) KILN_RETURN_IF_ERROR(apply({OptOp::kThread, axis, t}));
-  }
+  if (auto [axis, t] = ThreadSplit(ctx, out, work, [&](int a) { return a == nm ? tm : (a == nn ? tn : 1); }); t > 1)
+    KILN_RETURN_IF_ERROR(apply({OptOp::kThread, axis, t}));
   // Upcast n (in chunks of at most 16 lanes, the innermost chunk first, so lanes stay in memory order), then m.
   const int64_t first_new_id = ctx.next_axis_id;
   for (int64_t left = tn; left > 1;) {
@@ -645,12 +643,10 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
   if (v == 0) return false;
   // Threads first (they may consume the outermost output axis), then the split, then the reuse upcasts.
   std::vector<UOpPtr> outs = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
-  {
-    std::vector<int64_t> sizes;
-    for (const UOpPtr& o : outs) sizes.push_back(RangeSize(o.get()));
-    auto [axis, t] = ThreadSplit(ctx, sizes, work, [](int) { return int64_t{1}; });
-    if (t > 1) KILN_RETURN_IF_ERROR(apply({OptOp::kThread, axis, t}));
-  }
+  std::vector<int64_t> out_sizes;
+  for (const UOpPtr& o : outs) out_sizes.push_back(RangeSize(o.get()));
+  if (auto [axis, t] = ThreadSplit(ctx, out_sizes, work, [](int) { return int64_t{1}; }); t > 1)
+    KILN_RETURN_IF_ERROR(apply({OptOp::kThread, axis, t}));
   red = AxesOfType(cur, ctx, {AxisType::kReduce});
   KILN_RETURN_IF_ERROR(apply({OptOp::kAcc, static_cast<int>(red.size()) - 1, v == n ? 0 : v}));
   int64_t budget = std::max<int64_t>(1, 12 / ((v + vf - 1) / vf));  // accumulators of v lanes
@@ -876,10 +872,9 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
     }
   }
   // 3. threads over the outermost output axis that splits evenly, with >= 128K ops per thread (tinygrad step 10).
-  if (ctx.target.has_threads) {
-    auto [axis, t] = ThreadSplit(ctx, sizes({AxisType::kLoop, AxisType::kGlobal}), work, [](int) { return int64_t{1}; });
-    if (t > 1) KILN_RETURN_IF_ERROR(apply({OptOp::kThread, axis, t}));
-  }
+  if (auto [axis, t] = ThreadSplit(ctx, sizes({AxisType::kLoop, AxisType::kGlobal}), work, [](int) { return int64_t{1}; });
+      t > 1)
+    KILN_RETURN_IF_ERROR(apply({OptOp::kThread, axis, t}));
   return cur;
 }
 

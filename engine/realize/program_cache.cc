@@ -12,12 +12,6 @@ namespace {
 
 constexpr char kFormat[] = "kiln-program-v2";
 
-void Field(Sha256& h, const std::string& s) {
-  const uint64_t n = s.size();
-  h.Update(&n, sizeof(n));
-  h.Update(s);
-}
-
 class Writer {
  public:
   void Int(int64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof(v)); }
@@ -71,14 +65,14 @@ std::string ProgramCacheKey(runtime::Device& dev, const UOpPtr& ast, const codeg
   const std::string& build = KilnBuildId();
   if (build.empty()) return "";
   Sha256 h;
-  Field(h, kFormat);
-  Field(h, build);
-  Field(h, dev.renderer());
-  Field(h, dev.compiler().CacheKey());
-  Field(h, TargetString(target));
-  Field(h, DigestHex(ast->Key()));
-  Field(h, absl::StrCat(GetKnob(Knob::kNoOpt), "|", GetKnob(Knob::kTc), "|", lower.use_explicit_opts));
-  for (const codegen::Opt& o : lower.opts) Field(h, o.ToString());
+  h.UpdateField(kFormat);
+  h.UpdateField(build);
+  h.UpdateField(dev.renderer());
+  h.UpdateField(dev.compiler().CacheKey());
+  h.UpdateField(TargetString(target));
+  h.UpdateField(DigestHex(ast->Key()));
+  h.UpdateField(absl::StrCat(GetKnob(Knob::kNoOpt), "|", GetKnob(Knob::kTc), "|", lower.use_explicit_opts));
+  for (const codegen::Opt& o : lower.opts) h.UpdateField(o.ToString());
   return absl::StrCat("program:", DigestHex(h.Final()));
 }
 

@@ -21,12 +21,6 @@ namespace {
 absl::Mutex g_global_mu;
 CompileCache* g_global ABSL_GUARDED_BY(g_global_mu) = nullptr;
 
-void HashField(Sha256& h, const std::string& s) {
-  const uint64_t n = s.size();
-  h.Update(&n, sizeof(n));
-  h.Update(s);
-}
-
 bool IsFatalSqlite(int rc) {
   const int primary = rc & 0xff;
   return primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB || primary == SQLITE_CANTOPEN ||
@@ -70,11 +64,11 @@ std::string CompileCache::DefaultPath() {
 std::string CompileCache::Key(const std::string& renderer, const std::string& compiler_key, const std::string& name,
                               const std::string& source) {
   Sha256 h;
-  HashField(h, "kiln-compile-cache-v1");
-  HashField(h, renderer);
-  HashField(h, compiler_key);
-  HashField(h, name);
-  HashField(h, source);
+  h.UpdateField("kiln-compile-cache-v1");
+  h.UpdateField(renderer);
+  h.UpdateField(compiler_key);
+  h.UpdateField(name);
+  h.UpdateField(source);
   return DigestHex(h.Final());
 }
 

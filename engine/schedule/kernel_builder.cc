@@ -35,7 +35,7 @@ void CollectRanges(const UOpPtr& u, absl::flat_hash_set<const UOp*>* out) {
 // plane differently: 15 planes of divisions and remainders per element, 2,300 lines of LLVM IR and 350 ms of compile
 // per init kernel of the CNN. The RESHAPE of such a sum lowers to the flat index instead (`IsBitPlaneIota`).
 bool IsConstTree(const UOp* u, int64_t* value) {
-  while (IsMovement(u->op()) && (u->op() == Op::RESHAPE || u->op() == Op::EXPAND)) u = u->src(0).get();
+  while (u->op() == Op::RESHAPE || u->op() == Op::EXPAND) u = u->src(0).get();
   if (u->op() != Op::CONST || !u->dtype().IsInt()) return false;
   *value = static_cast<int64_t>(u->ConstValue());
   return true;
@@ -94,12 +94,11 @@ void MoveLargestReduceInnermost(std::vector<const UOp*>& ranges) {
   int best = -1, last = -1;
   for (int i = 0; i < static_cast<int>(ranges.size()); ++i) {
     if (!is_reduce(ranges[i])) continue;
+    if (!ranges[i]->src(0)->IsConst()) return;  // a symbolic reduce: leave the order alone
     last = i;
     if (best < 0 || ranges[i]->src(0)->ArgInt() > ranges[best]->src(0)->ArgInt()) best = i;
   }
-  if (best < 0 || best == last || !ranges[last]->src(0)->IsConst() || !ranges[best]->src(0)->IsConst() ||
-      ranges[last]->src(0)->ArgInt() > 3 || ranges[best]->src(0)->ArgInt() < 16)
-    return;
+  if (best < 0 || best == last || ranges[last]->src(0)->ArgInt() > 3 || ranges[best]->src(0)->ArgInt() < 16) return;
   const UOp* b = ranges[best];
   ranges.erase(ranges.begin() + best);
   ranges.insert(ranges.begin() + last, b);  // `last` moved down by one: b lands after the old last reduce range
