@@ -56,8 +56,11 @@ struct LowerContext {
 // ---- opt.cc ----
 // Validates the AST's shape (SINK of END/STORE) and fills ctx.order / next_axis_id / has_reduce.
 absl::Status InitAxes(const UOpPtr& sink, LowerContext& ctx);
-// The RANGE nodes of the kernel with one of `types`, in loop-nest order.
-std::vector<UOpPtr> AxesOfType(const UOpPtr& sink, const LowerContext& ctx, std::initializer_list<AxisType> types);
+// The RANGE nodes of the kernel with one of `types`, in loop-nest order. Output axes of symbolic size (a row count
+// bound at run time, Tensor::Rows) are left out unless `symbolic`: opts never split them, so they stay plain loops
+// around the optimized rest (and inside every work-item on GPUs).
+std::vector<UOpPtr> AxesOfType(const UOpPtr& sink, const LowerContext& ctx, std::initializer_list<AxisType> types,
+                               bool symbolic = false);
 absl::StatusOr<UOpPtr> ApplyOpt(const UOpPtr& sink, const Opt& opt, LowerContext& ctx);
 // Picks and applies the hand-coded heuristic's opts; appends them to `chosen`.
 absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std::vector<Opt>* chosen);

@@ -124,12 +124,14 @@ absl::Status InitAxes(const UOpPtr& sink, LowerContext& ctx) {
   return absl::OkStatus();
 }
 
-std::vector<UOpPtr> AxesOfType(const UOpPtr& sink, const LowerContext& ctx, std::initializer_list<AxisType> types) {
+std::vector<UOpPtr> AxesOfType(const UOpPtr& sink, const LowerContext& ctx, std::initializer_list<AxisType> types,
+                               bool symbolic) {
   std::vector<UOpPtr> out;
   for (const UOp* u : Toposort(sink)) {
     if (u->op() != Op::RANGE) continue;
     const auto* a = std::get_if<AxisArg>(&u->arg());
-    if (a != nullptr && std::find(types.begin(), types.end(), a->type) != types.end())
+    if (a == nullptr || (!symbolic && !IsReduceType(a->type) && RangeSize(u) < 0)) continue;
+    if (std::find(types.begin(), types.end(), a->type) != types.end())
       out.push_back(UOpPtr::FromRaw(u));
   }
   std::sort(out.begin(), out.end(),
@@ -882,7 +884,8 @@ std::string KernelName(const UOpPtr& sink, const LowerContext& ctx) {
   std::string name = ctx.has_reduce ? "r" : "E";
   std::vector<UOpPtr> axes = AxesOfType(
       sink, ctx, {AxisType::kThread, AxisType::kGlobal, AxisType::kLocal, AxisType::kLoop, AxisType::kGroupReduce,
-                  AxisType::kReduce, AxisType::kUpcast, AxisType::kUnroll});
+                  AxisType::kReduce, AxisType::kUpcast, AxisType::kUnroll},
+      /*symbolic=*/true);
   auto rank = [](const UOpPtr& r) {
     AxisType t = std::get<AxisArg>(r->arg()).type;
     return t == AxisType::kThread ? -1 : static_cast<int>(t);

@@ -132,7 +132,7 @@ absl::StatusOr<std::vector<Tensor>> TinyJit::Call(const JitArgs& args) {
     return ret;
   }
   if (cnt_ == 1) return Capture(args, std::move(inputs));
-  return Replay(inputs);
+  return Replay(inputs, args.vars);
 }
 
 absl::StatusOr<std::vector<Tensor>> TinyJit::RunAndRealize(const JitArgs& args) {
@@ -166,6 +166,7 @@ absl::StatusOr<std::vector<Tensor>> TinyJit::Capture(const JitArgs& args, Inputs
     for (size_t i = 0; i < args.positional.size(); ++i)
       realized.positional.push_back(inputs.tensors[k++]);
     for (const auto& [name, t] : args.named) realized.named.emplace(name, inputs.tensors[k++]);
+    realized.vars = args.vars;
     KILN_ASSIGN_OR_RETURN(ret, fn_(realized));
     KILN_RETURN_IF_ERROR(RealizeAll(ret));
     KILN_RETURN_IF_ERROR(hook_error);
@@ -200,7 +201,7 @@ absl::StatusOr<std::vector<Tensor>> TinyJit::Capture(const JitArgs& args, Inputs
   return ret_;
 }
 
-absl::StatusOr<std::vector<Tensor>> TinyJit::Replay(const Inputs& inputs) {
+absl::StatusOr<std::vector<Tensor>> TinyJit::Replay(const Inputs& inputs, const std::map<std::string, int64_t>& vars) {
   if (inputs.names != expected_names_)
     return JitError(absl::StrCat("args mismatch in JIT: self.captured.expected_names=",
                                  NamesStr(expected_names_), " != names=", NamesStr(inputs.names)));
@@ -212,6 +213,11 @@ absl::StatusOr<std::vector<Tensor>> TinyJit::Replay(const Inputs& inputs) {
           "args mismatch in JIT: self.captured.expected_input_info=", InfoStr(expected_info_),
           " != expected_input_info=", InfoStr(got)));
     }
+  }
+  if (!plan_->variables().empty()) {
+    absl::flat_hash_map<std::string, int64_t> vals(vars.begin(), vars.end());
+    if (absl::Status st = plan_->SetVars(vals); !st.ok())
+      return JitError(absl::StrCat("args mismatch in JIT: ", st.message()));
   }
   KILN_RETURN_IF_ERROR(Execute(inputs));
   ++cnt_;

@@ -9,7 +9,7 @@
 //                run (engine/realize/exec_plan.h); the recording is compiled into an ExecPlan whose inputs are the
 //                input buffers, executed once with this call's inputs, and its outputs are returned.
 //   cnt >= 2     replay: the signature (names, then shape/dtype/device per input) is checked, the new input buffers
-//                are swapped in and the captured kernels run. The SAME output tensors as at capture are returned:
+//                are swapped in, the Variables take this call's `vars` and the captured kernels run. The SAME output tensors as at capture are returned:
 //                their buffers are overwritten by every replay (clone an output to keep it).
 // Everything else the function reads (weights, realized constants) is an implicit input baked in by buffer identity:
 // replays see its current contents, and ASSIGNs into it (optimizer steps) are replayed.
@@ -25,6 +25,7 @@
 //                       "duplicate inputs to JIT"
 //                       "args mismatch in JIT: expected_names=... != ..."  (different input names / count)
 //                       "args mismatch in JIT: expected_input_info=... != ..." (shape / dtype / device differ)
+//                       "args mismatch in JIT: no value for Variable n" / "Variable n = 9 is outside [1, 8]"
 //   FailedPrecondition  "didn't JIT anything!"                            (the capture recorded no kernel)
 //                       "having TinyJit inside another TinyJit is not supported" (capture/replay inside a capture)
 //                       "cannot access tensor data during JIT capture, the value will be baked in"
@@ -49,9 +50,13 @@ namespace kiln::jit {
 
 // Inputs of a jitted call: positional, and named (tinygrad kwargs) ordered by name, so the order a caller builds
 // them in does not matter.
+// `vars` are this call's Variable values (tinygrad passes bound Variables as arguments): the function binds its
+// Variables from them (UOp::Variable + Bind, e.g. Tensor::Rows for a symbolic batch dim), and a replay runs the
+// captured kernels with the new values, so one capture serves every value in the Variables' ranges.
 struct JitArgs {
   std::vector<Tensor> positional;
   std::map<std::string, Tensor> named;
+  std::map<std::string, int64_t> vars;
 };
 
 using JitFunction = std::function<absl::StatusOr<std::vector<Tensor>>(const JitArgs&)>;
@@ -110,7 +115,7 @@ class TinyJit {
   absl::StatusOr<Inputs> PrepareInputs(const JitArgs& args) const;
   absl::StatusOr<std::vector<Tensor>> RunAndRealize(const JitArgs& args);
   absl::StatusOr<std::vector<Tensor>> Capture(const JitArgs& args, Inputs inputs);
-  absl::StatusOr<std::vector<Tensor>> Replay(const Inputs& inputs);
+  absl::StatusOr<std::vector<Tensor>> Replay(const Inputs& inputs, const std::map<std::string, int64_t>& vars);
   // Resolves the input memory (copying inputs the plan writes), refills the random keys, runs the plan.
   absl::Status Execute(const Inputs& inputs);
 

@@ -199,12 +199,21 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
       }
       call.var_begin = static_cast<uint32_t>(plan->vars_.size());
       for (const UOpPtr& v : k->program.vars) {
-        const std::string& name = std::get<VarArg>(v->arg()).name;
-        auto it = ci.var_vals.find(name);
+        const VarArg& var = std::get<VarArg>(v->arg());
+        auto it = ci.var_vals.find(var.name);
         if (it == ci.var_vals.end())
           return absl::InvalidArgumentError(
-              absl::StrCat("unbound Variable ", name, " used by ", k->program.name));
+              absl::StrCat("unbound Variable ", var.name, " used by ", k->program.name));
         plan->vars_.push_back(it->second);
+        auto known = std::find_if(plan->variables_.begin(), plan->variables_.end(),
+                                  [&](const VarArg& a) { return a.name == var.name; });
+        if (known == plan->variables_.end()) {
+          plan->variables_.push_back(var);
+          known = plan->variables_.end() - 1;
+        } else if (known->min != var.min || known->max != var.max) {
+          return absl::InvalidArgumentError(absl::StrCat("Variable ", var.name, " has two ranges in one plan"));
+        }
+        plan->var_of_.push_back(static_cast<uint32_t>(known - plan->variables_.begin()));
       }
       call.var_count = static_cast<uint32_t>(k->program.vars.size());
       for (int i = 0; i < 3; ++i) {
@@ -306,6 +315,36 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
   }
   for (runtime::Device* d : devices_) KILN_RETURN_IF_ERROR(d->Synchronize());
   if (DebugLevel() >= 2) std::fprintf(stderr, "jit execs %zu calls\n", calls_.size());
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> ExecPlan::VariableValues() const {
+  std::vector<int64_t> out(variables_.size(), 0);
+  for (size_t i = 0; i < vars_.size(); ++i) out[var_of_[i]] = vars_[i];
+  return out;
+}
+
+absl::Status ExecPlan::SetVars(const absl::flat_hash_map<std::string, int64_t>& vals) {
+  std::vector<int64_t> next(variables_.size());
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    const VarArg& v = variables_[i];
+    auto it = vals.find(v.name);
+    if (it == vals.end()) return absl::InvalidArgumentError(absl::StrCat("no value for Variable ", v.name));
+    if (it->second < v.min || it->second > v.max)
+      return absl::InvalidArgumentError(absl::StrCat("Variable ", v.name, " = ", it->second, " is outside [", v.min,
+                                                     ", ", v.max, "]"));
+    next[i] = it->second;
+  }
+  bool changed = false;
+  for (size_t i = 0; i < vars_.size(); ++i) {
+    changed |= vars_[i] != next[var_of_[i]];
+    vars_[i] = next[var_of_[i]];
+  }
+  if (changed && graphs_built_) {  // the device graphs hold the old values
+    graphs_built_ = false;
+    graphs_.clear();
+    graph_at_.clear();
+  }
   return absl::OkStatus();
 }
 

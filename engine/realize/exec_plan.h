@@ -109,6 +109,15 @@ class ExecPlan {
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
   int64_t graph_updates() const { return graph_updates_; }  // items re-pointed at new buffers so far
 
+  // The Variables the captured kernels take (a symbolic row count, Tensor::Rows), in first-use order, with their
+  // current values (the captured ones until SetVars).
+  const std::vector<VarArg>& variables() const { return variables_; }
+  std::vector<int64_t> VariableValues() const;
+  // New values for the following Runs: every Variable of the plan must be in `vals` and within its [min, max]
+  // (InvalidArgument naming it otherwise, and nothing changes); other names are ignored. Device graphs holding old
+  // values are rebuilt at the next Run.
+  absl::Status SetVars(const absl::flat_hash_map<std::string, int64_t>& vals);
+
   // Whether the plan writes `mem` (an output or intermediate buffer; an input aliasing one must be copied first).
   bool Writes(const runtime::DeviceMemory& mem) const;
   int num_kernels() const { return num_kernels_; }
@@ -162,6 +171,8 @@ class ExecPlan {
   std::vector<Call> calls_;
   std::vector<runtime::DeviceMemory> args_;
   std::vector<int64_t> vars_;
+  std::vector<uint32_t> var_of_;   // per vars_ entry: its index in variables_
+  std::vector<VarArg> variables_;
   std::vector<Patch> patches_;
   std::vector<runtime::Device*> devices_;
   std::vector<const void*> written_;  // ptr or handle of every buffer the plan writes (sorted)

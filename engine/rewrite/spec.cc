@@ -300,6 +300,7 @@ const PatternMatcher& TensorSpec() {
           // ** graph ops **
           {UPat(OpSet{Op::CONTIGUOUS, Op::CONTIGUOUS_BACKWARD, Op::DETACH}), CheckSameDType, "same dtype"},
           {UPat(Op::COPY).Src({UPat::Var(), UPat(Op::DEVICE)}), CheckSameDType, "COPY(x, DEVICE)"},
+          {UPat(Op::ROWS).Src({UPat::Var(), UPat(Op::BIND)}), CheckSameDType, "ROWS(x, BIND)"},
           {UPat(Op::ASSIGN), [](B b) {
              const UOp& u = *b.root();
              return u.src(0)->dtype() == u.src(1)->dtype() && u.dtype() == u.src(0)->dtype()

@@ -111,10 +111,24 @@ class Builder {
   absl::StatusOr<KernelBuild> Build(absl::Span<const UOp* const> outputs) {
     if (outputs.empty()) return absl::InternalError("schedule: kernel without outputs");
     const Shape& shape = outputs[0]->shape();
+    // Outputs whose rows are bounded by one Variable loop over dim 0 up to it (outputs that disagree compute every
+    // row: the bounded ones' other rows are unspecified anyway).
+    const UOp* rows = nullptr;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      auto it = g_.rows.find(outputs[i]);
+      const UOp* r = it == g_.rows.end() ? nullptr : it->second;
+      if (i == 0) rows = r;
+      if (r != rows) rows = nullptr;
+    }
     IndexVec idx(shape.size());
     for (size_t i = 0; i < shape.size(); ++i) {
       if (shape[i] == 1) {
         idx[i] = IConst(0);
+      } else if (i == 0 && rows != nullptr) {
+        const UOp* var = rows->src(0).get();
+        idx[i] = UOp::Make(Op::RANGE, dtypes::kIndex, {var->Ptr()}, AxisArg{next_range_++, AxisType::kLoop});
+        out_.binds.emplace_back(std::get<VarArg>(var->arg()).name, static_cast<int64_t>(rows->src(1)->ConstValue()));
+        loop_ranges_.push_back(idx[i]);
       } else {
         idx[i] = UOp::Range(shape[i], next_range_++, AxisType::kLoop);
         loop_ranges_.push_back(idx[i]);
@@ -241,7 +255,7 @@ class Builder {
     auto walks = [&](const UOp* u) {
       return !g_.realized.contains(u) &&
              (IsElementwise(u->op()) || IsMovement(u->op()) || u->op() == Op::CONTIGUOUS ||
-              u->op() == Op::CONTIGUOUS_BACKWARD || u->op() == Op::DETACH);
+              u->op() == Op::CONTIGUOUS_BACKWARD || u->op() == Op::DETACH || u->op() == Op::ROWS);
     };
     std::vector<std::pair<const UOp*, bool>> stack{{root, false}};
     while (!stack.empty()) {
@@ -401,6 +415,7 @@ class Builder {
       case Op::CONTIGUOUS:
       case Op::CONTIGUOUS_BACKWARD:
       case Op::DETACH:
+      case Op::ROWS:
       case Op::COPY: {  // same-device copy (cross-device copies are realized)
         KILN_CO_ASSIGN_OR_RETURN(UOpPtr v, co_await Lower(u->src(0).get(), idx, valid));
         co_return Memo(std::move(key), v);
@@ -429,7 +444,7 @@ class Builder {
     bool has_reduce = false;
     for (const UOp* n : ranges) {
       AxisArg a = std::get<AxisArg>(n->arg());
-      (a.type == AxisType::kReduce ? reduce_dims : loop_dims).push_back(absl::StrCat(n->src(0)->ArgInt()));
+      (a.type == AxisType::kReduce ? reduce_dims : loop_dims).push_back(n->src(0)->IsConst() ? absl::StrCat(n->src(0)->ArgInt()) : "n");
       has_reduce |= a.type == AxisType::kReduce;
       a.id = id++;
       subst[n] = n->WithArg(a);

@@ -21,6 +21,9 @@ namespace kiln::schedule {
 struct GraphInfo {
   // Nodes stored to a buffer (kernel outputs, ASSIGNs, copies). Consumers load them.
   UOpSet realized;
+  // Nodes whose dim 0 counts rows bounded by a Variable (Tensor::Rows), mapped to that BIND: a kernel storing one
+  // loops over dim 0 up to the Variable, a runtime argument.
+  UOpMap<const UOp*> rows;
 };
 
 // One use of a REDUCE_AXIS inside a kernel.

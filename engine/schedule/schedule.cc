@@ -99,6 +99,7 @@ class Scheduler {
     topo_ = Toposort(roots);
     for (size_t i = 0; i < topo_.size(); ++i) pos_[topo_[i]] = static_cast<int>(i);
     KILN_RETURN_IF_ERROR(ComputeDevices());
+    KILN_RETURN_IF_ERROR(ComputeRows());
     KILN_RETURN_IF_ERROR(InitialRealize(roots));
     KILN_RETURN_IF_ERROR(Fuse());
     return Emit(roots);
@@ -147,6 +148,52 @@ class Scheduler {
         if (d.empty() && u->op() != Op::DEVICE) d = fallback;
     return absl::OkStatus();
   }
+  // Row bounds (Tensor::Rows): a node computed from a bounded node is bounded by the same BIND when its row r reads
+  // only row r of its bounded sources, so computing its first n rows reads only their first n. Anything else (a
+  // reduce over dim 0, a pad, shrink, flip or permutation of dim 0, a reshape or broadcast into another dim 0, an
+  // ASSIGN) would read the unspecified rows: refused, naming the op.
+  absl::Status ComputeRows() {
+    for (const UOp* u : topo_) {
+      const UOp* bind = u->op() == Op::ROWS ? u->src(1).get() : nullptr;
+      for (const UOpPtr& s : u->src()) {
+        auto it = g_.rows.find(s.get());
+        if (it == g_.rows.end()) continue;
+        if (bind != nullptr && bind != it->second)
+          return absl::InvalidArgumentError(
+              absl::StrCat("schedule: ", std::string(OpName(u->op())), " combines tensors of different row bounds (Tensor::Rows)"));
+        bind = it->second;
+        // (Elementwise sources broadcast from the right: a bounded source of lower rank would not be dim 0.)
+        if (!u->has_shape() || u->shape().empty() || s->shape()[0] != u->shape()[0] ||
+            (IsElementwise(u->op()) && s->shape().size() != u->shape().size()) || !KeepsRows(u))
+          return absl::InvalidArgumentError(absl::StrCat(
+              "schedule: ", std::string(OpName(u->op())), " ", ShapeToString(s->shape()), " -> ",
+              u->has_shape() ? ShapeToString(u->shape()) : std::string("()"),
+              " mixes the rows of a tensor with a symbolic row count (Tensor::Rows): only its first rows are computed"));
+      }
+      if (bind != nullptr) g_.rows[u] = bind;
+    }
+    return absl::OkStatus();
+  }
+  // Whether row r of `u` reads only row r of its sources (given equal ranks and dim 0).
+  static bool KeepsRows(const UOp* u) {
+    const Op op = u->op();
+    if (IsElementwise(op) || op == Op::ROWS || op == Op::CONTIGUOUS || op == Op::CONTIGUOUS_BACKWARD ||
+        op == Op::DETACH || op == Op::COPY || op == Op::RESHAPE || op == Op::EXPAND)
+      return true;  // RESHAPE and EXPAND: dim 0 kept (checked by the caller), so row-major rows stay rows
+    const IntVec* v = std::get_if<IntVec>(&u->arg());
+    switch (op) {
+      case Op::PERMUTE: return v != nullptr && !v->empty() && (*v)[0] == 0;
+      case Op::PAD: return v != nullptr && v->size() >= 2 && (*v)[0] == 0 && (*v)[1] == 0;
+      case Op::SHRINK: return v != nullptr && v->size() >= 2 && (*v)[0] == 0 && (*v)[1] == u->src(0)->shape()[0];
+      case Op::FLIP: return v != nullptr && !v->empty() && (*v)[0] == 0;
+      case Op::REDUCE_AXIS: {
+        const IntVec& axes = std::get<ReduceArg>(u->arg()).axes;
+        return std::find(axes.begin(), axes.end(), 0) == axes.end();
+      }
+      default: return false;
+    }
+  }
+
   std::string DeviceOf(const UOp* u) {
     auto it = device_.find(u);
     return it == device_.end() || it->second.empty() ? DefaultDevice() : it->second;

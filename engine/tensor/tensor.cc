@@ -234,6 +234,11 @@ Tensor Tensor::Bitcast(DType dtype) const {
 
 Tensor Tensor::Contiguous() const { return Node1(Op::CONTIGUOUS, dtype()); }
 Tensor Tensor::Detach() const { return Node1(Op::DETACH, dtype()); }
+Tensor Tensor::Rows(const UOpPtr& bound) const {
+  if (!ok()) return *this;
+  if (bound == nullptr) return FromStatus(absl::InvalidArgumentError("ROWS: no bound Variable"));
+  return Node(Op::ROWS, dtype(), {uop_, bound});
+}
 
 Tensor Tensor::To(const std::string& device) const {
   if (!ok() || device == this->device()) return *this;

@@ -265,6 +265,13 @@ class Tensor {
   Tensor Bitcast(DType dtype) const;
   Tensor Contiguous() const;  // CONTIGUOUS: forces its own buffer
   Tensor Detach() const;      // DETACH: blocks gradients
+  // ROWS: a symbolic batch dim. `bound` is BIND(Variable(name, 1, shape[0]), n): only the first n rows (dim 0) of
+  // this tensor are meant, and only the first n rows of anything computed from it are computed (kernels take n as a
+  // runtime argument, so one compiled kernel and one JIT trace serve every n); the other rows are unspecified. The
+  // scheduler checks that rows stay rows: a graph that reduces over, pads, shrinks, flips or permutes dim 0 of a
+  // bounded tensor, or reshapes it into another dim 0, is refused at realize (InvalidArgument naming the op).
+  // Shapes stay the bound's maximum: buffers hold shape[0] rows.
+  Tensor Rows(const UOpPtr& bound) const;
   // The same values on `device` ("CPU", "CL:0", "CUDA"): a COPY, realized as a device-to-device copy through the host
   // (bit-exact). Returns *this when already there.
   Tensor To(const std::string& device) const;

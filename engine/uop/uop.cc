@@ -588,6 +588,19 @@ absl::StatusOr<std::optional<Shape>> InferShape(Op op, DType dtype, absl::Span<c
   const Shape& in = src[0]->shape();
   const IntVec* v = std::get_if<IntVec>(&arg);
   switch (op) {
+    case Op::ROWS: {
+      // The bound Variable counts rows of dim 0, so its range must be [>= 1, dim 0].
+      const UOp* b = src.size() == 2 ? src[1].get() : nullptr;
+      const VarArg* var = b != nullptr && b->op() == Op::BIND && b->num_src() == 2
+                              ? std::get_if<VarArg>(&b->src(0)->arg())
+                              : nullptr;
+      if (var == nullptr) return err("source 1 must bind a Variable");
+      if (in.empty()) return err("a scalar has no rows");
+      if (var->min < 1 || var->max != in[0])
+        return err("Variable '", var->name, "' ranges over [", var->min, ", ", var->max, "] but must range over [1, ",
+                   in[0], "] (dim 0)");
+      return std::optional<Shape>(in);
+    }
     case Op::RESHAPE: {
       if (v == nullptr) return err("arg must be a shape");
       int64_t n = 1, m = 1;

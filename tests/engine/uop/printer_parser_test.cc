@@ -100,6 +100,9 @@ UOpPtr SampleNode(Op op) {
       return MustCreate(op, f, {Tensor34(), MustCreate(Op::DEVICE, v, {}, std::string("CL:1"))});
     case Op::ASSIGN:
       return MustCreate(op, f, {Tensor34(), Tensor34()});
+    case Op::ROWS:
+      return MustCreate(op, f, {Tensor34(), MustCreate(Op::BIND, dtypes::kIndex, {UOp::Variable("rows", 1, 3),
+                                                                                 UOp::ConstInt(2)})});
     case Op::RESHAPE:
       return MustCreate(op, f, {Tensor34()}, IntVec{2, 6});
     case Op::PERMUTE:
