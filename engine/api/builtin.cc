@@ -1,6 +1,7 @@
 // Builtin models: an engine/nn architecture with safetensors weights, run under the engine's JIT
 // trace cache. See engine.h (Engine::LoadBuiltin, Engine::RunBuiltin, BuiltinModel).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "engine/api/engine.h"
 #include "engine/api/engine_state.h"
 #include "engine/api/guard.h"
+#include "engine/api/symbolic_batch.h"
 #include "engine/base/clock.h"
 #include "engine/base/status.h"
 #include "engine/nn/models.h"
@@ -78,6 +80,9 @@ struct BuiltinModel::Impl {
   std::string trace_key;  // unique per loaded model: "builtin/<id>/<architecture>"
   std::shared_ptr<nn::Module> module;
   jit::JitFunction fn;    // eval-mode forward; holds the module
+  // The same over a symbolic batch (RunOptions::max_batch): its input's rows bounded by kBatchVar.
+  jit::JitFunction fn_rows;
+  mutable std::atomic<bool> rows_refused{false};  // Tensor::Rows refused the graph: a trace per batch size
   jit::TraceCache* traces = nullptr;
 };
 
@@ -150,6 +155,14 @@ absl::StatusOr<std::shared_ptr<const BuiltinModel>> Engine::LoadBuiltin(
       if (!y.ok()) return y.status();
       return std::vector<Tensor>{std::move(y)};
     };
+    impl->fn_rows = [module](const jit::JitArgs& args) -> absl::StatusOr<std::vector<Tensor>> {
+      nn::TrainingScope eval(false);
+      const Tensor& x = args.positional.at(0);
+      KILN_ASSIGN_OR_RETURN(UOpPtr batch, BindBatch(args, x.shape()[0]));
+      Tensor y = module->Forward(x.Rows(batch));
+      if (!y.ok()) return y.status();
+      return std::vector<Tensor>{std::move(y)};
+    };
     {
       absl::MutexLock l(&state_->mu);
       impl->trace_key = absl::StrCat("builtin/", state_->next_model_id++, "/", architecture);
@@ -195,14 +208,34 @@ absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model, const Ho
       absl::MutexLock run_lock(&state_->run_mu);
       ScopedRunControl scope(control);
       ScopedRealizeContext ctx_scope(state_->ctx);
-      Tensor x = Tensor::FromHost(input.data.data(), dtypes::kFloat32, input.shape, state_->device);
-      if (!x.ok()) return absl::InternalError(absl::StrCat("input: ", x.status().message()));
-      jit::JitArgs args;
-      args.positional.push_back(std::move(x));
+      // A symbolic batch: the input padded to max_batch rows, the batch size a Variable (one trace for every size).
+      const bool rows = options.max_batch > 1 && batch <= options.max_batch && !m.rows_refused.load();
       jit::TraceRunInfo info;
       info.time_launches = options.time_kernels;
+      auto run = [&](bool symbolic) -> absl::StatusOr<std::vector<Tensor>> {
+        jit::JitArgs args;
+        Tensor x;
+        if (symbolic) {
+          std::vector<int64_t> shape = input.shape;
+          shape[0] = options.max_batch;
+          const std::string padded = PadRows(input.data, input.data.size() / batch, options.max_batch);
+          x = Tensor::FromHost(padded.data(), dtypes::kFloat32, shape, state_->device);
+          args.vars[kBatchVar] = batch;
+        } else {
+          x = Tensor::FromHost(input.data.data(), dtypes::kFloat32, input.shape, state_->device);
+        }
+        if (!x.ok()) return absl::InternalError(absl::StrCat("input: ", x.status().message()));
+        args.positional.push_back(std::move(x));
+        return state_->traces.Run(m.trace_key, args, symbolic ? m.fn_rows : m.fn, &info);
+      };
       state_->ctx.StartRecording();
-      absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(m.trace_key, args, m.fn, &info);
+      absl::StatusOr<std::vector<Tensor>> out = run(rows);
+      if (rows && !out.ok() && IsRowsRefusal(out.status())) {
+        m.rows_refused.store(true);
+        (void)state_->ctx.TakeRecording();
+        state_->ctx.StartRecording();
+        out = run(false);
+      }
       const RealizeStats rec = state_->ctx.TakeRecording();
       if (!out.ok()) return FromTraceRun(out.status(), "run: ");
       if (out->size() != 1) return absl::InternalError("run: the model returned no single output");
@@ -212,7 +245,7 @@ absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model, const Ho
         AddRealizeStats(rec, &result);
       } else {
         result.jit_event = info.call == 1 ? "capture" : "replay";
-        result.schedules = rec.schedules;
+        AddCaptureStats(rec, &result);
         AddPlanKernels(info, state_->device, &result);
       }
       // After the recording: the copy may realize too.
@@ -222,7 +255,7 @@ absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model, const Ho
       host.shape.push_back(batch);
       host.shape.insert(host.shape.end(), m.output_shape.begin(), m.output_shape.end());
       host.data.resize(static_cast<size_t>(out_numel) * 4);
-      if (absl::Status st = (*out)[0].CopyToHost(host.data.data(), host.data.size()); !st.ok()) {
+      if (absl::Status st = (*out)[0].CopyPrefixToHost(host.data.data(), host.data.size()); !st.ok()) {
         return absl::InternalError(absl::StrCat("output: ", st.message()));
       }
       result.outputs.push_back(std::move(host));

@@ -104,6 +104,12 @@ struct RunOptions {
   // kernels that were recorded when compiled. A kernel it only reuses (compiled earlier while
   // nothing was recorded) is not recorded. With VIZ=1 every run is recorded anyway.
   bool viz = false;
+  // > 1: a symbolic batch dim (issue #20). Dim 0 of the inputs and outputs is a batch of at most `max_batch` rows: a
+  // builtin or ONNX model runs a batch of n <= max_batch rows padded to max_batch rows with n bound as a Variable
+  // (Tensor::Rows), so one captured trace serves every batch size (its kernels loop over n rows, taken at run time).
+  // A model whose graph mixes rows (a reduce over the batch: Tensor::Rows refuses it) falls back for good to a trace
+  // per batch size, as do batches over max_batch. kilnd sets it to the config's max_batch_size.
+  int64_t max_batch = 0;
 };
 
 // A host tensor handed to Run; `data` is not owned and must outlive the call.

@@ -50,6 +50,8 @@ using ::kiln::NanosSince;  // engine/base/clock.h
 
 // Adds a realization's statistics to a RunResult: its launches (timed), compiles and schedules.
 void AddRealizeStats(const RealizeStats& stats, RunResult* result);
+// What a JIT capture or replay recorded besides its plan's kernels (AddPlanKernels): schedules and compiles.
+void AddCaptureStats(const RealizeStats& stats, RunResult* result);
 // Adds a JIT capture's or replay's launches (a plan's kernels; copies left out): timed where
 // info.plan_seconds says so (one per plan call; < 0 = not timed), else untimed.
 // `info` (a jit::TraceRunInfo) carries the names, the costs and, when timed, the per-call seconds

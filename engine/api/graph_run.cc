@@ -102,6 +102,12 @@ void AddRealizeStats(const RealizeStats& stats, RunResult* result) {  // engine_
   result->schedules += stats.schedules;
 }
 
+void AddCaptureStats(const RealizeStats& stats, RunResult* result) {  // engine_state.h
+  result->kernels_compiled += stats.compiled;
+  result->compile_ns += static_cast<uint64_t>(stats.compile_seconds * 1e9);
+  result->schedules += stats.schedules;
+}
+
 void AddPlanKernels(const jit::TraceRunInfo& info, const std::string& device, RunResult* result) {  // engine_state.h
   const std::vector<double>& seconds = info.plan_seconds;
   for (size_t i = 0; i < info.plan_kernels.size(); ++i) {
@@ -281,9 +287,7 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
         if (info.call == 0) {
           AddRealizeStats(rec, &result);
         } else {
-          result.kernels_compiled += rec.compiled;
-          result.compile_ns += static_cast<uint64_t>(rec.compile_seconds * 1e9);
-          result.schedules += rec.schedules;
+          AddCaptureStats(rec, &result);
           AddPlanKernels(info, state_->device, &result);
         }
       } else if (Stopped(out.status())) {

@@ -269,7 +269,7 @@ absl::StatusOr<RunResult> Engine::RunOnnxUnguarded(const OnnxModel& model,
     if (result.jit_event == "run" || result.jit_event.empty()) {
       AddRealizeStats(rec, &result);
     } else {
-      result.schedules = rec.schedules;
+      AddCaptureStats(rec, &result);
     }
     for (size_t i = 0; i < g.outputs.size(); ++i) {
       HostTensor host;

@@ -28,6 +28,8 @@ absl::StatusOr<std::string> TraceCache::KeyOf(const std::string& model, const Ji
   for (size_t i = 0; i < args.positional.size(); ++i)
     KILN_RETURN_IF_ERROR(add(absl::StrCat(i), args.positional[i]));
   for (const auto& [name, t] : args.named) KILN_RETURN_IF_ERROR(add(name, t));
+  // The call's Variables by name, not value: one trace serves every value (a symbolic batch dim).
+  for (const auto& [name, v] : args.vars) absl::StrAppend(&key, "|var:", name);
   // BEAM's background searches: a trace captured before their choices were stored is not replayed after (the next
   // run captures one with the tuned kernels; engine/realize/beam.h).
   if (GetKnob(Knob::kBeam) > 0) absl::StrAppend(&key, "|beam", GetKnob(Knob::kBeam), "g", BeamGeneration());

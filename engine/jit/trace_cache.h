@@ -3,7 +3,7 @@
 // request's model function through it.
 //
 // Run(model, args, fn): the key is the model string plus, per input in JitArgs order, its name, shape, dtype and
-// device (and, under BEAM, the background-search generation: engine/realize/beam.h). A miss creates a TinyJit over `fn` (counted as a miss; when the cache is full the least recently used
+// device, plus the names (not the values) of the call's Variables (and, under BEAM, the background-search generation: engine/realize/beam.h). A miss creates a TinyJit over `fn` (counted as a miss; when the cache is full the least recently used
 // entry is evicted and counted); a hit reuses the entry's TinyJit (counted as a hit), which runs, captures or
 // replays according to its own call count. `fn` is used only when the entry is created: a model's function must not
 // change under the same model string (bump a version in the string instead).

@@ -697,7 +697,7 @@ absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shap
   return UOp::Make(Op::RESHAPE, dtype, {node}, IntVec(shape.begin(), shape.end()));
 }
 
-absl::Status ToHost(const UOpPtr& realized, void* dst, size_t nbytes) {
+absl::Status ToHost(const UOpPtr& realized, void* dst, size_t nbytes, bool prefix) {
   if (!realized) return absl::InvalidArgumentError("ToHost: null value");
   if (realize_internal::ActiveCapture() != nullptr)
     return absl::FailedPreconditionError(
@@ -708,10 +708,11 @@ absl::Status ToHost(const UOpPtr& realized, void* dst, size_t nbytes) {
     return absl::FailedPreconditionError("ToHost: the value is not a realized contiguous buffer (Realize it first)");
   auto buf = runtime::BufferTable::Global().Lookup(b);
   if (buf == nullptr) return absl::FailedPreconditionError("ToHost: the buffer has no device memory");
-  if (nbytes != buf->nbytes())
+  if (prefix ? nbytes > buf->nbytes() : nbytes != buf->nbytes())
     return absl::InvalidArgumentError(absl::StrCat("ToHost: nbytes is ", nbytes, ", the buffer holds ", buf->nbytes()));
   KILN_RETURN_IF_ERROR(buf->device()->Synchronize());
   if (nbytes == 0) return absl::OkStatus();
+  if (prefix) return buf->device()->allocator().CopyOut(dst, buf->memory(), nbytes);
   return buf->CopyOut(dst, nbytes);
 }
 

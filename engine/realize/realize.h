@@ -184,6 +184,6 @@ void SetKernelCacheLimits(size_t max_entries, size_t max_bytes);
 // Creates a realized buffer on `device` holding a copy of `data` (numel(shape) * dtype.ItemSize() bytes).
 absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shape, const std::string& device = "CPU");
 // Copies a realized value (as returned by Realize/FromHost) to host memory; nbytes must match exactly.
-absl::Status ToHost(const UOpPtr& realized, void* dst, size_t nbytes);
+absl::Status ToHost(const UOpPtr& realized, void* dst, size_t nbytes, bool prefix = false);
 
 }  // namespace kiln

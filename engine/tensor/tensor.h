@@ -462,9 +462,12 @@ class Tensor {
   absl::StatusOr<T> Item() const;
   // Realizes (a copy of) this tensor and copies its bytes to `dst` (nbytes must be numel*itemsize).
   absl::Status CopyToHost(void* dst, size_t nbytes) const;
+  // The same for the first `nbytes` (<= numel*itemsize) of the row-major values: the first rows of a batch.
+  absl::Status CopyPrefixToHost(void* dst, size_t nbytes) const;
 
  private:
   static Tensor Wrap(UOpPtr uop, UOpPtr device);
+  absl::Status CopyOut(void* dst, size_t nbytes, bool prefix) const;
   // Builds a node on this tensor's device; errors become error tensors.
   Tensor Node(Op op, DType dtype, absl::Span<const UOpPtr> src, Arg arg = {}) const;
   Tensor Node1(Op op, DType dtype, Arg arg = {}) const;

@@ -47,7 +47,11 @@ absl::Status Tensor::Realize(absl::Span<Tensor* const> tensors) {
   return absl::OkStatus();
 }
 
-absl::Status Tensor::CopyToHost(void* dst, size_t nbytes) const {
+absl::Status Tensor::CopyToHost(void* dst, size_t nbytes) const { return CopyOut(dst, nbytes, /*prefix=*/false); }
+
+absl::Status Tensor::CopyPrefixToHost(void* dst, size_t nbytes) const { return CopyOut(dst, nbytes, /*prefix=*/true); }
+
+absl::Status Tensor::CopyOut(void* dst, size_t nbytes, bool prefix) const {
   if (!ok()) return status_;
   Tensor t = *this;
   KILN_RETURN_IF_ERROR(t.Realize());
@@ -55,7 +59,7 @@ absl::Status Tensor::CopyToHost(void* dst, size_t nbytes) const {
     t = t.Contiguous();
     KILN_RETURN_IF_ERROR(t.Realize());
   }
-  return ::kiln::ToHost(t.uop_, dst, nbytes);
+  return ::kiln::ToHost(t.uop_, dst, nbytes, prefix);
 }
 
 absl::Status Tensor::ReadInto(void* dst, size_t nbytes, DType want) const {

@@ -9,6 +9,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "server/core/model_config.h"
+#include "server/core/onnx_config.h"
 
 namespace kiln::server {
 namespace {
@@ -95,7 +96,8 @@ const FieldRule* FindRule(std::string_view path) {
 
 // The `parameters` keys each platform reads.
 std::vector<std::string> KnownParameters(const inference::ModelConfig& config) {
-  if (config.platform() == kPlatformBuiltin) return {"architecture"};
+  if (config.platform() == kPlatformBuiltin) return {"architecture", "symbolic_batch"};
+  if (config.platform() == kPlatformOnnx || config.platform() == kPlatformOnnxruntime) return {"symbolic_batch"};
   if (config.platform() == kPlatformLlm) return {"max_ctx", "max_queue", "warm"};  // ReadLlmConfig
   return {};
 }
@@ -105,6 +107,8 @@ absl::Status CheckParameters(const inference::ModelConfig& config) {
   for (const auto& [key, value] : config.parameters()) {
     bool ok = false;
     for (const std::string& k : known) ok = ok || k == key;
+    if (ok && key == "symbolic_batch" && value.string_value() != "true" && value.string_value() != "false")
+      return absl::InvalidArgumentError("config parameters[\"symbolic_batch\"]: neither \"true\" nor \"false\"");
     if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat(
           "config parameters[\"", key.substr(0, 64), "\"]: not a parameter kilnd reads for platform ",

@@ -15,6 +15,7 @@
 #include "server/core/failpoint.h"
 #include "server/core/guard.h"
 #include "server/core/inference_binder.h"
+#include "server/core/model_config.h"
 #include "server/core/inference_server.h"
 
 namespace kiln::server {
@@ -133,6 +134,7 @@ std::vector<absl::StatusOr<InferResponse>> InferenceServer::ExecuteBatch(
     }
     api::RunOptions run_options = policy_.For(deadline, nullptr, std::max<int64_t>(0, max_response_bytes));
     run_options.label = version.name;
+    run_options.max_batch = SymbolicBatchRows(config);
     // One request asks to be recorded: the batched run is.
     for (size_t i : run) run_options.viz = run_options.viz || tasks[i]->request.viz;
     ExecutionTimes batch_times;

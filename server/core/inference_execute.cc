@@ -13,6 +13,7 @@
 #include "engine/api/model.h"
 #include "engine/api/status.h"
 #include "server/core/inference_binder.h"
+#include "server/core/model_config.h"
 #include "server/core/inference_server.h"
 
 namespace kiln::server {
@@ -26,6 +27,7 @@ void InferenceServer::ObserveRun(DeviceLane& lane, const std::string& model, con
   if (observer_ == nullptr) return;
   observer_->ObserveKernels(model, run.kernels);
   EngineRunObservation o;
+  o.model = model;
   o.compile_ns = run.compile_ns;
   o.kernels_compiled = run.kernels_compiled;
   o.jit = !run.jit_event.empty();
@@ -108,8 +110,10 @@ absl::StatusOr<InferResponse> InferenceServer::Execute(DeviceLane& lane, const M
   KILN_RETURN_IF_ERROR(BindInputs(config, request, valid, model->kind(), &bound));
   times->compute_input_ns = NanosSince(input_start);
 
+  api::RunOptions options = run_options;
+  options.max_batch = SymbolicBatchRows(config);
   absl::StatusOr<api::RunResult> run =
-      TimedRun(lane, [&] { return model->Run(bound.views, run_options); }, times, obs);
+      TimedRun(lane, [&] { return model->Run(bound.views, options); }, times, obs);
   if (!run.ok()) return run.status();
   ObserveModelGrowth(version, *model, *run);
 

@@ -13,6 +13,7 @@
 #include "server/core/config_support.h"
 #include "server/core/datatype.h"
 #include "server/core/limits.h"
+#include "server/core/onnx_config.h"
 
 namespace kiln::server {
 namespace {
@@ -307,6 +308,16 @@ absl::StatusOr<LlmConfig> ReadLlmConfig(const inference::ModelConfig& config) {
 }
 
 absl::Status CheckLlmConfig(const inference::ModelConfig& config) { return ReadLlmConfig(config).status(); }
+
+int64_t SymbolicBatchRows(const inference::ModelConfig& config) {
+  if (config.max_batch_size() < 2 ||
+      (config.platform() != kPlatformBuiltin && config.platform() != kPlatformOnnx &&
+       config.platform() != kPlatformOnnxruntime))
+    return 0;
+  auto it = config.parameters().find("symbolic_batch");
+  if (it != config.parameters().end() && it->second.string_value() == "false") return 0;
+  return config.max_batch_size();
+}
 
 std::string DefaultModelFilename(const inference::ModelConfig& config) {
   if (!config.default_model_filename().empty()) return config.default_model_filename();

@@ -54,4 +54,9 @@ struct LlmConfig {
 absl::StatusOr<LlmConfig> ReadLlmConfig(const inference::ModelConfig& config);
 absl::Status CheckLlmConfig(const inference::ModelConfig& config);
 
+// The batch bound of a symbolic batch dim (api::RunOptions::max_batch): max_batch_size for kiln_builtin and ONNX
+// models that batch, unless parameters { key: "symbolic_batch" value: { string_value: "false" } } turns it off (then
+// 0: a trace per batch size). CheckParameters refuses values other than "true" and "false".
+int64_t SymbolicBatchRows(const inference::ModelConfig& config);
+
 }  // namespace kiln::server

@@ -40,6 +40,7 @@ struct InferObservation {
 
 // One engine execution (a model's Infer or a kiln.v1 graph run).
 struct EngineRunObservation {
+  std::string model;            // "" for kiln.v1 graph runs
   uint64_t compile_ns = 0;      // lowering + compiling of this run's new kernels
   int kernels_compiled = 0;
   bool jit = false;             // ran through the JIT trace cache (builtin models)

@@ -133,6 +133,15 @@ Metrics::Metrics()
                      .Name("kiln_jit_cache_misses_total")
                      .Help("JIT trace cache lookups that created a new trace")
                      .Register(*registry_);
+  jit_traces_created_ = &BuildCounter()
+                            .Name("kiln_jit_traces_created_total")
+                            .Help("JIT traces created per model (a new input signature; a symbolic batch dim "
+                                  "makes one serve every batch size)")
+                            .Register(*registry_);
+  kernels_compiled_ = &BuildCounter()
+                           .Name("kiln_kernels_compiled_total")
+                           .Help("Kernels lowered and compiled by a model's runs")
+                           .Register(*registry_);
   jit_evictions_ = &BuildCounter()
                         .Name("kiln_jit_cache_evictions_total")
                         .Help("JIT traces evicted from the trace cache (LRU)")
@@ -323,6 +332,11 @@ void Metrics::ObserveEngineRun(const EngineRunObservation& o) {
         .Observe(static_cast<double>(o.compile_ns) * 1e-9);
   }
   if (o.jit) (o.jit_hit ? jit_hits_ : jit_misses_)->Add({{"device", device}}).Increment();
+  if (!o.model.empty()) {
+    if (o.jit && !o.jit_hit) jit_traces_created_->Add({{"model", o.model}}).Increment();
+    if (o.kernels_compiled > 0)
+      kernels_compiled_->Add({{"model", o.model}}).Increment(static_cast<double>(o.kernels_compiled));
+  }
   if (o.jit_evictions > 0) {
     jit_evictions_->Add({{"device", device}}).Increment(static_cast<double>(o.jit_evictions));
   }

@@ -11,6 +11,9 @@
 //   kiln_compile_duration_seconds   histogram {device}          per run that compiled kernels
 //   kiln_jit_cache_hits_total, kiln_jit_cache_misses_total, kiln_jit_cache_evictions_total
 //                                   counters  {device}          the builtin models' trace cache
+//   kiln_jit_traces_created_total   counter   {model}           trace-cache misses per model: a new trace
+//                                   (input signature); with a symbolic batch dim one serves every batch size
+//   kiln_kernels_compiled_total     counter   {model}           kernels lowered and compiled by the model's runs
 //   kiln_beam_searches_total        counter   {}                kernels searched by BEAM (--beam)
 //   kiln_beam_pending               gauge     {}                background searches queued or running
 //   kiln_beam_generation            gauge     {}                moves on when they drain (tuned kernels swap in)
@@ -144,6 +147,8 @@ class Metrics final : public InferObserver, public TrainingObserver {
   prometheus::Family<prometheus::Histogram>* compile_duration_;
   prometheus::Family<prometheus::Counter>* jit_hits_;
   prometheus::Family<prometheus::Counter>* jit_misses_;
+  prometheus::Family<prometheus::Counter>* jit_traces_created_;
+  prometheus::Family<prometheus::Counter>* kernels_compiled_;
   prometheus::Family<prometheus::Counter>* jit_evictions_;
   prometheus::Family<prometheus::Counter>* beam_searches_;
   prometheus::Family<prometheus::Gauge>* beam_pending_;

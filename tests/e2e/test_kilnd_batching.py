@@ -432,6 +432,63 @@ def test_stream_requests_are_batched(server, weights):
 
 
 # ---------------------------------------------------------------------------------------------
+# one trace for every batch size (a symbolic batch dim)
+
+
+@pytest.fixture(scope="module")
+def symbolic(tmp_path_factory, weights):
+    repo = tmp_path_factory.mktemp("symbolic")
+    for name, extra in (("cnn_symbolic", ""),
+                        ("cnn_concrete", 'parameters { key: "symbolic_batch" value { string_value: "false" } }\n')):
+        cnn_model(repo, name, weights, extra)
+        cfg = repo / name / "config.pbtxt"
+        cfg.write_text(cfg.read_text().replace("max_batch_size: 16", "max_batch_size: 64"))
+    port = _free_port()
+    s = Kilnd(repo, [f"--metrics-port={port}"])
+    s.metrics_url = f"http://127.0.0.1:{port}/metrics"
+    yield s
+    assert s.stop() == 0
+
+
+def test_one_trace_serves_every_batch_size(symbolic, weights):
+    """Batch sizes 1..64 of a max_batch_size 64 model: the first size creates the model's one JIT trace and compiles
+    its kernels; every later size replays it (kiln_jit_traces_created_total and kiln_kernels_compiled_total do not
+    move). Each answer is bit-equal to the same rows run with symbolic_batch off (a trace per size, every kernel
+    specialised to it) and close to numpy's forward pass."""
+    client = grpcclient.InferenceServerClient(url=symbolic.url)
+
+    def infer(model, x):
+        inp = grpcclient.InferInput("INPUT", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        return client.infer(model, [inp]).as_numpy("OUTPUT")
+
+    sym = {"model": "cnn_symbolic"}
+    outs = {}
+    for n in range(1, 65):
+        x = images(n, seed=1000 + n)
+        outs[n] = (x, infer("cnn_symbolic", x))
+        if n == 1:
+            first = scrape(symbolic.metrics_url)
+            assert total(first, "kiln_jit_traces_created", **sym) == 1
+            assert total(first, "kiln_kernels_compiled", **sym) >= 1
+    last = scrape(symbolic.metrics_url)
+    for metric in ("kiln_jit_traces_created", "kiln_kernels_compiled"):
+        assert total(last, metric, **sym) == total(first, metric, **sym), metric
+    for n, (x, got) in outs.items():
+        assert got.shape == (n, 10)
+        np.testing.assert_allclose(got, mnist_cnn_forward(weights, x), rtol=1e-4, atol=1e-4)
+    # The same rows through kernels specialised to each size (one trace per size: the contrast). Not bit-equal at
+    # every size: a specialised kernel may split its sums differently (64 rows: up to 1 ulp apart).
+    conc = {"model": "cnn_concrete"}
+    sizes = (1, 7, 33, 64)
+    for n in sizes:
+        x, got = outs[n]
+        np.testing.assert_allclose(got, infer("cnn_concrete", x), rtol=1e-5, atol=1e-6)
+    assert total(scrape(symbolic.metrics_url), "kiln_jit_traces_created", **conc) == len(sizes)
+    client.close()
+
+
+# ---------------------------------------------------------------------------------------------
 # instances
 
 
