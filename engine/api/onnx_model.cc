@@ -2,6 +2,7 @@
 #include "engine/api/onnx_model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <set>
@@ -11,6 +12,7 @@
 #include "engine/api/decode.h"
 #include "engine/api/engine_state.h"
 #include "engine/api/guard.h"
+#include "engine/api/symbolic_batch.h"
 #include "engine/base/sha256.h"
 #include "engine/base/status.h"
 #include "engine/onnx/model.h"
@@ -51,6 +53,21 @@ absl::StatusOr<Tensor> OutputTensor(const onnx::Value& v, const std::string& dev
   return absl::InternalError("an output has no value");
 }
 
+// Whether every input and output of the graph starts with one named symbolic dim (dim_param "N", "batch", ...): the
+// batch of a symbolic batch dim (RunOptions::max_batch).
+bool HasBatchParam(const OnnxSignature& s) {
+  std::string param;
+  for (const auto* list : {&s.inputs, &s.outputs}) {
+    for (const OnnxTensorInfo& t : *list) {
+      if (!t.has_shape || t.dims.empty() || t.dims[0] != -1 || t.dim_params.empty() || t.dim_params[0].empty())
+        return false;
+      if (param.empty()) param = t.dim_params[0];
+      if (t.dim_params[0] != param) return false;
+    }
+  }
+  return !param.empty();
+}
+
 }  // namespace
 
 struct OnnxModel::Impl {
@@ -61,6 +78,11 @@ struct OnnxModel::Impl {
   jit::TraceCache* traces = nullptr;
   onnx::WeightCache weights;
   jit::JitFunction fn;
+  // The same with every input's rows bounded by kBatchVar (a symbolic batch dim, RunOptions::max_batch); used when
+  // the graph's inputs and outputs share a symbolic first dim, until Tensor::Rows refuses the graph.
+  jit::JitFunction fn_rows;
+  bool batch_param = false;
+  std::atomic<bool> rows_refused{false};
   // Set by RunOnnx (under the engine's run_mu) for the trace function: this call's host inputs.
   const std::vector<onnx::HostArrayPtr>* current = nullptr;
   absl::Mutex mu;
@@ -111,12 +133,18 @@ absl::StatusOr<std::shared_ptr<const OnnxModel>> Engine::LoadOnnx(const std::str
     impl->trace_key = absl::StrCat("onnx/", state_->next_model_id++);
   }
   impl->traces = &state_->traces;
+  impl->batch_param = HasBatchParam(impl->signature);
   OnnxModel::Impl* raw = impl.get();
-  impl->fn = [raw](const jit::JitArgs& args) -> absl::StatusOr<std::vector<Tensor>> {
+  auto traced = [raw](const jit::JitArgs& args, bool rows) -> absl::StatusOr<std::vector<Tensor>> {
     const auto& g = *raw->model->graph;
     std::map<std::string, onnx::Value> feeds;
     for (size_t i = 0; i < g.inputs.size() && i < args.positional.size(); ++i) {
-      onnx::Value v = onnx::Value::Of(args.positional[i]);
+      Tensor x = args.positional[i];
+      if (rows) {
+        KILN_ASSIGN_OR_RETURN(UOpPtr batch, BindBatch(args, x.shape()[0]));
+        x = x.Rows(batch);
+      }
+      onnx::Value v = onnx::Value::Of(x);
       if (raw->current != nullptr) v.host = (*raw->current)[i];
       feeds[g.inputs[i].name] = std::move(v);
     }
@@ -133,6 +161,8 @@ absl::StatusOr<std::shared_ptr<const OnnxModel>> Engine::LoadOnnx(const std::str
     }
     return outs;
   };
+  impl->fn = [traced](const jit::JitArgs& args) { return traced(args, false); };
+  impl->fn_rows = [traced](const jit::JitArgs& args) { return traced(args, true); };
   return std::make_shared<const OnnxModel>(std::move(impl));
 }
 
@@ -213,26 +243,63 @@ absl::StatusOr<RunResult> Engine::RunOnnxUnguarded(const OnnxModel& model,
       result.jit_event = "";
       return absl::OkStatus();
     };
+    // A symbolic batch dim: every input's batch of n <= max_batch rows padded to max_batch rows, n a Variable.
+    int64_t batch = -1;
+    bool rows = options.max_batch > 1 && m.batch_param && !m.rows_refused.load() && value_inputs.empty();
+    for (size_t i = 0; rows && i < hosts.size(); ++i) {
+      const int64_t n = hosts[i]->shape.empty() ? -1 : hosts[i]->shape[0];
+      rows = n >= 1 && n <= options.max_batch && (batch < 0 || n == batch);
+      batch = n;
+    }
+    std::vector<onnx::HostArrayPtr> padded;
+    if (rows) {
+      for (const onnx::HostArrayPtr& h : hosts) {
+        auto p = std::make_shared<onnx::HostArray>();
+        p->dtype = h->dtype;
+        p->shape = h->shape;
+        p->shape[0] = options.max_batch;
+        const size_t row_bytes = h->bytes.size() / static_cast<size_t>(batch);
+        p->bytes.assign(row_bytes * static_cast<size_t>(options.max_batch), 0);
+        std::copy(h->bytes.begin(), h->bytes.end(), p->bytes.begin());
+        padded.push_back(std::move(p));
+      }
+    }
     if (eager) {
       KILN_RETURN_IF_ERROR(run_eager());
     } else {
-      jit::JitArgs args;
-      for (size_t i = 0; i < g.inputs.size(); ++i) {
-        const onnx::HostArray& a = *hosts[i];
-        Tensor t = Tensor::FromHost(a.bytes.data(), a.dtype, a.shape, m.device);
-        if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat("input '", g.inputs[i].name, "': ", t.status().message()));
-        args.positional.push_back(std::move(t));
-      }
+      auto args_of = [&](const std::vector<onnx::HostArrayPtr>& in) -> absl::StatusOr<jit::JitArgs> {
+        jit::JitArgs args;
+        for (size_t i = 0; i < g.inputs.size(); ++i) {
+          const onnx::HostArray& a = *in[i];
+          Tensor t = Tensor::FromHost(a.bytes.data(), a.dtype, a.shape, m.device);
+          if (!t.ok())
+            return absl::InvalidArgumentError(absl::StrCat("input '", g.inputs[i].name, "': ", t.status().message()));
+          args.positional.push_back(std::move(t));
+        }
+        if (&in == &padded) args.vars[kBatchVar] = batch;
+        return args;
+      };
+      KILN_ASSIGN_OR_RETURN(jit::JitArgs args, args_of(rows ? padded : hosts));
       // Inputs whose values shape the graph key the trace by their contents.
       std::string key = m.trace_key;
       for (int vi : value_inputs) {
         const onnx::HostArray& a = *hosts[vi];
         absl::StrAppend(&key, "|v", vi, "=", DigestHex(Sha256Of(std::string_view(reinterpret_cast<const char*>(a.bytes.data()), a.bytes.size()))));
       }
-      m.current = &hosts;
+      m.current = rows ? &padded : &hosts;
       jit::TraceRunInfo info;
       info.time_launches = options.time_kernels;
-      absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(key, args, m.fn, &info);
+      absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(key, args, rows ? m.fn_rows : m.fn, &info);
+      if (rows && !out.ok() && IsRowsRefusal(out.status())) {
+        // The graph mixes the batch's rows: a trace per batch size from now on.
+        m.rows_refused.store(true);
+        rows = false;
+        (void)state_->ctx.TakeRecording();
+        state_->ctx.StartRecording();
+        KILN_ASSIGN_OR_RETURN(args, args_of(hosts));
+        m.current = &hosts;
+        out = state_->traces.Run(key, args, m.fn, &info);
+      }
       m.current = nullptr;
       if (!out.ok()) {
         const std::string msg(out.status().message());
@@ -284,8 +351,12 @@ absl::StatusOr<RunResult> Engine::RunOnnxUnguarded(const OnnxModel& model,
         host.dtype = WireDTypeName(t.dtype());
         host.shape.assign(t.shape().begin(), t.shape().end());
         host.data.resize(static_cast<size_t>(t.numel() * t.dtype().ItemSize()));
+        if (rows && !host.shape.empty() && host.shape[0] == options.max_batch) {  // the batch's own rows
+          host.data.resize(host.data.size() / static_cast<size_t>(options.max_batch) * static_cast<size_t>(batch));
+          host.shape[0] = batch;
+        }
         if (!host.data.empty()) {
-          if (absl::Status st = t.CopyToHost(host.data.data(), host.data.size()); !st.ok()) {
+          if (absl::Status st = t.CopyPrefixToHost(host.data.data(), host.data.size()); !st.ok()) {
             return absl::InternalError(absl::StrCat("output '", host.name, "': ", st.message()));
           }
         }

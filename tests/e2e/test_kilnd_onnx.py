@@ -11,7 +11,9 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+import socket
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +25,15 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 
 from kilnd_launcher import Kilnd
+from prometheus_client.parser import text_string_to_metric_families
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def tiny_model(path: Path, **kw) -> None:
@@ -114,7 +123,9 @@ def setup(tmp_path_factory):
         'backend: "onnxruntime"\nmax_batch_size: 8\ninput [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\n'
         'output [{ name: "y" data_type: TYPE_FP32 dims: [3] }]\n')
     bad = write_bad_models(repo)
-    server = Kilnd(repo)
+    port = _free_port()
+    server = Kilnd(repo, [f"--metrics-port={port}"])
+    server.metrics_url = f"http://127.0.0.1:{port}/metrics"
     yield repo, server, bad
     server.stop()
 
@@ -169,6 +180,27 @@ def test_cnn_onnx_matches_onnxruntime_and_builtin_accuracy(setup):
                 np.testing.assert_allclose(out, sess.run(None, {"INPUT": batch})[0], rtol=1e-3, atol=1e-4)
     assert correct["cnn_onnx"] == correct["fashion_mnist"], correct
     assert abs(correct["cnn_onnx"] / len(images) - 0.8973) < 0.0005, correct
+
+
+def test_cnn_onnx_one_trace_for_every_batch_size(setup):
+    """The exported CNN's input and output share the symbolic first dim: batch sizes 1..64 (max_batch_size) all replay
+    the model's one JIT trace (a symbolic batch dim), each answer close to onnxruntime's."""
+    repo, server, _ = setup
+    sess = ort.InferenceSession(str(repo / "cnn_onnx" / "1" / "model.onnx"))
+    client = grpcclient.InferenceServerClient(server.url)
+    rng = np.random.default_rng(11)
+    for n in range(1, 65):
+        x = rng.random((n, 1, 28, 28), dtype=np.float32)
+        inp = grpcclient.InferInput("INPUT", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        out = client.infer("cnn_onnx", [inp]).as_numpy("OUTPUT")
+        assert out.shape == (n, 10)
+        np.testing.assert_allclose(out, sess.run(None, {"INPUT": x})[0], rtol=1e-3, atol=1e-4)
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as r:
+        text = r.read().decode()
+    created = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "kiln_jit_traces_created_total" and s.labels.get("model") == "cnn_onnx"]
+    assert created == [1.0], created
 
 
 def test_bad_models_are_load_errors_and_kilnd_keeps_serving(setup):
