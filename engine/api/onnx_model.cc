@@ -245,7 +245,7 @@ absl::StatusOr<RunResult> Engine::RunOnnxUnguarded(const OnnxModel& model,
     };
     // A symbolic batch dim: every input's batch of n <= max_batch rows padded to max_batch rows, n a Variable.
     int64_t batch = -1;
-    bool rows = options.max_batch > 1 && m.batch_param && !m.rows_refused.load() && value_inputs.empty();
+    bool rows = !eager && options.max_batch > 1 && m.batch_param && !m.rows_refused.load() && value_inputs.empty();
     for (size_t i = 0; rows && i < hosts.size(); ++i) {
       const int64_t n = hosts[i]->shape.empty() ? -1 : hosts[i]->shape[0];
       rows = n >= 1 && n <= options.max_batch && (batch < 0 || n == batch);

@@ -443,11 +443,41 @@ def symbolic(tmp_path_factory, weights):
         cnn_model(repo, name, weights, extra)
         cfg = repo / name / "config.pbtxt"
         cfg.write_text(cfg.read_text().replace("max_batch_size: 16", "max_batch_size: 64"))
+    centered_model(repo, "centered")
     port = _free_port()
     s = Kilnd(repo, [f"--metrics-port={port}"])
     s.metrics_url = f"http://127.0.0.1:{port}/metrics"
     yield s
     assert s.stop() == 0
+
+
+def centered_model(repo: Path, name: str) -> None:
+    """An ONNX model that mixes the batch's rows: Y = X - ReduceMean(X, axis 0), [N, 4]."""
+    from onnx import TensorProto, helper, save
+
+    g = helper.make_graph(
+        [helper.make_node("ReduceMean", ["X"], ["M"], axes=[0], keepdims=1), helper.make_node("Sub", ["X", "M"], ["Y"])],
+        "centered", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])])
+    (repo / name / "1").mkdir(parents=True)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), repo / name / "1" / "model.onnx")
+    (repo / name / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
+
+
+def test_a_model_that_mixes_rows_falls_back_to_a_trace_per_size(symbolic):
+    """The batch's rows cannot be bounded when the graph sums over them: the first run finds that (Tensor::Rows
+    refuses the graph) and the model runs with a trace per batch size, with right answers at every size."""
+    client = grpcclient.InferenceServerClient(url=symbolic.url)
+    rng = np.random.default_rng(4)
+    for n in (3, 1, 8, 3, 5):
+        x = rng.standard_normal((n, 4)).astype(np.float32)
+        inp = grpcclient.InferInput("X", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        got = client.infer("centered", [inp]).as_numpy("Y")
+        np.testing.assert_allclose(got, x - x.mean(axis=0, keepdims=True), rtol=1e-5, atol=1e-6)
+    created = total(scrape(symbolic.metrics_url), "kiln_jit_traces_created", model="centered")
+    assert created == 4, created  # one per size: 3, 1, 8, 5
+    client.close()
 
 
 def test_one_trace_serves_every_batch_size(symbolic, weights):
