@@ -2,6 +2,7 @@
 // (builtin models). Internal to engine/api; never included outside it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <optional>
@@ -81,6 +82,8 @@ struct PreparedGraph::Impl {
   mutable std::map<std::pair<std::string, std::string>, KernelStats> kernels ABSL_GUARDED_BY(mu);
   // Input signatures (trace keys) the JIT could not capture: they run eagerly.
   mutable absl::flat_hash_set<std::string> eager ABSL_GUARDED_BY(mu);
+  // Tensor::Rows refused the graph (it mixes the batch's rows): no symbolic batch dim (RunOptions::max_batch).
+  mutable std::atomic<bool> rows_refused{false};
 };
 
 struct Engine::State {

@@ -10,6 +10,7 @@
 #include "engine/api/decode.h"
 #include "engine/api/engine_state.h"
 #include "engine/api/guard.h"
+#include "engine/api/symbolic_batch.h"
 #include "engine/base/env.h"
 #include "engine/base/status.h"
 #include "engine/jit/trace_cache.h"
@@ -223,17 +224,40 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
     absl::MutexLock run_lock(&state_->run_mu);
     ScopedRunControl control_scope(control);
     ScopedRealizeContext ctx_scope(state_->ctx);
+    // A symbolic batch dim (RunOptions::max_batch): when every input's declared first dim is a run-time one (-1) and
+    // they all carry the same n <= max_batch rows, the inputs are padded to max_batch rows and bounded to n
+    // (Tensor::Rows), so one trace serves every n.
+    int64_t batch = -1;
+    bool rows = options.max_batch > 1 && !inputs.empty() && !g.rows_refused.load() && GetKnob(Knob::kJit) != 0;
+    for (size_t i = 0; rows && i < inputs.size(); ++i) {
+      const std::vector<int64_t>& declared = g.decoded.inputs[i].shape;
+      const int64_t n = inputs[i].shape.empty() ? -1 : inputs[i].shape[0];
+      rows = !declared.empty() && declared[0] == -1 && n >= 1 && n <= options.max_batch && (batch < 0 || n == batch);
+      batch = n;
+    }
     jit::JitArgs args;
     std::vector<UOpPtr> bound;
-    bound.reserve(inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      const DecodedInput& in = g.decoded.inputs[i];
-      Shape shape(inputs[i].shape.begin(), inputs[i].shape.end());
-      absl::StatusOr<UOpPtr> b = FromHost(inputs[i].data.data(), in.dtype, shape, state_->device);
-      if (!b.ok()) return absl::InternalError(absl::StrCat("inputs[", i, "]: ", b.status().message()));
-      bound.push_back(*b);
-      args.positional.push_back(Tensor(*std::move(b), state_->device));
-    }
+    auto bind_inputs = [&](bool symbolic) -> absl::Status {
+      args = jit::JitArgs{};
+      bound.clear();
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        const DecodedInput& in = g.decoded.inputs[i];
+        Shape shape(inputs[i].shape.begin(), inputs[i].shape.end());
+        std::string padded;
+        if (symbolic) {
+          padded = PadRows(inputs[i].data, inputs[i].data.size() / static_cast<size_t>(batch), options.max_batch);
+          shape[0] = options.max_batch;
+        }
+        absl::StatusOr<UOpPtr> b =
+            FromHost(symbolic ? padded.data() : inputs[i].data.data(), in.dtype, shape, state_->device);
+        if (!b.ok()) return absl::InternalError(absl::StrCat("inputs[", i, "]: ", b.status().message()));
+        bound.push_back(*b);
+        args.positional.push_back(Tensor(*std::move(b), state_->device));
+      }
+      if (symbolic) args.vars[kBatchVar] = batch;
+      return absl::OkStatus();
+    };
+    KILN_RETURN_IF_ERROR(bind_inputs(rows));
     // Every graph runs through the engine's trace cache, keyed by (graph, input signature): the first
     // call of a signature runs, the second captures, later ones replay the captured kernels with no
     // scheduling. A signature the JIT cannot capture (nothing to capture, an unsupported input) runs
@@ -244,14 +268,27 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
       absl::MutexLock l(&g.mu);
       eager = g.eager.contains(*trace_key);
     }
+    if (eager && rows) {  // the eager path runs the plain inputs
+      rows = false;
+      KILN_RETURN_IF_ERROR(bind_inputs(false));
+    }
     absl::Status st;
     if (!eager) {
       const DecodedGraph* decoded = &g.decoded;
       const GraphLimits* lim = &limits;
       const std::string device = state_->device;
-      jit::JitFunction fn = [decoded, lim, device](const jit::JitArgs& a) -> absl::StatusOr<std::vector<Tensor>> {
+      auto traced = [decoded, lim, device](const jit::JitArgs& a, bool symbolic) -> absl::StatusOr<std::vector<Tensor>> {
         std::vector<UOpPtr> in;
-        for (const Tensor& t : a.positional) in.push_back(t.uop());
+        for (const Tensor& t : a.positional) {
+          if (!symbolic) {
+            in.push_back(t.uop());
+            continue;
+          }
+          KILN_ASSIGN_OR_RETURN(UOpPtr b, BindBatch(a, t.shape()[0]));
+          Tensor r = t.Rows(b);
+          KILN_RETURN_IF_ERROR(r.status());
+          in.push_back(r.uop());
+        }
         KILN_ASSIGN_OR_RETURN(std::vector<UOpPtr> roots, BuildOutputs(*decoded, *lim, in));
         std::vector<Tensor> out;
         // An output that is an input or a view of one is copied, so the trace returns its own buffers.
@@ -261,12 +298,34 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
         }
         return out;
       };
+      jit::JitFunction fn = [traced](const jit::JitArgs& a) { return traced(a, false); };
+      jit::JitFunction fn_rows = [traced](const jit::JitArgs& a) { return traced(a, true); };
       state_->ctx.StartRecording();
       jit::TraceRunInfo info;
       // A graph's replays are timed per kernel, as its eager runs are (per-kernel metrics of
       // kiln_graph models; a host clock on CPU). Builtin and ONNX replays stay untimed.
       info.time_launches = true;  // kernels inside device graphs (JIT=2, CUDA) stay untimed
-      absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(g.trace_key, args, fn, &info);
+      absl::StatusOr<std::vector<Tensor>> out = state_->traces.Run(g.trace_key, args, rows ? fn_rows : fn, &info);
+      // Outputs of a bounded run carry the batch when their first dim is max_batch where the unpadded run's is n;
+      // anything else (an output that is not row by row) runs again unbounded, as a graph Tensor::Rows refuses does.
+      for (size_t i = 0; rows && out.ok() && i < out->size(); ++i) {
+        const Shape& got = (*out)[i].shape();
+        const Shape& want = out_shapes[i];
+        if (got.empty() || want.empty() || got[0] != options.max_batch || want[0] != batch ||
+            !std::equal(got.begin() + 1, got.end(), want.begin() + 1, want.end()))
+          out = absl::InvalidArgumentError("outputs: not the batch's rows (Tensor::Rows)");
+      }
+      if (rows && !out.ok() && IsRowsRefusal(out.status())) {
+        g.rows_refused.store(true);
+        rows = false;
+        state_->traces.Erase(g.trace_key);
+        (void)state_->ctx.TakeRecording();
+        state_->ctx.StartRecording();
+        KILN_RETURN_IF_ERROR(bind_inputs(false));
+        trace_key = jit::TraceCache::KeyOf(g.trace_key, args);
+        if (!trace_key.ok()) return trace_key.status();
+        out = state_->traces.Run(g.trace_key, args, fn, &info);
+      }
       if (out.ok()) {
         result.jit_hit = info.hit;
         result.jit_event = info.call == 0 ? "run" : info.call == 1 ? "capture" : "replay";
@@ -277,7 +336,11 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
           host.dtype = WireDTypeName(t.dtype());
           host.shape.assign(t.shape().begin(), t.shape().end());
           host.data.resize(static_cast<size_t>(t.numel() * t.dtype().ItemSize()));
-          if (!host.data.empty()) st = t.CopyToHost(host.data.data(), host.data.size());
+          if (rows) {  // the batch's own rows
+            host.data.resize(host.data.size() / static_cast<size_t>(options.max_batch) * static_cast<size_t>(batch));
+            host.shape[0] = batch;
+          }
+          if (!host.data.empty()) st = t.CopyPrefixToHost(host.data.data(), host.data.size());
           if (!st.ok()) st = absl::InternalError(absl::StrCat("outputs[", i, "]: ", st.message()));
           result.outputs.push_back(std::move(host));
         }
@@ -298,9 +361,15 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
         // Not capturable here: drop the trace, run this signature eagerly from now on (an error of
         // the graph itself comes back from the eager run).
         state_->traces.EraseKey(*trace_key);  // a failed call leaves a trace that cannot capture
-        absl::MutexLock l(&g.mu);
-        if (g.eager.size() < kMaxEagerSignatures) g.eager.insert(*trace_key);  // past it: tried again
+        {
+          absl::MutexLock l(&g.mu);
+          if (g.eager.size() < kMaxEagerSignatures) g.eager.insert(*trace_key);  // past it: tried again
+        }
         eager = true;
+        if (rows) {  // the eager path runs the plain inputs
+          rows = false;
+          KILN_RETURN_IF_ERROR(bind_inputs(false));
+        }
       }
     }
     if (eager) {

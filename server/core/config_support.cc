@@ -97,7 +97,9 @@ const FieldRule* FindRule(std::string_view path) {
 // The `parameters` keys each platform reads.
 std::vector<std::string> KnownParameters(const inference::ModelConfig& config) {
   if (config.platform() == kPlatformBuiltin) return {"architecture", "symbolic_batch"};
-  if (config.platform() == kPlatformOnnx || config.platform() == kPlatformOnnxruntime) return {"symbolic_batch"};
+  if (config.platform() == kPlatformOnnx || config.platform() == kPlatformOnnxruntime ||
+      config.platform() == kPlatformGraph)
+    return {"symbolic_batch"};
   if (config.platform() == kPlatformLlm) return {"max_ctx", "max_queue", "warm"};  // ReadLlmConfig
   return {};
 }

@@ -312,7 +312,7 @@ absl::Status CheckLlmConfig(const inference::ModelConfig& config) { return ReadL
 int64_t SymbolicBatchRows(const inference::ModelConfig& config) {
   if (config.max_batch_size() < 2 ||
       (config.platform() != kPlatformBuiltin && config.platform() != kPlatformOnnx &&
-       config.platform() != kPlatformOnnxruntime))
+       config.platform() != kPlatformOnnxruntime && config.platform() != kPlatformGraph))
     return 0;
   auto it = config.parameters().find("symbolic_batch");
   if (it != config.parameters().end() && it->second.string_value() == "false") return 0;

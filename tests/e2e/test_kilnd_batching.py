@@ -444,6 +444,7 @@ def symbolic(tmp_path_factory, weights):
         cfg = repo / name / "config.pbtxt"
         cfg.write_text(cfg.read_text().replace("max_batch_size: 16", "max_batch_size: 64"))
     centered_model(repo, "centered")
+    add_sub_model(repo, "add_sub_symbolic", 8, "")
     port = _free_port()
     s = Kilnd(repo, [f"--metrics-port={port}"])
     s.metrics_url = f"http://127.0.0.1:{port}/metrics"
@@ -462,6 +463,19 @@ def centered_model(repo: Path, name: str) -> None:
     (repo / name / "1").mkdir(parents=True)
     save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), repo / name / "1" / "model.onnx")
     (repo / name / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
+
+
+def test_one_trace_for_a_kiln_graph(symbolic):
+    """A kiln.v1 graph whose inputs' first dim is a run-time one: batch sizes 1..8 share one trace."""
+    client = grpcclient.InferenceServerClient(url=symbolic.url)
+    rng = np.random.default_rng(6)
+    for n in list(range(1, 9)) + [3, 8, 1]:
+        a, b = (rng.standard_normal((n, 16)).astype(np.float32) for _ in range(2))
+        r = client.infer("add_sub_symbolic", add_sub_inputs(grpcclient, a, b))
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
+    assert total(scrape(symbolic.metrics_url), "kiln_jit_traces_created", model="add_sub_symbolic") == 1
+    client.close()
 
 
 def test_a_model_that_mixes_rows_falls_back_to_a_trace_per_size(symbolic):
