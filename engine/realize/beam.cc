@@ -211,9 +211,18 @@ runtime::LaunchDims DimsOf(const codegen::Program& p) {
 }
 
 // One run of `c` from the initial contents (its time becomes c.seconds); its output buffers' bytes.
+// The values a candidate runs with: every Variable (a symbolic batch's row count) at its maximum, the largest work
+// the kernel will see.
+std::vector<int64_t> VarsAtMax(const codegen::Program& p) {
+  std::vector<int64_t> out;
+  for (const UOpPtr& v : p.vars) out.push_back(std::get<VarArg>(v->arg()).max);
+  return out;
+}
+
 absl::StatusOr<std::vector<std::string>> CheckedRun(runtime::Device& dev, Candidate& c, Scratch& s) {
   KILN_RETURN_IF_ERROR(ResetScratch(s));
-  KILN_ASSIGN_OR_RETURN(const double secs, c.runner->Launch(s.mems, {}, DimsOf(c.program), /*timed=*/true));
+  KILN_ASSIGN_OR_RETURN(const double secs,
+                        c.runner->Launch(s.mems, VarsAtMax(c.program), DimsOf(c.program), /*timed=*/true));
   KILN_RETURN_IF_ERROR(dev.Synchronize());
   c.seconds = secs;
   std::vector<std::string> out;
@@ -333,7 +342,6 @@ absl::StatusOr<BeamChoice> SearchCandidates(runtime::Device& dev, const UOpPtr& 
     base.program = *std::move(bp);
     all.push_back(std::move(base));
   }
-  if (!all[0].program.vars.empty()) return choice;
   const size_t uop_cap = std::max(kMinUopCap, kMaxUopGrowth * all[0].program.uops.size());
   KILN_ASSIGN_OR_RETURN(const codegen::Renderer* renderer, codegen::RendererFor(dev.renderer()));
   absl::flat_hash_set<std::string> seen;
@@ -376,7 +384,7 @@ absl::StatusOr<BeamChoice> SearchCandidates(runtime::Device& dev, const UOpPtr& 
     const runtime::LaunchDims dims = DimsOf(c.program);
     // The checked run is the first timed one; more runs only for a candidate that may win.
     for (int r = 1; r < kTimedRuns && c.seconds <= kSlowFactor * best && c.seconds <= budget; ++r) {
-      absl::StatusOr<double> s = c.runner->Launch(scratch.mems, {}, dims, /*timed=*/true);
+      absl::StatusOr<double> s = c.runner->Launch(scratch.mems, VarsAtMax(c.program), dims, /*timed=*/true);
       if (!s.ok() || !dev.Synchronize().ok()) return false;
       c.seconds = std::min(c.seconds, *s);
     }

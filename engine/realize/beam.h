@@ -16,7 +16,8 @@
 //    beam's best, or when BEAM_BUDGET seconds have gone (checked between rounds and between candidates).
 //  - The winner is the fastest kernel seen, the heuristic's included, so BEAM never makes a kernel slower (as
 //    measured).
-// Kernels with symbolic variables (DEFINE_VAR) and devices that do not execute (NULL) keep the heuristic.
+// Kernels with symbolic variables (DEFINE_VAR: a symbolic batch dim) are searched with each Variable at its maximum;
+// devices that do not execute (NULL) keep the heuristic.
 //
 // The cache (BeamOpts): the choice is stored in runtime::CompileCache (memory, then the SQLite file shared by every
 // process; CACHELEVEL=0 keeps it in memory) under "beam:" + SHA-256 of (device, renderer, compiler CacheKey --

@@ -20,9 +20,9 @@ also from the C++ grpc_infer_bench (build/release/tests/bench/grpc_infer_bench, 
 every run the model's KServe v2 statistics are read: inference_count / execution_count is the mean batch
 each server executed. For kiln, kilnd's Prometheus counters kiln_jit_cache_misses_total and
 kiln_compile_duration_seconds_count are read before and after a sweep that sends three requests of
-each batch size 1..64 (before the load: kiln's JIT runs a new batch size, captures it on its second
-request and replays it from the third, so the sweep leaves every size the batcher may form captured),
-and again around the load.
+each batch size 1..64 (before the load: with kiln's symbolic batch dim every size replays the model's one
+trace, so the sweep should compile nothing; with `symbolic_batch` off a new size runs, is captured on its
+second request and replayed from the third), and again around the load.
 
 Client and servers share this machine's cores: the figures compare servers under the same client,
 not absolute capacity.
