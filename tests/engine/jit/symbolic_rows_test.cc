@@ -5,7 +5,10 @@
 // On the CPU backend, or on $KILN_TEST_DEVICE (INTERP, CL; CMakeLists.txt also runs it with JIT=2).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -140,6 +143,73 @@ TEST_F(SymbolicRowsTest, RowPreservingViewsAndReducesAreAllowed) {
     ASSERT_EQ(got.size(), full.size());
     for (int64_t i = 0; i < n * 3; ++i) EXPECT_EQ(got[i], full[i]) << "n=" << n << " i=" << i;
   }
+}
+
+// Random row-preserving graphs: chains of elementwise ops, inner reduces (kept and reshaped away), inner permutes,
+// pads, shrinks, flips, reshapes that keep dim 0, broadcasts of unbounded tensors and matmuls, realized with and
+// without the bound. The bounded result's first n rows must be bit-equal to the full one's on the CPU and INTERP
+// (only the row loop's bound differs); on devices with work-groups (CL) within 1e-5: their opts size work-groups and
+// split reduces from the launch dims, which the symbolic row axis (a loop, not a launch dim) changes.
+TEST_F(SymbolicRowsTest, RandomRowPreservingGraphsMatchTheFullComputation) {
+  std::mt19937 pick(2026);
+  auto coin = [&](int n) { return static_cast<int>(pick() % static_cast<uint32_t>(n)); };
+  int checked = 0;
+  const bool exact = TestDevice() == "CPU" || TestDevice() == "INTERP";
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t cols = 2 + coin(5), inner = 2 + coin(4);
+    Tensor x = RandT({kMaxRows, cols, inner});
+    // Unbounded operands by shape, made on first use, so both runs of f read the same ones: of the full shape (their
+    // first rows are read) or of one row (broadcast over the rows).
+    std::map<std::vector<int64_t>, Tensor> consts;
+    auto operand = [&](const Shape& d, bool one_row) {
+      std::vector<int64_t> shape(d.begin(), d.end());
+      if (one_row) shape[0] = 1;
+      auto it = consts.find(shape);
+      if (it == consts.end()) it = consts.emplace(shape, RandT(shape)).first;
+      return one_row ? it->second.Expand(d) : it->second;
+    };
+    std::vector<int> steps;
+    for (int k = 0; k < 6; ++k) steps.push_back(coin(9));
+    auto f = [&](const Tensor& t) {
+      Tensor h = t;
+      int c = 0;
+      for (int step : steps) {
+        const Shape s = h.shape();
+        if (s.size() != 3) h = h.Reshape({kMaxRows, s[1], -1});
+        const Shape& d = h.shape();
+        switch (step) {
+          case 0: h = (h * operand(d, (c++ % 2) == 0)).Exp(); break;
+          case 1: h = h.Sum(2, /*keepdim=*/true) + h; break;
+          case 2: h = h.Max(1, /*keepdim=*/true).Expand(d) - h.Relu(); break;
+          case 3: h = h.Permute({0, 2, 1}); break;
+          case 4: h = h.Pad({{0, 0}, {1, 0}, {0, 2}}).Flip({2}); break;
+          case 5: h = d[2] > 1 ? h.Shrink({{0, d[0]}, {0, d[1]}, {1, d[2]}}) : h.Sqrt(); break;
+          case 6: h = h.Reshape({kMaxRows, d[1] * d[2], 1}); break;
+          case 7: h = h.Matmul(Tensor::Ones({d[2], 3}, dtypes::kFloat32, TestDevice()) * 0.5f); break;
+          default: h = h.Softmax(1); break;
+        }
+      }
+      return h.Sum(2);
+    };
+    const Tensor full_t = f(x);
+    ASSERT_TRUE(full_t.ok()) << full_t.status();
+    const std::vector<float> full = Vals(full_t);
+    const int64_t n = 1 + coin(kMaxRows);
+    const std::vector<float> got = Vals(f(x.Rows(Rows(n))));
+    ASSERT_EQ(got.size(), full.size()) << "trial " << trial;
+    const size_t row = full.size() / kMaxRows;
+    for (size_t i = 0; i < static_cast<size_t>(n) * row; ++i) {
+      if (std::isnan(full[i])) {
+        EXPECT_TRUE(std::isnan(got[i])) << "trial " << trial << " n=" << n << " i=" << i;
+      } else if (exact) {
+        ASSERT_EQ(got[i], full[i]) << "trial " << trial << " n=" << n << " i=" << i;
+      } else {
+        ASSERT_NEAR(got[i], full[i], 1e-5 * std::max(1.0f, std::fabs(full[i]))) << "trial " << trial << " i=" << i;
+      }
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 40);
 }
 
 // Graphs whose first rows would read the unspecified ones are refused at realize, naming the op.
