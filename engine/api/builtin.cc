@@ -218,8 +218,7 @@ absl::StatusOr<RunResult> Engine::RunBuiltin(const BuiltinModel& model, const Ho
         if (symbolic) {
           std::vector<int64_t> shape = input.shape;
           shape[0] = options.max_batch;
-          const std::string padded = PadRows(input.data, input.data.size() / batch, options.max_batch);
-          x = Tensor::FromHost(padded.data(), dtypes::kFloat32, shape, state_->device);
+          x = Tensor::FromHostPrefix(input.data.data(), input.data.size(), dtypes::kFloat32, shape, state_->device);
           args.vars[kBatchVar] = batch;
         } else {
           x = Tensor::FromHost(input.data.data(), dtypes::kFloat32, input.shape, state_->device);

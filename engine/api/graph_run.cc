@@ -243,13 +243,12 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
       for (size_t i = 0; i < inputs.size(); ++i) {
         const DecodedInput& in = g.decoded.inputs[i];
         Shape shape(inputs[i].shape.begin(), inputs[i].shape.end());
-        std::string padded;
-        if (symbolic) {
-          padded = PadRows(inputs[i].data, inputs[i].data.size() / static_cast<size_t>(batch), options.max_batch);
+        std::optional<size_t> prefix;
+        if (symbolic) {  // the batch's rows; the padding rows are not copied (unspecified)
           shape[0] = options.max_batch;
+          prefix = inputs[i].data.size();
         }
-        absl::StatusOr<UOpPtr> b =
-            FromHost(symbolic ? padded.data() : inputs[i].data.data(), in.dtype, shape, state_->device);
+        absl::StatusOr<UOpPtr> b = FromHost(inputs[i].data.data(), in.dtype, shape, state_->device, prefix);
         if (!b.ok()) return absl::InternalError(absl::StrCat("inputs[", i, "]: ", b.status().message()));
         bound.push_back(*b);
         args.positional.push_back(Tensor(*std::move(b), state_->device));

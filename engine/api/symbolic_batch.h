@@ -1,13 +1,9 @@
-// A symbolic batch dim for the engine's model paths (RunOptions::max_batch, issue #20): a batch of n rows runs padded
-// to max_batch rows, with n bound to the Variable kBatchVar on the inputs (Tensor::Rows), so one captured trace of a
-// model serves every n. Internal to engine/api.
+// A symbolic batch dim for the engine's model paths (RunOptions::max_batch, issue #20): a batch of n rows runs in
+// buffers of max_batch rows (only the n rows copied in: Tensor::FromHostPrefix), with n bound to the Variable
+// kBatchVar on the inputs (Tensor::Rows), so one captured trace of a model serves every n. Internal to engine/api.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <string>
-#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -31,13 +27,6 @@ inline absl::StatusOr<UOpPtr> BindBatch(const jit::JitArgs& args, int64_t rows) 
 // with a trace per batch size.
 inline bool IsRowsRefusal(const absl::Status& st) {
   return absl::IsInvalidArgument(st) && st.message().find("Tensor::Rows") != absl::string_view::npos;
-}
-
-// `data` (n rows of `row_bytes`) followed by zero rows up to `max_rows`.
-inline std::string PadRows(std::string_view data, size_t row_bytes, int64_t max_rows) {
-  std::string out(row_bytes * static_cast<size_t>(max_rows), '\0');
-  std::memcpy(out.data(), data.data(), std::min(data.size(), out.size()));
-  return out;
 }
 
 }  // namespace kiln::api

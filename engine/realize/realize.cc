@@ -680,7 +680,8 @@ absl::StatusOr<std::vector<UOpPtr>> Realize(absl::Span<const UOpPtr> roots, cons
   return std::move(r.outputs);
 }
 
-absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shape, const std::string& device) {
+absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shape, const std::string& device,
+                                std::optional<size_t> prefix_bytes) {
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0) return absl::InvalidArgumentError("FromHost: negative dimension");
@@ -690,7 +691,14 @@ absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shap
     return absl::InvalidArgumentError(absl::StrCat("FromHost: invalid dtype ", dtype.Name()));
   KILN_ASSIGN_OR_RETURN(runtime::Device * dev, runtime::GetDevice(device));
   KILN_ASSIGN_OR_RETURN(auto buf, runtime::Buffer::Create(dev, dtype, n));
-  if (n > 0) KILN_RETURN_IF_ERROR(buf->CopyIn(data, buf->nbytes()));
+  if (prefix_bytes.has_value()) {
+    if (*prefix_bytes > buf->nbytes())
+      return absl::InvalidArgumentError(
+          absl::StrCat("FromHost: ", *prefix_bytes, " bytes of data for a buffer of ", buf->nbytes()));
+    if (*prefix_bytes > 0) KILN_RETURN_IF_ERROR(dev->allocator().CopyIn(buf->memory(), data, *prefix_bytes));
+  } else if (n > 0) {
+    KILN_RETURN_IF_ERROR(buf->CopyIn(data, buf->nbytes()));
+  }
   UOpPtr node = NewBuffer(dtype, n, dev->name());
   KILN_RETURN_IF_ERROR(runtime::BufferTable::Global().Attach(node.get(), std::move(buf)));
   if (shape.size() == 1) return node;

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -181,9 +182,13 @@ RealizeStats LastRealizeStats();
 KernelCacheStats GetKernelCacheStats();
 void SetKernelCacheLimits(size_t max_entries, size_t max_bytes);
 
-// Creates a realized buffer on `device` holding a copy of `data` (numel(shape) * dtype.ItemSize() bytes).
-absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shape, const std::string& device = "CPU");
-// Copies a realized value (as returned by Realize/FromHost) to host memory; nbytes must match exactly.
+// Creates a realized buffer on `device` holding a copy of `data` (numel(shape) * dtype.ItemSize() bytes). With
+// `prefix_bytes` (<= that size), only the first prefix_bytes come from `data` and the rest is left unspecified (the
+// rows past a symbolic batch's count).
+absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shape, const std::string& device = "CPU",
+                                std::optional<size_t> prefix_bytes = std::nullopt);
+// Copies a realized value (as returned by Realize/FromHost) to host memory; nbytes must match exactly, or with
+// `prefix` be at most the value's size (its first nbytes).
 absl::Status ToHost(const UOpPtr& realized, void* dst, size_t nbytes, bool prefix = false);
 
 }  // namespace kiln

@@ -230,6 +230,10 @@ class Tensor {
   // Host data (kiln_tensor_realize): a realized buffer holding a copy of `data`.
   static Tensor FromHost(const void* data, DType dtype, absl::Span<const int64_t> shape,
                          const std::string& device = "CPU");
+  // A realized buffer of `shape` whose first `nbytes` are a copy of `data` and whose rest is unspecified: the first
+  // rows of a symbolic batch (Rows) without copying the rest.
+  static Tensor FromHostPrefix(const void* data, size_t nbytes, DType dtype, absl::Span<const int64_t> shape,
+                               const std::string& device = "CPU");
   template <typename T>
   static Tensor FromVector(const std::vector<T>& data, absl::Span<const int64_t> shape,
                            const std::string& device = "CPU");
@@ -468,6 +472,8 @@ class Tensor {
  private:
   static Tensor Wrap(UOpPtr uop, UOpPtr device);
   absl::Status CopyOut(void* dst, size_t nbytes, bool prefix) const;
+  static Tensor FromHostBytes(const void* data, std::optional<size_t> nbytes, DType dtype,
+                              absl::Span<const int64_t> shape, const std::string& device);
   // Builds a node on this tensor's device; errors become error tensors.
   Tensor Node(Op op, DType dtype, absl::Span<const UOpPtr> src, Arg arg = {}) const;
   Tensor Node1(Op op, DType dtype, Arg arg = {}) const;

@@ -20,9 +20,19 @@ bool IsPlainBuffer(const UOpPtr& u) {
 }  // namespace
 
 Tensor Tensor::FromHost(const void* data, DType dtype, absl::Span<const int64_t> shape, const std::string& device) {
+  return FromHostBytes(data, std::nullopt, dtype, shape, device);
+}
+
+Tensor Tensor::FromHostPrefix(const void* data, size_t nbytes, DType dtype, absl::Span<const int64_t> shape,
+                              const std::string& device) {
+  return FromHostBytes(data, nbytes, dtype, shape, device);
+}
+
+Tensor Tensor::FromHostBytes(const void* data, std::optional<size_t> nbytes, DType dtype,
+                             absl::Span<const int64_t> shape, const std::string& device) {
   if (absl::Status st = CheckShape("FromHost", shape); !st.ok()) return FromStatus(st);
   if (!IsValueDType(dtype)) return FromStatus(Invalid("FromHost", "invalid dtype ", dtype.Name()));
-  absl::StatusOr<UOpPtr> u = ::kiln::FromHost(data, dtype, Shape(shape.begin(), shape.end()), device);
+  absl::StatusOr<UOpPtr> u = ::kiln::FromHost(data, dtype, Shape(shape.begin(), shape.end()), device, nbytes);
   if (!u.ok()) return FromStatus(u.status());
   return Tensor(*std::move(u), device);
 }
