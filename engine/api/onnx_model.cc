@@ -68,6 +68,25 @@ bool HasBatchParam(const OnnxSignature& s) {
   return !param.empty();
 }
 
+// Whether the graph (or a subgraph) may read a tensor's first dim as a value: Size, or Shape from dim 0. Under a
+// symbolic batch dim that value would be max_batch, not the batch size (a model that scales by its batch size would
+// be wrong), so such graphs keep a trace per batch size. Conservative: a Shape feeding only a Reshape counts too.
+bool ReadsDim0Size(const onnx::Graph& g) {
+  for (const onnx::Node& n : g.nodes) {
+    if (n.domain.empty() && n.op == "Size") return true;
+    if (n.domain.empty() && n.op == "Shape") {
+      const onnx::Attribute* start = n.Find("start");
+      if (start == nullptr || start->i <= 0) return true;
+    }
+    for (const onnx::Attribute& a : n.attributes) {
+      if (a.g != nullptr && ReadsDim0Size(*a.g)) return true;
+      for (const std::shared_ptr<const onnx::Graph>& sub : a.graphs)
+        if (sub != nullptr && ReadsDim0Size(*sub)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 struct OnnxModel::Impl {
@@ -79,7 +98,8 @@ struct OnnxModel::Impl {
   onnx::WeightCache weights;
   jit::JitFunction fn;
   // The same with every input's rows bounded by kBatchVar (a symbolic batch dim, RunOptions::max_batch); used when
-  // the graph's inputs and outputs share a symbolic first dim, until Tensor::Rows refuses the graph.
+  // the graph's inputs and outputs share a symbolic first dim and no Shape/Size reads it (ReadsDim0Size), until
+  // Tensor::Rows refuses the graph.
   jit::JitFunction fn_rows;
   bool batch_param = false;
   std::atomic<bool> rows_refused{false};
@@ -133,7 +153,7 @@ absl::StatusOr<std::shared_ptr<const OnnxModel>> Engine::LoadOnnx(const std::str
     impl->trace_key = absl::StrCat("onnx/", state_->next_model_id++);
   }
   impl->traces = &state_->traces;
-  impl->batch_param = HasBatchParam(impl->signature);
+  impl->batch_param = HasBatchParam(impl->signature) && !ReadsDim0Size(*m->graph);
   OnnxModel::Impl* raw = impl.get();
   auto traced = [raw](const jit::JitArgs& args, bool rows) -> absl::StatusOr<std::vector<Tensor>> {
     const auto& g = *raw->model->graph;

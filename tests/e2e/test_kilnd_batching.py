@@ -444,6 +444,7 @@ def symbolic(tmp_path_factory, weights):
         cfg = repo / name / "config.pbtxt"
         cfg.write_text(cfg.read_text().replace("max_batch_size: 16", "max_batch_size: 64"))
     centered_model(repo, "centered")
+    batch_scaled_model(repo, "batch_scaled")
     add_sub_model(repo, "add_sub_symbolic", 8, "")
     port = _free_port()
     s = Kilnd(repo, [f"--metrics-port={port}"])
@@ -475,6 +476,34 @@ def test_one_trace_for_a_kiln_graph(symbolic):
         np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
         np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
     assert total(scrape(symbolic.metrics_url), "kiln_jit_traces_created", model="add_sub_symbolic") == 1
+    client.close()
+
+
+def batch_scaled_model(repo: Path, name: str) -> None:
+    """An ONNX model that reads its batch size as a value: Y = X * float(Shape(X)[0]), [N, 4]."""
+    from onnx import TensorProto, helper, save
+
+    idx = helper.make_tensor("zero", TensorProto.INT64, [], [0])
+    g = helper.make_graph(
+        [helper.make_node("Shape", ["X"], ["S"]), helper.make_node("Gather", ["S", "zero"], ["N"], axis=0),
+         helper.make_node("Cast", ["N"], ["F"], to=TensorProto.FLOAT), helper.make_node("Mul", ["X", "F"], ["Y"])],
+        "batch_scaled", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])], [idx])
+    (repo / name / "1").mkdir(parents=True)
+    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), repo / name / "1" / "model.onnx")
+    (repo / name / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
+
+
+def test_a_model_that_reads_its_batch_size_keeps_a_trace_per_size(symbolic):
+    """Shape(X)[0] as a value: under a symbolic batch it would be max_batch_size, so the model is not run symbolic."""
+    client = grpcclient.InferenceServerClient(url=symbolic.url)
+    rng = np.random.default_rng(5)
+    for n in (2, 5, 2):
+        x = rng.standard_normal((n, 4)).astype(np.float32)
+        inp = grpcclient.InferInput("X", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        np.testing.assert_allclose(client.infer("batch_scaled", [inp]).as_numpy("Y"), x * n, rtol=1e-6)
+    assert total(scrape(symbolic.metrics_url), "kiln_jit_traces_created", model="batch_scaled") == 2
     client.close()
 
 
