@@ -147,12 +147,9 @@ absl::StatusOr<UOpPtr> LowerGpuDims(const UOpPtr& sink, LowerContext& ctx) {
     return sink;
   };
   if (!ctx.target.has_local) return unchanged();
-  // Axes of symbolic size (a Variable-bound batch) stay loops inside every work-item; the rest become launch dims.
-  std::vector<UOpPtr> globals;
-  for (const UOpPtr& r : AxesOfType(sink, ctx, {AxisType::kLoop, AxisType::kGlobal})) {
-    int64_t size = 0;
-    if (ConstInt(r->src(0), &size)) globals.push_back(r);
-  }
+  // Axes of symbolic size (a Variable-bound batch; AxesOfType leaves them out) stay loops inside every work-item; the
+  // rest become launch dims.
+  std::vector<UOpPtr> globals = AxesOfType(sink, ctx, {AxisType::kLoop, AxisType::kGlobal});
   std::vector<UOpPtr> locals = AxesOfType(sink, ctx, {AxisType::kLocal, AxisType::kGroupReduce});
   absl::flat_hash_map<const UOp*, UOpPtr> map;
   for (int i = 0; i < 3; ++i) ctx.global_size[i] = ctx.local_size[i] = 1;

@@ -453,17 +453,23 @@ def symbolic(tmp_path_factory, weights):
     assert s.stop() == 0
 
 
-def centered_model(repo: Path, name: str) -> None:
-    """An ONNX model that mixes the batch's rows: Y = X - ReduceMean(X, axis 0), [N, 4]."""
+def x_to_y_model(repo: Path, name: str, nodes: list, initializers: tuple = ()) -> None:
+    """An ONNX model X [N, 4] -> Y [N, 4] from `nodes`, max_batch_size 8."""
     from onnx import TensorProto, helper, save
 
-    g = helper.make_graph(
-        [helper.make_node("ReduceMean", ["X"], ["M"], axes=[0], keepdims=1), helper.make_node("Sub", ["X", "M"], ["Y"])],
-        "centered", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])])
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])], list(initializers))
     (repo / name / "1").mkdir(parents=True)
     save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), repo / name / "1" / "model.onnx")
     (repo / name / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
+
+
+def centered_model(repo: Path, name: str) -> None:
+    """An ONNX model that mixes the batch's rows: Y = X - ReduceMean(X, axis 0)."""
+    from onnx import helper
+
+    x_to_y_model(repo, name, [helper.make_node("ReduceMean", ["X"], ["M"], axes=[0], keepdims=1),
+                              helper.make_node("Sub", ["X", "M"], ["Y"])])
 
 
 def test_one_trace_for_a_kiln_graph(symbolic):
@@ -480,18 +486,14 @@ def test_one_trace_for_a_kiln_graph(symbolic):
 
 
 def batch_scaled_model(repo: Path, name: str) -> None:
-    """An ONNX model that reads its batch size as a value: Y = X * float(Shape(X)[0]), [N, 4]."""
-    from onnx import TensorProto, helper, save
+    """An ONNX model that reads its batch size as a value: Y = X * float(Shape(X)[0])."""
+    from onnx import TensorProto, helper
 
-    idx = helper.make_tensor("zero", TensorProto.INT64, [], [0])
-    g = helper.make_graph(
-        [helper.make_node("Shape", ["X"], ["S"]), helper.make_node("Gather", ["S", "zero"], ["N"], axis=0),
-         helper.make_node("Cast", ["N"], ["F"], to=TensorProto.FLOAT), helper.make_node("Mul", ["X", "F"], ["Y"])],
-        "batch_scaled", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])], [idx])
-    (repo / name / "1").mkdir(parents=True)
-    save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), repo / name / "1" / "model.onnx")
-    (repo / name / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
+    x_to_y_model(repo, name,
+                 [helper.make_node("Shape", ["X"], ["S"]), helper.make_node("Gather", ["S", "zero"], ["N"], axis=0),
+                  helper.make_node("Cast", ["N"], ["F"], to=TensorProto.FLOAT),
+                  helper.make_node("Mul", ["X", "F"], ["Y"])],
+                 (helper.make_tensor("zero", TensorProto.INT64, [], [0]),))
 
 
 def test_a_model_that_reads_its_batch_size_keeps_a_trace_per_size(symbolic):

@@ -16,47 +16,23 @@
 #include "backends/register_all.h"
 #include "engine/base/status.h"
 #include "engine/jit/tiny_jit.h"
+#include "tests/engine/jit/jit_test_fixture.h"
 #include "engine/runtime/registry.h"
 #include "engine/symbolic/variable.h"
 
 namespace kiln::jit {
 namespace {
 
-const std::string& TestDevice() {
-  static const std::string d = [] {
-    const char* e = std::getenv("KILN_TEST_DEVICE");
-    return std::string(e != nullptr && *e != '\0' ? e : "CPU");
-  }();
-  return d;
-}
-
 constexpr int64_t kMaxRows = 8;
 
-class SymbolicRowsTest : public ::testing::Test {
+class SymbolicRowsTest : public DeviceTest {
  protected:
-  void SetUp() override {
-    backends::RegisterAllBackends();
-    if (!runtime::GetDevice(TestDevice()).ok()) GTEST_SKIP() << TestDevice() << " backend not available";
-  }
-  Tensor RandT(std::vector<int64_t> shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    std::vector<float> v(n);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    for (float& f : v) f = dist(rng_);
-    return Tensor::FromVector(v, shape, TestDevice());
-  }
-  static std::vector<float> Vals(const Tensor& t) {
-    auto v = t.ToVector<float>();
-    EXPECT_TRUE(v.ok()) << v.status();
-    return v.ok() ? *v : std::vector<float>{};
-  }
+  SymbolicRowsTest() : DeviceTest(77) {}
   static UOpPtr Rows(int64_t n) {
     absl::StatusOr<UOpPtr> b = Bind(UOp::Variable("rows", 1, kMaxRows), n);
     EXPECT_TRUE(b.ok()) << b.status();
     return *b;
   }
-  std::mt19937 rng_{77};
 };
 
 // A small CNN head: conv, relu, 2x2 max pool, flatten, linear, softmax (every kind of op a served model has).

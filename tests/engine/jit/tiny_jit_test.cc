@@ -1,6 +1,7 @@
 // TinyJit: the behaviours of tinygrad's test/unit/test_jit.py and test_jit_footguns.py (reference/tinygrad.md §10.2),
 // on the CPU backend, or on $KILN_TEST_DEVICE (tests/gpu/run_gpu_checks.sh runs them on CUDA).
 #include "engine/jit/tiny_jit.h"
+#include "tests/engine/jit/jit_test_fixture.h"
 
 #include <gtest/gtest.h>
 
@@ -16,35 +17,7 @@
 namespace kiln::jit {
 namespace {
 
-const std::string& TestDevice() {
-  static const std::string d = [] {
-    const char* e = std::getenv("KILN_TEST_DEVICE");
-    return std::string(e != nullptr && *e != '\0' ? e : "CPU");
-  }();
-  return d;
-}
-
-class JitTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    backends::RegisterAllBackends();
-    if (!runtime::GetDevice(TestDevice()).ok()) GTEST_SKIP() << TestDevice() << " backend not available";
-  }
-  Tensor RandT(std::vector<int64_t> shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    std::vector<float> v(n);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    for (float& f : v) f = dist(rng_);
-    return Tensor::FromVector(v, shape, TestDevice());
-  }
-  static std::vector<float> Vals(const Tensor& t) {
-    auto v = t.ToVector<float>();
-    EXPECT_TRUE(v.ok()) << v.status();
-    return v.ok() ? *v : std::vector<float>{};
-  }
-  std::mt19937 rng_{1234};
-};
+using JitTest = DeviceTest;
 
 absl::StatusOr<std::vector<Tensor>> AddTimesTwo(const std::vector<Tensor>& in) {
   return std::vector<Tensor>{(in[0] + in[1]) * 2};
