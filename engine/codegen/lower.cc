@@ -28,7 +28,12 @@ struct Pass {
   bool table = false;  // fn runs rule tables through GraphRewrite under `name` (which counts and traces them)
 };
 
-// "symbolic_indices": every INDEX's index and gate, and every RANGE's end, through engine/symbolic's Simplify.
+// "symbolic_indices": every INDEX's index and gate, every RANGE's end, and every index read as a value
+// (CAST(index -> int): Arange, a random-init hash's counter) through engine/symbolic's Simplify. Without the last, a
+// 4-D weight's init kernel whose axes the opts merged into one kept the unravel/ravel chain
+// ((i/5/5/32)*800 + ((i/5/5)%32)*25 + ...) as 16 lanes of 64-bit divisions: slow to run, and the bulk of what LLVM
+// spent on the CNN's init kernels. Comparisons of indices (gates) stay as built: the gate passes read their shape
+// (narrow gated reduces; simplified, a transposed conv's gates on OpenCL no longer linearized).
 const PatternMatcher& SymbolicIndexRules() {
   static const PatternMatcher pm(
       {{UPat(OpSet{Op::INDEX, Op::RANGE}),
@@ -43,7 +48,15 @@ const PatternMatcher& SymbolicIndexRules() {
           }
           return changed ? u->WithSrc(src) : nullptr;
         },
-        "index/range sources -> Simplify(sources)"}},
+        "index/range sources -> Simplify(sources)"},
+       {UPat(Op::CAST).Src({UPat::Var("x", dtypes::kIndex)}),
+        [](const Bindings& b) -> UOpPtr {
+          if (b.root()->dtype() == dtypes::kIndex || b["x"]->num_src() == 0) return nullptr;
+          // Sym()'s distribution too: (3*i + i/5)*5 + i%5 is 16*i only once the product is spread.
+          UOpPtr s = GraphRewriteOrDie(b["x"], Sym(), {.name = "simplify"});
+          return s != b["x"] ? b.root()->WithSrc({s}) : nullptr;
+        },
+        "cast(index) -> cast(Sym(index))"}},
       "symbolic_indices");
   return pm;
 }

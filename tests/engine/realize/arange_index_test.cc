@@ -1,7 +1,8 @@
 // Tensor::Arange builds its index from bit planes (engine/tensor/creation.cc), and the scheduler lowers that sum,
 // read flat, to the flat index itself (engine/schedule/kernel_builder.cc, IsBitPlaneIota). Checked here: the values
 // on CPU and INTERP against the index computed in the test, through reshapes, permutes and flips; the kernel of a
-// random weight (rand(32, 32, 5, 5)) has no integer division or remainder left; and a plane sum that is not the
+// random weight (rand(32, 32, 5, 5)) has no integer division or remainder left, neither in its AST nor once lowered
+// for the CPU (the opts merge its four axes into one upcast loop, whose index the hash reads as a value); and a plane sum that is not the
 // index (planes in the other order) is still computed as written.
 #include <cstdint>
 #include <string>
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/register_all.h"
+#include "engine/codegen/codegen.h"
 #include "engine/realize/realize.h"
 #include "engine/schedule/schedule.h"
 #include "engine/tensor/tensor.h"
@@ -87,6 +89,20 @@ TEST(ArangeIndexKernel, RandomWeightHasNoDivisions) {
     ++kernels;
     for (const UOp* u : Toposort(it.ast))
       EXPECT_TRUE(u->op() != Op::CDIV && u->op() != Op::CMOD) << "integer " << OpName(u->op()) << " in the kernel";
+    // Lowered as for a 2-core AVX-512 CPU: UPCAST(0, 16) over the merged axes, lanes i*16 + j.
+    codegen::Target cpu;
+    cpu.renderer = "llvm";
+    cpu.has_threads = true;
+    cpu.max_threads = 2;
+    cpu.supports_vectors = true;
+    cpu.vector_bytes = 64;
+    cpu.wide_index = true;
+    auto p = codegen::LowerKernel(it.ast, cpu, {});
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_FALSE(p->applied_opts.empty());
+    for (const UOpPtr& u : p->uops)
+      EXPECT_TRUE(u->op() != Op::CDIV && u->op() != Op::CMOD)
+          << "integer " << OpName(u->op()) << " in the lowered " << p->name;
   }
   EXPECT_EQ(kernels, 1);
 }
