@@ -152,6 +152,8 @@ class Builder {
         assign_index_ = at.second;
         index = UOp::Make(Op::INDEX, param->dtype(), {param, at.second});
         KILN_ASSIGN_OR_RETURN(value, Lower(o->src(1).get(), idx, nullptr).Run());
+        if (UOpPtr gate = InPlaceWhere(&value); gate != nullptr)
+          index = UOp::Make(Op::INDEX, param->dtype(), {param, at.second, gate});
       } else {
         index = UOp::Make(Op::INDEX, param->dtype(), {param, Flatten(idx, shape)});
         KILN_ASSIGN_OR_RETURN(value, Compute(o, idx, nullptr).Run());
@@ -169,6 +171,29 @@ class Builder {
   }
 
  private:
+  // An ASSIGN whose value is where(c, x, target) (or where(c, target, x)), the target read at the very element being
+  // written: only the elements where the value changes are stored, so the old value is not read and the rest is not
+  // written. Returns the store's gate and leaves x in *value; null when the value is not of that form. A KV cache
+  // updated as where(row == pos, new_row, cache) then writes one row per step instead of reading and writing the
+  // whole cache (SmolLM2's decode at 4 slots x 256 rows: 60 such kernels, 11 of 33 ms per step).
+  UOpPtr InPlaceWhere(UOpPtr* value) {
+    const UOpPtr v = *value;  // a copy: *value is replaced below
+    if (v->op() != Op::WHERE || assign_buffer_ == nullptr ||
+        std::find(out_.inputs.begin(), out_.inputs.end(), assign_buffer_) == out_.inputs.end())
+      return nullptr;
+    const UOpPtr old = Load(assign_buffer_, assign_buffer_->dtype(), assign_index_, nullptr);
+    if (old->dtype() != v->dtype()) return nullptr;
+    if (v->src(2) == old) {
+      *value = v->src(1);
+      return v->src(0);
+    }
+    if (v->src(1) == old) {
+      *value = v->src(2);
+      return UOp::Make(Op::CMPEQ, dtypes::kBool, {v->src(0), UOp::ConstBool(false)});
+    }
+    return nullptr;
+  }
+
   // Maps the index of a view of a BUFFER to (BUFFER, flat index); `valid` collects PAD conditions.
   absl::StatusOr<std::pair<const UOp*, UOpPtr>> ViewToBuffer(const UOp* u, IndexVec idx, UOpPtr* valid) {
     while (IsMovement(u->op())) {
