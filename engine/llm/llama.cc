@@ -180,7 +180,8 @@ absl::StatusOr<Tensor> LlamaModel::Logits(const std::vector<int32_t>& tokens) co
 }
 
 struct KvCache::Jit {
-  std::map<int64_t, std::unique_ptr<jit::TinyJit>> steps;  // by attention span (SpanFor)
+  // By (attention span (SpanFor), width: the slots the step computes, 1 or all; StepWidth).
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<jit::TinyJit>> steps;
   std::unique_ptr<jit::TinyJit> prefill;
 };
 
@@ -207,14 +208,21 @@ void KvCache::Reset(int64_t slot) {
   }
 }
 
-// The decode step whose attention reads the first `span` rows of the cache (KvCache::SpanFor).
+// The decode step whose attention reads the first `span` rows of the cache (KvCache::SpanFor), over its first
+// `width` slots (StepWidth: 1 or all of them).
 // in: embeddings [S, n_embd] float32, cos / sin [S, 1, half], mask [S, 1, 1, span] (0 up to each slot's position, -inf
-// after), write [S, 1, max_ctx, 1] int32 (1 at each stepping slot's position, all 0 in the other slots).
-std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span) const {
+// after), write [S, 1, max_ctx, 1] int32 (1 at each stepping slot's position, all 0 in the other slots); S = width.
+std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span, int64_t width) const {
   return std::make_unique<jit::TinyJit>(
-      [this, raw, span](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+      [this, raw, span, width](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
         const LlamaConfig& c = config_;
-        const int64_t S = raw->slots(), half = c.head_dim / 2, rep = c.n_head / c.n_head_kv;
+        const int64_t S = width, half = c.head_dim / 2, rep = c.n_head / c.n_head_kv;
+        // The first `width` slots of a layer's cache: the whole buffer, or a view of its first rows (an ASSIGN
+        // through it writes only those).
+        auto slots_of = [&](const Tensor& kv) {
+          return width == raw->slots() ? kv
+                                       : kv.Shrink({{0, width}, {0, c.n_head_kv}, {0, raw->max_ctx_}, {0, c.head_dim}});
+        };
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
         Tensor x = in[0];  // [S, n_embd]: the tokens' embedding rows, looked up on the host
         const Tensor& cos = in[1];
@@ -244,14 +252,14 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span) c
                   .Reshape({S, c.n_head_kv, 1, c.head_dim});
           const Tensor v_new =
               h.Matmul(W(p + "attn_v.weight").Transpose()).Reshape({S, c.n_head_kv, 1, c.head_dim});
-          Tensor k_all = write.Where(k_new, raw->k_[l]);  // [S, Hkv, M, D]: the new row at each slot's position
-          Tensor v_all = write.Where(v_new, raw->v_[l]);
+          Tensor k_all = write.Where(k_new, slots_of(raw->k_[l]));  // [S, Hkv, M, D]: the new row at each position
+          Tensor v_all = write.Where(v_new, slots_of(raw->v_[l]));
           const Tensor att =
               (q.Matmul(heads_of(k_all).Transpose(2, 3)) * scale + in[3]).Softmax(-1);  // [S, H, 1, span]
           const Tensor o = att.Matmul(heads_of(v_all)).Reshape({S, c.n_embd});
           x = BlockTail(x, o, p);
-          Tensor k_store = raw->k_[l];
-          Tensor v_store = raw->v_[l];
+          Tensor k_store = slots_of(raw->k_[l]);
+          Tensor v_store = slots_of(raw->v_[l]);
           written.push_back(k_store.Assign(k_all));
           written.push_back(v_store.Assign(v_all));
         }
@@ -357,11 +365,16 @@ absl::Status LlamaModel::WarmUp(KvCache& cache) const {
     spans.push_back(span);
     if (span >= cache.max_ctx_) break;
   }
+  // Both widths (StepWidth): slot 0 alone, and the last slot (which needs all of them).
+  std::vector<int64_t> lone_slots = {0};
+  if (cache.slots() > 1) lone_slots.push_back(cache.slots() - 1);
   for (int64_t span : spans) {
-    for (int i = 0; i < 2; ++i) {
-      cache.pos_[0] = span - 1;
-      KILN_ASSIGN_OR_RETURN(Tensor logits, StepBatch(cache, {SlotToken{0, 0}}));
-      KILN_RETURN_IF_ERROR(logits.ToVector<float>().status());
+    for (int64_t slot : lone_slots) {
+      for (int i = 0; i < 2; ++i) {
+        cache.pos_[slot] = span - 1;
+        KILN_ASSIGN_OR_RETURN(Tensor logits, StepBatch(cache, {SlotToken{slot, 0}}));
+        KILN_RETURN_IF_ERROR(logits.ToVector<float>().status());
+      }
     }
   }
   for (int i = 0; i < 2; ++i) {
@@ -420,17 +433,17 @@ absl::Status LlamaModel::Prefill(KvCache& cache, int64_t slot, const std::vector
 
 absl::StatusOr<Tensor> LlamaModel::Step(KvCache& cache, int32_t token) const {
   KILN_ASSIGN_OR_RETURN(Tensor logits, StepBatch(cache, {SlotToken{0, token}}));
-  if (cache.slots() == 1) return logits.Reshape({config_.vocab});
-  return logits.Shrink({{0, 1}, {0, config_.vocab}}).Reshape({config_.vocab});
+  return logits.Reshape({config_.vocab});  // slot 0 alone: a step of width 1
 }
 
 absl::StatusOr<Tensor> LlamaModel::StepBatch(KvCache& cache, const std::vector<SlotToken>& tokens) const {
   const LlamaConfig& c = config_;
-  const int64_t S = cache.slots(), M = cache.max_ctx_, half = c.head_dim / 2;
+  const int64_t M = cache.max_ctx_, half = c.head_dim / 2;
   if (tokens.empty()) return Bad("a step of no slot");
-  std::vector<bool> named(S, false);
+  const int64_t all = cache.slots();
+  std::vector<bool> named(all, false);
   for (const SlotToken& st : tokens) {
-    if (st.slot < 0 || st.slot >= S) return Bad(absl::StrCat("slot ", st.slot, " is outside 0..", S - 1));
+    if (st.slot < 0 || st.slot >= all) return Bad(absl::StrCat("slot ", st.slot, " is outside 0..", all - 1));
     if (named[st.slot]) return Bad(absl::StrCat("slot ", st.slot, " is named twice in one step"));
     named[st.slot] = true;
     if (cache.pos_[st.slot] >= M)
@@ -439,6 +452,11 @@ absl::StatusOr<Tensor> LlamaModel::StepBatch(KvCache& cache, const std::vector<S
     if (st.token < 0 || st.token >= c.vocab)
       return Bad(absl::StrCat("token id ", st.token, " is outside the vocabulary of ", c.vocab));
   }
+  // The step computes the first S slots: 1 when slot 0 steps alone (a lone generation: its step costs a quarter of
+  // the 4-slot one), else all of them (StepWidth).
+  int64_t last = 0;
+  for (const SlotToken& st : tokens) last = std::max(last, st.slot);
+  const int64_t S = StepWidth(all, last);
   // Idle slots: token 0, angle 0, attention to row 0 only (a finite softmax), nothing written.
   std::vector<int32_t> write(S * M, 0);
   std::vector<float> rows(S * c.n_embd, 0.0f);
@@ -446,8 +464,8 @@ absl::StatusOr<Tensor> LlamaModel::StepBatch(KvCache& cache, const std::vector<S
   int64_t rows_needed = 1;
   for (const SlotToken& st : tokens) rows_needed = std::max(rows_needed, cache.pos_[st.slot] + 1);
   const int64_t L = cache.SpanFor(rows_needed);
-  std::unique_ptr<jit::TinyJit>& jit = cache.jit_->steps[L];
-  if (jit == nullptr) jit = MakeStep(&cache, L);
+  std::unique_ptr<jit::TinyJit>& jit = cache.jit_->steps[{L, S}];
+  if (jit == nullptr) jit = MakeStep(&cache, L, S);
   std::vector<float> mask(S * L, -std::numeric_limits<float>::infinity());
   for (int64_t s = 0; s < S; ++s) mask[s * L] = 0.0f;
   for (const SlotToken& st : tokens) {

@@ -53,8 +53,8 @@ class KvCache {
   int64_t max_ctx() const { return max_ctx_; }
   int64_t slots() const { return static_cast<int64_t>(pos_.size()); }
   int64_t pos(int64_t slot = 0) const { return pos_[slot]; }  // tokens written so far in `slot`
-  // Decode-step traces captured by the JIT: one per attention span used (SpanFor), each serving every position
-  // within it and every mix of active slots.
+  // Decode-step traces captured by the JIT: one per attention span used (SpanFor) and step width (slot 0 alone, or
+  // all slots: LlamaModel::StepWidth), each serving every position within it and every mix of active slots.
   int captures() const;
   // Starts a new sequence in `slot` (all slots when -1), in the same buffers and the same JIT trace: the position goes
   // back to 0 (rows past the position are masked, and each step rewrites its own row before reading it, so nothing
@@ -116,7 +116,10 @@ class LlamaModel {
 
  private:
   LlamaModel() = default;
-  std::unique_ptr<jit::TinyJit> MakeStep(KvCache* cache, int64_t span) const;
+  std::unique_ptr<jit::TinyJit> MakeStep(KvCache* cache, int64_t span, int64_t width) const;
+  // The slots a decode step computes when `last` is the highest stepping slot of `all`: 1 when only slot 0 steps
+  // (a lone generation, which the generator places in slot 0), else all. Two widths, so two traces per span.
+  static int64_t StepWidth(int64_t all, int64_t last) { return last == 0 ? 1 : all; }
   Tensor BlockTail(const Tensor& x, const Tensor& o, const std::string& prefix) const;
   const Tensor& W(const std::string& name) const { return weights_.at(name); }
 

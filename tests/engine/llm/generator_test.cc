@@ -122,7 +122,9 @@ TEST_F(GeneratorTest, ConcurrentGreedyGenerationsEqualEachAlone) {
   const GeneratorStats st = gen->stats();
   EXPECT_EQ(st.active, 0);
   EXPECT_EQ(st.finished, 3u);
-  EXPECT_EQ(st.captures, 1);
+  // One span (64 rows), and up to two step widths: slot 0 alone, and both slots (LlamaModel::StepWidth).
+  EXPECT_GE(st.captures, 1);
+  EXPECT_LE(st.captures, 2);
   // Two generations shared most steps: fewer steps than tokens stepped.
   EXPECT_LT(st.steps, st.slot_steps);
   EXPECT_GT(st.slot_steps, 0u);
