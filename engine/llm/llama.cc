@@ -442,10 +442,12 @@ absl::StatusOr<Tensor> LlamaModel::StepBatch(KvCache& cache, const std::vector<S
   if (tokens.empty()) return Bad("a step of no slot");
   const int64_t all = cache.slots();
   std::vector<bool> named(all, false);
+  int64_t last = 0;  // the highest stepping slot
   for (const SlotToken& st : tokens) {
     if (st.slot < 0 || st.slot >= all) return Bad(absl::StrCat("slot ", st.slot, " is outside 0..", all - 1));
     if (named[st.slot]) return Bad(absl::StrCat("slot ", st.slot, " is named twice in one step"));
     named[st.slot] = true;
+    last = std::max(last, st.slot);
     if (cache.pos_[st.slot] >= M)
       return absl::FailedPreconditionError(
           absl::StrCat("llama: slot ", st.slot, " of the cache holds ", M, " tokens, all used"));
@@ -454,8 +456,6 @@ absl::StatusOr<Tensor> LlamaModel::StepBatch(KvCache& cache, const std::vector<S
   }
   // The step computes the first S slots: 1 when slot 0 steps alone (a lone generation: its step costs a quarter of
   // the 4-slot one), else all of them (StepWidth).
-  int64_t last = 0;
-  for (const SlotToken& st : tokens) last = std::max(last, st.slot);
   const int64_t S = StepWidth(all, last);
   // Idle slots: token 0, angle 0, attention to row 0 only (a finite softmax), nothing written.
   std::vector<int32_t> write(S * M, 0);

@@ -189,7 +189,7 @@ class Builder {
     }
     if (v->src(1) == old) {
       *value = v->src(2);
-      return UOp::Make(Op::CMPEQ, dtypes::kBool, {v->src(0), UOp::ConstBool(false)});
+      return Eq(v->src(0), UOp::ConstBool(false));
     }
     return nullptr;
   }
