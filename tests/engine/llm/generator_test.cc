@@ -161,17 +161,19 @@ TEST_F(GeneratorTest, StopStringsCancellationAndLimits) {
   EXPECT_EQ(cut.text, full.text.substr(0, at)) << "stop \"" << stop << "\"";
   EXPECT_EQ(cut.finish, FinishReason::kStop);
 
-  // Cancelled after its first token: ends kCancelled, and the slot serves the next generation.
+  // Cancelled after its first token: ends kCancelled, and the slot serves the next generation. Past eos and polled
+  // every millisecond: a decode step takes a few ms now, and with 50 ms polls the generation could reach eos first.
   Outcome cancelled;
   absl::StatusOr<uint64_t> id = gen->Submit(
-      {.prompt = prompt, .max_tokens = 60, .sampling = {.temperature = 0.0}}, cancelled.Callback());
+      {.prompt = prompt, .max_tokens = 60, .sampling = {.temperature = 0.0}, .ignore_eos = true},
+      cancelled.Callback());
   ASSERT_TRUE(id.ok());
-  for (int i = 0; i < 600; ++i) {
+  for (int i = 0; i < 30000; ++i) {
     {
       std::lock_guard<std::mutex> l(cancelled.mu);
       if (!cancelled.tokens.empty()) break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   gen->Cancel(*id);
   cancelled.Wait();
