@@ -131,6 +131,7 @@ constexpr Pass kLowerPasses[] = {
     {"move gates", MoveGates, true},
     {"guard division", GuardDivision, true},
     {"vectorize loads", VectorizeLoads},
+    {"vectorize shared lanes", VectorizeSharedLanes},
 };
 
 absl::Status FillProgramInfo(const LowerContext& ctx, Program& p) {

@@ -115,6 +115,12 @@ absl::StatusOr<UOpPtr> GuardDivision(const UOpPtr& sink, LowerContext& ctx);
 // widths up to 32), each scalar load a GEP of its lane.
 absl::StatusOr<UOpPtr> VectorizeLoads(const UOpPtr& sink, LowerContext& ctx);
 
+// ---- vector_lanes.cc ----
+// LLVM targets (supports_vectors, no work-groups): lane copies that several lane-wise computations share (a batched
+// decode's dequantized weights, one multiply-add per slot) become vector ops, each copy a GEP of its lane. Only in
+// kernels that read a narrow (< 32-bit) buffer in runs of 16 consecutive elements and share such a value.
+absl::StatusOr<UOpPtr> VectorizeSharedLanes(const UOpPtr& sink, LowerContext& ctx);
+
 // ---- linearize.cc ----
 // The linear order of every node under `sink` (SINK itself excluded), per docs/kernel-ir.md §3.
 absl::StatusOr<std::vector<UOpPtr>> Linearize(const UOpPtr& sink, const LowerContext& ctx);

@@ -604,8 +604,11 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
   // axis along which such a load moves is not upcast: LLVM's SLP vectorizer then packs the bytes of several rows
   // into one vector (a byte insert per weight) instead of one contiguous load per row. SmolLM2's Q4_1 decode step:
   // 8 rows x 8 lanes took 35 ms, one row x 16 lanes 22 ms (2-core Xeon, AVX2). Axes along which they stay put (the
-  // slots of a batched decode) are upcast by 2 at most, so each decoded weight feeds two accumulators: 8 slots
-  // measured 125 ms per step with 4, 107 ms with none and 85 ms with 2.
+  // slots of a batched decode) are upcast within the usual budget, so each decoded weight feeds one accumulator per
+  // slot; "vectorize shared lanes" (vector_lanes.cc) builds the decoded weights as vector ops, without which LLVM's
+  // SLP vectorizer left such kernels scalar. Threads split an axis along which the narrow loads move (the weight
+  // rows), so each thread decodes its own half of the weights once, not all of them for half the slots. SmolLM2 at
+  // 8 slots (2-core Zen 5): 32.4 ms per step with threads over the slots and 2 slots upcast, 18.2 ms now.
   std::vector<bool> narrow(rs.size(), false);
   for (size_t i = 0; i < rs.size(); ++i) {
     const UOp* param = rs[i].index->src(0).get();
@@ -647,13 +650,25 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
   std::vector<UOpPtr> outs = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
   std::vector<int64_t> out_sizes;
   for (const UOpPtr& o : outs) out_sizes.push_back(RangeSize(o.get()));
-  if (auto [axis, t] = ThreadSplit(ctx, out_sizes, work, [](int) { return int64_t{1}; }); t > 1)
+  std::vector<bool> keeps_narrow(outs.size(), false);
+  if (any_narrow) {
+    for (size_t a = 0; a < outs.size(); ++a) {
+      std::vector<IndexStride> st = StridesAlong(cur, outs[a].get());
+      bool moves = false;
+      for (size_t i = 0; i < st.size() && i < narrow.size(); ++i) moves |= narrow[i] && st[i].stride != 0;
+      keeps_narrow[a] = !moves;
+    }
+    if (std::find(keeps_narrow.begin(), keeps_narrow.end(), false) == keeps_narrow.end())
+      keeps_narrow.assign(outs.size(), false);
+  }
+  if (auto [axis, t] = ThreadSplit(ctx, out_sizes, work,
+                                   [&](int a) { return keeps_narrow[a] ? out_sizes[a] + 1 : int64_t{1}; });
+      t > 1)
     KILN_RETURN_IF_ERROR(apply({OptOp::kThread, axis, t}));
   red = AxesOfType(cur, ctx, {AxisType::kReduce});
   KILN_RETURN_IF_ERROR(apply({OptOp::kAcc, static_cast<int>(red.size()) - 1, v == n ? 0 : v}));
   int64_t budget = std::max<int64_t>(1, 12 / ((v + vf - 1) / vf));  // accumulators of v lanes
   std::vector<bool> used_load(rs.size(), false);
-  if (any_narrow) budget = std::min<int64_t>(budget, 2);
   for (int pass = 0; pass < 2 && budget >= 2; ++pass) {
     outs = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
     int pick = -1, best = 0;

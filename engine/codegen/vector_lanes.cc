@@ -1,0 +1,169 @@
+// Shared lanes -> vector ops (targets with Target::supports_vectors).
+//
+// Expanded lanes are scalar copies that LLVM's SLP vectorizer packs back into vectors, one tree at a time, from its
+// seeds (stores, reductions, phis). It does not pack a value that several trees share: vectorizing the first tree
+// would leave the value's other (still scalar) users to extract every lane, and its cost model then finds no tree
+// profitable. A batched decode step's quantized matrix-vector product is such a kernel: each dequantized weight
+// lane (a byte load, a shift or a sign extension, a convert, a scale) feeds one multiply-add per slot, and with 8
+// slots upcast SmolLM2's LM head and attention projections compiled to scalar code (78.8 ms for the LM head's 8
+// slots, 626 us per 576 x 576 projection, where 1 slot takes 12 us).
+//
+// This pass builds those shared values as vector ops: starting from runs of consecutive loads, it follows the users
+// of lane 0 and makes a vector op of every set of lane copies that are the same op on the same lanes of vector
+// values or on one shared scalar (broadcast), and replaces each copy with a GEP of its lane. The trees that read
+// them (one per slot) then start from lanes of one vector, which SLP packs for free. It runs only on kernels that
+// read a narrow (< 32-bit) buffer in such runs and where some vector value feeds two or more vector values: the
+// other kernels' code stays as SLP makes it (their values, and the training run's, do not move).
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "engine/codegen/graph_util.h"
+#include "engine/codegen/lower_context.h"
+
+namespace kiln::codegen {
+namespace {
+
+constexpr size_t kLanes = 16;  // the vector width built (AccTile's 16-lane accumulators)
+
+std::pair<UOpPtr, int64_t> BaseAndOffset(const UOpPtr& idx) {
+  int64_t c = 0;
+  if (ConstInt(idx, &c)) return {nullptr, c};
+  if (idx->op() == Op::ADD) {
+    if (ConstInt(idx->src(1), &c)) return {idx->src(0), c};
+    if (ConstInt(idx->src(0), &c)) return {idx->src(1), c};
+  }
+  return {idx, 0};
+}
+
+struct Group {
+  UOpPtr vec;
+  std::vector<const UOp*> lanes;  // kLanes scalar copies, lane order
+  bool narrow = false;            // computed from a narrow buffer's loads
+  int feeds = 0;                  // vector groups that read this one
+};
+
+}  // namespace
+
+absl::StatusOr<UOpPtr> VectorizeSharedLanes(const UOpPtr& sink, LowerContext& ctx) {
+  if (!ctx.target.supports_vectors || ctx.target.has_local) return sink;
+  const std::vector<const UOp*> topo = Toposort(sink);
+  absl::flat_hash_set<const UOp*> stored;
+  absl::flat_hash_map<const UOp*, std::vector<const UOp*>> users;
+  for (const UOp* u : topo) {
+    if (u->op() == Op::STORE && u->src(0)->op() == Op::INDEX) stored.insert(u->src(0)->src(0).get());
+    for (const UOpPtr& s : u->src()) users[s.get()].push_back(u);
+  }
+  // Seeds: runs of kLanes plain scalar loads of consecutive elements of a buffer the kernel does not store to.
+  std::map<std::pair<const UOp*, const UOp*>, std::map<int64_t, const UOp*>> by_base;
+  for (const UOp* u : topo) {
+    if (u->op() != Op::LOAD || u->num_src() != 1 || u->dtype().count != 1 || u->dtype().IsBool()) continue;
+    const UOp* ix = u->src(0).get();
+    if (ix->op() != Op::INDEX || ix->num_src() != 2 || ix->src(0)->op() != Op::PARAM) continue;
+    if (stored.contains(ix->src(0).get())) continue;
+    auto [base, off] = BaseAndOffset(ix->src(1));
+    by_base[{ix->src(0).get(), base.get()}].emplace(off, u);
+  }
+  std::vector<Group> groups;
+  absl::flat_hash_map<const UOp*, std::pair<size_t, size_t>> member;  // scalar copy -> (group, lane)
+  auto add_group = [&](Group g) {
+    for (size_t l = 0; l < g.lanes.size(); ++l) member[g.lanes[l]] = {groups.size(), l};
+    groups.push_back(std::move(g));
+  };
+  for (const auto& [key, loads] : by_base) {
+    std::vector<const UOp*> run;
+    int64_t prev = 0;
+    for (const auto& [off, load] : loads) {
+      if (!run.empty() && off != prev + 1) run.clear();
+      if (run.empty() && off % static_cast<int64_t>(kLanes) != 0) {
+        prev = off;
+        continue;  // runs start on a whole vector of lanes
+      }
+      run.push_back(load);
+      prev = off;
+      if (run.size() == kLanes) {
+        const UOp* first = run.front();
+        Group g;
+        g.vec = UOp::Make(Op::LOAD, first->dtype().Vec(kLanes), {first->src(0)}, first->arg());
+        g.lanes = run;
+        g.narrow = first->dtype().ItemSize() < 4;
+        add_group(std::move(g));
+        run.clear();
+      }
+    }
+  }
+  if (groups.empty()) return sink;
+  // Grow: a set of lane copies of one op whose sources are, position by position, the same lanes of one group or
+  // one scalar shared by every lane.
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const std::vector<const UOp*> lanes = groups[gi].lanes;
+    for (const UOp* u0 : users[lanes[0]]) {
+      if (member.contains(u0) || u0->dtype().count != 1 || u0->dtype().is_ptr) continue;
+      if (!IsALU(u0->op()) && u0->op() != Op::CAST && u0->op() != Op::BITCAST) continue;
+      // Per source position: the group it reads lane-wise (or none: a broadcast).
+      std::vector<int64_t> src_group(u0->num_src(), -1);
+      bool ok = true;
+      for (size_t q = 0; q < u0->num_src() && ok; ++q) {
+        auto it = member.find(u0->src(q).get());
+        if (it != member.end() && it->second.second == 0) src_group[q] = static_cast<int64_t>(it->second.first);
+        ok = u0->src(q)->dtype().count == 1;
+      }
+      if (!ok) continue;
+      std::vector<const UOp*> copies{u0};
+      for (size_t l = 1; l < kLanes && ok; ++l) {
+        const UOp* found = nullptr;
+        for (const UOp* ul : users[lanes[l]]) {
+          if (ul->op() != u0->op() || ul->dtype() != u0->dtype() || ul->num_src() != u0->num_src() ||
+              !(ul->arg() == u0->arg()) || member.contains(ul))
+            continue;
+          bool match = true;
+          for (size_t q = 0; q < u0->num_src() && match; ++q) {
+            match = src_group[q] >= 0 ? ul->src(q).get() == groups[src_group[q]].lanes[l]
+                                      : ul->src(q).get() == u0->src(q).get();
+          }
+          if (match) {
+            found = ul;
+            break;
+          }
+        }
+        ok = found != nullptr;
+        if (ok) copies.push_back(found);
+      }
+      if (!ok) continue;
+      UOpVec srcs;
+      bool narrow = false;
+      for (size_t q = 0; q < u0->num_src(); ++q) {
+        if (src_group[q] >= 0) {
+          srcs.push_back(groups[src_group[q]].vec);
+          narrow |= groups[src_group[q]].narrow;
+        } else {
+          const UOpPtr& s = u0->src(q);
+          srcs.push_back(UOp::Make(Op::VECTORIZE, s->dtype().Vec(kLanes), UOpVec(kLanes, s)));
+        }
+      }
+      for (size_t q = 0; q < u0->num_src(); ++q)
+        if (src_group[q] >= 0) ++groups[src_group[q]].feeds;
+      Group g;
+      g.vec = UOp::Make(u0->op(), u0->dtype().Vec(kLanes), srcs, u0->arg());
+      g.lanes = copies;
+      g.narrow = narrow;
+      add_group(std::move(g));
+    }
+  }
+  bool shared = false;
+  for (const Group& g : groups) shared |= g.narrow && g.feeds >= 2;
+  if (!shared) return sink;
+  absl::flat_hash_map<const UOp*, UOpPtr> repl;
+  for (const Group& g : groups) {
+    for (size_t l = 0; l < g.lanes.size(); ++l)
+      repl.emplace(g.lanes[l], UOp::Make(Op::GEP, g.lanes[l]->dtype(), {g.vec}, Arg(IntVec{static_cast<int64_t>(l)})));
+  }
+  return RewriteBottomUp(sink, [&](const UOp* orig, const UOpPtr&) -> UOpPtr {
+    auto it = repl.find(orig);
+    return it == repl.end() ? nullptr : it->second;
+  });
+}
+
+}  // namespace kiln::codegen
