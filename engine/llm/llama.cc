@@ -23,9 +23,14 @@ absl::StatusOr<int64_t> PositiveInt(const nn::GgufFile& f, const std::string& ke
   return *v;
 }
 
-// x * rsqrt(mean(x^2) + eps) * w over the last axis.
+// x * rsqrt(mean(x^2) + eps) * w over the last axis. With more than one row (a batched decode step, a prefill chunk)
+// in a buffer of its own: fused into the matmuls that read it, every output row recomputed each input's x * scale * w
+// (two multiplies per weight and row, the matmul's own work being one multiply-add), and the decode step of 8 slots
+// spent ~2 of its 18 ms there (SmolLM2, 2-core Zen 5). One row keeps it fused: that step is bound by reading the
+// weights, and an extra kernel per norm costs more than it saves.
 Tensor RmsNorm(const Tensor& x, const Tensor& w, double eps) {
-  return x * ((x * x).Mean(-1, /*keepdim=*/true) + static_cast<float>(eps)).Rsqrt() * w;
+  Tensor y = x * ((x * x).Mean(-1, /*keepdim=*/true) + static_cast<float>(eps)).Rsqrt() * w;
+  return x.ndim() >= 2 && x.shape()[0] > 1 ? y.Contiguous() : y;
 }
 
 }  // namespace
@@ -220,14 +225,18 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span, i
         // The first `width` slots of a layer's cache: the whole buffer, or a view of its first rows (an ASSIGN
         // through it writes only those).
         auto slots_of = [&](const Tensor& kv) {
-          return width == raw->slots() ? kv
-                                       : kv.Shrink({{0, width}, {0, c.n_head_kv}, {0, raw->max_ctx_}, {0, c.head_dim}});
+          if (width == raw->slots()) return kv;
+          std::vector<std::pair<int64_t, int64_t>> all;
+          for (int64_t d : kv.shape()) all.push_back({0, d});
+          all[0] = {0, width};
+          return kv.Shrink(all);
         };
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
         Tensor x = in[0];  // [S, n_embd]: the tokens' embedding rows, looked up on the host
         const Tensor& cos = in[1];
         const Tensor& sin = in[2];
-        const Tensor write = in[4].Eq(1);
+        const Tensor write = in[4].Eq(1);                         // [S, 1, M, 1]
+        const Tensor write_t = write.Reshape({S, 1, 1, raw->max_ctx_});  // [S, 1, 1, M]: K's rows are columns
         auto rope = [&](const Tensor& v, int64_t heads) {  // [S, heads, head_dim], adjacent pairs
           const Tensor pairs = v.Reshape({S, heads, half, 2});
           const Tensor a = pairs.Shrink({{0, S}, {0, heads}, {0, half}, {0, 1}}).Reshape({S, heads, half});
@@ -240,6 +249,12 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span, i
               .Expand({S, c.n_head_kv, rep, span, c.head_dim})
               .Reshape({S, c.n_head, span, c.head_dim});
         };
+        auto heads_of_t = [&](const Tensor& kt) {  // [S, n_head_kv, D, M] -> [S, n_head, D, span]
+          return kt.Shrink({{0, S}, {0, c.n_head_kv}, {0, c.head_dim}, {0, span}})
+              .Reshape({S, c.n_head_kv, 1, c.head_dim, span})
+              .Expand({S, c.n_head_kv, rep, c.head_dim, span})
+              .Reshape({S, c.n_head, c.head_dim, span});
+        };
         std::vector<Tensor> written;
         for (int64_t l = 0; l < c.n_layer; ++l) {
           const std::string p = absl::StrCat("blk.", l, ".");
@@ -249,13 +264,12 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span, i
                   .Reshape({S, c.n_head, 1, c.head_dim});
           const Tensor k_new =
               rope(h.Matmul(W(p + "attn_k.weight").Transpose()).Reshape({S, c.n_head_kv, c.head_dim}), c.n_head_kv)
-                  .Reshape({S, c.n_head_kv, 1, c.head_dim});
+                  .Reshape({S, c.n_head_kv, c.head_dim, 1});
           const Tensor v_new =
               h.Matmul(W(p + "attn_v.weight").Transpose()).Reshape({S, c.n_head_kv, 1, c.head_dim});
-          Tensor k_all = write.Where(k_new, slots_of(raw->k_[l]));  // [S, Hkv, M, D]: the new row at each position
-          Tensor v_all = write.Where(v_new, slots_of(raw->v_[l]));
-          const Tensor att =
-              (q.Matmul(heads_of(k_all).Transpose(2, 3)) * scale + in[3]).Softmax(-1);  // [S, H, 1, span]
+          Tensor k_all = write_t.Where(k_new, slots_of(raw->k_[l]));  // [S, Hkv, D, M]: the new column at each position
+          Tensor v_all = write.Where(v_new, slots_of(raw->v_[l]));    // [S, Hkv, M, D]: the new row
+          const Tensor att = (q.Matmul(heads_of_t(k_all)) * scale + in[3]).Softmax(-1);  // [S, H, 1, span]
           const Tensor o = att.Matmul(heads_of(v_all)).Reshape({S, c.n_embd});
           x = BlockTail(x, o, p);
           Tensor k_store = slots_of(raw->k_[l]);
@@ -285,7 +299,11 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
     for (std::vector<Tensor>* v : {&cache->k_, &cache->v_}) {
       // A buffer of its own (Empty, then zeroed): Zeros().Contiguous() is one interned graph, and the realize memo
       // would give every layer's cache the same buffer.
-      Tensor z = Tensor::Empty({slots, c.n_head_kv, max_ctx, c.head_dim}, dtypes::kFloat32, device_);
+      // K is kept transposed, [S, Hkv, D, M] (KvCache::k_), V as [S, Hkv, M, D].
+      const bool is_k = v == &cache->k_;
+      Tensor z = Tensor::Empty(is_k ? std::vector<int64_t>{slots, c.n_head_kv, c.head_dim, max_ctx}
+                                    : std::vector<int64_t>{slots, c.n_head_kv, max_ctx, c.head_dim},
+                               dtypes::kFloat32, device_);
       z.Assign(0.0f);
       KILN_RETURN_IF_ERROR(z.Realize());
       v->push_back(std::move(z));
@@ -308,6 +326,7 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
         const Tensor& sin = in[2];
         const Tensor write = in[4].Cast(dtypes::kFloat32);       // [S, 1, M, C]
         const Tensor written_row = in[4].Sum(-1, true).Eq(1);     // [S, 1, M, 1]
+        const Tensor written_row_t = written_row.Reshape({raw->slots(), 1, 1, M});
         const Tensor& slot = in[5];
         auto rope = [&](const Tensor& v, int64_t heads) {  // [C, heads, head_dim], adjacent pairs
           const Tensor pairs = v.Reshape({C, heads, half, 2});
@@ -320,6 +339,11 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
               .Expand({c.n_head_kv, rep, M, c.head_dim})
               .Reshape({c.n_head, M, c.head_dim});
         };
+        auto heads_of_t = [&](const Tensor& kt) {  // [n_head_kv, D, M] -> [n_head, D, M]
+          return kt.Reshape({c.n_head_kv, 1, c.head_dim, M})
+              .Expand({c.n_head_kv, rep, c.head_dim, M})
+              .Reshape({c.n_head, c.head_dim, M});
+        };
         std::vector<Tensor> written;
         for (int64_t l = 0; l < c.n_layer; ++l) {
           const std::string p = absl::StrCat("blk.", l, ".");
@@ -329,19 +353,20 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
                                .Permute({1, 0, 2});  // [H, C, D]
           const Tensor k_new =
               rope(h.Matmul(W(p + "attn_k.weight").Transpose()).Reshape({C, c.n_head_kv, c.head_dim}), c.n_head_kv)
-                  .Permute({1, 0, 2})
-                  .Reshape({1, c.n_head_kv, C, c.head_dim});
+                  .Permute({1, 2, 0})
+                  .Reshape({1, c.n_head_kv, c.head_dim, C});  // transposed, as K is kept
           const Tensor v_new = h.Matmul(W(p + "attn_v.weight").Transpose())
                                    .Reshape({C, c.n_head_kv, c.head_dim})
                                    .Permute({1, 0, 2})
                                    .Reshape({1, c.n_head_kv, C, c.head_dim});
           // Chunk row t lands on cache row pos + t of the slot: a one-hot [M, C] times the chunk's rows is each row
-          // exactly (1 * x + 0 * the others).
-          const Tensor k_all = written_row.Where(write.Matmul(k_new), raw->k_[l]);  // [S, Hkv, M, D]
-          const Tensor v_all = written_row.Where(write.Matmul(v_new), raw->v_[l]);
-          const Tensor k_slot = (k_all * slot).Sum(0);  // [Hkv, M, D]
-          const Tensor v_slot = (v_all * slot).Sum(0);
-          const Tensor att = (q.Matmul(heads_of(k_slot).Transpose(1, 2)) * scale + in[3]).Softmax(-1);  // [H, C, M]
+          // exactly (1 * x + 0 * the others); K's rows are columns.
+          const Tensor k_all =
+              written_row_t.Where(k_new.Matmul(write.Transpose(2, 3)), raw->k_[l]);  // [S, Hkv, D, M]
+          const Tensor v_all = written_row.Where(write.Matmul(v_new), raw->v_[l]);   // [S, Hkv, M, D]
+          const Tensor k_slot = (k_all * slot).Sum(0);  // [Hkv, D, M]
+          const Tensor v_slot = (v_all * slot).Sum(0);  // [Hkv, M, D]
+          const Tensor att = (q.Matmul(heads_of_t(k_slot)) * scale + in[3]).Softmax(-1);  // [H, C, M]
           const Tensor o = att.Matmul(heads_of(v_slot)).Permute({1, 0, 2}).Reshape({C, c.n_embd});
           x = BlockTail(x, o, p);
           Tensor k_store = raw->k_[l];

@@ -66,7 +66,7 @@ class KvCache {
   KvCache();
   int64_t max_ctx_ = 0;
   std::vector<int64_t> pos_;
-  std::vector<Tensor> k_, v_;
+  std::vector<Tensor> k_, v_;  // per layer: K transposed [slots, n_head_kv, head_dim, max_ctx], V [.., max_ctx, head_dim]
   struct Jit;
   std::shared_ptr<Jit> jit_;
 };

@@ -80,7 +80,10 @@ int main(int argc, char** argv) {
     for (int i = 0; i < steps + 2; ++i) {
       const auto t0 = Clock::now();
       auto logits = (*model)->StepBatch(**cache, all);
-      if (!logits.ok()) return 1;
+      if (!logits.ok()) {
+        std::fprintf(stderr, "step: %s\n", std::string(logits.status().message()).c_str());
+        return 1;
+      }
       auto host = logits->ToVector<float>();
       if (!host.ok()) return 1;
       t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());

@@ -3,7 +3,8 @@
 // kernel stores x where c holds and neither reads nor writes the rest. Checked on CPU, INTERP and CL: the values
 // against the update computed here element by element, for both orders of the where and for a where whose "old"
 // operand is the target read elsewhere (a flip: no gate, the value computed as written); and that the in-place
-// kernel's store is gated and no load reads the target.
+// kernel's store is gated and no load reads the target; with the gate along the innermost axis (a transposed cache),
+// the lowered loops put the axes the gate does not read innermost.
 #include <cstdint>
 #include <random>
 #include <string>
@@ -11,7 +12,10 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/container/flat_hash_set.h"
+
 #include "backends/register_all.h"
+#include "engine/codegen/codegen.h"
 #include "engine/runtime/registry.h"
 #include "engine/schedule/schedule.h"
 #include "engine/tensor/tensor.h"
@@ -120,6 +124,64 @@ TEST_P(InPlaceWhereTest, TargetReadElsewhereIsComputedAsWritten) {
         for (int64_t d = 0; d < D; ++d)
           want[((s * H + h) * M + m) * D + d] = mask[s * M + m] == 1 ? fresh[(s * H + h) * D + d]
                                                                      : c0[((s * H + h) * M + (M - 1 - m)) * D + d];
+  auto got = cache.ToVector<float>();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, want);
+}
+
+// The transposed layout (a K cache kept [S, H, D, M]): the gate varies along the innermost axis. Values as above;
+// and, lowered for a 2-core AVX-512 CPU, the loops the gate does not read (h, d) are the innermost, so the gate is
+// invariant there (codegen's heuristic reorders them; with m innermost every element tested the gate).
+TEST_P(InPlaceWhereTest, GateAlongTheInnermostAxis) {
+  const std::vector<float> c0 = Random(S * H * D * M), fresh = Random(S * H * D);
+  const std::vector<int32_t> mask = WriteMask({3, -1, 7});
+  Tensor cache = Tensor::FromVector(c0, {S, H, D, M}, device());
+  ASSERT_TRUE(cache.Realize().ok());
+  const Tensor write = Tensor::FromVector(mask, {S, 1, 1, M}, device()).Eq(1);
+  const Tensor x = Tensor::FromVector(fresh, {S, H, D, 1}, device());
+  Tensor target = cache;
+  Tensor updated = target.Assign(write.Where(x, cache));
+  auto s = CreateSchedule({updated.uop()});
+  ASSERT_TRUE(s.ok()) << s.status();
+  int kernels = 0;
+  for (const ScheduleItem& it : s->items) {
+    if (it.kind != ScheduleItem::Kind::kKernel) continue;
+    ++kernels;
+    codegen::Target cpu;
+    cpu.renderer = "llvm";
+    cpu.has_threads = true;
+    cpu.max_threads = 2;
+    cpu.supports_vectors = true;
+    cpu.vector_bytes = 64;
+    cpu.wide_index = true;
+    auto p = codegen::LowerKernel(it.ast, cpu, {});
+    ASSERT_TRUE(p.ok()) << p.status();
+    // One gate for every store of the body (upcast lanes along m would each test their own), and not one that reads
+    // the innermost loop.
+    const UOp* innermost = nullptr;
+    const UOp* store = nullptr;
+    absl::flat_hash_set<const UOp*> gates;
+    for (const UOpPtr& u : p->uops) {
+      if (u->op() == Op::RANGE && store == nullptr) innermost = u.get();
+      if (u->op() == Op::STORE && u->num_src() == 3) {
+        store = u.get();
+        gates.insert(u->src(2).get());
+      }
+    }
+    ASSERT_NE(store, nullptr) << "the store is not gated";
+    ASSERT_NE(innermost, nullptr);
+    EXPECT_EQ(gates.size(), 1u) << "the lanes of " << p->name << " test their own gates";
+    for (const UOp* g : Toposort(store->src(2)))
+      EXPECT_NE(g, innermost) << "the gate reads the innermost loop of " << p->name;
+  }
+  EXPECT_EQ(kernels, 1);
+  ASSERT_TRUE(updated.Realize().ok());
+  std::vector<float> want = c0;
+  for (int64_t b = 0; b < S; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t m = 0; m < M; ++m)
+          if (mask[b * M + m] == 1) want[((b * H + h) * D + d) * M + m] = fresh[(b * H + h) * D + d];
   auto got = cache.ToVector<float>();
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, want);
