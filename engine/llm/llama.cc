@@ -222,36 +222,36 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span, i
       [this, raw, span, width](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
         const LlamaConfig& c = config_;
         const int64_t S = width, half = c.head_dim / 2, rep = c.n_head / c.n_head_kv;
-        // The first `width` slots of a layer's cache: the whole buffer, or a view of its first rows (an ASSIGN
-        // through it writes only those).
-        auto slots_of = [&](const Tensor& kv) {
-          if (width == raw->slots()) return kv;
-          std::vector<std::pair<int64_t, int64_t>> all;
-          for (int64_t d : kv.shape()) all.push_back({0, d});
-          all[0] = {0, width};
-          return kv.Shrink(all);
+        // The part of a layer's cache this step reads and writes: its first `width` slots and its first `span`
+        // positions (every stepping slot's position is below the span), a view that an ASSIGN writes through;
+        // `m_axis` is the cache's position axis (2 for V [S, Hkv, M, D], 3 for K kept transposed [S, Hkv, D, M]).
+        // The rest of the buffer is neither read nor rewritten.
+        auto slots_of = [&](const Tensor& kv, int m_axis) {
+          std::vector<std::pair<int64_t, int64_t>> part;
+          for (int64_t d : kv.shape()) part.push_back({0, d});
+          part[0] = {0, width};
+          part[m_axis] = {0, span};
+          return kv.Shrink(part);
         };
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
         Tensor x = in[0];  // [S, n_embd]: the tokens' embedding rows, looked up on the host
         const Tensor& cos = in[1];
         const Tensor& sin = in[2];
-        const Tensor write = in[4].Eq(1);                         // [S, 1, M, 1]
-        const Tensor write_t = write.Reshape({S, 1, 1, raw->max_ctx_});  // [S, 1, 1, M]: K's rows are columns
+        const Tensor write = in[4].Eq(1).Shrink({{0, S}, {0, 1}, {0, span}, {0, 1}});  // [S, 1, span, 1]
+        const Tensor write_t = write.Reshape({S, 1, 1, span});  // K's rows are columns
         auto rope = [&](const Tensor& v, int64_t heads) {  // [S, heads, head_dim], adjacent pairs
           const Tensor pairs = v.Reshape({S, heads, half, 2});
           const Tensor a = pairs.Shrink({{0, S}, {0, heads}, {0, half}, {0, 1}}).Reshape({S, heads, half});
           const Tensor b = pairs.Shrink({{0, S}, {0, heads}, {0, half}, {1, 2}}).Reshape({S, heads, half});
           return Tensor::Stack({a * cos - b * sin, a * sin + b * cos}, 3).Reshape({S, heads, c.head_dim});
         };
-        auto heads_of = [&](const Tensor& kv) {  // [S, n_head_kv, M, D] -> its first `span` rows, [S, n_head, span, D]
-          return kv.Shrink({{0, S}, {0, c.n_head_kv}, {0, span}, {0, c.head_dim}})
-              .Reshape({S, c.n_head_kv, 1, span, c.head_dim})
+        auto heads_of = [&](const Tensor& kv) {  // [S, n_head_kv, span, D] -> [S, n_head, span, D]
+          return kv.Reshape({S, c.n_head_kv, 1, span, c.head_dim})
               .Expand({S, c.n_head_kv, rep, span, c.head_dim})
               .Reshape({S, c.n_head, span, c.head_dim});
         };
-        auto heads_of_t = [&](const Tensor& kt) {  // [S, n_head_kv, D, M] -> [S, n_head, D, span]
-          return kt.Shrink({{0, S}, {0, c.n_head_kv}, {0, c.head_dim}, {0, span}})
-              .Reshape({S, c.n_head_kv, 1, c.head_dim, span})
+        auto heads_of_t = [&](const Tensor& kt) {  // [S, n_head_kv, D, span] -> [S, n_head, D, span]
+          return kt.Reshape({S, c.n_head_kv, 1, c.head_dim, span})
               .Expand({S, c.n_head_kv, rep, c.head_dim, span})
               .Reshape({S, c.n_head, c.head_dim, span});
         };
@@ -267,13 +267,13 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span, i
                   .Reshape({S, c.n_head_kv, c.head_dim, 1});
           const Tensor v_new =
               h.Matmul(W(p + "attn_v.weight").Transpose()).Reshape({S, c.n_head_kv, 1, c.head_dim});
-          Tensor k_all = write_t.Where(k_new, slots_of(raw->k_[l]));  // [S, Hkv, D, M]: the new column at each position
-          Tensor v_all = write.Where(v_new, slots_of(raw->v_[l]));    // [S, Hkv, M, D]: the new row
+          Tensor k_all = write_t.Where(k_new, slots_of(raw->k_[l], 3));  // [S, Hkv, D, span]: the new column
+          Tensor v_all = write.Where(v_new, slots_of(raw->v_[l], 2));    // [S, Hkv, span, D]: the new row
           const Tensor att = (q.Matmul(heads_of_t(k_all)) * scale + in[3]).Softmax(-1);  // [S, H, 1, span]
           const Tensor o = att.Matmul(heads_of(v_all)).Reshape({S, c.n_embd});
           x = BlockTail(x, o, p);
-          Tensor k_store = slots_of(raw->k_[l]);
-          Tensor v_store = slots_of(raw->v_[l]);
+          Tensor k_store = slots_of(raw->k_[l], 3);
+          Tensor v_store = slots_of(raw->v_[l], 2);
           written.push_back(k_store.Assign(k_all));
           written.push_back(v_store.Assign(v_all));
         }
