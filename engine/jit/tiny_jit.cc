@@ -126,12 +126,12 @@ absl::StatusOr<std::vector<Tensor>> TinyJit::Call(const JitArgs& args) {
         "having TinyJit inside another TinyJit is not supported (len(capturing)=1)");
   KILN_ASSIGN_OR_RETURN(Inputs inputs, PrepareInputs(args));
   if (!enabled) return RunAndRealize(args);
-  if (cnt_ == 0) {
+  if (cnt_ == 0 && !capture_first_) {
     KILN_ASSIGN_OR_RETURN(std::vector<Tensor> ret, RunAndRealize(args));
     cnt_ = 1;
     return ret;
   }
-  if (cnt_ == 1) return Capture(args, std::move(inputs));
+  if (cnt_ <= 1) return Capture(args, std::move(inputs));
   return Replay(inputs, args.vars);
 }
 

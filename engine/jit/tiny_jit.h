@@ -98,6 +98,11 @@ class TinyJit {
   const ExecPlan* plan() const { return plan_.get(); }
   // Times every launch of the plan's runs (capture and replays; ExecPlan::set_timed).
   void set_time_launches(bool timed) { time_launches_ = timed; }
+  // The first call captures (no cnt-0 run). For functions whose every input and implicit input is realized before
+  // the first call (nothing is realized for the first time inside it, which the capture would then repeat on every
+  // replay): an LLM's decode step, whose first run and capture each took the same 1.1-1.3 s of scheduling and
+  // lowering (SmolLM2; kilnd traces 10 of them before the model is READY).
+  void set_capture_first(bool on) { capture_first_ = on; }
   // Appends every device buffer this JIT keeps alive: the plan's held buffers, the random-key buffers and the
   // per-input alias copies (possibly repeating one; callers count unique buffers).
   void CollectBuffers(std::vector<const runtime::Buffer*>* out) const;
@@ -122,6 +127,7 @@ class TinyJit {
   JitFunction fn_;
   int cnt_ = 0;
   bool time_launches_ = false;
+  bool capture_first_ = false;
   std::unique_ptr<ExecPlan> plan_;
   std::vector<Tensor> ret_;
   std::vector<std::string> expected_names_;

@@ -218,7 +218,8 @@ void KvCache::Reset(int64_t slot) {
 // in: embeddings [S, n_embd] float32, cos / sin [S, 1, half], mask [S, 1, 1, span] (0 up to each slot's position, -inf
 // after), write [S, 1, max_ctx, 1] int32 (1 at each stepping slot's position, all 0 in the other slots); S = width.
 std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span, int64_t width) const {
-  return std::make_unique<jit::TinyJit>(
+  // Captured at its first call (TinyJit::set_capture_first): the weights and the cache are realized before it.
+  auto jit = std::make_unique<jit::TinyJit>(
       [this, raw, span, width](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
         const LlamaConfig& c = config_;
         const int64_t S = width, half = c.head_dim / 2, rep = c.n_head / c.n_head_kv;
@@ -285,6 +286,8 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span, i
         KILN_RETURN_IF_ERROR(Tensor::Realize(all));
         return std::vector<Tensor>{logits};
       });
+  jit->set_capture_first(true);
+  return jit;
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, int64_t slots) const {
@@ -379,12 +382,14 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
         KILN_RETURN_IF_ERROR(Tensor::Realize(all));
         return std::vector<Tensor>{};
       });
+  cache->jit_->prefill->set_capture_first(true);
   return cache;
 }
 
 absl::Status LlamaModel::WarmUp(KvCache& cache) const {
-  // Each span's step twice (trace, then capture) with slot 0 placed at the span's last row, then the prefill trace
-  // twice. The rows written are garbage, but every row is rewritten by its own step before any step reads it.
+  // Each span's step once (its capture: the step and prefill JITs capture at their first call) with the slot placed
+  // at the span's last row, then the prefill once. The rows written are garbage, but every row is rewritten by its
+  // own step before any step reads it.
   std::vector<int64_t> spans;
   for (int64_t span = cache.SpanFor(1);; span = cache.SpanFor(span + 1)) {
     spans.push_back(span);
@@ -395,17 +400,13 @@ absl::Status LlamaModel::WarmUp(KvCache& cache) const {
   if (cache.slots() > 1) lone_slots.push_back(cache.slots() - 1);
   for (int64_t span : spans) {
     for (int64_t slot : lone_slots) {
-      for (int i = 0; i < 2; ++i) {
-        cache.pos_[slot] = span - 1;
-        KILN_ASSIGN_OR_RETURN(Tensor logits, StepBatch(cache, {SlotToken{slot, 0}}));
-        KILN_RETURN_IF_ERROR(logits.ToVector<float>().status());
-      }
+      cache.pos_[slot] = span - 1;
+      KILN_ASSIGN_OR_RETURN(Tensor logits, StepBatch(cache, {SlotToken{slot, 0}}));
+      KILN_RETURN_IF_ERROR(logits.ToVector<float>().status());
     }
   }
-  for (int i = 0; i < 2; ++i) {
-    cache.Reset();
-    KILN_RETURN_IF_ERROR(Prefill(cache, 0, {0}));
-  }
+  cache.Reset();
+  KILN_RETURN_IF_ERROR(Prefill(cache, 0, {0}));
   cache.Reset();
   return absl::OkStatus();
 }

@@ -127,6 +127,33 @@ TEST_F(JitTest, FunctionRunsOnlyOnFirstTwoCalls) {
       2);  // side effects happen only while running and capturing (footgun: side_effects_only...)
 }
 
+// set_capture_first: the first call captures (the function runs once in all), its outputs are already the plan's,
+// later calls replay with their own inputs; after Reset the next call captures again.
+TEST_F(JitTest, CaptureFirstRunsTheFunctionOnce) {
+  int calls = 0;
+  TinyJit jit([&calls](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+    ++calls;
+    return std::vector<Tensor>{(in[0] + in[1]) * 2};
+  });
+  jit.set_capture_first(true);
+  for (int i = 0; i < 4; ++i) {
+    Tensor a = RandT({6, 5}), b = RandT({6, 5});
+    auto out = jit({a, b});
+    ASSERT_TRUE(out.ok()) << out.status();
+    ExpectAddTimesTwo(a, b, (*out)[0]);
+    EXPECT_TRUE(jit.captured());
+    EXPECT_EQ(jit.cnt(), i + 2);
+  }
+  EXPECT_EQ(calls, 1);
+  jit.Reset();
+  Tensor a = RandT({3}), b = RandT({3});
+  auto out = jit({a, b});
+  ASSERT_TRUE(out.ok()) << out.status();
+  ExpectAddTimesTwo(a, b, (*out)[0]);
+  EXPECT_TRUE(jit.captured());
+  EXPECT_EQ(calls, 2);
+}
+
 TEST_F(JitTest, ShapeMismatch) {
   TinyJit jit(AddTimesTwo);
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(jit({RandT({4, 4}), RandT({4, 4})}).ok());
