@@ -268,15 +268,17 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span, i
                   .Reshape({S, c.n_head_kv, c.head_dim, 1});
           const Tensor v_new =
               h.Matmul(W(p + "attn_v.weight").Transpose()).Reshape({S, c.n_head_kv, 1, c.head_dim});
-          Tensor k_all = write_t.Where(k_new, slots_of(raw->k_[l], 3));  // [S, Hkv, D, span]: the new column
-          Tensor v_all = write.Where(v_new, slots_of(raw->v_[l], 2));    // [S, Hkv, span, D]: the new row
-          const Tensor att = (q.Matmul(heads_of_t(k_all)) * scale + in[3]).Softmax(-1);  // [S, H, 1, span]
+          // The new column / row written into the cache (a gated store), then attention reads the cache as
+          // written: the where is not recomputed inside the attention matmuls.
+          Tensor k_store = slots_of(raw->k_[l], 3);  // [S, Hkv, D, span]
+          Tensor v_store = slots_of(raw->v_[l], 2);  // [S, Hkv, span, D]
+          const Tensor k_all = k_store.Assign(write_t.Where(k_new, k_store));
+          const Tensor v_all = v_store.Assign(write.Where(v_new, v_store));
+          const Tensor att = (q.Matmul(heads_of_t(k_all)) * scale + in[3]).Contiguous().Softmax(-1);  // [S, H, 1, span]
           const Tensor o = att.Matmul(heads_of(v_all)).Reshape({S, c.n_embd});
           x = BlockTail(x, o, p);
-          Tensor k_store = slots_of(raw->k_[l], 3);
-          Tensor v_store = slots_of(raw->v_[l], 2);
-          written.push_back(k_store.Assign(k_all));
-          written.push_back(v_store.Assign(v_all));
+          written.push_back(k_all);
+          written.push_back(v_all);
         }
         x = RmsNorm(x, W("output_norm.weight"), c.rms_eps);
         Tensor logits = x.Matmul(W(c.tied_output ? "token_embd.weight" : "output.weight").Transpose());  // [S, vocab]
