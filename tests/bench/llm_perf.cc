@@ -1,12 +1,13 @@
 // llm_perf: decode-step timings of the Llama model on a GGUF file, one JSON line per measurement, for
 // llm_compare.py. For each slot count S: the first step (trace + compile), the second (capture), then the median
 // of `steps` replayed steps with every slot active; tokens/s = S / step time. Then prefill: 128 prompt tokens read
-// by LlamaModel::Prefill (chunks of KvCache::kPrefillChunk) into a one-slot cache, first run (compile) and the
-// median of three more; tokens/s = 128 / that time.
-//   llm_perf MODEL.gguf [steps=16] [slots=1,4,8] [max_ctx=256]
+// by LlamaModel::Prefill (chunks of KvCache::kPrefillChunk) into slot 0 of a cache of `prefill_slots` slots (kilnd's
+// max_batch_size), first run (compile) and the median of three more; tokens/s = 128 / that time.
+//   llm_perf MODEL.gguf [steps=16] [slots=1,4,8] [max_ctx=256] [prefill_slots=1]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: llm_perf MODEL.gguf [steps] [slots,...] [max_ctx]\n");
+    std::fprintf(stderr, "usage: llm_perf MODEL.gguf [steps] [slots,...] [max_ctx] [prefill_slots]\n");
     return 2;
   }
   kiln::backends::RegisterAllBackends();
@@ -99,7 +100,8 @@ int main(int argc, char** argv) {
   }
   {
     constexpr int64_t kPrompt = 128;
-    auto cache = (*model)->NewCache(std::max<int64_t>(max_ctx, kPrompt), 1);
+    const int64_t prefill_slots = argc > 5 ? std::max(1, std::atoi(argv[5])) : 1;
+    auto cache = (*model)->NewCache(std::max<int64_t>(max_ctx, kPrompt), prefill_slots);
     if (!cache.ok()) return 1;
     std::vector<int32_t> prompt;
     for (int64_t i = 0; i < kPrompt; ++i) prompt.push_back(static_cast<int32_t>(100 + (i * 37) % 1000));
@@ -112,8 +114,10 @@ int main(int argc, char** argv) {
     }
     std::vector<double> replay(t.begin() + 1, t.end());
     std::sort(replay.begin(), replay.end());
-    std::printf("{\"prefill_tokens\": %lld, \"first_prefill_s\": %.4f, \"prefill_s\": %.4f, \"tokens_per_s\": %.2f}\n",
-                static_cast<long long>(kPrompt), t[0], replay[1], kPrompt / replay[1]);
+    std::printf("{\"prefill_tokens\": %lld, \"slots\": %lld, \"first_prefill_s\": %.4f, \"prefill_s\": %.4f, "
+                "\"tokens_per_s\": %.2f}\n",
+                static_cast<long long>(kPrompt), static_cast<long long>(prefill_slots), t[0], replay[1],
+                kPrompt / replay[1]);
   }
   return 0;
 }
