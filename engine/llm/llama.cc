@@ -187,7 +187,7 @@ absl::StatusOr<Tensor> LlamaModel::Logits(const std::vector<int32_t>& tokens) co
 struct KvCache::Jit {
   // By (attention span (SpanFor), width: the slots the step computes, 1 or all; StepWidth).
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<jit::TinyJit>> steps;
-  std::unique_ptr<jit::TinyJit> prefill;
+  std::map<int64_t, std::unique_ptr<jit::TinyJit>> prefills;  // by attention span (SpanFor of the rows a chunk needs)
 };
 
 KvCache::KvCache() = default;
@@ -314,16 +314,22 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
       v->push_back(std::move(z));
     }
   }
-  KvCache* raw = cache.get();
   cache->jit_ = std::make_shared<KvCache::Jit>();
-  // in: embeddings [C, n_embd], cos / sin [C, 1, half], mask [1, C, max_ctx] (query t sees rows 0..pos + t),
-  // written [S, 1, max_ctx, 1] int32 (1 at the prefilling slot's positions pos..pos + valid - 1), place [1, C, max_ctx]
-  // float32 (1 at [t, pos + t] for the valid chunk rows t), slot [S, 1, 1, 1] float32 (one-hot: the prefilling slot). C = KvCache::kPrefillChunk. No logits: the caller
-  // feeds the prompt's last token through the decode step, which gives them.
-  cache->jit_->prefill = std::make_unique<jit::TinyJit>(
-      [this, raw](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+  return cache;
+}
+
+// The prefill run whose chunk needs the first `span` positions of the cache (KvCache::SpanFor(pos + chunk)): its
+// attention, placement and writes cover those positions only (a view of every slot's cache, written through).
+std::unique_ptr<jit::TinyJit> LlamaModel::MakePrefill(KvCache* raw, int64_t span) const {
+  // in: embeddings [C, n_embd], cos / sin [C, 1, half], mask [1, C, span] (query t sees rows 0..pos + t),
+  // written [S, 1, span, 1] int32 (1 at the prefilling slot's positions pos..pos + valid - 1), place [1, C, span]
+  // float32 (1 at [t, pos + t] for the valid chunk rows t), slot [S, 1, 1, 1] float32 (one-hot: the prefilling
+  // slot). C = KvCache::kPrefillChunk. No logits: the caller feeds the prompt's last token through the decode step,
+  // which gives them.
+  auto jit = std::make_unique<jit::TinyJit>(
+      [this, raw, span](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
         const LlamaConfig& c = config_;
-        const int64_t M = raw->max_ctx_, C = KvCache::kPrefillChunk, half = c.head_dim / 2;
+        const int64_t M = span, C = KvCache::kPrefillChunk, half = c.head_dim / 2;
         const int64_t rep = c.n_head / c.n_head_kv;
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
         Tensor x = in[0];
@@ -349,6 +355,12 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
               .Expand({c.n_head_kv, rep, c.head_dim, M})
               .Reshape({c.n_head, c.head_dim, M});
         };
+        auto first_rows = [&](const Tensor& kv, int m_axis) {  // the cache's first `span` positions, all slots
+          std::vector<std::pair<int64_t, int64_t>> part;
+          for (int64_t d : kv.shape()) part.push_back({0, d});
+          part[m_axis] = {0, span};
+          return kv.Shrink(part);
+        };
         std::vector<Tensor> written;
         for (int64_t l = 0; l < c.n_layer; ++l) {
           const std::string p = absl::StrCat("blk.", l, ".");
@@ -371,8 +383,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
           // 4 slots x 1,024 positions.)
           const Tensor k_placed = k_new.Matmul(place).Contiguous();                  // [1, Hkv, D, M]
           const Tensor v_placed = place.Transpose(1, 2).Matmul(v_new).Contiguous();  // [1, Hkv, M, D]
-          Tensor k_store = raw->k_[l];
-          Tensor v_store = raw->v_[l];
+          Tensor k_store = first_rows(raw->k_[l], 3);  // [S, Hkv, D, span]
+          Tensor v_store = first_rows(raw->v_[l], 2);  // [S, Hkv, span, D]
           const Tensor k_all = k_store.Assign(written_row_t.Where(k_placed, k_store));  // [S, Hkv, D, M]
           const Tensor v_all = v_store.Assign(written_row.Where(v_placed, v_store));    // [S, Hkv, M, D]
           const Tensor k_slot = (k_all * slot).Sum(0);  // [Hkv, D, M]
@@ -388,14 +400,14 @@ absl::StatusOr<std::unique_ptr<KvCache>> LlamaModel::NewCache(int64_t max_ctx, i
         KILN_RETURN_IF_ERROR(Tensor::Realize(all));
         return std::vector<Tensor>{};
       });
-  cache->jit_->prefill->set_capture_first(true);
-  return cache;
+  jit->set_capture_first(true);
+  return jit;
 }
 
 absl::Status LlamaModel::WarmUp(KvCache& cache) const {
   // Each span's step once (its capture: the step and prefill JITs capture at their first call) with the slot placed
-  // at the span's last row, then the prefill once. The rows written are garbage, but every row is rewritten by its
-  // own step before any step reads it.
+  // at the span's last row, then each span's prefill with a chunk ending at its last row. The rows written are
+  // garbage, but every row is rewritten by its own step or prefill before anything reads it.
   std::vector<int64_t> spans;
   for (int64_t span = cache.SpanFor(1);; span = cache.SpanFor(span + 1)) {
     spans.push_back(span);
@@ -411,8 +423,12 @@ absl::Status LlamaModel::WarmUp(KvCache& cache) const {
       KILN_RETURN_IF_ERROR(logits.ToVector<float>().status());
     }
   }
-  cache.Reset();
-  KILN_RETURN_IF_ERROR(Prefill(cache, 0, {0}));
+  for (int64_t span : spans) {
+    cache.Reset();
+    const int64_t n = std::min(KvCache::kPrefillChunk, span);
+    cache.pos_[0] = span - n;
+    KILN_RETURN_IF_ERROR(Prefill(cache, 0, std::vector<int32_t>(n, 0)));
+  }
   cache.Reset();
   return absl::OkStatus();
 }
@@ -431,14 +447,15 @@ absl::Status LlamaModel::Prefill(KvCache& cache, int64_t slot, const std::vector
   one_hot[slot] = 1.0f;
   for (int64_t at = 0; at < n; at += C) {
     const int64_t valid = std::min(C, n - at), pos = cache.pos_[slot];
+    const int64_t L = cache.SpanFor(pos + valid);  // the positions this chunk's run covers
     std::vector<float> rows(C * c.n_embd, 0.0f);
     std::vector<float> cos_t(C * half, 1.0f), sin_t(C * half, 0.0f);
-    std::vector<float> mask(C * M, -std::numeric_limits<float>::infinity());
-    std::vector<int32_t> written(S * M, 0);
-    std::vector<float> place(C * M, 0.0f);
+    std::vector<float> mask(C * L, -std::numeric_limits<float>::infinity());
+    std::vector<int32_t> written(S * L, 0);
+    std::vector<float> place(C * L, 0.0f);
     for (int64_t t = 0; t < C; ++t) {
       if (t >= valid) {  // padding: row 0 only (a finite softmax), nothing written
-        mask[t * M] = 0.0f;
+        mask[t * L] = 0.0f;
         continue;
       }
       const int64_t p = pos + t;
@@ -449,18 +466,20 @@ absl::Status LlamaModel::Prefill(KvCache& cache, int64_t slot, const std::vector
         cos_t[t * half + i] = static_cast<float>(std::cos(angle));
         sin_t[t * half + i] = static_cast<float>(std::sin(angle));
       }
-      for (int64_t j = 0; j <= p; ++j) mask[t * M + j] = 0.0f;
-      written[slot * M + p] = 1;
-      place[t * M + p] = 1.0f;
+      for (int64_t j = 0; j <= p; ++j) mask[t * L + j] = 0.0f;
+      written[slot * L + p] = 1;
+      place[t * L + p] = 1.0f;
     }
     std::vector<Tensor> in = {Tensor::FromVector(rows, {C, c.n_embd}, device_),
                               Tensor::FromVector(cos_t, {C, 1, half}, device_),
                               Tensor::FromVector(sin_t, {C, 1, half}, device_),
-                              Tensor::FromVector(mask, {1, C, M}, device_),
-                              Tensor::FromVector(written, {S, 1, M, 1}, device_),
-                              Tensor::FromVector(place, {1, C, M}, device_),
+                              Tensor::FromVector(mask, {1, C, L}, device_),
+                              Tensor::FromVector(written, {S, 1, L, 1}, device_),
+                              Tensor::FromVector(place, {1, C, L}, device_),
                               Tensor::FromVector(one_hot, {S, 1, 1, 1}, device_)};
-    KILN_RETURN_IF_ERROR((*cache.jit_->prefill)(in).status());
+    std::unique_ptr<jit::TinyJit>& jit = cache.jit_->prefills[L];
+    if (jit == nullptr) jit = MakePrefill(&cache, L);
+    KILN_RETURN_IF_ERROR((*jit)(in).status());
     cache.pos_[slot] += valid;
   }
   return absl::OkStatus();

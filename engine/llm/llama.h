@@ -105,8 +105,8 @@ class LlamaModel {
   // generation waits for a compile; leaves the cache reset.
   absl::Status WarmUp(KvCache& cache) const;
   // Writes the keys and values of `tokens` into `slot` at positions pos(slot).. (then advances it), kPrefillChunk
-  // tokens per run of a second JIT trace (one for every position and chunk fill): a prompt is read a chunk at a
-  // time rather than a token per decode step. No logits: feed the prompt's last token through Step / StepBatch.
+  // tokens per run of a second JIT trace (one per attention span, serving every position and chunk fill in it): a
+  // prompt is read a chunk at a time rather than a token per decode step. No logits: feed the prompt's last token through Step / StepBatch.
   // InvalidArgument for a bad slot or token, FailedPrecondition when the tokens do not fit.
   absl::Status Prefill(KvCache& cache, int64_t slot, const std::vector<int32_t>& tokens) const;
   // Prefills all of `prompt` but its last token, steps that one, then appends the argmax token until `max_new` tokens or `stop` (e.g. eos); returns
@@ -117,6 +117,7 @@ class LlamaModel {
  private:
   LlamaModel() = default;
   std::unique_ptr<jit::TinyJit> MakeStep(KvCache* cache, int64_t span, int64_t width) const;
+  std::unique_ptr<jit::TinyJit> MakePrefill(KvCache* cache, int64_t span) const;
   // The slots a decode step computes when `last` is the highest stepping slot of `all`: 1 when only slot 0 steps
   // (a lone generation, which the generator places in slot 0), else all. Two widths, so two traces per span.
   static int64_t StepWidth(int64_t all, int64_t last) { return last == 0 ? 1 : all; }

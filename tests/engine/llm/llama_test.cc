@@ -211,6 +211,34 @@ TEST(LlamaTest, SmolLM2GreedyDecodingMatchesNumpyTokenForToken) {
       }
       EXPECT_LE(diff, 1e-4 * top) << "slot 0";
     }
+    // A prompt past the first attention spans: each prefill run covers the positions its chunk needs (a trace per
+    // span: 64, 128, 256 here), and the step after it still gives the whole-sequence logits' row.
+    {
+      std::vector<int32_t> longer;
+      for (size_t n = 0; longer.size() < 150; n = (n + 1) % ids.size())
+        longer.insert(longer.end(), ids[n].begin(), ids[n].end());
+      longer.resize(150);
+      absl::StatusOr<Tensor> all = model->Logits(longer);
+      ASSERT_TRUE(all.ok()) << all.status();
+      absl::StatusOr<std::vector<float>> want = all->ToVector<float>();
+      ASSERT_TRUE(want.ok());
+      absl::StatusOr<std::unique_ptr<KvCache>> wide = model->NewCache(256, 2);
+      ASSERT_TRUE(wide.ok()) << wide.status();
+      ASSERT_TRUE(model->Prefill(**wide, 0, std::vector<int32_t>(ids[1].begin(), ids[1].begin() + 5)).ok());
+      constexpr int64_t k = 140;
+      absl::Status st = model->Prefill(**wide, 1, std::vector<int32_t>(longer.begin(), longer.begin() + k));
+      ASSERT_TRUE(st.ok()) << st;
+      absl::StatusOr<Tensor> step = model->StepBatch(**wide, {SlotToken{1, longer[k]}});
+      ASSERT_TRUE(step.ok()) << step.status();
+      absl::StatusOr<std::vector<float>> got = step->ToVector<float>();
+      ASSERT_TRUE(got.ok());
+      double top = 0, diff = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        top = std::max(top, std::abs(static_cast<double>((*want)[k * V + v])));
+        diff = std::max(diff, std::abs(static_cast<double>((*got)[V + v]) - (*want)[k * V + v]));
+      }
+      EXPECT_LE(diff, 1e-4 * top) << "after a prefill of " << k << " tokens";
+    }
     absl::StatusOr<std::unique_ptr<KvCache>> small = model->NewCache(8);
     ASSERT_TRUE(small.ok());
     EXPECT_EQ(model->Prefill(**small, 0, std::vector<int32_t>(9, 1)).code(), absl::StatusCode::kFailedPrecondition);
