@@ -83,6 +83,16 @@ const std::vector<const UOp*>& RangeSets::Of(const UOp* u) const {
 // FoldIndexMath
 // ---------------------------------------------------------------------------------------------
 
+std::pair<UOpPtr, int64_t> SplitOffset(const UOpPtr& idx) {
+  int64_t c = 0;
+  if (ConstInt(idx, &c)) return {nullptr, c};
+  if (idx->op() == Op::ADD) {
+    if (ConstInt(idx->src(1), &c)) return {idx->src(0), c};
+    if (ConstInt(idx->src(0), &c)) return {idx->src(1), c};
+  }
+  return {idx, 0};
+}
+
 bool ConstInt(const UOpPtr& u, int64_t* v) {
   if (!u || u->op() != Op::CONST) return false;
   if (const auto* i = std::get_if<int64_t>(&u->arg())) {

@@ -43,4 +43,7 @@ UOpPtr FoldIndexMathAt(const UOpPtr& u);
 // The CONST value of an int/index CONST, else false.
 bool ConstInt(const UOpPtr& u, int64_t* v);
 
+// An index as base + c: (null, c) for a constant, (x, c) for ADD(x, c) or ADD(c, x), else (idx, 0).
+std::pair<UOpPtr, int64_t> SplitOffset(const UOpPtr& idx);
+
 }  // namespace kiln::codegen

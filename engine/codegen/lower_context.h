@@ -62,6 +62,10 @@ absl::Status InitAxes(const UOpPtr& sink, LowerContext& ctx);
 std::vector<UOpPtr> AxesOfType(const UOpPtr& sink, const LowerContext& ctx, std::initializer_list<AxisType> types,
                                bool symbolic = false);
 absl::StatusOr<UOpPtr> ApplyOpt(const UOpPtr& sink, const Opt& opt, LowerContext& ctx);
+// A RANGE's constant size, -1 when symbolic.
+int64_t RangeSize(const UOp* r);
+
+// ---- heuristic.cc ----
 // Picks and applies the hand-coded heuristic's opts; appends them to `chosen`.
 absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std::vector<Opt>* chosen);
 // "E_4_16" / "r_16_4_32" from the current axes.

@@ -28,16 +28,6 @@ namespace {
 
 constexpr size_t kLanes = 16;  // the vector width built (AccTile's 16-lane accumulators)
 
-std::pair<UOpPtr, int64_t> BaseAndOffset(const UOpPtr& idx) {
-  int64_t c = 0;
-  if (ConstInt(idx, &c)) return {nullptr, c};
-  if (idx->op() == Op::ADD) {
-    if (ConstInt(idx->src(1), &c)) return {idx->src(0), c};
-    if (ConstInt(idx->src(0), &c)) return {idx->src(1), c};
-  }
-  return {idx, 0};
-}
-
 struct Group {
   UOpPtr vec;
   std::vector<const UOp*> lanes;  // kLanes scalar copies, lane order
@@ -56,15 +46,19 @@ absl::StatusOr<UOpPtr> VectorizeSharedLanes(const UOpPtr& sink, LowerContext& ct
     if (u->op() == Op::STORE && u->src(0)->op() == Op::INDEX) stored.insert(u->src(0)->src(0).get());
     for (const UOpPtr& s : u->src()) users[s.get()].push_back(u);
   }
-  // Seeds: runs of kLanes plain scalar loads of consecutive elements of a buffer the kernel does not store to.
-  std::map<std::pair<const UOp*, const UOp*>, std::map<int64_t, const UOp*>> by_base;
+  // Seeds: runs of kLanes plain scalar loads of consecutive elements of a buffer the kernel does not store to, per
+  // (buffer, base) in first-load order (so the groups, and the code, do not depend on node addresses).
+  absl::flat_hash_map<std::pair<const UOp*, const UOp*>, size_t> base_index;
+  std::vector<std::map<int64_t, const UOp*>> by_base;
   for (const UOp* u : topo) {
     if (u->op() != Op::LOAD || u->num_src() != 1 || u->dtype().count != 1 || u->dtype().IsBool()) continue;
     const UOp* ix = u->src(0).get();
     if (ix->op() != Op::INDEX || ix->num_src() != 2 || ix->src(0)->op() != Op::PARAM) continue;
     if (stored.contains(ix->src(0).get())) continue;
-    auto [base, off] = BaseAndOffset(ix->src(1));
-    by_base[{ix->src(0).get(), base.get()}].emplace(off, u);
+    auto [base, off] = SplitOffset(ix->src(1));
+    auto [it, fresh] = base_index.emplace(std::make_pair(ix->src(0).get(), base.get()), by_base.size());
+    if (fresh) by_base.emplace_back();
+    by_base[it->second].emplace(off, u);
   }
   std::vector<Group> groups;
   absl::flat_hash_map<const UOp*, std::pair<size_t, size_t>> member;  // scalar copy -> (group, lane)
@@ -72,7 +66,7 @@ absl::StatusOr<UOpPtr> VectorizeSharedLanes(const UOpPtr& sink, LowerContext& ct
     for (size_t l = 0; l < g.lanes.size(); ++l) member[g.lanes[l]] = {groups.size(), l};
     groups.push_back(std::move(g));
   };
-  for (const auto& [key, loads] : by_base) {
+  for (const std::map<int64_t, const UOp*>& loads : by_base) {
     std::vector<const UOp*> run;
     int64_t prev = 0;
     for (const auto& [off, load] : loads) {

@@ -22,17 +22,6 @@ namespace {
 constexpr size_t kMinRun = 4;
 constexpr size_t kMaxRun = 32;
 
-// idx as base + c (base null when idx is a constant).
-std::pair<UOpPtr, int64_t> SplitOffset(const UOpPtr& idx) {
-  int64_t c = 0;
-  if (ConstInt(idx, &c)) return {nullptr, c};
-  if (idx->op() == Op::ADD) {
-    if (ConstInt(idx->src(1), &c)) return {idx->src(0), c};
-    if (ConstInt(idx->src(0), &c)) return {idx->src(1), c};
-  }
-  return {idx, 0};
-}
-
 }  // namespace
 
 absl::StatusOr<UOpPtr> VectorizeLoads(const UOpPtr& sink, LowerContext& ctx) {

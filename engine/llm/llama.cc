@@ -33,6 +33,17 @@ Tensor RmsNorm(const Tensor& x, const Tensor& w, double eps) {
   return x.ndim() >= 2 && x.shape()[0] > 1 ? y.Contiguous() : y;
 }
 
+// The part of a layer's cache a run reads and writes: its first `slots` slots and its first `span` positions, a view
+// that an ASSIGN writes through (the rest of the buffer is neither read nor rewritten). `m_axis` is the position
+// axis: 2 for V [S, Hkv, M, D], 3 for K kept transposed [S, Hkv, D, M].
+Tensor CacheView(const Tensor& kv, int64_t slots, int m_axis, int64_t span) {
+  std::vector<std::pair<int64_t, int64_t>> part;
+  for (int64_t d : kv.shape()) part.push_back({0, d});
+  part[0] = {0, slots};
+  part[m_axis] = {0, span};
+  return kv.Shrink(part);
+}
+
 }  // namespace
 
 absl::StatusOr<LlamaConfig> LlamaConfig::FromGguf(const nn::GgufFile& f) {
@@ -223,17 +234,8 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span, i
       [this, raw, span, width](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
         const LlamaConfig& c = config_;
         const int64_t S = width, half = c.head_dim / 2, rep = c.n_head / c.n_head_kv;
-        // The part of a layer's cache this step reads and writes: its first `width` slots and its first `span`
-        // positions (every stepping slot's position is below the span), a view that an ASSIGN writes through;
-        // `m_axis` is the cache's position axis (2 for V [S, Hkv, M, D], 3 for K kept transposed [S, Hkv, D, M]).
-        // The rest of the buffer is neither read nor rewritten.
-        auto slots_of = [&](const Tensor& kv, int m_axis) {
-          std::vector<std::pair<int64_t, int64_t>> part;
-          for (int64_t d : kv.shape()) part.push_back({0, d});
-          part[0] = {0, width};
-          part[m_axis] = {0, span};
-          return kv.Shrink(part);
-        };
+        // The step's part of each cache (CacheView): its first `width` slots, and the first `span` positions
+        // (every stepping slot's position is below the span).
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
         Tensor x = in[0];  // [S, n_embd]: the tokens' embedding rows, looked up on the host
         const Tensor& cos = in[1];
@@ -270,8 +272,8 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span, i
               h.Matmul(W(p + "attn_v.weight").Transpose()).Reshape({S, c.n_head_kv, 1, c.head_dim});
           // The new column / row written into the cache (a gated store), then attention reads the cache as
           // written: the where is not recomputed inside the attention matmuls.
-          Tensor k_store = slots_of(raw->k_[l], 3);  // [S, Hkv, D, span]
-          Tensor v_store = slots_of(raw->v_[l], 2);  // [S, Hkv, span, D]
+          Tensor k_store = CacheView(raw->k_[l], width, 3, span);  // [S, Hkv, D, span]
+          Tensor v_store = CacheView(raw->v_[l], width, 2, span);  // [S, Hkv, span, D]
           const Tensor k_all = k_store.Assign(write_t.Where(k_new, k_store));
           const Tensor v_all = v_store.Assign(write.Where(v_new, v_store));
           const Tensor att = (q.Matmul(heads_of_t(k_all)) * scale + in[3]).Contiguous().Softmax(-1);  // [S, H, 1, span]
@@ -355,12 +357,6 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakePrefill(KvCache* raw, int64_t span
               .Expand({c.n_head_kv, rep, c.head_dim, M})
               .Reshape({c.n_head, c.head_dim, M});
         };
-        auto first_rows = [&](const Tensor& kv, int m_axis) {  // the cache's first `span` positions, all slots
-          std::vector<std::pair<int64_t, int64_t>> part;
-          for (int64_t d : kv.shape()) part.push_back({0, d});
-          part[m_axis] = {0, span};
-          return kv.Shrink(part);
-        };
         std::vector<Tensor> written;
         for (int64_t l = 0; l < c.n_layer; ++l) {
           const std::string p = absl::StrCat("blk.", l, ".");
@@ -383,8 +379,8 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakePrefill(KvCache* raw, int64_t span
           // 4 slots x 1,024 positions.)
           const Tensor k_placed = k_new.Matmul(place).Contiguous();                  // [1, Hkv, D, M]
           const Tensor v_placed = place.Transpose(1, 2).Matmul(v_new).Contiguous();  // [1, Hkv, M, D]
-          Tensor k_store = first_rows(raw->k_[l], 3);  // [S, Hkv, D, span]
-          Tensor v_store = first_rows(raw->v_[l], 2);  // [S, Hkv, span, D]
+          Tensor k_store = CacheView(raw->k_[l], raw->slots(), 3, span);  // [S, Hkv, D, span]: all slots
+          Tensor v_store = CacheView(raw->v_[l], raw->slots(), 2, span);  // [S, Hkv, span, D]
           const Tensor k_all = k_store.Assign(written_row_t.Where(k_placed, k_store));  // [S, Hkv, D, M]
           const Tensor v_all = v_store.Assign(written_row.Where(v_placed, v_store));    // [S, Hkv, M, D]
           const Tensor k_slot = (k_all * slot).Sum(0);  // [Hkv, D, M]

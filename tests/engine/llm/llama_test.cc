@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -48,6 +49,17 @@ absl::StatusOr<SmolLM2> LoadSmolLM2() {
   KILN_ASSIGN_OR_RETURN(m.tok, BpeTokenizer::FromGguf(m.gguf->file()));
   KILN_ASSIGN_OR_RETURN(m.model, LlamaModel::Create(*m.gguf));
   return m;
+}
+
+// A row of V logits, got[g .. g + V) against want[w .. w + V): {max |want|, max |got - want|}.
+std::pair<double, double> RowError(const std::vector<float>& got, int64_t g, const std::vector<float>& want, int64_t w,
+                                   int64_t V) {
+  double top = 0, diff = 0;
+  for (int64_t v = 0; v < V; ++v) {
+    top = std::max(top, std::abs(static_cast<double>(want[w + v])));
+    diff = std::max(diff, std::abs(static_cast<double>(got[g + v]) - want[w + v]));
+  }
+  return {top, diff};
 }
 
 const std::vector<std::string> kPrompts = {
@@ -170,11 +182,7 @@ TEST(LlamaTest, SmolLM2GreedyDecodingMatchesNumpyTokenForToken) {
       ASSERT_TRUE(step.ok()) << step.status();
       absl::StatusOr<std::vector<float>> got = step->ToVector<float>();
       ASSERT_TRUE(got.ok());
-      double top = 0, diff = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        top = std::max(top, std::abs(static_cast<double>((*rows)[t * V + v])));
-        diff = std::max(diff, std::abs(static_cast<double>((*got)[v]) - (*rows)[t * V + v]));
-      }
+      const auto [top, diff] = RowError(*got, 0, *rows, t * V, V);
       EXPECT_LE(diff, 1e-4 * top) << "position " << t;
     }
     // Prefill (chunks of KvCache::kPrefillChunk through the second trace) then one step: the step's logits are the
@@ -198,18 +206,10 @@ TEST(LlamaTest, SmolLM2GreedyDecodingMatchesNumpyTokenForToken) {
       ASSERT_TRUE(step.ok()) << step.status();
       absl::StatusOr<std::vector<float>> got = step->ToVector<float>();
       ASSERT_TRUE(got.ok());
-      double top = 0, diff = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        top = std::max(top, std::abs(static_cast<double>((*rows)[k * V + v])));
-        diff = std::max(diff, std::abs(static_cast<double>((*got)[V + v]) - (*rows)[k * V + v]));
-      }
+      const auto [top, diff] = RowError(*got, V, *rows, k * V, V);
       EXPECT_LE(diff, 1e-4 * top);
-      top = diff = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        top = std::max(top, std::abs(static_cast<double>((*other_rows)[5 * V + v])));
-        diff = std::max(diff, std::abs(static_cast<double>((*got)[v]) - (*other_rows)[5 * V + v]));
-      }
-      EXPECT_LE(diff, 1e-4 * top) << "slot 0";
+      const auto [top0, diff0] = RowError(*got, 0, *other_rows, 5 * V, V);
+      EXPECT_LE(diff0, 1e-4 * top0) << "slot 0";
     }
     // A prompt past the first attention spans: each prefill run covers the positions its chunk needs (a trace per
     // span: 64, 128, 256 here), and the step after it still gives the whole-sequence logits' row.
@@ -232,11 +232,7 @@ TEST(LlamaTest, SmolLM2GreedyDecodingMatchesNumpyTokenForToken) {
       ASSERT_TRUE(step.ok()) << step.status();
       absl::StatusOr<std::vector<float>> got = step->ToVector<float>();
       ASSERT_TRUE(got.ok());
-      double top = 0, diff = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        top = std::max(top, std::abs(static_cast<double>((*want)[k * V + v])));
-        diff = std::max(diff, std::abs(static_cast<double>((*got)[V + v]) - (*want)[k * V + v]));
-      }
+      const auto [top, diff] = RowError(*got, V, *want, k * V, V);
       EXPECT_LE(diff, 1e-4 * top) << "after a prefill of " << k << " tokens";
     }
     absl::StatusOr<std::unique_ptr<KvCache>> small = model->NewCache(8);

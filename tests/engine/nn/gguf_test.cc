@@ -26,6 +26,7 @@
 #include "engine/schedule/schedule.h"
 #include "engine/tensor/tensor.h"
 #include "gtest/gtest.h"
+#include "tests/engine/cpu_target.h"
 #include "tests/engine/run_command.h"
 
 namespace kiln::nn {
@@ -188,13 +189,7 @@ TEST_F(GgufTest, BatchedDequantMatmulDecodesEachWeightOnceAsVectors) {
     for (const ScheduleItem& it : s->items) {
       if (it.kind != ScheduleItem::Kind::kKernel) continue;
       ++kernels;
-      codegen::Target cpu;
-      cpu.renderer = "llvm";
-      cpu.has_threads = true;
-      cpu.max_threads = 2;
-      cpu.supports_vectors = true;
-      cpu.vector_bytes = 64;
-      cpu.wide_index = true;
+      const codegen::Target cpu = test_util::Avx512TwoCoreLlvm();
       auto p = codegen::LowerKernel(it.ast, cpu, {});
       ASSERT_TRUE(p.ok()) << p.status();
       for (const UOpPtr& u : p->uops)

@@ -15,6 +15,7 @@
 #include "engine/realize/realize.h"
 #include "engine/schedule/schedule.h"
 #include "engine/tensor/tensor.h"
+#include "tests/engine/cpu_target.h"
 
 namespace kiln {
 namespace {
@@ -90,13 +91,7 @@ TEST(ArangeIndexKernel, RandomWeightHasNoDivisions) {
     for (const UOp* u : Toposort(it.ast))
       EXPECT_TRUE(u->op() != Op::CDIV && u->op() != Op::CMOD) << "integer " << OpName(u->op()) << " in the kernel";
     // Lowered as for a 2-core AVX-512 CPU: UPCAST(0, 16) over the merged axes, lanes i*16 + j.
-    codegen::Target cpu;
-    cpu.renderer = "llvm";
-    cpu.has_threads = true;
-    cpu.max_threads = 2;
-    cpu.supports_vectors = true;
-    cpu.vector_bytes = 64;
-    cpu.wide_index = true;
+    const codegen::Target cpu = test_util::Avx512TwoCoreLlvm();
     auto p = codegen::LowerKernel(it.ast, cpu, {});
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_FALSE(p->applied_opts.empty());

@@ -19,6 +19,7 @@
 #include "engine/runtime/registry.h"
 #include "engine/schedule/schedule.h"
 #include "engine/tensor/tensor.h"
+#include "tests/engine/cpu_target.h"
 
 namespace kiln {
 namespace {
@@ -147,13 +148,7 @@ TEST_P(InPlaceWhereTest, GateAlongTheInnermostAxis) {
   for (const ScheduleItem& it : s->items) {
     if (it.kind != ScheduleItem::Kind::kKernel) continue;
     ++kernels;
-    codegen::Target cpu;
-    cpu.renderer = "llvm";
-    cpu.has_threads = true;
-    cpu.max_threads = 2;
-    cpu.supports_vectors = true;
-    cpu.vector_bytes = 64;
-    cpu.wide_index = true;
+    const codegen::Target cpu = test_util::Avx512TwoCoreLlvm();
     auto p = codegen::LowerKernel(it.ast, cpu, {});
     ASSERT_TRUE(p.ok()) << p.status();
     // One gate for every store of the body (upcast lanes along m would each test their own), and not one that reads
