@@ -113,6 +113,7 @@ void AddPlanKernels(const jit::TraceRunInfo& info, const std::string& device, Ru
   const std::vector<double>& seconds = info.plan_seconds;
   for (size_t i = 0; i < info.plan_kernels.size(); ++i) {
     if (info.plan_kernels[i] == "copy") continue;
+    if (i < info.plan_skipped.size() && info.plan_skipped[i]) continue;  // a constant call: not launched
     const bool timed = i < seconds.size() && seconds[i] >= 0;
     KernelTiming k{info.plan_kernels[i], device, timed ? static_cast<uint64_t>(seconds[i] * 1e9) : 0, timed};
     if (timed && i < info.plan_start_ns.size()) k.start_ns = info.plan_start_ns[i];

@@ -70,6 +70,7 @@ absl::StatusOr<std::vector<Tensor>> TraceCache::Run(const std::string& model, co
     if (info != nullptr && entry->jit->plan() != nullptr) {
       info->plan_kernels = entry->jit->plan()->KernelNames();
       info->plan_costs = entry->jit->plan()->CallCosts();
+      info->plan_skipped = entry->jit->plan()->SkippedInLastRun();
       if (info->time_launches && info->call >= 1) {
         info->plan_seconds = entry->jit->plan()->call_seconds();
         info->plan_start_ns = entry->jit->plan()->call_start_ns();

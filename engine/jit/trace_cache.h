@@ -43,6 +43,7 @@ struct TraceRunInfo {
   std::vector<double> plan_seconds;  // with time_launches: per plan call (plan_kernels order; < 0 = untimed)
   std::vector<int64_t> plan_start_ns;  // with time_launches: ExecPlan::call_start_ns()
   std::vector<ExecPlan::CallCost> plan_costs;  // once captured: ExecPlan::CallCosts()
+  std::vector<bool> plan_skipped;  // once captured: ExecPlan::SkippedInLastRun() (constant calls not launched)
 };
 
 struct TraceCacheStats {

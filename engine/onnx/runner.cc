@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status.h"
+#include "engine/realize/realize.h"
 
 namespace kiln::onnx {
 
@@ -200,7 +201,11 @@ Tensor WeightCache::Get(const HostArrayPtr& host, const std::string& device) {
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second.second;
   Tensor t = Tensor::FromHost(host->bytes.data(), host->dtype, host->shape, device);
-  if (t.ok()) cache_.emplace(key, std::make_pair(host, t));
+  if (!t.ok()) return t;
+  // Nothing writes an initializer (ONNX has no in-place ops): a JIT trace runs the kernels that read only weights
+  // (a conv weight's channels-last copy) once, at capture (ExecPlan's constant calls).
+  if (absl::Status st = MarkConstant(t.uop()); !st.ok()) return Tensor::FromStatus(st);
+  cache_.emplace(key, std::make_pair(host, t));
   return t;
 }
 

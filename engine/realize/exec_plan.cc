@@ -132,6 +132,7 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
     input_slot.emplace(inputs[i].get(), static_cast<uint32_t>(i));
   absl::flat_hash_map<const UOp*, std::shared_ptr<runtime::Buffer>> fixed;
   absl::flat_hash_set<const UOp*> written_nodes;
+  absl::flat_hash_set<const UOp*> allocated_nodes;  // non-input buffers Build allocated (plan memory)
   absl::flat_hash_set<runtime::Device*> devices;
   size_t staging = 0;
 
@@ -146,7 +147,10 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
     if (it == fixed.end()) {
       const bool had_memory = runtime::BufferTable::Global().Lookup(b.get()) != nullptr;
       KILN_ASSIGN_OR_RETURN(auto buf, realize_internal::Materialize(b));
-      if (!had_memory) plan->allocated_bytes_ += static_cast<int64_t>(buf->nbytes());
+      if (!had_memory) {
+        plan->allocated_bytes_ += static_cast<int64_t>(buf->nbytes());
+        allocated_nodes.insert(b.get());
+      }
       it = fixed.emplace(b.get(), std::move(buf)).first;
       plan->held_nodes_.push_back(b);
       plan->held_buffers_.push_back(it->second);
@@ -232,6 +236,7 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
     plan->calls_.push_back(std::move(call));
   }
   for (const UOpPtr& e : extra_buffers) KILN_RETURN_IF_ERROR(EnsureAllocated(e));
+  KILN_RETURN_IF_ERROR(plan->FindConstantCalls(items, input_slot, allocated_nodes));
 
   plan->staging_.resize(staging);
   plan->devices_.assign(devices.begin(), devices.end());
@@ -245,9 +250,101 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
   }
   std::sort(plan->written_.begin(), plan->written_.end());
   if (DebugLevel() >= 1)
-    std::fprintf(stderr, "JIT captured %d kernels with %d inputs\n", plan->num_kernels_,
-                 plan->num_inputs_);
+    std::fprintf(stderr, "JIT captured %d kernels with %d inputs (%d constant: run once)\n", plan->num_kernels_,
+                 plan->num_inputs_, plan->num_constant_);
   return plan;
+}
+
+absl::Status ExecPlan::FindConstantCalls(const std::vector<CapturedItem>& items,
+                                         const absl::flat_hash_map<const UOp*, uint32_t>& input_slot,
+                                         const absl::flat_hash_set<const UOp*>& allocated) {
+  auto outputs_of = [&](size_t i) {
+    const ScheduleItem& item = items[i].item;
+    return std::min(item.buffers.size(),
+                    item.kind == ScheduleItem::Kind::kCopy ? size_t{1} : static_cast<size_t>(item.num_outputs));
+  };
+  absl::flat_hash_map<const UOp*, int> writes_left;  // per buffer: calls still to come that write it
+  for (size_t i = 0; i < items.size(); ++i)
+    for (size_t j = 0; j < outputs_of(i); ++j) ++writes_left[items[i].item.buffers[j].get()];
+  const absl::flat_hash_map<const UOp*, int> writers = writes_left;
+  auto constant_buffer = [&](const UOp* b) {
+    if (input_slot.contains(b)) return false;
+    std::shared_ptr<runtime::Buffer> buf = runtime::BufferTable::Global().Lookup(b);
+    return buf != nullptr && buf->constant();
+  };
+  for (size_t i = 0; i < items.size(); ++i) {
+    for (size_t j = 0; j < outputs_of(i); ++j) {
+      if (constant_buffer(items[i].item.buffers[j].get()))
+        return absl::FailedPreconditionError(absl::StrCat("ExecPlan: ", calls_[i].name,
+                                                          " writes a buffer marked constant (MarkConstant)"));
+    }
+  }
+  // The scheduler reuses an intermediate's buffer for later values, so a constant value whose buffer is written
+  // again gets memory of its own, and the calls that read that value (up to the next write) read it there.
+  absl::flat_hash_map<const UOp*, std::shared_ptr<runtime::Buffer>> value_of;  // buffer -> its current constant value
+  for (size_t i = 0; i < items.size(); ++i) {
+    Call& c = calls_[i];
+    const std::vector<UOpPtr>& bufs = items[i].item.buffers;
+    const size_t outs = outputs_of(i);
+    bool constant = c.program != nullptr && c.var_count == 0;
+    for (size_t j = outs; j < c.arg_count && j < bufs.size(); ++j) {
+      const UOp* b = bufs[j].get();
+      auto v = value_of.find(b);
+      if (v != value_of.end()) {
+        args_[c.arg_begin + j] = v->second->memory();
+      } else {
+        constant = constant && constant_buffer(b) && writes_left[b] == 0;
+      }
+    }
+    // A buffer's last write is constant only where it is its only one: after earlier writes, a Run that skips it
+    // would leave the buffer holding theirs.
+    for (size_t j = 0; j < outs && constant; ++j) {
+      const UOp* b = bufs[j].get();
+      constant = allocated.contains(b) && !input_slot.contains(b) && (writes_left[b] > 1 || writers.at(b) == 1);
+    }
+    bool shared = false;  // some output is written again later
+    for (size_t j = 0; j < outs; ++j) shared |= writes_left[bufs[j].get()] > 1;
+    if (constant && shared) {
+      // Memory of its own for each output: a BUFFER node the plan holds (counted live like the others), within the
+      // run's memory budget; over it, the call stays an ordinary one.
+      std::vector<std::pair<UOpPtr, std::shared_ptr<runtime::Buffer>>> own;
+      for (size_t j = 0; j < outs && constant; ++j) {
+        std::shared_ptr<runtime::Buffer> held = runtime::BufferTable::Global().Lookup(bufs[j].get());
+        const int64_t bytes = static_cast<int64_t>(held->nbytes());
+        MemoryBudget* budget = CurrentRunControl().memory_budget;
+        if (budget != nullptr &&
+            !budget->Reserve(bytes, static_cast<int64_t>(runtime::BufferTable::Global().total_bytes())).ok()) {
+          constant = false;
+          break;
+        }
+        UOpPtr node = NewBuffer(held->dtype(), held->numel(), held->device()->name());
+        absl::StatusOr<std::shared_ptr<runtime::Buffer>> buf = realize_internal::Materialize(node);
+        if (budget != nullptr) budget->Release(bytes);
+        KILN_RETURN_IF_ERROR(buf.status());
+        own.emplace_back(std::move(node), *std::move(buf));
+      }
+      for (size_t j = 0; j < own.size() && constant; ++j) {
+        allocated_bytes_ += static_cast<int64_t>(own[j].second->nbytes());
+        args_[c.arg_begin + j] = own[j].second->memory();
+        written_.push_back(realize_internal::MemKey(own[j].second->memory()));
+        held_nodes_.push_back(own[j].first);
+        held_buffers_.push_back(own[j].second);
+        value_of[bufs[j].get()] = own[j].second;
+      }
+      if (!constant)
+        for (size_t j = 0; j < outs; ++j) value_of.erase(bufs[j].get());
+    } else {
+      for (size_t j = 0; j < outs; ++j) {
+        if (constant) value_of[bufs[j].get()] = runtime::BufferTable::Global().Lookup(bufs[j].get());
+        else value_of.erase(bufs[j].get());
+      }
+    }
+    for (size_t j = 0; j < outs; ++j) --writes_left[bufs[j].get()];
+    if (!constant) continue;
+    c.constant = true;
+    ++num_constant_;
+  }
+  return absl::OkStatus();
 }
 
 ExecPlan::~ExecPlan() {
@@ -267,6 +364,9 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
   }
   runtime::DeviceMemory* args = args_.data();
   const int64_t* vars = vars_.data();
+  // Calls inside a device graph (JIT=2, CUDA by default) are replayed with it, constant ones included.
+  const bool skip_constants = constants_ready_;
+  skipped_.assign(calls_.size(), false);
   const int debug = DebugLevel();
   if (timed_) {
     call_seconds_.assign(calls_.size(), -1.0);
@@ -286,6 +386,10 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
       continue;
     }
     const Call& c = calls_[ci];
+    if (c.constant && skip_constants) {
+      skipped_[ci] = true;
+      continue;
+    }
     if (c.program != nullptr) {
       // DEBUG >= 2 times each replayed kernel: the eager step's figures include first-touch page faults of its
       // fresh buffers (a 51 MB copy: 13-17 ms eager, 2-3 ms replayed), the replay's are the steady state.
@@ -314,6 +418,7 @@ absl::Status ExecPlan::Run(absl::Span<const runtime::DeviceMemory> inputs) {
         c.dst_device->allocator().CopyIn(args[c.arg_begin], staging_.data(), c.copy_bytes));
   }
   for (runtime::Device* d : devices_) KILN_RETURN_IF_ERROR(d->Synchronize());
+  constants_ready_ = true;
   if (DebugLevel() >= 2) std::fprintf(stderr, "jit execs %zu calls\n", calls_.size());
   return absl::OkStatus();
 }

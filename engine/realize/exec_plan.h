@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/realize/estimate.h"
@@ -121,6 +122,13 @@ class ExecPlan {
   // Whether the plan writes `mem` (an output or intermediate buffer; an input aliasing one must be copied first).
   bool Writes(const runtime::DeviceMemory& mem) const;
   int num_kernels() const { return num_kernels_; }
+  // Constant calls: kernels that take no Variable and read only constant buffers (runtime::Buffer::constant(), an
+  // ONNX model's weights) or the outputs of other constant calls, into buffers no other call writes. The first
+  // complete Run runs them; later Runs skip them, their outputs (plan memory) keep the values. A ResNet-50's conv
+  // weights repacked channels-last for the conv kernels (Tensor::Conv2d): 25.5M floats copied on every inference.
+  int num_constant_calls() const { return num_constant_; }
+  // Per call (KernelNames() order): whether the last Run skipped it (a constant call after the first Run).
+  const std::vector<bool>& SkippedInLastRun() const { return skipped_; }
  private:
   bool timed_ = false;
   std::vector<double> call_seconds_;
@@ -154,6 +162,7 @@ class ExecPlan {
     std::string name;
     CallCost cost;  // kernels: codegen::Program's flops and mem_bytes
     realize_internal::LoadedKernel* kernel = nullptr;  // kernels: held by kernels_ (its VIZ record, LogIdForLaunch)
+    bool constant = false;  // a constant call (num_constant_calls): skipped once constants_ready_
   };
   struct Patch {
     uint32_t arg;    // index into args_
@@ -165,6 +174,10 @@ class ExecPlan {
     std::vector<runtime::DeviceMemory> bound;  // args_ of those calls as the graph last saw them
   };
   ExecPlan() = default;
+  // Marks the constant calls (num_constant_calls); FailedPrecondition if a call writes a constant buffer.
+  absl::Status FindConstantCalls(const std::vector<CapturedItem>& items,
+                                 const absl::flat_hash_map<const UOp*, uint32_t>& input_slot,
+                                 const absl::flat_hash_set<const UOp*>& allocated);
   absl::Status BuildGraphs();
   absl::Status UpdateGraph(Graph& g);
 
@@ -183,6 +196,9 @@ class ExecPlan {
   std::vector<char> staging_;         // host staging for copies
   int num_kernels_ = 0;
   int num_inputs_ = 0;
+  int num_constant_ = 0;
+  bool constants_ready_ = false;  // a Run completed: the constant calls' outputs hold their values
+  std::vector<bool> skipped_;       // per call: skipped by the last Run
   GraphMode graph_mode_ = GraphMode::kOff;
   bool graphs_built_ = false;
   std::vector<Graph> graphs_;

@@ -616,6 +616,12 @@ absl::StatusOr<std::vector<UOpPtr>> RealizeOn(RealizeContext& ctx, absl::Span<co
   for (size_t i = 0; i < s.items.size(); ++i) {
     KILN_RETURN_IF_ERROR(Stopped(control, i, s.items.size()));
     const ScheduleItem& item = s.items[i];
+    const size_t outs = item.kind == ScheduleItem::Kind::kCopy ? 1 : static_cast<size_t>(item.num_outputs);
+    for (size_t j = 0; j < outs && j < item.buffers.size(); ++j) {
+      std::shared_ptr<runtime::Buffer> b = runtime::BufferTable::Global().Lookup(item.buffers[j].get());
+      if (b != nullptr && b->constant())
+        return absl::FailedPreconditionError("realize: a kernel would write a buffer marked constant (MarkConstant)");
+    }
     absl::Status st = item.kind == ScheduleItem::Kind::kCopy ? RunCopy(item)
                                                               : RunKernel(ctx, item, s, static_cast<int>(i), precompiled, &used, stats);
     if (!st.ok()) return st;
@@ -703,6 +709,16 @@ absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shap
   KILN_RETURN_IF_ERROR(runtime::BufferTable::Global().Attach(node.get(), std::move(buf)));
   if (shape.size() == 1) return node;
   return UOp::Make(Op::RESHAPE, dtype, {node}, IntVec(shape.begin(), shape.end()));
+}
+
+absl::Status MarkConstant(const UOpPtr& realized) {
+  const UOp* u = realized.get();
+  while (u != nullptr && IsMovement(u->op())) u = u->src(0).get();
+  std::shared_ptr<runtime::Buffer> buf =
+      u != nullptr && u->op() == Op::BUFFER ? runtime::BufferTable::Global().Lookup(u) : nullptr;
+  if (buf == nullptr) return absl::InvalidArgumentError("MarkConstant: the value is not a realized buffer");
+  buf->MarkConstant();
+  return absl::OkStatus();
 }
 
 absl::Status ToHost(const UOpPtr& realized, void* dst, size_t nbytes, bool prefix) {

@@ -187,6 +187,9 @@ void SetKernelCacheLimits(size_t max_entries, size_t max_bytes);
 // rows past a symbolic batch's count).
 absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shape, const std::string& device = "CPU",
                                 std::optional<size_t> prefix_bytes = std::nullopt);
+// Marks the buffer under a realized value (a BUFFER node, or a movement view of one) constant
+// (runtime::Buffer::MarkConstant): the caller promises nothing writes it again. InvalidArgument if it has no memory.
+absl::Status MarkConstant(const UOpPtr& realized);
 // Copies a realized value (as returned by Realize/FromHost) to host memory; nbytes must match exactly, or with
 // `prefix` be at most the value's size (its first nbytes).
 absl::Status ToHost(const UOpPtr& realized, void* dst, size_t nbytes, bool prefix = false);

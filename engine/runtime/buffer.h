@@ -8,6 +8,7 @@
 // the BUFFER node dies. Thread-safe: Attach/Lookup/Detach may run on any thread, concurrently with node deaths.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -42,6 +43,12 @@ class Buffer {
   absl::Status CopyIn(const void* src, size_t nbytes);
   absl::Status CopyOut(void* dst, size_t nbytes) const;
 
+  // A constant buffer: its owner promises that nothing writes it again (an ONNX model's initializers). A JIT plan
+  // runs the kernels that read only constant buffers (a conv weight's repacking) once, at capture, and keeps their
+  // outputs (ExecPlan, "constant calls"); a plan that would write one fails to build.
+  void MarkConstant() { constant_.store(true, std::memory_order_relaxed); }
+  bool constant() const { return constant_.load(std::memory_order_relaxed); }
+
  private:
   Buffer(Device* device, DType dtype, int64_t numel, DeviceMemory mem)
       : device_(device), dtype_(dtype), numel_(numel), mem_(mem) {}
@@ -49,6 +56,7 @@ class Buffer {
   DType dtype_;
   int64_t numel_;
   DeviceMemory mem_;
+  std::atomic<bool> constant_{false};
 };
 
 class BufferTable {
