@@ -408,7 +408,18 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
     return FromStatus(Invalid("Conv2d", "bias shape ", Str(bias->shape()), " must be (", cout, ")"));
   Tensor x = Pad(*pads).Pool(hw, *stride, *dilation);  // (bs, groups*cin, *oyx, *hw)
   if (!x.ok()) return x;
-  const bool lanes = LaneWeights(opt.groups, cin, cout, hw, x.numel() * (cout / opt.groups));
+  // A pointwise conv (1x1, stride 1, unpadded) over whole 16-pixel vectors is a matmul whose lanes are the pixels
+  // (MatmulTile's contiguous-store axis), so its weight stays [Co, Ci]: packed for channel lanes, the tile's 16 weight
+  // rows each read another 64-byte line per input channel (ResNet-50's 128 -> 512 channel 1x1 at 28x28: 1.13 ms
+  // packed, 0.22 ms not; 64 -> 256 at 56x56 0.48 -> 0.31 ms; at 14x14 and 7x7 the pixels do not fill vectors, the
+  // lanes are channels and the packing stays: 4.5 ms without it).
+  int64_t pixels = 1;
+  for (int64_t d : IntVec(x.shape().begin() + 2, x.shape().begin() + 2 + n)) pixels *= d;
+  const bool pointwise = std::all_of(hw.begin(), hw.end(), [](int64_t k) { return k == 1; }) &&
+                         std::all_of(stride->begin(), stride->end(), [](int64_t v) { return v == 1; }) &&
+                         std::all_of(pads->begin(), pads->end(), [](const auto& p) { return !p.first && !p.second; });
+  const bool lanes = !(pointwise && pixels % 16 == 0) &&
+                     LaneWeights(opt.groups, cin, cout, hw, x.numel() * (cout / opt.groups));
   // An input computed elementwise (the CNN's relu(conv1 + bias)) is stored once rather than recomputed in the conv
   // kernels' loads: each input value is broadcast Co x KH x KW times, so the forward and the weight gradient of
   // conv2 each redid the add and max per broadcast (59.7 and 62.0 ms in the training step against 50.6 and 51.1 ms
