@@ -652,7 +652,12 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
     }
   }
   // 3. threads over the outermost output axis that splits evenly, with >= 128K ops per thread (tinygrad step 10).
-  if (auto [axis, t] = ThreadSplit(ctx, sizes({AxisType::kLoop, AxisType::kGlobal}), work, [](int) { return int64_t{1}; });
+  // A transcendental (2^x, log2, sin: a polynomial of ~20 ops, or a libm call in a reduce loop) counts as 16 ops: a
+  // softmax over MiniLM's 12 x 128 x 128 scores (196K exps per kernel, 0.23-0.33 ms on one core) runs on both.
+  int64_t weight = 1;
+  for (const UOp* u : Toposort(cur)) weight += u->op() == Op::EXP2 || u->op() == Op::LOG2 || u->op() == Op::SIN ? 16 : 0;
+  if (auto [axis, t] = ThreadSplit(ctx, sizes({AxisType::kLoop, AxisType::kGlobal}), work * weight,
+                                   [](int) { return int64_t{1}; });
       t > 1)
     KILN_RETURN_IF_ERROR(apply({OptOp::kThread, axis, t}));
   return cur;
