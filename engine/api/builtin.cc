@@ -148,6 +148,9 @@ absl::StatusOr<std::shared_ptr<const BuiltinModel>> Engine::LoadBuiltin(
     if (absl::Status st = nn::LoadStateDict(*module, *weights, /*strict=*/true); !st.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("weights: ", st.message()));
     }
+    // A served builtin model only reads its state (the module is its own; training jobs build theirs): marked
+    // constant, the kernels that read only weights (a conv weight's channels-last copy) run once per JIT trace.
+    for (const nn::NamedTensor& nt : nn::StateDict(*module)) (void)MarkConstant(nt.tensor->uop());
     impl->module = module;
     impl->fn = [module](const jit::JitArgs& args) -> absl::StatusOr<std::vector<Tensor>> {
       nn::TrainingScope eval(false);  // BatchNorm uses its running statistics
