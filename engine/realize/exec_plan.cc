@@ -258,34 +258,19 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
 absl::Status ExecPlan::FindConstantCalls(const std::vector<CapturedItem>& items,
                                          const absl::flat_hash_map<const UOp*, uint32_t>& input_slot,
                                          const absl::flat_hash_set<const UOp*>& allocated) {
-  auto outputs_of = [&](size_t i) {
-    const ScheduleItem& item = items[i].item;
-    return std::min(item.buffers.size(),
-                    item.kind == ScheduleItem::Kind::kCopy ? size_t{1} : static_cast<size_t>(item.num_outputs));
-  };
   absl::flat_hash_map<const UOp*, int> writes_left;  // per buffer: calls still to come that write it
-  for (size_t i = 0; i < items.size(); ++i)
-    for (size_t j = 0; j < outputs_of(i); ++j) ++writes_left[items[i].item.buffers[j].get()];
-  const absl::flat_hash_map<const UOp*, int> writers = writes_left;
-  auto constant_buffer = [&](const UOp* b) {
-    if (input_slot.contains(b)) return false;
-    std::shared_ptr<runtime::Buffer> buf = runtime::BufferTable::Global().Lookup(b);
-    return buf != nullptr && buf->constant();
-  };
   for (size_t i = 0; i < items.size(); ++i) {
-    for (size_t j = 0; j < outputs_of(i); ++j) {
-      if (constant_buffer(items[i].item.buffers[j].get()))
-        return absl::FailedPreconditionError(absl::StrCat("ExecPlan: ", calls_[i].name,
-                                                          " writes a buffer marked constant (MarkConstant)"));
-    }
+    KILN_RETURN_IF_ERROR(realize_internal::CheckNoConstantWrites(items[i].item, absl::StrCat("ExecPlan: ", calls_[i].name)));
+    for (size_t j = 0; j < items[i].item.num_written(); ++j) ++writes_left[items[i].item.buffers[j].get()];
   }
+  const absl::flat_hash_map<const UOp*, int> writers = writes_left;
   // The scheduler reuses an intermediate's buffer for later values, so a constant value whose buffer is written
   // again gets memory of its own, and the calls that read that value (up to the next write) read it there.
   absl::flat_hash_map<const UOp*, std::shared_ptr<runtime::Buffer>> value_of;  // buffer -> its current constant value
   for (size_t i = 0; i < items.size(); ++i) {
     Call& c = calls_[i];
     const std::vector<UOpPtr>& bufs = items[i].item.buffers;
-    const size_t outs = outputs_of(i);
+    const size_t outs = items[i].item.num_written();
     bool constant = c.program != nullptr && c.var_count == 0;
     for (size_t j = outs; j < c.arg_count && j < bufs.size(); ++j) {
       const UOp* b = bufs[j].get();
@@ -293,7 +278,7 @@ absl::Status ExecPlan::FindConstantCalls(const std::vector<CapturedItem>& items,
       if (v != value_of.end()) {
         args_[c.arg_begin + j] = v->second->memory();
       } else {
-        constant = constant && constant_buffer(b) && writes_left[b] == 0;
+        constant = constant && !input_slot.contains(b) && realize_internal::IsConstantBuffer(b);
       }
     }
     // A buffer's last write is constant only where it is its only one: after earlier writes, a Run that skips it

@@ -616,12 +616,7 @@ absl::StatusOr<std::vector<UOpPtr>> RealizeOn(RealizeContext& ctx, absl::Span<co
   for (size_t i = 0; i < s.items.size(); ++i) {
     KILN_RETURN_IF_ERROR(Stopped(control, i, s.items.size()));
     const ScheduleItem& item = s.items[i];
-    const size_t outs = item.kind == ScheduleItem::Kind::kCopy ? 1 : static_cast<size_t>(item.num_outputs);
-    for (size_t j = 0; j < outs && j < item.buffers.size(); ++j) {
-      std::shared_ptr<runtime::Buffer> b = runtime::BufferTable::Global().Lookup(item.buffers[j].get());
-      if (b != nullptr && b->constant())
-        return absl::FailedPreconditionError("realize: a kernel would write a buffer marked constant (MarkConstant)");
-    }
+    KILN_RETURN_IF_ERROR(realize_internal::CheckNoConstantWrites(item, "realize: a kernel"));
     absl::Status st = item.kind == ScheduleItem::Kind::kCopy ? RunCopy(item)
                                                               : RunKernel(ctx, item, s, static_cast<int>(i), precompiled, &used, stats);
     if (!st.ok()) return st;
@@ -709,6 +704,19 @@ absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shap
   KILN_RETURN_IF_ERROR(runtime::BufferTable::Global().Attach(node.get(), std::move(buf)));
   if (shape.size() == 1) return node;
   return UOp::Make(Op::RESHAPE, dtype, {node}, IntVec(shape.begin(), shape.end()));
+}
+
+bool realize_internal::IsConstantBuffer(const UOp* buffer) {
+  std::shared_ptr<runtime::Buffer> b = runtime::BufferTable::Global().Lookup(buffer);
+  return b != nullptr && b->constant();
+}
+
+absl::Status realize_internal::CheckNoConstantWrites(const ScheduleItem& item, const std::string& what) {
+  for (size_t j = 0; j < item.num_written(); ++j) {
+    if (IsConstantBuffer(item.buffers[j].get()))
+      return absl::FailedPreconditionError(absl::StrCat(what, " would write a buffer marked constant (MarkConstant)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status MarkConstant(const UOpPtr& realized) {

@@ -160,6 +160,10 @@ namespace kiln::realize_internal {
 
 // The Buffer attached to a BUFFER node, allocated (and attached) on first use.
 absl::StatusOr<std::shared_ptr<runtime::Buffer>> Materialize(const UOpPtr& buffer);
+// Whether a BUFFER node has memory marked constant (runtime::Buffer::MarkConstant).
+bool IsConstantBuffer(const UOp* buffer);
+// FailedPrecondition (naming `what`) if the item writes a constant buffer: eager realizes and ExecPlan::Build.
+absl::Status CheckNoConstantWrites(const ScheduleItem& item, const std::string& what);
 
 // Capture state of this thread (exec_plan.cc): non-null while a CaptureScope is alive. Thread-scoped on purpose
 // (docs/architecture.md, "Engine context"): it is an input scope, as in tinygrad, never a result channel.

@@ -28,6 +28,8 @@
 // Thread safety: CreateSchedule is reentrant (it only builds interned UOps).
 #pragma once
 
+#include <algorithm>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,6 +52,10 @@ struct ScheduleItem {
   std::vector<UOpPtr> buffers;
   int num_outputs = 0;
   std::string device;  // where the kernel runs (kCopy: the destination device)
+  // The buffers the item writes: buffers[0, num_written()).
+  size_t num_written() const {
+    return std::min(buffers.size(), kind == Kind::kCopy ? size_t{1} : static_cast<size_t>(num_outputs));
+  }
 };
 
 struct Schedule {

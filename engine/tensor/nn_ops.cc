@@ -377,6 +377,22 @@ bool LaneWeights(int64_t groups, int64_t cin, int64_t cout, const IntVec& hw, in
   return cin * hw[0] * hw[1] >= 64 && work >= (int64_t{1} << 24);
 }
 
+// Whether a conv is a pointwise one (1x1, stride 1, unpadded) over whole 16-pixel vectors: a matmul whose lanes are
+// the pixels (MatmulTile's contiguous-store axis), so its weight stays [Co, Ci] rather than LaneWeights' packing, in
+// which the tile's 16 weight rows each read another 64-byte line per input channel (ResNet-50's 128 -> 512 channel
+// 1x1 at 28x28: 1.13 ms packed, 0.22 ms not; 64 -> 256 at 56x56 0.48 -> 0.31 ms; at 14x14 and 7x7 the pixels do not
+// fill vectors, the lanes are channels and the packing stays: 4.5 ms without it). `pooled` is the pooled input's
+// shape (bs, ci, *oyx, *hw).
+bool PixelLanes(const IntVec& hw, const IntVec& stride, const std::vector<std::pair<int64_t, int64_t>>& pads,
+                const Shape& pooled) {
+  const auto one = [](int64_t v) { return v == 1; };
+  if (!std::all_of(hw.begin(), hw.end(), one) || !std::all_of(stride.begin(), stride.end(), one)) return false;
+  if (!std::all_of(pads.begin(), pads.end(), [](const auto& p) { return !p.first && !p.second; })) return false;
+  int64_t pixels = 1;
+  for (size_t i = 0; i < hw.size(); ++i) pixels *= pooled[2 + i];
+  return pixels % 16 == 0;
+}
+
 // Whether `t` is computed by elementwise ops (through movement ops), not a stored buffer or a reduce's result.
 bool ComputedElementwise(const Tensor& t) {
   const UOp* u = t.uop().get();
@@ -408,17 +424,7 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
     return FromStatus(Invalid("Conv2d", "bias shape ", Str(bias->shape()), " must be (", cout, ")"));
   Tensor x = Pad(*pads).Pool(hw, *stride, *dilation);  // (bs, groups*cin, *oyx, *hw)
   if (!x.ok()) return x;
-  // A pointwise conv (1x1, stride 1, unpadded) over whole 16-pixel vectors is a matmul whose lanes are the pixels
-  // (MatmulTile's contiguous-store axis), so its weight stays [Co, Ci]: packed for channel lanes, the tile's 16 weight
-  // rows each read another 64-byte line per input channel (ResNet-50's 128 -> 512 channel 1x1 at 28x28: 1.13 ms
-  // packed, 0.22 ms not; 64 -> 256 at 56x56 0.48 -> 0.31 ms; at 14x14 and 7x7 the pixels do not fill vectors, the
-  // lanes are channels and the packing stays: 4.5 ms without it).
-  int64_t pixels = 1;
-  for (int64_t d : IntVec(x.shape().begin() + 2, x.shape().begin() + 2 + n)) pixels *= d;
-  const bool pointwise = std::all_of(hw.begin(), hw.end(), [](int64_t k) { return k == 1; }) &&
-                         std::all_of(stride->begin(), stride->end(), [](int64_t v) { return v == 1; }) &&
-                         std::all_of(pads->begin(), pads->end(), [](const auto& p) { return !p.first && !p.second; });
-  const bool lanes = !(pointwise && pixels % 16 == 0) &&
+  const bool lanes = !PixelLanes(hw, *stride, *pads, x.shape()) &&
                      LaneWeights(opt.groups, cin, cout, hw, x.numel() * (cout / opt.groups));
   // An input computed elementwise (the CNN's relu(conv1 + bias)) is stored once rather than recomputed in the conv
   // kernels' loads: each input value is broadcast Co x KH x KW times, so the forward and the weight gradient of

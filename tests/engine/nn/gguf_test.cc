@@ -183,19 +183,12 @@ TEST_F(GgufTest, BatchedDequantMatmulDecodesEachWeightOnceAsVectors) {
     Tensor x = Tensor::FromVector(xv, {kSlots, k});
     ASSERT_TRUE(x.Realize().ok());
     Tensor y = x.Matmul(w->Transpose());
-    auto s = CreateSchedule({y.uop()});
-    ASSERT_TRUE(s.ok()) << s.status();
-    int vector_alus = 0, kernels = 0;
-    for (const ScheduleItem& it : s->items) {
-      if (it.kind != ScheduleItem::Kind::kKernel) continue;
-      ++kernels;
-      const codegen::Target cpu = test_util::Avx512TwoCoreLlvm();
-      auto p = codegen::LowerKernel(it.ast, cpu, {});
-      ASSERT_TRUE(p.ok()) << p.status();
-      for (const UOpPtr& u : p->uops)
-        vector_alus += u->dtype().count == 16 && (IsALU(u->op()) || u->op() == Op::CAST);
-    }
-    EXPECT_EQ(kernels, 1);
+    auto programs = test_util::LowerScheduledKernels(y.uop(), test_util::Avx512TwoCoreLlvm());
+    ASSERT_TRUE(programs.ok()) << programs.status();
+    int vector_alus = 0;
+    for (const codegen::Program& p : *programs)
+      for (const UOpPtr& u : p.uops) vector_alus += u->dtype().count == 16 && (IsALU(u->op()) || u->op() == Op::CAST);
+    EXPECT_EQ(programs->size(), 1u);
     EXPECT_GT(vector_alus, 0) << "the decoded weights are scalar copies";
     ASSERT_TRUE(y.Realize().ok());
     const std::string ref = ReadFile(dir + "/" + name + ".f32");

@@ -142,15 +142,10 @@ TEST_P(InPlaceWhereTest, GateAlongTheInnermostAxis) {
   const Tensor x = Tensor::FromVector(fresh, {S, H, D, 1}, device());
   Tensor target = cache;
   Tensor updated = target.Assign(write.Where(x, cache));
-  auto s = CreateSchedule({updated.uop()});
-  ASSERT_TRUE(s.ok()) << s.status();
-  int kernels = 0;
-  for (const ScheduleItem& it : s->items) {
-    if (it.kind != ScheduleItem::Kind::kKernel) continue;
-    ++kernels;
-    const codegen::Target cpu = test_util::Avx512TwoCoreLlvm();
-    auto p = codegen::LowerKernel(it.ast, cpu, {});
-    ASSERT_TRUE(p.ok()) << p.status();
+  auto programs = test_util::LowerScheduledKernels(updated.uop(), test_util::Avx512TwoCoreLlvm());
+  ASSERT_TRUE(programs.ok()) << programs.status();
+  for (const codegen::Program& prog : *programs) {
+    const codegen::Program* p = &prog;
     // One gate for every store of the body (upcast lanes along m would each test their own), and not one that reads
     // the innermost loop.
     const UOp* innermost = nullptr;
@@ -169,7 +164,7 @@ TEST_P(InPlaceWhereTest, GateAlongTheInnermostAxis) {
     for (const UOp* g : Toposort(store->src(2)))
       EXPECT_NE(g, innermost) << "the gate reads the innermost loop of " << p->name;
   }
-  EXPECT_EQ(kernels, 1);
+  EXPECT_EQ(programs->size(), 1u);
   ASSERT_TRUE(updated.Realize().ok());
   std::vector<float> want = c0;
   for (int64_t b = 0; b < S; ++b)

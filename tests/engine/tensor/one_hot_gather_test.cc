@@ -12,6 +12,7 @@
 #include "engine/runtime/registry.h"
 #include "engine/schedule/schedule.h"
 #include "engine/tensor/tensor.h"
+#include "tests/engine/cpu_target.h"
 #include "gtest/gtest.h"
 
 namespace kiln {
@@ -61,28 +62,23 @@ TEST(OneHotGatherKernel, HasNoLoopOverTheVocabulary) {
   Tensor t = Tensor::FromVector(Table(), {kVocab, kDim}, "NULL");
   Tensor idx = Tensor::FromVector(std::vector<int64_t>{3, 1, 4}, {3, 1}, "NULL");
   Tensor rows = t.Gather(0, idx.Expand({3, kDim}));
-  auto s = CreateSchedule({rows.uop()});
-  ASSERT_TRUE(s.ok()) << s.status();
   codegen::Target target;
   target.renderer = "llvm";
   target.has_threads = true;
   target.max_threads = 2;
   target.supports_vectors = true;
   target.vector_bytes = 32;
-  int kernels = 0;
-  for (const ScheduleItem& item : s->items) {
-    if (item.kind != ScheduleItem::Kind::kKernel) continue;
-    ++kernels;
-    auto p = codegen::LowerKernel(item.ast, target, {});
-    ASSERT_TRUE(p.ok()) << p.status();
-    for (const UOpPtr& u : p->uops) {
+  auto programs = test_util::LowerScheduledKernels(rows.uop(), target);
+  ASSERT_TRUE(programs.ok()) << programs.status();
+  for (const codegen::Program& p : *programs) {
+    for (const UOpPtr& u : p.uops) {
       int64_t size = 0;
       if (u->op() == Op::RANGE && codegen::ConstInt(u->src(0), &size)) {
-        EXPECT_LE(size, kDim) << p->name;  // rows or dims only: no loop over (a split of) the vocabulary
+        EXPECT_LE(size, kDim) << p.name;  // rows or dims only: no loop over (a split of) the vocabulary
       }
     }
   }
-  EXPECT_GE(kernels, 1);
+  EXPECT_GE(programs->size(), 1u);
 }
 
 }  // namespace
