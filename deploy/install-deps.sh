@@ -2,7 +2,7 @@
 # Installs everything kiln's build and tests need on Debian 12 (bookworm), then creates the Python
 # test virtualenv at <repo>/.venv. Idempotent: packages already installed are skipped, `apt-get
 # update` runs only when something is missing, and the venv is rebuilt only when missing or when
-# tests/requirements.txt changed (a stamp file keeps its hash). Never builds a dependency from source.
+# tests/requirements.txt or tests/requirements-nodeps.txt changed (a stamp file keeps their hash). Never builds a dependency from source.
 #
 # Works as root (no sudo needed) and as a user with sudo. Environment:
 #   KILN_SKIP_APT=1    skip the Debian packages (e.g. a prepared image)
@@ -85,6 +85,7 @@ install_packages() {
 
 setup_venv() {
   local req="$repo_root/tests/requirements.txt"
+  local nodeps="$repo_root/tests/requirements-nodeps.txt"
   local venv="$repo_root/.venv"
   local stamp="$venv/.requirements.sha256"
   local python="${PYTHON:-python3}"
@@ -93,7 +94,7 @@ setup_venv() {
     return 0
   fi
   local want
-  want="$(sha256sum "$req" | cut -d' ' -f1)"
+  want="$(cat "$req" "$nodeps" 2>/dev/null | sha256sum | cut -d' ' -f1)"
   if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     log "virtualenv .venv up to date"
     return 0
@@ -106,7 +107,11 @@ setup_venv() {
   log "installing tests/requirements.txt into .venv (PyPI)"
   rm -f "$stamp"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir -r "$req"
+  if [[ -f "$nodeps" ]]; then
+    log "installing tests/requirements-nodeps.txt into .venv (PyPI, without dependencies)"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir --no-deps -r "$nodeps"
+  fi
   printf '%s\n' "$want" >"$stamp"
 }
 
