@@ -367,12 +367,18 @@ absl::StatusOr<std::vector<Value>> LayerNormalization(OpContext& ctx) {
   for (int64_t i = axis; i < x.ndim(); ++i) axes.push_back(i);
   Axes ax{absl::Span<const int64_t>(axes)};
   const DType f = x.dtype() == dtypes::kFloat64 ? dtypes::kFloat64 : dtypes::kFloat32;
-  Tensor xf = x.Cast(f);
+  // The input and the output are stored (a no-op where they are stored anyway). Fused, a transformer's LayerNorm
+  // was recomputed by every kernel that reads it: its input (the residual sum) by the mean, the variance, the
+  // normalization and the next residual; its output by each column tile of the matmuls after it (MiniLM's FFN up
+  // projection reread 384 normalized values per output tile: 1.1-1.4 ms per layer; 0.42 ms with it
+  // stored).
+  Tensor xf = x.Cast(f).Contiguous();
   Tensor mean = xf.Mean(ax, true);
   Tensor c = xf.Sub(mean);
   Tensor inv = c.Square().Mean(ax, true).Add(eps).Rsqrt();
   Tensor y = c.Mul(inv).Mul(scale.Cast(f));
   if (bias) y = y.Add(bias->Cast(f));
+  y = y.Contiguous();
   return std::vector<Value>{Value::Of(y.Cast(x.dtype())), Value::Of(mean), Value::Of(inv)};
 }
 
