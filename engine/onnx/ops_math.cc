@@ -78,7 +78,9 @@ absl::StatusOr<std::vector<Value>> SoftmaxLike(OpContext& ctx, F f) {
 }
 
 absl::StatusOr<std::vector<Value>> Softmax(OpContext& ctx) {
-  return SoftmaxLike(ctx, [](const Tensor& t, int64_t axis) { return t.Softmax(axis); });
+  // The output is stored: attention's P @ V would recompute each exp(x - max) / sum for every column tile of V
+  // (MiniLM: 230-250 us per layer for P @ V, 26 us from the stored probabilities plus 21 us to store them).
+  return SoftmaxLike(ctx, [](const Tensor& t, int64_t axis) { return t.Softmax(axis).Contiguous(); });
 }
 absl::StatusOr<std::vector<Value>> LogSoftmax(OpContext& ctx) {
   return SoftmaxLike(ctx, [](const Tensor& t, int64_t axis) { return t.LogSoftmax(axis); });

@@ -1,5 +1,6 @@
 // engine/onnx loader and runner: bad models are clear load errors (never a crash), good ones run and match values
 // computed here by hand. Models are built with the ONNX protobuf classes (compiled from the onnx 1.22.0 wheel).
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -361,6 +362,51 @@ TEST_F(OnnxModelTest, LayerNormInputAndOutputAreStoredForTheMatmulsAfterIt) {
           want += ((xs[i * kD + k] + rs[i * kD + k] - mean) * inv * gamma[k] + beta[k]) * w[k * kCols + j];
         EXPECT_NEAR((*got)->GetDouble(i * kCols + j), want, 1e-4 * (1 + std::abs(want))) << out << " " << i << " " << j;
       }
+    }
+  }
+}
+
+// Attention's probabilities are stored once: P @ V reads them instead of recomputing exp(x - max) / sum for each of
+// its column tiles. Values against a double-precision reference.
+TEST_F(OnnxModelTest, SoftmaxOutputIsStoredForTheMatmulAfterIt) {
+  constexpr int64_t kRows = 16, kKeys = 32, kCols = 32;
+  ::onnx::ModelProto m = Base();
+  auto* g = m.mutable_graph();
+  AddIo(g->add_input(), "s", 1, {kRows, kKeys});
+  AddIo(g->add_input(), "v", 1, {kKeys, kCols});
+  AddIo(g->add_output(), "o", 1, {kRows, kCols});
+  AddNode(g, "Softmax", {"s"}, {"p"});
+  AddNode(g, "MatMul", {"p", "v"}, {"o"});
+  auto model = Load(m);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<double> ss(kRows * kKeys), vs(kKeys * kCols);
+  for (size_t i = 0; i < ss.size(); ++i) ss[i] = 3 * std::sin(0.37 * i);
+  for (size_t i = 0; i < vs.size(); ++i) vs[i] = std::cos(0.11 * i);
+  auto input = [](const std::vector<double>& v, int64_t r, int64_t c) {
+    Value val;
+    val.kind = Value::Kind::kTensor;
+    val.host = std::make_shared<const HostArray>(HostArray::FromDoubles(dtypes::kFloat32, {r, c}, v));
+    return val;
+  };
+  auto r = kiln::onnx::Run(**model, {{"s", input(ss, kRows, kKeys)}, {"v", input(vs, kKeys, kCols)}}, RunOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<Schedule> s = CreateSchedule({r->outputs[0].tensor.uop()});
+  ASSERT_TRUE(s.ok()) << s.status();
+  // The product's kernel reads the stored probabilities and V (3 buffers with its output); fused, it read the
+  // scores, their max and the sum of exps too (5).
+  const ScheduleItem& last = s->items.back();
+  ASSERT_EQ(last.kind, ScheduleItem::Kind::kKernel);
+  EXPECT_EQ(last.buffers.size(), 3u);
+  auto got = ValueToHost(r->outputs[0]);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (int64_t i = 0; i < kRows; ++i) {
+    double mx = -1e300, sum = 0;
+    for (int64_t k = 0; k < kKeys; ++k) mx = std::max(mx, ss[i * kKeys + k]);
+    for (int64_t k = 0; k < kKeys; ++k) sum += std::exp(ss[i * kKeys + k] - mx);
+    for (int64_t j = 0; j < kCols; ++j) {
+      double want = 0;
+      for (int64_t k = 0; k < kKeys; ++k) want += std::exp(ss[i * kKeys + k] - mx) / sum * vs[k * kCols + j];
+      EXPECT_NEAR((*got)->GetDouble(i * kCols + j), want, 1e-5) << i << " " << j;
     }
   }
 }
