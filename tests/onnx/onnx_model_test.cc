@@ -411,6 +411,79 @@ TEST_F(OnnxModelTest, SoftmaxOutputIsStoredForTheMatmulAfterIt) {
   }
 }
 
+// A matmul's result transposed to a new innermost axis (attention's keys stored as K^T for Q @ K^T) is stored in its
+// own layout first and the transpose is a copy kernel: fused, the projection vectorized along the transposed stores
+// instead of its weights' rows. Values against a double-precision reference.
+TEST_F(OnnxModelTest, TransposedMatmulResultIsStoredBeforeTheTranspose) {
+  constexpr int64_t kT = 16, kD = 32, kHeads = 2, kDh = 16;
+  ::onnx::ModelProto m = Base();
+  auto* g = m.mutable_graph();
+  AddIo(g->add_input(), "a", 1, {kT, kD});
+  AddIo(g->add_input(), "w", 1, {kD, kD});
+  AddIo(g->add_input(), "q", 1, {kHeads, kT, kDh});
+  AddIo(g->add_output(), "s", 1, {kHeads, kT, kT});
+  auto* shape = g->add_initializer();
+  shape->set_name("shape");
+  shape->set_data_type(7);
+  shape->add_dims(3);
+  for (int64_t d : {kT, kHeads, kDh}) shape->add_int64_data(d);
+  AddNode(g, "MatMul", {"a", "w"}, {"k"});
+  AddNode(g, "Reshape", {"k", "shape"}, {"k3"});
+  auto* perm = AddNode(g, "Transpose", {"k3"}, {"kt"})->add_attribute();  // [heads, dh, T]
+  perm->set_name("perm");
+  perm->set_type(::onnx::AttributeProto::INTS);
+  for (int64_t p : {1, 2, 0}) perm->add_ints(p);
+  AddNode(g, "MatMul", {"q", "kt"}, {"s"});
+  auto model = Load(m);
+  ASSERT_TRUE(model.ok()) << model.status();
+  std::vector<double> as(kT * kD), ws(kD * kD), qs(kHeads * kT * kDh);
+  for (size_t i = 0; i < as.size(); ++i) as[i] = std::sin(0.3 * i);
+  for (size_t i = 0; i < ws.size(); ++i) ws[i] = std::cos(0.7 * i);
+  for (size_t i = 0; i < qs.size(); ++i) qs[i] = std::sin(0.13 * i + 1);
+  auto input = [](const std::vector<double>& v, Shape shape) {
+    Value val;
+    val.kind = Value::Kind::kTensor;
+    val.host = std::make_shared<const HostArray>(HostArray::FromDoubles(dtypes::kFloat32, shape, v));
+    return val;
+  };
+  auto r = kiln::onnx::Run(**model, {{"a", input(as, {kT, kD})}, {"w", input(ws, {kD, kD})},
+                                     {"q", input(qs, {kHeads, kT, kDh})}},
+                           RunOptions{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::StatusOr<Schedule> s = CreateSchedule({r->outputs[0].tensor.uop()});
+  ASSERT_TRUE(s.ok()) << s.status();
+  int reduces = 0, copies = 0;
+  for (const ScheduleItem& it : s->items) {
+    if (it.kind != ScheduleItem::Kind::kKernel) continue;
+    bool reduce = false;
+    std::vector<const UOp*> stack{it.ast.get()};
+    while (!stack.empty()) {
+      const UOp* u = stack.back();
+      stack.pop_back();
+      reduce |= u->op() == Op::REDUCE;
+      for (const UOpPtr& src : u->src()) stack.push_back(src.get());
+    }
+    (reduce ? reduces : copies) += 1;
+  }
+  EXPECT_EQ(reduces, 2);  // the projection and the scores
+  EXPECT_EQ(copies, 1);   // K -> K^T; fused, the projection stored K^T itself (0)
+  auto got = ValueToHost(r->outputs[0]);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (int64_t h = 0; h < kHeads; ++h) {
+    for (int64_t i = 0; i < kT; ++i) {
+      for (int64_t j = 0; j < kT; ++j) {
+        double want = 0;
+        for (int64_t d = 0; d < kDh; ++d) {
+          double k = 0;  // k[j, h * kDh + d]
+          for (int64_t c = 0; c < kD; ++c) k += as[j * kD + c] * ws[c * kD + h * kDh + d];
+          want += qs[(h * kT + i) * kDh + d] * k;
+        }
+        EXPECT_NEAR((*got)->GetDouble((h * kT + i) * kT + j), want, 1e-4 * (1 + std::abs(want))) << h << i << j;
+      }
+    }
+  }
+}
+
 TEST_F(OnnxModelTest, HugePadsAreAnErrorNotAHang) {
   // fuzz_onnx: a reflect pad of 867,583,393,792 built one slice per padded element and ran for
   // minutes. Pads past the element limit are an error; a pad within it builds a few nodes.
