@@ -276,13 +276,7 @@ absl::Status Emitter::EmitEnd(const UOp& u) {
     Line(absl::StrCat(l.phi, ".next = add ", l.type, " ", l.phi, ", 1"));
     std::string c = Tmp();
     Line(absl::StrCat(c, " = icmp slt ", l.type, " ", l.phi, ".next, ", l.end));
-    if (no_loop_vectorize_) {
-      Line(absl::StrCat("br i1 ", c, ", label %L", l.id, ".body, label %L", l.id,
-                        ".exit, !llvm.loop !", 1000 + l.id));
-      absl::StrAppend(&loop_md_, "!", 1000 + l.id, " = distinct !{!", 1000 + l.id, ", !1}\n");
-    } else {
-      Line(absl::StrCat("br i1 ", c, ", label %L", l.id, ".body, label %L", l.id, ".exit"));
-    }
+    Line(absl::StrCat("br i1 ", c, ", label %L", l.id, ".body, label %L", l.id, ".exit"));
     Label(absl::StrCat("L", l.id, ".exit"));
   }
   if (closed == 0) return absl::InvalidArgumentError("llvm renderer: END closes a RANGE that is not the innermost open loop");
@@ -403,18 +397,6 @@ absl::StatusOr<std::string> Emitter::Run() {
   for (const BufferParam& b : p_.buffers)
     if (b.is_output) out_bytes += b.size * b.dtype.ItemSize();
   streaming_stores_ = p_.name.rfind("E_", 0) == 0 && out_bytes >= kStreamingStoreBytes && !p_.strided_loads;
-  // An elementwise kernel whose lanes codegen already upcast is left to the SLP vectorizer: LLVM's loop vectorizer
-  // vectorized the loop around those lanes instead, with gathers and scatters (the CNN's relu(x + bias) at 8x8,
-  // E_2_256_64_4_16: 1.7-2.9 ms -> 0.43-0.84 ms without it). Only kernels without float multiplies: where a multiply
-  // feeds an add, the two vectorizers' code contracts different pairs into FMAs, and the values would change (the
-  // training run's 70-step accuracy moved with them).
-  no_loop_vectorize_ =
-      p_.name.rfind("E_", 0) == 0 &&
-      std::any_of(p_.applied_opts.begin(), p_.applied_opts.end(),
-                  [](const std::string& o) { return o.rfind("UPCAST", 0) == 0; }) &&
-      std::none_of(p_.uops.begin(), p_.uops.end(), [](const UOpPtr& u) {
-        return (u->op() == Op::MUL || u->op() == Op::MULACC) && u->dtype().IsFloat();
-      });
   int64_t nbufs = static_cast<int64_t>(p_.buffers.size());
   for (const BufferParam& b : p_.buffers) nbufs = std::max(nbufs, b.slot + 1);
   for (const UOpPtr& u : p_.uops) {
@@ -470,8 +452,6 @@ absl::StatusOr<std::string> Emitter::Run() {
                   p_.slp_max_vf > 0 ? absl::StrCat(" \"kiln-slp-max-vf\"=\"", p_.slp_max_vf, "\"") : "",
                   " }\nattributes #1 = { nounwind }\n");
   if (streaming_stores_) absl::StrAppend(&out, "\n!0 = !{i32 1}\n");
-  if (!loop_md_.empty())
-    absl::StrAppend(&out, "\n!1 = !{!\"llvm.loop.vectorize.enable\", i1 false}\n", loop_md_);
   return out;
 }
 

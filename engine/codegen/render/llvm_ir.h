@@ -27,8 +27,9 @@
 //   - A Program with no_gather gives the kernel function the string attribute "kiln-no-gather" (attributes #0),
 //     which LLVM ignores; backends/cpu then compiles the module with gathers and scatters off.
 //   - Stores to buffers carry !nontemporal (streaming stores) in elementwise ("E_") kernels whose outputs total
-//     >= 16 MiB; nothing else changes. The CPU backend's -O2 pipeline runs the SLP and loop vectorizers, which turn
-//     the straight-line UPCAST/UNROLL copies into vector code.
+//     >= 16 MiB; nothing else changes. The CPU backend's -O2 pipeline runs the SLP vectorizer (not the loop
+//     vectorizer, see backends/cpu/cpu_compiler.cc), which turns the straight-line UPCAST/UNROLL copies into vector
+//     code.
 //   - Floats: no fast-math flags anywhere except `contract` on MULACC's fmul/fadd. MAX on floats is llvm.maximum
 //     (NaN-propagating, -0 < +0). CMPNE is `fcmp une` (true for NaN), CMPLT/CMPEQ are ordered.
 //     EXP2/LOG2/SIN/SQRT/TRUNC/POW are llvm intrinsics. half and bfloat ALU ops are computed in float and rounded

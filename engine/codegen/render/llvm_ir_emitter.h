@@ -75,8 +75,6 @@ class Emitter {
   int64_t ntmp_ = 0;
   int nblock_ = 0;
   bool streaming_stores_ = false;  // see kStreamingStoreBytes in llvm_ir.cc
-  bool no_loop_vectorize_ = false;  // its loops carry llvm.loop.vectorize.enable = false (see Run)
-  std::string loop_md_;             // those loops' !llvm.loop nodes
   bool fp_contract_ = true;        // LlvmIrRenderer's fp_contract
 
  public:

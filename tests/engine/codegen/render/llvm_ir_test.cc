@@ -40,33 +40,6 @@ TEST(LlvmIrTest, LargeElementwiseOutputsUseStreamingStores) {
   EXPECT_NE(big->find("!0 = !{i32 1}"), std::string::npos);
 }
 
-// An elementwise kernel with upcast lanes and no float multiply turns LLVM's loop vectorizer off on its loops (the
-// SLP vectorizer packs the lanes); with a multiply, or without upcasts, the loops carry no metadata.
-TEST(LlvmIrTest, UpcastElementwiseLoopsSkipTheLoopVectorizer) {
-  codegen::Program add = ElementwiseAdd(64);
-  add.applied_opts = {"UPCAST(0,16)"};
-  auto src = LlvmIrRenderer().Render(add);
-  ASSERT_TRUE(src.ok()) << src.status();
-  EXPECT_NE(src->find(", !llvm.loop !1000"), std::string::npos) << *src;
-  EXPECT_NE(src->find("!1000 = distinct !{!1000, !1}"), std::string::npos) << *src;
-  EXPECT_NE(src->find("!1 = !{!\"llvm.loop.vectorize.enable\", i1 false}"), std::string::npos)
-      << *src;
-  auto plain = LlvmIrRenderer().Render(ElementwiseAdd(64));
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  EXPECT_EQ(plain->find("llvm.loop"), std::string::npos);
-  // Multiply-adds: the vectorizers would contract different pairs into FMAs, so the loop vectorizer stays on.
-  UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32);
-  UOpPtr r = Range(I32(64), 0);
-  UOpPtr x = Load(Index(a, r));
-  UOpPtr e = End({Store(Index(out, r), Alu(Op::ADD, {Alu(Op::MUL, {x, x}), x})), r});
-  codegen::Program fma = FromRoots(
-      "E_64", {e}, {Buf(0, dtypes::kFloat32, 64, true), Buf(1, dtypes::kFloat32, 64, false)});
-  fma.applied_opts = {"UPCAST(0,16)"};
-  auto fsrc = LlvmIrRenderer().Render(fma);
-  ASSERT_TRUE(fsrc.ok()) << fsrc.status();
-  EXPECT_EQ(fsrc->find("llvm.loop"), std::string::npos);
-}
-
 TEST(LlvmIrTest, DeterministicText) {
   auto a = LlvmIrRenderer().Render(RowSum(4, 8));
   auto b = LlvmIrRenderer().Render(RowSum(4, 8));
