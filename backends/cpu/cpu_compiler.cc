@@ -193,8 +193,7 @@ absl::StatusOr<std::string> CpuCompiler::Compile(const std::string& source, cons
     // UPCAST/UNROLL lanes rely on the SLP vectorizer to become vector code. The loop vectorizer stays off: it runs
     // first and vectorized loops whose bodies already hold a row's 16 lanes across their iterations instead, with
     // gathers and scatters (MiniLM's stored softmax, 12 x 128 x 128: 120 -> 21 us per layer without it; its
-    // residual adds 46 -> 8 us); the CNN, ResNet-50 and the LLM step measured the same, and a cold training step
-    // compiles in 0.4 s less.
+    // residual adds 46 -> 8 us); the CNN, ResNet-50, the LLM step and the training step measured the same.
     llvm::PipelineTuningOptions pto;
     pto.SLPVectorization = !huge;
     pto.LoopVectorization = false;
