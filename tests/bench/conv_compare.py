@@ -33,6 +33,10 @@ RESNET = [("rn.stem7x7s2", 3, 64, 224, 7, 2, 3),
           ("rn.l4.3x3s2", 512, 512, 14, 3, 2, 1), ("rn.l4.3x3", 512, 512, 7, 3, 1, 1),
           ("rn.l4.1x1", 2048, 512, 7, 1, 1, 0)]
 
+# PyTorch runs in Debian's python3-torch (make deps installs it; onnx_compare.py uses the same). The test venv has
+# no torch: PyPI's Linux torch wheel is the CUDA build, gigabytes of nvidia-* wheels (tests/requirements-nodeps.txt).
+TORCH_PYTHON = "/usr/bin/python3"
+
 TORCH_SIDE = r"""
 import json, sys, time
 import torch
@@ -83,12 +87,13 @@ def main():
   if not os.access(a.binary, os.X_OK):
     print(f"conv_compare: {a.binary} missing (cmake --build build/release --target conv_perf)")
     return 1
-  try:
-    import torch
-    print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads by default; 2 in this run")
-  except ImportError:
-    print("conv_compare: PyTorch is not installed (Debian python3-torch or pip torch)")
+  probe = subprocess.run([TORCH_PYTHON, "-c", "import torch; print(torch.__version__, torch.get_num_threads())"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  if probe.returncode != 0:
+    print(f"conv_compare: no PyTorch for {TORCH_PYTHON} (Debian's python3-torch, installed by make deps)")
     return 1
+  version, threads = probe.stdout.split()
+  print(f"PyTorch {version} ({TORCH_PYTHON}), {threads} threads by default; 2 in this run")
   groups = [("cnn", CNN, a.cnn_batch), ("resnet", RESNET, a.resnet_batch)]
   rows, ratios = [], []
   for group, layers, batch in groups:
@@ -100,7 +105,7 @@ def main():
       kiln_cmd += ["--shape", spec]
     kiln = {(r["layer"], r["part"]): r for r in json_lines(kiln_cmd, dict(os.environ))}
     torch_res = {(r["layer"], r["part"]): r for r in json_lines(
-        [sys.executable, "-c", TORCH_SIDE, str(batch), str(a.reps), a.parts] + specs, dict(os.environ))}
+        [TORCH_PYTHON, "-c", TORCH_SIDE, str(batch), str(a.reps), a.parts] + specs, dict(os.environ))}
     for name, cin, cout, hw, k, s, p in layers:
       oh = (hw + 2 * p - k) // s + 1
       flops = 2.0 * batch * cout * oh * oh * cin * k * k

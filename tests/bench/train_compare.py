@@ -26,6 +26,10 @@ import subprocess
 import sys
 import tempfile
 
+# PyTorch runs in Debian's python3-torch (make deps installs it; onnx_compare.py uses the same). The test venv has
+# no torch: PyPI's Linux torch wheel is the CUDA build, gigabytes of nvidia-* wheels (tests/requirements-nodeps.txt).
+TORCH_PYTHON = "/usr/bin/python3"
+
 TINYGRAD_SIDE = r"""
 import gzip, sys, time
 import numpy as np
@@ -178,7 +182,7 @@ def main():
     res["tinygrad"] = run("tinygrad TinyJit", [sys.executable, "-c", TINYGRAD_SIDE, str(a.steps), str(a.batch),
                                                str(a.seed), a.data], env)
   if not a.skip_torch:
-    res["pytorch"] = run("PyTorch eager, 2 threads", [sys.executable, "-c", TORCH_SIDE, str(a.steps), str(a.batch),
+    res["pytorch"] = run("PyTorch eager, 2 threads", [TORCH_PYTHON, "-c", TORCH_SIDE, str(a.steps), str(a.batch),
                                                       str(a.seed), a.data], env)
   if any(r == "skip" for r in res.values()):
     print("train_compare: dataset unreadable; skipped")
