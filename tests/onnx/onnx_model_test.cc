@@ -72,6 +72,14 @@ absl::StatusOr<std::shared_ptr<const Model>> Load(const ::onnx::ModelProto& m, c
   return LoadModelFromBytes(m.SerializeAsString(), dir);
 }
 
+// A float32 tensor input holding `values` (host data, as kilnd hands a request's tensor to the runner).
+Value FloatInput(const std::vector<double>& values, const Shape& shape) {
+  Value v;
+  v.kind = Value::Kind::kTensor;
+  v.host = std::make_shared<const HostArray>(HostArray::FromDoubles(dtypes::kFloat32, shape, values));
+  return v;
+}
+
 void ExpectLoadError(const ::onnx::ModelProto& m, const std::string& words, const std::string& dir = "") {
   auto r = Load(m, dir);
   ASSERT_FALSE(r.ok()) << "loaded but should fail with: " << words;
@@ -325,13 +333,8 @@ TEST_F(OnnxModelTest, LayerNormInputAndOutputAreStoredForTheMatmulsAfterIt) {
   ASSERT_TRUE(model.ok()) << model.status();
   std::vector<double> xs(kRows * kD), rs(kRows * kD);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.3 * i), rs[i] = std::cos(0.7 * i);
-  auto input = [](const std::vector<double>& v) {
-    Value val;
-    val.kind = Value::Kind::kTensor;
-    val.host = std::make_shared<const HostArray>(HostArray::FromDoubles(dtypes::kFloat32, {kRows, kD}, v));
-    return val;
-  };
-  auto r = kiln::onnx::Run(**model, {{"x", input(xs)}, {"r", input(rs)}}, RunOptions{});
+  auto r = kiln::onnx::Run(**model, {{"x", FloatInput(xs, {kRows, kD})}, {"r", FloatInput(rs, {kRows, kD})}},
+                           RunOptions{});
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->outputs.size(), 2u);
   absl::StatusOr<Schedule> s = CreateSchedule({r->outputs[0].tensor.uop(), r->outputs[1].tensor.uop()});
@@ -382,13 +385,8 @@ TEST_F(OnnxModelTest, SoftmaxOutputIsStoredForTheMatmulAfterIt) {
   std::vector<double> ss(kRows * kKeys), vs(kKeys * kCols);
   for (size_t i = 0; i < ss.size(); ++i) ss[i] = 3 * std::sin(0.37 * i);
   for (size_t i = 0; i < vs.size(); ++i) vs[i] = std::cos(0.11 * i);
-  auto input = [](const std::vector<double>& v, int64_t r, int64_t c) {
-    Value val;
-    val.kind = Value::Kind::kTensor;
-    val.host = std::make_shared<const HostArray>(HostArray::FromDoubles(dtypes::kFloat32, {r, c}, v));
-    return val;
-  };
-  auto r = kiln::onnx::Run(**model, {{"s", input(ss, kRows, kKeys)}, {"v", input(vs, kKeys, kCols)}}, RunOptions{});
+  auto r = kiln::onnx::Run(**model, {{"s", FloatInput(ss, {kRows, kKeys})}, {"v", FloatInput(vs, {kKeys, kCols})}},
+                           RunOptions{});
   ASSERT_TRUE(r.ok()) << r.status();
   absl::StatusOr<Schedule> s = CreateSchedule({r->outputs[0].tensor.uop()});
   ASSERT_TRUE(s.ok()) << s.status();
@@ -440,14 +438,8 @@ TEST_F(OnnxModelTest, TransposedMatmulResultIsStoredBeforeTheTranspose) {
   for (size_t i = 0; i < as.size(); ++i) as[i] = std::sin(0.3 * i);
   for (size_t i = 0; i < ws.size(); ++i) ws[i] = std::cos(0.7 * i);
   for (size_t i = 0; i < qs.size(); ++i) qs[i] = std::sin(0.13 * i + 1);
-  auto input = [](const std::vector<double>& v, Shape shape) {
-    Value val;
-    val.kind = Value::Kind::kTensor;
-    val.host = std::make_shared<const HostArray>(HostArray::FromDoubles(dtypes::kFloat32, shape, v));
-    return val;
-  };
-  auto r = kiln::onnx::Run(**model, {{"a", input(as, {kT, kD})}, {"w", input(ws, {kD, kD})},
-                                     {"q", input(qs, {kHeads, kT, kDh})}},
+  auto r = kiln::onnx::Run(**model, {{"a", FloatInput(as, {kT, kD})}, {"w", FloatInput(ws, {kD, kD})},
+                                     {"q", FloatInput(qs, {kHeads, kT, kDh})}},
                            RunOptions{});
   ASSERT_TRUE(r.ok()) << r.status();
   absl::StatusOr<Schedule> s = CreateSchedule({r->outputs[0].tensor.uop()});
@@ -455,14 +447,8 @@ TEST_F(OnnxModelTest, TransposedMatmulResultIsStoredBeforeTheTranspose) {
   int reduces = 0, copies = 0;
   for (const ScheduleItem& it : s->items) {
     if (it.kind != ScheduleItem::Kind::kKernel) continue;
-    bool reduce = false;
-    std::vector<const UOp*> stack{it.ast.get()};
-    while (!stack.empty()) {
-      const UOp* u = stack.back();
-      stack.pop_back();
-      reduce |= u->op() == Op::REDUCE;
-      for (const UOpPtr& src : u->src()) stack.push_back(src.get());
-    }
+    const std::vector<const UOp*> nodes = Toposort(it.ast);
+    const bool reduce = std::any_of(nodes.begin(), nodes.end(), [](const UOp* u) { return u->op() == Op::REDUCE; });
     (reduce ? reduces : copies) += 1;
   }
   EXPECT_EQ(reduces, 2);  // the projection and the scores
