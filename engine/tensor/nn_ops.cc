@@ -6,6 +6,7 @@
 #include <vector>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "engine/base/status.h"
@@ -243,34 +244,119 @@ Tensor ConvWeightGradient(const Tensor& xp_view, const Tensor& g) {
 
 bool LaneWeights(int64_t groups, int64_t cin, int64_t cout, const IntVec& hw, int64_t work);
 
-// The output gradient of a strided conv [B, C, OH, OW] on the stride-1 grid of the forward's padded input: along a
-// spatial dim of stride s, s - 1 zeros after every element but the last ((OH - 1) * s + 1 rows), then `rem` zeros for
-// the rows of the padded input that no window reached ((P - K) % s). Its stride-1 transposed convolution is then the
-// input gradient. A view: pads and reshapes only.
-Tensor SpreadToStride1(const Tensor& g, const IntVec& stride, const IntVec& rem) {
-  Tensor d = g;
-  for (int i = 0; i < 2; ++i) {
-    const int64_t ax = 2 + i, s = stride[i];
-    if (s > 1) {
-      const Shape sh = d.shape();
-      IntVec split(sh.begin(), sh.end());
-      split.insert(split.begin() + ax + 1, 1);
-      std::vector<std::pair<int64_t, int64_t>> pad(split.size(), {0, 0});
-      pad[ax + 1] = {0, s - 1};
-      IntVec merged(sh.begin(), sh.end());
-      merged[ax] *= s;
-      std::vector<std::pair<int64_t, int64_t>> keep;
-      for (size_t d2 = 0; d2 < merged.size(); ++d2) keep.push_back({0, merged[d2]});
-      keep[ax] = {0, (sh[ax] - 1) * s + 1};
-      d = d.Reshape(split).Pad(pad).Reshape(merged).Shrink(keep);
-    }
-    if (rem[i] > 0) {
-      std::vector<std::pair<int64_t, int64_t>> pad(4, {0, 0});
-      pad[ax] = {0, rem[i]};
-      d = d.Pad(pad);
+// `t` along `axis` at positions start, start + 1, ..., start + len - 1, zero outside its extent (a view).
+Tensor Window(const Tensor& t, int64_t axis, int64_t start, int64_t len) {
+  const int64_t size = t.size(axis);
+  const int64_t lo = std::max<int64_t>(-start, 0), hi = std::max<int64_t>(start + len - size, 0);
+  std::vector<std::pair<int64_t, int64_t>> pad(t.ndim(), {0, 0}), keep;
+  pad[axis] = {lo, hi};
+  for (int64_t d = 0; d < t.ndim(); ++d) keep.push_back({0, t.size(d) + (d == axis ? lo + hi : 0)});
+  keep[axis] = {start + lo, start + lo + len};
+  return lo + hi > 0 ? t.Pad(pad).Shrink(keep) : t.Shrink(keep);
+}
+
+// Elements first, first + step, ..., first + (n - 1) * step of `t` along `axis` (a view).
+Tensor EveryNth(const Tensor& t, int64_t axis, int64_t first, int64_t n, int64_t step) {
+  std::vector<std::pair<int64_t, int64_t>> keep;
+  for (int64_t d = 0; d < t.ndim(); ++d) keep.push_back({0, t.size(d)});
+  keep[axis] = {first, first + (n - 1) * step + 1};
+  Tensor out = t.Shrink(keep);
+  if (step == 1 || n == 1) return out;
+  std::vector<std::pair<int64_t, int64_t>> pad(t.ndim(), {0, 0});
+  pad[axis] = {0, n * step - out.size(axis)};
+  IntVec split(out.shape().begin(), out.shape().end());
+  split[axis] = n * step;
+  out = out.Pad(pad);
+  split[axis] = n;
+  split.insert(split.begin() + axis + 1, step);
+  std::vector<std::pair<int64_t, int64_t>> first_of_each;
+  for (int64_t d : split) first_of_each.push_back({0, d});
+  first_of_each[axis + 1] = {0, 1};
+  IntVec merged(t.shape().begin(), t.shape().end());
+  merged[axis] = n;
+  return out.Reshape(split).Shrink(first_of_each).Reshape(merged);
+}
+
+// The taps of one output phase of a strided conv's input gradient along one spatial dim. With the forward
+// y[o] = sum_k xpad[s*o + k] w[k] (xpad = x padded by `lo` before), input position i = s*q + r gets
+// dx[i] = sum over the k with k = (r + lo) mod s, (r + lo) mod s + s, ... < K of g[q + (r + lo - k) / s] w[k]: a
+// stride-1 correlation of g (from offset `start`, zero outside it) with those taps in reverse order, `q_len` outputs.
+struct PhaseTaps {
+  int64_t first_tap = 0, taps = 0;  // k = first_tap, first_tap + s, ... (taps of them); 0 taps: dx is 0 there
+  int64_t start = 0, q_len = 0;     // g's window start, and the phase's output positions
+};
+
+PhaseTaps TapsOfPhase(int64_t r, int64_t s, int64_t k, int64_t lo, int64_t in_size) {
+  PhaseTaps p;
+  const int64_t c = r + lo;
+  p.q_len = in_size > r ? (in_size - r + s - 1) / s : 0;
+  p.first_tap = ((c % s) + s) % s;
+  if (p.first_tap >= k || p.q_len == 0) return p;
+  p.taps = (k - 1 - p.first_tap) / s + 1;
+  p.start = (c - (p.first_tap + (p.taps - 1) * s)) / s;  // exact: c - k is a multiple of s for every tap
+  return p;
+}
+
+bool LaneWeights(int64_t groups, int64_t cin, int64_t cout, const IntVec& hw, int64_t work);
+
+// A strided conv's input gradient [B, Ci, IH, IW] from its output gradient g [B, Co, OH, OW] and weight w
+// [Co, Ci, KH, KW], one stride-1 conv per output phase (sub-pixel position (ry, rx) of the s_y x s_x grid) over the
+// weight taps that reach it, the phases interleaved into dx by one elementwise kernel. The transposed conv over g
+// spread onto the stride-1 grid (zeros between its elements) computes the same values with s_y * s_x times the
+// multiply-adds, all but 1 / (s_y s_x) of them products with those zeros: ResNet-50's 3x3 stride-2 convs' input
+// gradients at 31-38 GFLOPS, its 1x1 stride-2 downsample's at 23 (conv_compare.py). Each phase's window of g is
+// copied (its rows padded, and its columns where the conv kernel takes channel lanes: the same layout as the stride-1
+// input gradient below), so its conv reads no gated loads along y.
+Tensor StridedInputGradient(const Tensor& g, const Tensor& w, const std::vector<std::pair<int64_t, int64_t>>& pads,
+                            const IntVec& hw, const IntVec& stride, const Shape& in_shape) {
+  const int64_t b = g.size(0), co = g.size(1), ci = w.size(1);
+  std::vector<PhaseTaps> taps[2];
+  for (int i = 0; i < 2; ++i)
+    for (int64_t r = 0; r < stride[i]; ++r)
+      taps[i].push_back(TapsOfPhase(r, stride[i], hw[i], pads[2 + i].first, in_shape[2 + i]));
+  const int64_t qy = taps[0][0].q_len, qx = taps[1][0].q_len;  // phase 0 has the most positions
+  auto lanes = [&](const PhaseTaps& ty, const PhaseTaps& tx) {
+    return LaneWeights(1, co, ci, {ty.taps, tx.taps}, b * co * ty.q_len * tx.q_len * ty.taps * tx.taps * ci);
+  };
+  // The transposed conv's weight [Ci, Co, KH, KW]: flipped in space, channels swapped. Where a phase's conv takes
+  // channel lanes, w is first copied once input-channels-last ([Co, KH, KW, Ci], each Co's 9 x Ci block read from
+  // one contiguous block of w), so that each phase's copy of its taps into Conv2d's lane layout reads whole 16-lane
+  // rows. ResNet-50's stage-4 weights (512 x 512 x 3 x 3, 9.4 MB), kernel times: 0.8 ms for that copy and 0.05-0.16
+  // ms per phase, where each phase's copy straight from w took 1-1.8 ms (16 lanes 9 floats apart, Co 18 KB apart),
+  // and one copy of all taps into the lane layout, read by the phases as views, 1.9-2.1 ms.
+  const int64_t kh = hw[0], kw = hw[1];
+  Tensor wt = w.Flip(Axes({2, 3})).Permute({1, 0, 2, 3});
+  bool any_lanes = false;
+  for (const PhaseTaps& ty : taps[0])
+    for (const PhaseTaps& tx : taps[1]) any_lanes |= ty.taps > 0 && tx.taps > 0 && lanes(ty, tx);
+  if (any_lanes) wt = w.Flip(Axes({2, 3})).Permute({0, 2, 3, 1}).Contiguous().Permute({3, 0, 1, 2});
+  std::optional<Tensor> dx;
+  for (int64_t ry = 0; ry < stride[0]; ++ry) {
+    for (int64_t rx = 0; rx < stride[1]; ++rx) {
+      const PhaseTaps& ty = taps[0][ry];
+      const PhaseTaps& tx = taps[1][rx];
+      if (ty.taps == 0 || tx.taps == 0) continue;  // no tap reaches these positions: their gradient is 0
+      const bool x_view = lanes(ty, tx);
+      Tensor rows = Window(g, 2, ty.start, ty.q_len + ty.taps - 1);
+      Tensor in = x_view ? Window(rows.Contiguous(), 3, tx.start, tx.q_len + tx.taps - 1)
+                         : Window(rows, 3, tx.start, tx.q_len + tx.taps - 1).Contiguous();
+      // The taps in reverse order (a correlation): w's k = last, last - s, ... are wt's K - 1 - last, + s, ...
+      const int64_t last_y = ty.first_tap + (ty.taps - 1) * stride[0], last_x = tx.first_tap + (tx.taps - 1) * stride[1];
+      Tensor taps_w = EveryNth(EveryNth(wt, 2, kh - 1 - last_y, ty.taps, stride[0]), 3, kw - 1 - last_x, tx.taps,
+                               stride[1]);
+      // [B, Ci, ty.q_len, tx.q_len], stored: fused into the interleaving kernel below, every phase's reduce would
+      // run for every element of dx, gated.
+      Tensor phase = in.Conv2d(taps_w).Contiguous();
+      // Onto the interleaved grid [B, Ci, qy, s_y, qx, s_x] at (ry, rx); zero elsewhere.
+      phase = phase.Pad({{0, 0}, {0, 0}, {0, qy - ty.q_len}, {0, qx - tx.q_len}})
+                  .Reshape({b, ci, qy, 1, qx, 1})
+                  .Pad({{0, 0}, {0, 0}, {0, 0}, {ry, stride[0] - 1 - ry}, {0, 0}, {rx, stride[1] - 1 - rx}});
+      dx = dx.has_value() ? dx->Add(phase) : phase;
     }
   }
-  return d;
+  if (!dx.has_value()) return Tensor::Zeros(in_shape, g.dtype(), g.device());
+  return dx->Reshape({b, ci, qy * stride[0], qx * stride[1]})
+      .Shrink({{0, b}, {0, ci}, {0, in_shape[2]}, {0, in_shape[3]}});
 }
 
 // Conv2d (groups 1, dilation 1) gradients. The input gradient is a transposed convolution: the output gradient
@@ -292,15 +378,11 @@ Tensor SpreadToStride1(const Tensor& g, const IntVec& stride, const IntVec& rem)
 void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, const UOpPtr& xpool,
                           const std::vector<std::pair<int64_t, int64_t>>& pads, const IntVec& hw, const IntVec& stride) {
   const Digest x_key = x->Key(), w_key = w->Key(), xp_key = xpool->Key();
-  // Rows (columns) of the padded input that no window of a strided conv reaches: their gradient is 0.
-  IntVec rem(2, 0);
-  for (int i = 0; i < 2; ++i)
-    rem[i] = (x->shape()[2 + i] + pads[2 + i].first + pads[2 + i].second - hw[i]) % stride[i];
   const bool matmul_dw = w->shape()[1] * hw[0] * hw[1] >= 64;
   int64_t gsize = 1;
   for (int64_t d : out->shape()) gsize *= d;
   const bool materialize_g = gsize >= (int64_t{1} << 20);
-  RegisterGradientOverride(out, [x_key, w_key, xp_key, pads, hw, stride, rem, matmul_dw, materialize_g](
+  RegisterGradientOverride(out, [x_key, w_key, xp_key, pads, hw, stride, matmul_dw, materialize_g](
                                     const UOpPtr& node, const Tensor& grad, const std::string& device)
                                     -> absl::StatusOr<std::vector<std::pair<UOpPtr, UOpPtr>>> {
     constexpr int kDepth = 24;  // out -> reshape -> sum -> mul -> permute/expand/reshape/pool view -> pad -> x
@@ -326,11 +408,15 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
       out.push_back({wn, dw[0]});
     }
     Tensor wt(wn, device);
-    // A strided conv's input gradient: the same transposed convolution over the output gradient spread onto the
-    // stride-1 grid (zeros between; s^2 times the useful multiply-adds at stride s, in the dense conv kernel). The
-    // autodiff of the pooling view it replaces summed the [B, Ci, OH, OW, KH, KW] intermediate back with gates that
-    // are mostly off: ResNet-50's stride-2 convs at 4-6 GFLOPS (conv_compare.py).
-    if (stride[0] > 1 || stride[1] > 1) g = SpreadToStride1(g, stride, rem);
+    // A strided conv's input gradient, phase by phase. (The autodiff of the pooling view it replaces summed the
+    // [B, Ci, OH, OW, KH, KW] intermediate back with gates that are mostly off: ResNet-50's stride-2 convs at 4-6
+    // GFLOPS.)
+    if (stride[0] > 1 || stride[1] > 1) {
+      Tensor dx = StridedInputGradient(g, wt, pads, hw, stride, xn->shape());
+      if (!dx.ok()) return dx.status();
+      out.push_back({xn, dx.uop()});
+      return out;
+    }
     // The transposed convolution pads the output gradient by K - 1 - pad on each side (the forward's padding taken
     // off again), so it computes exactly the input's rows and columns: padding by K - 1 and cropping afterwards
     // computed the padding's rows too, 1.65x the work at ResNet-50's 7x7 stage 4 (9 x 9 outputs for 7 x 7). A

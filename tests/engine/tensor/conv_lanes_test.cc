@@ -111,7 +111,13 @@ INSTANTIATE_TEST_SUITE_P(
                           ConvShape{"rows7", 1, 640, 64, 7, 3, 1},
                           ConvShape{"pointwise", 1, 2048, 192, 7, 1, 0},
                           ConvShape{"pointwise_s2", 1, 1024, 384, 13, 1, 0, 2},
-                          ConvShape{"padded_14", 1, 320, 32, 14, 3, 1})),
+                          ConvShape{"padded_14", 1, 320, 32, 14, 3, 1},
+                          // strided 3x3 input gradients, one stride-1 conv per output phase: ResNet-50's stage
+                          // shape (its 2x2-tap phase takes channel lanes, the others not), and an odd input whose
+                          // phases have 7 and 6 rows
+                          ConvShape{"strided_3x3", 1, 128, 256, 28, 3, 1, 2},
+                          ConvShape{"strided_odd", 2, 32, 48, 13, 3, 1, 2},
+                          ConvShape{"strided_5x5_s3", 1, 16, 32, 17, 5, 2, 3})),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param).name; });
 
 class StridedLanesTest : public ::testing::TestWithParam<std::string> {
