@@ -1,6 +1,7 @@
 // Conv2d weight gradients at the Fashion-MNIST CNN's layer shapes, with padding, an odd batch and a fused (unrealized)
 // pooled input, compared with a plain C++ loop: the Conv2d gradient override's channels-last matmul over batch chunks
-// (Ci * KH * KW >= 64) and the rules' path (conv1, 1 x 5 x 5; with a large output gradient, on its contiguous copy).
+// (Ci * KH * KW >= 64; a 1x1 conv's as one Matmul) and the rules' path (conv1, 1 x 5 x 5; with a large output
+// gradient, on its contiguous copy).
 #include <cmath>
 #include <ostream>
 #include <string>
@@ -88,7 +89,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape4{"padded", 8, 8, 16, 9, 3, 1}, Shape4{"odd_batch", 3, 8, 5, 6, 3, 0},
                       Shape4{"conv3_pooled", 64, 32, 64, 10, 3, 0, true},
                       // >= 2^20 output-gradient elements: the rules' path on a contiguous copy
-                      Shape4{"conv1_large", 64, 1, 32, 28, 5, 0}),
+                      Shape4{"conv1_large", 64, 1, 32, 28, 5, 0},
+                      // 1x1 convs over >= 128 pixels: one Matmul (packed right-hand side; two samples' pixels)
+                      Shape4{"pointwise", 1, 64, 256, 16, 1, 0}, Shape4{"pointwise_batch", 2, 96, 48, 10, 1, 0},
+                      // one batch chunk and >= 2^15 weights: stored [Ci, KH, KW, Co], then transposed
+                      Shape4{"one_chunk", 1, 64, 64, 9, 3, 1}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
