@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <optional>
+#include <string_view>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -210,7 +212,21 @@ absl::StatusOr<DecodedGraph> DecodeGraph(const GraphSpec& spec, const GraphLimit
       fixed.push_back(in.shape[d] == -1 ? 1 : in.shape[d]);
     }
     KILN_RETURN_IF_ERROR(CheckedNumel(field + ".shape", fixed, limits).status());
-    g.inputs.push_back({in.name, *dt, in.shape});
+    if (!in.dim_names.empty() && in.dim_names.size() != in.shape.size()) {
+      return Invalid(field + ".dim_names",
+                     absl::StrCat(in.dim_names.size(), " names for rank ", in.shape.size(), " (none, or one per dim)"));
+    }
+    for (size_t d = 0; d < in.dim_names.size(); ++d) {
+      const std::string& name = in.dim_names[d];
+      if (name.empty()) continue;
+      const std::string dfield = absl::StrCat(field, ".dim_names[", d, "]");
+      if (name.size() > 256) return Invalid(dfield, absl::StrCat(name.size(), " bytes exceed the limit 256"));
+      if (in.shape[d] != -1) {
+        return Invalid(dfield, absl::StrCat("names shape[", d, "] = ", in.shape[d],
+                                            "; a name goes only on a run-time dim (-1)"));
+      }
+    }
+    g.inputs.push_back({in.name, *dt, in.shape, in.dim_names});
   }
 
   g.nodes.reserve(spec.nodes.size());
@@ -284,6 +300,12 @@ absl::Status CheckInputs(const DecodedGraph& g, const GraphLimits& limits, absl:
   if (inputs.size() != g.inputs.size()) {
     return Invalid("inputs", absl::StrCat("the graph takes ", g.inputs.size(), " inputs, got ", inputs.size()));
   }
+  // Named run-time dims: the first input dim seen with each name, and its size in this run.
+  struct Named {
+    size_t input, dim;
+    int64_t size;
+  };
+  absl::flat_hash_map<std::string_view, Named> named;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const DecodedInput& want = g.inputs[i];
     const HostTensorView& t = inputs[i];
@@ -301,6 +323,14 @@ absl::Status CheckInputs(const DecodedGraph& g, const GraphLimits& limits, absl:
       if (want.shape[d] != -1 && t.shape[d] != want.shape[d]) {
         return Invalid(absl::StrCat(field, ".shape[", d, "]"),
                        absl::StrCat(t.shape[d], " differs from the graph's ", want.shape[d], " for ", want.name));
+      }
+      if (d >= want.dim_names.size() || want.dim_names[d].empty()) continue;
+      auto [it, first] = named.try_emplace(want.dim_names[d], Named{i, d, t.shape[d]});
+      if (!first && it->second.size != t.shape[d]) {
+        return Invalid(absl::StrCat(field, ".shape[", d, "]"),
+                       absl::StrCat(t.shape[d], " differs from inputs[", it->second.input, "].shape[", it->second.dim,
+                                    "] = ", it->second.size, ": both are dim '", want.dim_names[d].substr(0, 64),
+                                    "'"));
       }
     }
     KILN_ASSIGN_OR_RETURN(int64_t n, CheckedNumel(field + ".shape", t.shape, limits));

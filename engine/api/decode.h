@@ -18,6 +18,7 @@ struct DecodedInput {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;  // -1 = bound per run
+  std::vector<std::string> dim_names;  // empty, or one per dim ("" = unnamed)
 };
 
 struct DecodedNode {

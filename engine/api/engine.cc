@@ -78,6 +78,11 @@ std::string GraphKey(const GraphSpec& spec) {
     AddField(h, in.dtype);
     AddInt(h, static_cast<int64_t>(in.shape.size()));
     for (int64_t d : in.shape) AddInt(h, d);
+    if (!in.dim_names.empty()) {  // (keys of graphs without names stay as they were)
+      AddField(h, "dim_names");
+      AddInt(h, static_cast<int64_t>(in.dim_names.size()));
+      for (const std::string& name : in.dim_names) AddField(h, name);
+    }
   }
   AddInt(h, static_cast<int64_t>(spec.nodes.size()));
   for (const NodeSpec& n : spec.nodes) {

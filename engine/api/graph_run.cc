@@ -228,13 +228,21 @@ absl::StatusOr<RunResult> Engine::Run(const PreparedGraph& graph, absl::Span<con
     // A symbolic batch dim (RunOptions::max_batch): when every input's declared first dim is a run-time one (-1) and
     // they all carry the same n <= max_batch rows, the inputs are padded to max_batch rows and bounded to n
     // (Tensor::Rows), so one trace serves every n.
+    // Named dims (GraphInput.dim_names): the first dims must be one name or unnamed.
     int64_t batch = -1;
     bool rows = options.max_batch > 1 && !inputs.empty() && !g.rows_refused.load() && GetKnob(Knob::kJit) != 0;
+    std::string_view batch_name;
     for (size_t i = 0; rows && i < inputs.size(); ++i) {
-      const std::vector<int64_t>& declared = g.decoded.inputs[i].shape;
+      const DecodedInput& in = g.decoded.inputs[i];
+      const std::vector<int64_t>& declared = in.shape;
       const int64_t n = inputs[i].shape.empty() ? -1 : inputs[i].shape[0];
       rows = !declared.empty() && declared[0] == -1 && n >= 1 && n <= options.max_batch && (batch < 0 || n == batch);
       batch = n;
+      const std::string_view name = in.dim_names.empty() ? std::string_view() : std::string_view(in.dim_names[0]);
+      if (!name.empty()) {
+        rows = rows && (batch_name.empty() || batch_name == name);
+        batch_name = name;
+      }
     }
     jit::JitArgs args;
     std::vector<UOpPtr> bound;

@@ -42,6 +42,9 @@ struct InputSpec {
   std::string name;
   std::string dtype;
   std::vector<int64_t> shape;  // -1 = bound per run
+  // Empty, or one name per dim ("" = unnamed; a name only on a -1 dim): the dims of one name, across the inputs,
+  // carry one size per run (ONNX's dim_param).
+  std::vector<std::string> dim_names = {};
 };
 
 struct OutputSpec {

@@ -11,7 +11,8 @@ api::GraphSpec GraphSpecFromProto(const kiln::v1::Graph& graph) {
   spec.name = graph.name();
   spec.inputs.reserve(graph.inputs_size());
   for (const auto& in : graph.inputs()) {
-    spec.inputs.push_back({in.name(), in.dtype(), {in.shape().begin(), in.shape().end()}});
+    spec.inputs.push_back({in.name(), in.dtype(), {in.shape().begin(), in.shape().end()},
+                           {in.dim_names().begin(), in.dim_names().end()}});
   }
   spec.nodes.reserve(graph.nodes_size());
   for (const auto& n : graph.nodes()) {

@@ -45,6 +45,11 @@ TEST(GraphSpecFromProtoTest, CopiesEveryField) {
   EXPECT_EQ(s.nodes[3].arg.reduce_axes, (std::vector<int64_t>{1}));
   EXPECT_EQ(s.outputs[0].name, "Y");
   EXPECT_EQ(s.outputs[0].node, 3u);
+  EXPECT_TRUE(s.inputs[0].dim_names.empty());
+  kiln::v1::Graph named;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      R"pb(inputs { name: "X" dtype: "float32" shape: [ -1, 4 ] dim_names: [ "N", "" ] })pb", &named));
+  EXPECT_EQ(GraphSpecFromProto(named).inputs[0].dim_names, (std::vector<std::string>{"N", ""}));
 }
 
 TEST(GraphServiceTest, RegisterOnceExecuteMany) {
