@@ -60,7 +60,7 @@ absl::StatusOr<DeviceMemory> HostAllocator::Alloc(size_t nbytes) {
     }
   }
   m.ptr = NewBlock(block);
-  if (m.ptr == nullptr && cached_bytes() > 0) {
+  if (m.ptr == nullptr) {  // the kept blocks go back to the system, and one more try
     ReleaseCache();
     m.ptr = NewBlock(block);
   }
@@ -93,11 +93,6 @@ void HostAllocator::Free(DeviceMemory mem) {
     }
   }
   for (void* p : release) std::free(p);
-}
-
-size_t HostAllocator::cached_bytes() const {
-  absl::MutexLock l(&mu_);
-  return cached_;
 }
 
 void HostAllocator::ReleaseCache() {

@@ -38,8 +38,6 @@ class HostAllocator : public Allocator {
   absl::Status CopyIn(DeviceMemory dst, const void* src, size_t nbytes) override;
   absl::Status CopyOut(void* dst, DeviceMemory src, size_t nbytes) override;
 
-  // Bytes held in freed blocks kept for reuse.
-  size_t cached_bytes() const;
   // Releases every kept block to the system.
   void ReleaseCache();
 
@@ -50,10 +48,10 @@ class HostAllocator : public Allocator {
   };
   using Lru = std::list<Block>;  // least recently freed first
 
-  mutable absl::Mutex mu_;
+  absl::Mutex mu_;
   Lru lru_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<size_t, std::deque<Lru::iterator>> by_size_ ABSL_GUARDED_BY(mu_);  // oldest first
-  size_t cached_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t cached_ ABSL_GUARDED_BY(mu_) = 0;  // bytes in lru_
 };
 
 }  // namespace kiln::runtime

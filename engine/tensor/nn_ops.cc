@@ -264,39 +264,6 @@ Tensor ConvWeightGradient(const Tensor& xp_view, const Tensor& g) {
 
 bool LaneWeights(int64_t groups, int64_t cin, int64_t cout, const IntVec& hw, int64_t work);
 
-// `t` along `axis` at positions start, start + 1, ..., start + len - 1, zero outside its extent (a view).
-Tensor Window(const Tensor& t, int64_t axis, int64_t start, int64_t len) {
-  const int64_t size = t.size(axis);
-  const int64_t lo = std::max<int64_t>(-start, 0), hi = std::max<int64_t>(start + len - size, 0);
-  std::vector<std::pair<int64_t, int64_t>> pad(t.ndim(), {0, 0}), keep;
-  pad[axis] = {lo, hi};
-  for (int64_t d = 0; d < t.ndim(); ++d) keep.push_back({0, t.size(d) + (d == axis ? lo + hi : 0)});
-  keep[axis] = {start + lo, start + lo + len};
-  return lo + hi > 0 ? t.Pad(pad).Shrink(keep) : t.Shrink(keep);
-}
-
-// Elements first, first + step, ..., first + (n - 1) * step of `t` along `axis` (a view).
-Tensor EveryNth(const Tensor& t, int64_t axis, int64_t first, int64_t n, int64_t step) {
-  std::vector<std::pair<int64_t, int64_t>> keep;
-  for (int64_t d = 0; d < t.ndim(); ++d) keep.push_back({0, t.size(d)});
-  keep[axis] = {first, first + (n - 1) * step + 1};
-  Tensor out = t.Shrink(keep);
-  if (step == 1 || n == 1) return out;
-  std::vector<std::pair<int64_t, int64_t>> pad(t.ndim(), {0, 0});
-  pad[axis] = {0, n * step - out.size(axis)};
-  IntVec split(out.shape().begin(), out.shape().end());
-  split[axis] = n * step;
-  out = out.Pad(pad);
-  split[axis] = n;
-  split.insert(split.begin() + axis + 1, step);
-  std::vector<std::pair<int64_t, int64_t>> first_of_each;
-  for (int64_t d : split) first_of_each.push_back({0, d});
-  first_of_each[axis + 1] = {0, 1};
-  IntVec merged(t.shape().begin(), t.shape().end());
-  merged[axis] = n;
-  return out.Reshape(split).Shrink(first_of_each).Reshape(merged);
-}
-
 // The taps of one output phase of a strided conv's input gradient along one spatial dim. With the forward
 // y[o] = sum_k xpad[s*o + k] w[k] (xpad = x padded by `lo` before), input position i = s*q + r gets
 // dx[i] = sum over the k with k = (r + lo) mod s, (r + lo) mod s + s, ... < K of g[q + (r + lo - k) / s] w[k]: a
@@ -316,8 +283,6 @@ PhaseTaps TapsOfPhase(int64_t r, int64_t s, int64_t k, int64_t lo, int64_t in_si
   p.start = (c - (p.first_tap + (p.taps - 1) * s)) / s;  // exact: c - k is a multiple of s for every tap
   return p;
 }
-
-bool LaneWeights(int64_t groups, int64_t cin, int64_t cout, const IntVec& hw, int64_t work);
 
 // A strided conv's input gradient [B, Ci, IH, IW] from its output gradient g [B, Co, OH, OW] and weight w
 // [Co, Ci, KH, KW], one stride-1 conv per output phase (sub-pixel position (ry, rx) of the s_y x s_x grid) over the
@@ -344,12 +309,18 @@ Tensor StridedInputGradient(const Tensor& g, const Tensor& w, const std::vector<
   // rows. ResNet-50's stage-4 weights (512 x 512 x 3 x 3, 9.4 MB), kernel times: 0.8 ms for that copy and 0.05-0.16
   // ms per phase, where each phase's copy straight from w took 1-1.8 ms (16 lanes 9 floats apart, Co 18 KB apart),
   // and one copy of all taps into the lane layout, read by the phases as views, 1.9-2.1 ms.
-  const int64_t kh = hw[0], kw = hw[1];
-  Tensor wt = w.Flip(Axes({2, 3})).Permute({1, 0, 2, 3});
   bool any_lanes = false;
   for (const PhaseTaps& ty : taps[0])
     for (const PhaseTaps& tx : taps[1]) any_lanes |= ty.taps > 0 && tx.taps > 0 && lanes(ty, tx);
-  if (any_lanes) wt = w.Flip(Axes({2, 3})).Permute({0, 2, 3, 1}).Contiguous().Permute({3, 0, 1, 2});
+  const Tensor flipped = w.Flip(Axes({2, 3}));
+  const Tensor wt = any_lanes ? flipped.Permute({0, 2, 3, 1}).Contiguous().Permute({3, 0, 1, 2})
+                              : flipped.Permute({1, 0, 2, 3});
+  // g's rows (axis 2) or columns (axis 3) start .. start + len - 1, zero outside g (Pad shrinks where negative).
+  auto window = [](const Tensor& t, int axis, int64_t start, int64_t len) {
+    std::vector<std::pair<int64_t, int64_t>> pad(4, {0, 0});
+    pad[axis] = {-start, start + len - t.size(axis)};
+    return t.Pad(pad);
+  };
   std::optional<Tensor> dx;
   for (int64_t ry = 0; ry < stride[0]; ++ry) {
     for (int64_t rx = 0; rx < stride[1]; ++rx) {
@@ -357,13 +328,16 @@ Tensor StridedInputGradient(const Tensor& g, const Tensor& w, const std::vector<
       const PhaseTaps& tx = taps[1][rx];
       if (ty.taps == 0 || tx.taps == 0) continue;  // no tap reaches these positions: their gradient is 0
       const bool x_view = lanes(ty, tx);
-      Tensor rows = Window(g, 2, ty.start, ty.q_len + ty.taps - 1);
-      Tensor in = x_view ? Window(rows.Contiguous(), 3, tx.start, tx.q_len + tx.taps - 1)
-                         : Window(rows, 3, tx.start, tx.q_len + tx.taps - 1).Contiguous();
-      // The taps in reverse order (a correlation): w's k = last, last - s, ... are wt's K - 1 - last, + s, ...
-      const int64_t last_y = ty.first_tap + (ty.taps - 1) * stride[0], last_x = tx.first_tap + (tx.taps - 1) * stride[1];
-      Tensor taps_w = EveryNth(EveryNth(wt, 2, kh - 1 - last_y, ty.taps, stride[0]), 3, kw - 1 - last_x, tx.taps,
-                               stride[1]);
+      Tensor rows = window(g, 2, ty.start, ty.q_len + ty.taps - 1);
+      Tensor in = x_view ? window(rows.Contiguous(), 3, tx.start, tx.q_len + tx.taps - 1)
+                         : window(rows, 3, tx.start, tx.q_len + tx.taps - 1).Contiguous();
+      // The taps in reverse order (a correlation): w's k = last, last - s, ..., first are the flipped weight's
+      // K - 1 - last, + s, ... up to K - 1 - first.
+      auto reversed_taps = [&](int i, const PhaseTaps& t) {
+        const int64_t last = t.first_tap + (t.taps - 1) * stride[i];
+        return SliceArg::Range(hw[i] - 1 - last, hw[i] - t.first_tap, stride[i]);
+      };
+      Tensor taps_w = wt.Slice({SliceArg::All(), SliceArg::All(), reversed_taps(0, ty), reversed_taps(1, tx)});
       // [B, Ci, ty.q_len, tx.q_len], stored: fused into the interleaving kernel below, every phase's reduce would
       // run for every element of dx, gated.
       Tensor phase = in.Conv2d(taps_w).Contiguous();
