@@ -327,6 +327,37 @@ UOpPtr PaddedConvKernel(int64_t m, int64_t k, int64_t pad, bool plus_one = false
   return UOp::Sink({End(St(Idx(out, ri), red), {ri})});
 }
 
+// out[i, t, j] = in[j, i, t] (or in[j, i, T - 1 - t], a flipped view): a transposing copy whose stores are contiguous
+// along j and whose loads move along j by I * T elements (a weight gradient stored [Ci, KH, KW, Co] and transposed
+// back, a weight packed lanes-last).
+UOpPtr TransposeKernel(int64_t ni, int64_t nt, int64_t nj, bool flipped) {
+  UOpPtr out = Param(0, dtypes::kFloat32), in = Param(1, dtypes::kFloat32);
+  UOpPtr ri = UOp::Range(ni, 0), rt = UOp::Range(nt, 1), rj = UOp::Range(nj, 2);
+  UOpPtr t = flipped ? UOp::Const(dtypes::kIndex, nt - 1) - rt : rt;
+  UOpPtr v = Ld(Idx(in, (rj * ni + ri) * nt + t));
+  return UOp::Sink({End(St(Idx(out, (ri * nt + rt) * nj + rj), v), {ri, rt, rj})});
+}
+
+TEST(LowerTest, TransposingCopyTilesBothAxes) {
+  Target avx512 = Avx512TwoCores();
+  avx512.supports_vectors = true;
+  // (i, t) merge into one axis contiguous in the loads: 8 of its elements per tile row, 16 lanes of j per row.
+  auto tiled = codegen::LowerKernel(TransposeKernel(64, 8, 256, false), avx512, {});
+  ASSERT_TRUE(tiled.ok()) << tiled.status();
+  EXPECT_EQ(tiled->applied_opts, (std::vector<std::string>{"UPCAST(1,16)", "UPCAST(0,8)"}));
+  // 9 taps walked backwards (a flipped 3x3 weight), not merged with i: the taps whole (too little work for threads).
+  auto flipped = codegen::LowerKernel(TransposeKernel(32, 9, 512, true), avx512, {});
+  ASSERT_TRUE(flipped.ok()) << flipped.status();
+  EXPECT_EQ(flipped->applied_opts, (std::vector<std::string>{"UPCAST(2,16)", "UPCAST(1,0)"}));
+  // A copy contiguous on both sides keeps one upcast; so does a target without vector loads.
+  auto plain = codegen::HeuristicOpts(RowBiasKernel(64, 256), avx512);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(std::count_if(plain->begin(), plain->end(), [](const Opt& o) { return o.op == OptOp::kUpcast; }), 1);
+  auto scalar = codegen::HeuristicOpts(TransposeKernel(64, 8, 256, false), Avx512TwoCores());
+  ASSERT_TRUE(scalar.ok()) << scalar.status();
+  EXPECT_EQ(std::count_if(scalar->begin(), scalar->end(), [](const Opt& o) { return o.op == OptOp::kUpcast; }), 1);
+}
+
 TEST(LowerTest, ReduceLoopNarrowsToThePaddedWindow) {
   // The reduce loop runs over [max(0, 4 - i), min(5, 24 - i)): its end depends on i, and the window's conditions
   // leave the load (no gate, no select).
