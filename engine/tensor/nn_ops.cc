@@ -449,12 +449,15 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
 // tile row (MatmulTile's strided-store lane axis; the output stays NCHW). Otherwise the lanes run along the output
 // rows, whose 20-, 24-, 10- or 6-wide rows fill 62-75% (conv2) or 38% (conv4) of the AVX-512 registers they use.
 // Only for ungrouped 2-D convs whose Co fills whole 16-lane vectors and whose reduce per output (Ci * KH * KW >= 64)
-// dwarfs the strided stores, with >= 2^24 multiply-adds (`work`, B * Co * OH * OW * Ci * KH * KW): small convs, like
+// dwarfs the strided stores, with >= 2^20 multiply-adds (`work`, B * Co * OH * OW * Ci * KH * KW): smaller convs, like
 // those of the kernel-count tests, keep their kernels. The values are unchanged (same products, same order). conv1 of
-// the CNN (1 x 5 x 5 per output) measured no faster with channel lanes (23 ms vs 20-22 ms, both under load).
+// the CNN (1 x 5 x 5 per output) measured no faster with channel lanes (23 ms vs 20-22 ms, both under load). The bound
+// was 2^24, which left the CNN's conv2 at batch 1 (10.2M) and conv3/conv4 up to batch 13 (1.2-1.3M per image) with
+// row lanes: `kiln-onnx bench cnn.onnx` (2-core Zen 5, medians of 1000-3000 runs) batch 1 0.125 -> 0.080 ms, batch 4
+// 0.39 -> 0.29 ms, batch 8 0.79 -> 0.55 ms, batch 24 unchanged; the first run compiles longer (0.33 -> 0.65 s).
 bool LaneWeights(int64_t groups, int64_t cin, int64_t cout, const IntVec& hw, int64_t work) {
   if (groups != 1 || hw.size() != 2 || cout % 16 != 0) return false;
-  return cin * hw[0] * hw[1] >= 64 && work >= (int64_t{1} << 24);
+  return cin * hw[0] * hw[1] >= 64 && work >= (int64_t{1} << 20);
 }
 
 // Whether a conv is a pointwise one (1x1, stride 1, unpadded) over whole 16-pixel vectors: a matmul whose lanes are

@@ -293,6 +293,8 @@ def main() -> int:
                     help="requests per batch size in the sweep (default 3: run, capture, replay)")
     ap.add_argument("--kilnd", default="", help="kilnd binary (default $KILN_BUILD_DIR/server/main/kilnd)")
     ap.add_argument("--kilnd-args", default="", help="more kilnd flags, e.g. '--inline-execution=false'")
+    ap.add_argument("--kiln-instances", type=int, default=0,
+                    help="instance_group count for the kiln servers (0: no instance_group, one instance)")
     args = ap.parse_args()
 
     build = Path(os.environ.get("KILN_BUILD_DIR", "build/release"))
@@ -309,6 +311,8 @@ def main() -> int:
         if s not in ALL_SERVERS:
             ap.error(f"--servers: unknown {s!r} (known: {', '.join(ALL_SERVERS)})")
     batching = dynamic_batching_block(args.queue_delay_us, preferred)
+    instances = (f"instance_group [ {{ count: {args.kiln_instances} kind: KIND_CPU }} ]\n"
+                 if args.kiln_instances > 0 else "")
     weights = read_safetensors(ROOT / "models" / MODEL / "1" / "model.safetensors")
     images = test_images()
     reference = mnist_cnn_forward(weights, images)
@@ -317,6 +321,8 @@ def main() -> int:
     print(f"load_compare: model {MODEL} (kiln_builtin mnist_cnn, trained weights), batch-1 requests, "
           f"concurrency {levels}, {args.seconds:g} s per level, protocols {protocols}")
     print(f"  batched servers: {batching.strip()}")
+    if instances:
+        print(f"  kiln servers: {instances.strip()}")
     print(f"  perf_analyzer gRPC {args.pa_grpc_mode}, HTTP {args.pa_http_mode} ({PERF_ANALYZER}); "
           f"grpc_infer_bench: {cpp if cpp.is_file() else 'not built (' + str(cpp) + ')'}")
     if "perf_analyzer" in tools and not os.access(PERF_ANALYZER, os.X_OK):
@@ -337,7 +343,7 @@ def main() -> int:
                 elif not kilnd.is_file():
                     raise Unavailable(f"kilnd binary {kilnd} is missing (build the release preset)")
                 else:
-                    server = start_kiln(name, batching if name == "kiln-batched" else "", scratch,
+                    server = start_kiln(name, instances + (batching if name == "kiln-batched" else ""), scratch,
                                         args.kilnd_args.split())
             except (Unavailable, RuntimeError) as e:
                 msg = f"{name}: NOT RUN: {e}"
