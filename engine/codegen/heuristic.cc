@@ -474,6 +474,8 @@ absl::StatusOr<bool> GateFreeAxesInnermost(UOpPtr& cur, LowerContext& ctx, Apply
 
 // Rows of a transposing copy upcast beside its innermost (store-contiguous) axis.
 constexpr int64_t kTransposeRows = 8;
+// Only for loads whose lanes lie this many elements (2 KB of float32) or more apart.
+constexpr int64_t kTransposeMinStride = 512;
 
 // A transposing elementwise kernel (a weight packed lanes-last or channels-last, a weight gradient stored [Ci, KH,
 // KW, Co] and transposed back): its innermost output axis `last` is contiguous in the stores, but its loads move
@@ -482,9 +484,10 @@ constexpr int64_t kTransposeRows = 8;
 // through a flip, backward) and whose size kTransposeRows divides or is 4..16 (then upcast whole), so that each tile
 // reads several consecutive elements of each line and stores as many 16-lane rows; -1 for other kernels. Only the
 // order of the loads and stores changes. ResNet-50's stage-4 weight gradient [512, 9, 512] transposed back: 3.5 ->
-// 0.8-1.2 ms; 2048 -> 512 1x1: 1.6 -> 0.23-0.34 ms; the channels-last copy of a 3x3 weight for a strided conv's
-// input gradient 0.86-1.06 -> 0.45-0.84 ms (`conv_perf --batch 1 --parts dw,dx`, 2-core Zen 5). The CNN's batch-512
-// gradient transposes measured the same within noise.
+// 0.6-1.2 ms; 2048 -> 512 1x1: 1.6 -> 0.2-0.35 ms (`conv_perf --batch 1 --parts dw`, 2-core Zen 5). Only where the
+// lanes lie kTransposeMinStride or more apart: the CNN's batch-512 gradient copies (lanes 25-400 floats apart)
+// measured no faster tiled, and the 128-lane bodies cost LLVM time (the cold training step's compile 3.4-4.1 s ->
+// 4.9-6.2 s of CPU with every transposing copy tiled; two of its copies qualify now).
 int TransposeAxis(const UOpPtr& cur, const LowerContext& ctx, int last) {
   if (ctx.has_reduce || !ctx.target.supports_vectors || ctx.target.has_local) return -1;
   const std::vector<UOpPtr> axes = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
@@ -496,6 +499,7 @@ int TransposeAxis(const UOpPtr& cur, const LowerContext& ctx, int last) {
     } else if (s.gated || !s.stride) {
       return -1;
     } else if (*s.stride != 0 && *s.stride != 1) {
+      if (std::abs(*s.stride) < kTransposeMinStride) return -1;
       strided.push_back(s.index);
     }
   }

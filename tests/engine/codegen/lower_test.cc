@@ -345,10 +345,14 @@ TEST(LowerTest, TransposingCopyTilesBothAxes) {
   auto tiled = codegen::LowerKernel(TransposeKernel(64, 8, 256, false), avx512, {});
   ASSERT_TRUE(tiled.ok()) << tiled.status();
   EXPECT_EQ(tiled->applied_opts, (std::vector<std::string>{"UPCAST(1,16)", "UPCAST(0,8)"}));
-  // 9 taps walked backwards (a flipped 3x3 weight), not merged with i: the taps whole (too little work for threads).
-  auto flipped = codegen::LowerKernel(TransposeKernel(32, 9, 512, true), avx512, {});
+  // 9 taps walked backwards (a flipped 3x3 weight), not merged with i: the taps whole.
+  auto flipped = codegen::LowerKernel(TransposeKernel(64, 9, 512, true), avx512, {});
   ASSERT_TRUE(flipped.ok()) << flipped.status();
-  EXPECT_EQ(flipped->applied_opts, (std::vector<std::string>{"UPCAST(2,16)", "UPCAST(1,0)"}));
+  EXPECT_EQ(flipped->applied_opts, (std::vector<std::string>{"UPCAST(2,16)", "UPCAST(1,0)", "THREAD(0,2)"}));
+  // Lanes 128 elements apart (under 2 KB): one upcast.
+  auto near = codegen::HeuristicOpts(TransposeKernel(16, 8, 256, false), avx512);
+  ASSERT_TRUE(near.ok()) << near.status();
+  EXPECT_EQ(std::count_if(near->begin(), near->end(), [](const Opt& o) { return o.op == OptOp::kUpcast; }), 1);
   // A copy contiguous on both sides keeps one upcast; so does a target without vector loads.
   auto plain = codegen::HeuristicOpts(RowBiasKernel(64, 256), avx512);
   ASSERT_TRUE(plain.ok()) << plain.status();
