@@ -489,7 +489,9 @@ constexpr int64_t kTransposeMinStride = 512;
 // measured no faster tiled, and the 128-lane bodies cost LLVM time (the cold training step's compile 3.4-4.1 s ->
 // 4.9-6.2 s of CPU with every transposing copy tiled; two of its copies qualify now).
 int TransposeAxis(const UOpPtr& cur, const LowerContext& ctx, int last) {
-  if (ctx.has_reduce || !ctx.target.supports_vectors || ctx.target.has_local) return -1;
+  // ctx.strided_loads: ApplyHeuristic found a load moving along `last` by neither 0 nor 1 (the common case, no such
+  // load, returns here without walking the kernel again).
+  if (!ctx.strided_loads || ctx.has_reduce || !ctx.target.supports_vectors || ctx.target.has_local) return -1;
   const std::vector<UOpPtr> axes = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
   if (last <= 0 || last >= static_cast<int>(axes.size())) return -1;
   std::vector<const UOp*> strided;  // loads that move along `last` by neither 0 nor 1

@@ -50,9 +50,10 @@ absl::StatusOr<DeviceMemory> HostAllocator::Alloc(size_t nbytes) {
   if (block >= kMinCachedBytes) {
     absl::MutexLock l(&mu_);
     auto it = by_size_.find(block);
-    if (it != by_size_.end() && !it->second.empty()) {
+    if (it != by_size_.end()) {  // (sizes without a kept block have no entry)
       Lru::iterator b = it->second.back();  // the most recently freed: likeliest still in cache
       it->second.pop_back();
+      if (it->second.empty()) by_size_.erase(it);
       m.ptr = b->ptr;
       lru_.erase(b);
       cached_ -= block;

@@ -31,7 +31,8 @@ class HostAllocator : public Allocator {
   HostAllocator& operator=(const HostAllocator&) = delete;
   ~HostAllocator() override;
 
-  // nbytes == 0 returns a null ptr (Free accepts it). ResourceExhausted when memory runs out.
+  // nbytes == 0 still gets one 64-byte block (gated loads read element 0 of an empty buffer); Free accepts a null
+  // ptr. ResourceExhausted when memory runs out.
   absl::StatusOr<DeviceMemory> Alloc(size_t nbytes) override;
   void Free(DeviceMemory mem) override;
   // InvalidArgument when nbytes exceeds the memory's size.
