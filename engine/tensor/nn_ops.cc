@@ -202,6 +202,20 @@ Tensor Tensor::Pool(absl::Span<const int64_t> k, absl::Span<const int64_t> s, ab
 
 namespace {
 
+// Whether `t` is computed by elementwise ops (through movement ops), not a stored buffer or a reduce's result.
+bool ComputedElementwise(const Tensor& t) {
+  const UOp* u = t.uop().get();
+  while (IsMovement(u->op())) u = u->src(0).get();
+  return IsElementwise(u->op());
+}
+
+// Whether `t` is a reduce's result (through movement ops), not yet stored.
+bool ReduceOutput(const Tensor& t) {
+  const UOp* u = t.uop().get();
+  while (IsMovement(u->op())) u = u->src(0).get();
+  return u->op() == Op::REDUCE_AXIS;
+}
+
 // The first node under `from` (through sources, at most `depth` levels) whose structural key is `key`.
 UOpPtr FindByKey(const UOpPtr& from, const Digest& key, int depth) {
   std::vector<std::pair<const UOp*, int>> stack = {{from.get(), 0}};
@@ -290,8 +304,8 @@ PhaseTaps TapsOfPhase(int64_t r, int64_t s, int64_t k, int64_t lo, int64_t in_si
 // spread onto the stride-1 grid (zeros between its elements) computes the same values with s_y * s_x times the
 // multiply-adds, all but 1 / (s_y s_x) of them products with those zeros: ResNet-50's 3x3 stride-2 convs' input
 // gradients at 31-38 GFLOPS, its 1x1 stride-2 downsample's at 23 (conv_compare.py). Each phase's window of g is
-// copied (its rows padded, and its columns where the conv kernel takes channel lanes: the same layout as the stride-1
-// input gradient below), so its conv reads no gated loads along y.
+// copied once: padded and channels-last by Conv2d where its conv takes channel lanes over several taps, else
+// padded as it is (the columns through a view for a 1x1 phase with lanes), so its conv reads no gated loads along y.
 Tensor StridedInputGradient(const Tensor& g, const Tensor& w, const std::vector<std::pair<int64_t, int64_t>>& pads,
                             const IntVec& hw, const IntVec& stride, const Shape& in_shape) {
   const int64_t b = g.size(0), co = g.size(1), ci = w.size(1);
@@ -329,8 +343,11 @@ Tensor StridedInputGradient(const Tensor& g, const Tensor& w, const std::vector<
       if (ty.taps == 0 || tx.taps == 0) continue;  // no tap reaches these positions: their gradient is 0
       const bool x_view = lanes(ty, tx);
       Tensor rows = window(g, 2, ty.start, ty.q_len + ty.taps - 1);
-      Tensor in = x_view ? window(rows.Contiguous(), 3, tx.start, tx.q_len + tx.taps - 1)
-                         : window(rows, 3, tx.start, tx.q_len + tx.taps - 1).Contiguous();
+      // A phase with several taps takes Conv2d's channels-last copy (which pads it) straight from g's window; a 1x1
+      // phase (no lane copy in Conv2d) reads a copy of its window, its columns through a view where it has lanes.
+      Tensor in = window(rows, 3, tx.start, tx.q_len + tx.taps - 1);
+      if (!x_view) in = in.Contiguous();
+      else if (ty.taps * tx.taps == 1) in = window(rows.Contiguous(), 3, tx.start, tx.q_len + tx.taps - 1);
       // The taps in reverse order (a correlation): w's k = last, last - s, ..., first are the flipped weight's
       // K - 1 - last, + s, ... up to K - 1 - first.
       auto reversed_taps = [&](int i, const PhaseTaps& t) {
@@ -354,11 +371,10 @@ Tensor StridedInputGradient(const Tensor& g, const Tensor& w, const std::vector<
 }
 
 // Conv2d (groups 1, dilation 1) gradients. The input gradient is a transposed convolution: the output gradient
-// padded by k - 1 - pad, convolved with the weights flipped in space and with in/out channels swapped. The rows are
-// padded in a contiguous copy and the columns through the view: the conv kernel's register tile spans 8 (or 5) input rows and loops over the columns, so codegen's "narrow gated reduces"
-// runs its kx loop over the valid columns only, which skips the padding's zero products along x; padded rows stay in
-// the tile (gated loads there, i.e. a fully padded view, measured 3-5x slower). conv2 of the CNN: 78 -> 63-67 ms.
-// Convs without channel lanes (LaneWeights) pad both in the copy.
+// padded by k - 1 - pad, convolved with the weights flipped in space and with in/out channels swapped. With channel
+// lanes (LaneWeights) Conv2d pads it in its channels-last copy (see there); otherwise it is padded in a contiguous
+// copy. (Before the channels-last copy, the rows were padded in a copy and the columns through the view, so that
+// codegen's "narrow gated reduces" ran the kx loop over the valid columns only: conv2 of the CNN 78 -> 63-67 ms.)
 // Autograd through the pooling view gives the same values through a
 // [B, Cin, OH, OW, KH, KW] intermediate summed back by col2im (25x the input's size for a 5x5 kernel, and a
 // gather-heavy kernel). The weight gradient is ConvWeightGradient when each output-gradient element feeds at least
@@ -369,14 +385,14 @@ Tensor StridedInputGradient(const Tensor& g, const Tensor& w, const std::vector<
 // gradient's padded buffer (480-575 ms). (Those two forms once gave wrong weight gradients: issue #4, x == max(x)
 // recomputed with different FMA contraction in different kernels; the scheduler now stores such an x once.)
 // Registered by key: holds no UOp.
-void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, const UOpPtr& xpool,
+void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, const UOpPtr& xpool, bool cl_input,
                           const std::vector<std::pair<int64_t, int64_t>>& pads, const IntVec& hw, const IntVec& stride) {
   const Digest x_key = x->Key(), w_key = w->Key(), xp_key = xpool->Key();
   const bool matmul_dw = w->shape()[1] * hw[0] * hw[1] >= 64;
   int64_t gsize = 1;
   for (int64_t d : out->shape()) gsize *= d;
   const bool materialize_g = gsize >= (int64_t{1} << 20);
-  RegisterGradientOverride(out, [x_key, w_key, xp_key, pads, hw, stride, matmul_dw, materialize_g](
+  RegisterGradientOverride(out, [x_key, w_key, xp_key, cl_input, pads, hw, stride, matmul_dw, materialize_g](
                                     const UOpPtr& node, const Tensor& grad, const std::string& device)
                                     -> absl::StatusOr<std::vector<std::pair<UOpPtr, UOpPtr>>> {
     constexpr int kDepth = 24;  // out -> reshape -> sum -> mul -> permute/expand/reshape/pool view -> pad -> x
@@ -387,7 +403,16 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
     Tensor g = grad;
     if (matmul_dw) {
       g = grad.Contiguous();
-      Tensor dw = ConvWeightGradient(Tensor(xpn, device), g);
+      // The forward's channels-last input suits its conv (ci innermost in the reduce) but not this one, which
+      // reduces over the output pixels with rows along kx: it reads x in NCHW, the copy the forward stored first
+      // where x is computed (the same node). ResNet-50's 3x3 weight gradients read channels-last: 1.4-2.6x slower.
+      Tensor xp(xpn, device);
+      if (cl_input) {
+        Tensor xt(xn, device);
+        if (ComputedElementwise(xt) || ReduceOutput(xt)) xt = xt.Contiguous();
+        xp = xt.Pad(pads).Pool(hw, stride, {1, 1});
+      }
+      Tensor dw = ConvWeightGradient(xp, g);
       if (!dw.ok()) return dw.status();
       out.push_back({wn, dw.uop()});
     } else {
@@ -415,8 +440,9 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
     // off again), so it computes exactly the input's rows and columns: padding by K - 1 and cropping afterwards
     // computed the padding's rows too, 1.65x the work at ResNet-50's 7x7 stage 4 (9 x 9 outputs for 7 x 7). A
     // padding above K - 1 (no tap reaches the input's edge rows) is cropped as before.
-    // The x padding goes in the view only where the conv kernel takes channel lanes (rows along y, a loop along x);
-    // with lanes along x the gate would vary per lane and stay in the loads.
+    // Where Conv2d takes channel lanes over a spatial kernel, it pads g in its channels-last copy; otherwise g is
+    // padded in a contiguous copy (its x padding through the view for a 1x1 conv with channel lanes: rows along y,
+    // a loop along x; with lanes along x the gate would vary per lane and stay in the loads).
     std::pair<int64_t, int64_t> tp[2], crop_at[2];
     for (int i = 0; i < 2; ++i) {
       const int64_t lo = hw[i] - 1 - pads[2 + i].first, hi = hw[i] - 1 - pads[2 + i].second;
@@ -431,8 +457,9 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
     std::vector<std::pair<int64_t, int64_t>> copy_pad = {{0, 0}, {0, 0}, tp[0], px};
     std::vector<std::pair<int64_t, int64_t>> view_pad = {
         {0, 0}, {0, 0}, {0, 0}, {tp[1].first - px.first, tp[1].second - px.second}};
-    Tensor dxp = g.Pad(copy_pad).Contiguous().Pad(view_pad).Conv2d(
-        wt.Flip(Axes({2, 3})).Permute({1, 0, 2, 3}));
+    const bool cl = x_view && hw[0] * hw[1] > 1;  // Conv2d pads it in its channels-last copy
+    Tensor dxp = (cl ? g.Pad({{0, 0}, {0, 0}, tp[0], tp[1]}) : g.Pad(copy_pad).Contiguous().Pad(view_pad))
+                     .Conv2d(wt.Flip(Axes({2, 3})).Permute({1, 0, 2, 3}));
     const Shape& ps = dxp.shape();
     std::vector<std::pair<int64_t, int64_t>> crop = {{0, ps[0]}, {0, ps[1]},
                                                      {crop_at[0].first, ps[2] - crop_at[0].second},
@@ -476,12 +503,6 @@ bool PixelLanes(const IntVec& hw, const IntVec& stride, const std::vector<std::p
   return pixels % 16 == 0;
 }
 
-// Whether `t` is computed by elementwise ops (through movement ops), not a stored buffer or a reduce's result.
-bool ComputedElementwise(const Tensor& t) {
-  const UOp* u = t.uop().get();
-  while (IsMovement(u->op())) u = u->src(0).get();
-  return IsElementwise(u->op());
-}
 
 }  // namespace
 
@@ -513,7 +534,22 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
   // kernels' loads: each input value is broadcast Co x KH x KW times, so the forward and the weight gradient of
   // conv2 each redid the add and max per broadcast (59.7 and 62.0 ms in the training step against 50.6 and 51.1 ms
   // with a stored input in conv_perf).
-  if (lanes && ComputedElementwise(*this)) {
+  // A conv with channel lanes and a spatial kernel reads its input from a padded channels-last copy ([B, H + pads,
+  // W + pads, Ci]): its reduce runs ci innermost, so the tile rows' broadcast loads step through one cache line per
+  // 16 input channels instead of one line per channel (NCHW: H * W floats apart), and with the padding in the copy
+  // they carry no gates (gated, LLVM packed the rows' loads into one vector, masked it and shuffled each row back
+  // out: 12 shuffles per 8 FMAs). A computed input is stored first as it is (NCHW; the weight gradient reads that
+  // one): fused into the copy, a reduce producer (ONNX's conv -> BatchNorm -> ReLU) ran with channels-last stores
+  // at a third of its speed. conv_perf --batch 1 on a 2-core Zen 3 (AVX2), best kernel times: ResNet-50's 3x3
+  // convs forward 3.1-6.4 -> 1.4-2.6 ms, their stride-1 input gradients 3.7-11 -> 1.5-2.9 ms; `kiln-onnx bench
+  // resnet50.onnx` 125-132 -> 97-102 ms. 1x1 convs (no padding, a plain matmul over Ci) keep their NCHW input:
+  // channels-last, 2048 -> 512 at 7x7 took 1.7 -> 3.1 ms.
+  const bool cl_input = lanes && hw[0] * hw[1] > 1;
+  if (cl_input) {
+    const Tensor base = ComputedElementwise(*this) || ReduceOutput(*this) ? Contiguous() : *this;
+    x = base.Pad(*pads).Permute({0, 2, 3, 1}).Contiguous().Permute({0, 3, 1, 2}).Pool(hw, *stride, *dilation);
+    if (!x.ok()) return x;
+  } else if (lanes && ComputedElementwise(*this)) {
     x = Contiguous().Pad(*pads).Pool(hw, *stride, *dilation);
     if (!x.ok()) return x;
   }
@@ -550,7 +586,7 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
   Tensor ret = x.Mul(w.Reshape(wshape)).Sum(Axes(absl::Span<const int64_t>(axes)), true, opt.acc_dtype).Reshape(out);
   if (ret.ok() && g == 1 && n == 2 &&
       std::all_of(dilation->begin(), dilation->end(), [](int64_t v) { return v == 1; })) {
-    RegisterConvGradient(ret.uop(), uop(), weight.uop(), xpool, *pads, hw, *stride);
+    RegisterConvGradient(ret.uop(), uop(), weight.uop(), xpool, cl_input, *pads, hw, *stride);
   }
   if (!bias) return ret;
   IntVec bshape = {1, -1};

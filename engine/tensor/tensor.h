@@ -390,6 +390,10 @@ class Tensor {
   // x (N, Cin, H, W) * w (Cout, Cin/groups, KH, KW) [+ bias (Cout)] -> (N, Cout, OH, OW) with
   // O = floor((I + pad_before + pad_after - dilation*(K-1) - 1) / stride) + 1. Also any number of
   // spatial dims (Conv1d/Conv3d shapes).
+  // tinygrad's _pool: (..., *i) -> (..., *o, *k), the windows of size `kernel` with `stride` and `dilation` as
+  // axes of a view (no copy). Conv2d and the pooling ops read their input through it; so do the conv gradients.
+  Tensor Pool(absl::Span<const int64_t> kernel, absl::Span<const int64_t> stride,
+              absl::Span<const int64_t> dilation) const;
   Tensor Conv2d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt,
                 const ConvOptions& options = {}) const;
   Tensor MaxPool2d(absl::Span<const int64_t> kernel = {2, 2}, const PoolOptions& options = {}) const;
@@ -492,8 +496,6 @@ class Tensor {
   Tensor ReduceOp(Op op, const Axes& axes, bool keepdim) const;
   // Reduced-element count for Mean/Var; error if axes are invalid.
   absl::StatusOr<int64_t> ReducedCount(const Axes& axes) const;
-  Tensor Pool(absl::Span<const int64_t> kernel, absl::Span<const int64_t> stride,
-              absl::Span<const int64_t> dilation) const;
   Tensor PowScalar(double e) const;
   static Tensor RandomBits(absl::Span<const int64_t> shape, const std::string& device);
   absl::Status ReadInto(void* dst, size_t nbytes, DType want) const;
