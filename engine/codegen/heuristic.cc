@@ -88,8 +88,8 @@ std::pair<int, int> ThreadSplit(const LowerContext& ctx, const std::vector<int64
 //    scalar at 3 GFLOPS, 76.9 -> 3.0 ms (conv_compare.py).
 //  - The row axis m: the other output axis along which the most vector-loaded buffers (moving by 1 along n) stay
 //    put (move by 0): each vector load is then reused by tm rows (B's rows in a matmul, the input rows in a conv,
-//    which do not depend on the output channel). Upcast by tm rows, keeping tm x tn accumulators within 16 SIMD
-//    registers' worth (AVX-512: 8 x 32 floats; AVX2: 4 x 16). 20 or 24 accumulators measured no faster for conv2;
+//    which do not depend on the output channel). Upcast by tm rows, keeping tm x tn accumulators within 16 (AVX2: 12) SIMD
+//    registers' worth (AVX-512: 8 x 32 floats; AVX2: 6 x 16). 20 or 24 accumulators measured no faster for conv2;
 //    5 rows (10 accumulators) beat 2 for conv3's 10-wide input gradient (9.6 vs 11.3 ms) and tie 4 for conv2.
 //  - The last reduce axis is unrolled by 2 when even (4 measured no faster and doubles the LLVM compile time of a
 //    512-lane body).
@@ -209,8 +209,13 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
   if (nm < 0) find_row(false);
   if (nm < 0) return false;
   const int64_t m = out[nm];
-  // Accumulator budget: 16 of AVX-512's 32 registers, 8 of AVX2's 16; a row of tn lanes takes ceil(tn / vf).
-  const int64_t regs = vf >= 16 ? 16 : 8;
+  // Accumulator budget: 16 of AVX-512's 32 registers, 12 of AVX2's 16; a row of tn lanes takes ceil(tn / vf).
+  // AVX2's budget was 8, which left a row axis of 5 (the CNN's conv2 weight gradient, 5 kernel columns) with one
+  // vector of lanes, 5 accumulators: too few to cover the FMA latency. With 12 (the 6 x 16 tile of AVX2 sgemm
+  // kernels; 12 accumulators, 2 lane vectors and a broadcast fit the 16 registers), conv_perf on a 2-core Zen 3,
+  // best kernel times: the CNN's convs at batch 512 336 -> 282 ms in all (conv2's weight gradient 94 -> 65 ms),
+  // ResNet-50's 3x3 convs at batch 1 8-35% faster.
+  const int64_t regs = vf >= 16 ? 16 : 12;
   const int64_t max_rows = std::max<int64_t>(2, regs / ((tn + vf - 1) / vf));
   // The whole row axis when it fits (a conv weight gradient's 3- or 5-wide kernel rows), else the largest candidate
   // that divides it.
@@ -232,7 +237,11 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
   // A row axis narrower than the budget leaves accumulators free: widen the lane tile by whole vectors (up to 64
   // lanes) while tm x tn still fits, so each broadcast row value feeds more FMAs (conv3's weight gradient: 3 kernel
   // columns x 64 output channels rather than 3 x 32).
-  while (tm == m && tn % vf == 0 && 2 * tn <= 64 && n % (2 * tn) == 0 && tm * (2 * tn / vf) <= regs) tn *= 2;
+  // On AVX2 the widened tile's lane vectors must fit beside its accumulators: 3 rows x 32 lanes (12 accumulators,
+  // 4 lane vectors, a broadcast) spilled, and the CNN's 3x3 weight gradients ran 1.44-1.52x slower than 3 x 16.
+  while (tm == m && tn % vf == 0 && 2 * tn <= 64 && n % (2 * tn) == 0 && tm * (2 * tn / vf) <= regs &&
+         (vf >= 16 || (tm + 1) * (2 * tn / vf) + 1 <= 16))
+    tn *= 2;
   // LLVM 19's SLP vectorizer packs the tile's accumulators (loop phis) in power-of-two chunks, largest first, and
   // leaves scalar what is left when that rest is not itself a power of two: 7 rows x 32 lanes = 224 became one
   // 128-wide bundle and 96 scalar FMAs with spills (ResNet-50's 14x14 1x1 convs at AVX-512: 2.7 ms against 0.7).
