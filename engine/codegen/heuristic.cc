@@ -88,9 +88,10 @@ std::pair<int, int> ThreadSplit(const LowerContext& ctx, const std::vector<int64
 //    scalar at 3 GFLOPS, 76.9 -> 3.0 ms (conv_compare.py).
 //  - The row axis m: the other output axis along which the most vector-loaded buffers (moving by 1 along n) stay
 //    put (move by 0): each vector load is then reused by tm rows (B's rows in a matmul, the input rows in a conv,
-//    which do not depend on the output channel). Upcast by tm rows, keeping tm x tn accumulators within 16 (AVX2: 12) SIMD
-//    registers' worth (AVX-512: 8 x 32 floats; AVX2: 6 x 16). 20 or 24 accumulators measured no faster for conv2;
-//    5 rows (10 accumulators) beat 2 for conv3's 10-wide input gradient (9.6 vs 11.3 ms) and tie 4 for conv2.
+//    which do not depend on the output channel). Upcast by tm rows, keeping tm x tn accumulators within 16 SIMD
+//    registers' worth on AVX-512 (8 x 32 floats), 12 on AVX2 (6 x 16). 20 or 24 accumulators measured no faster
+//    for conv2; 5 rows (10 accumulators) beat 2 for conv3's 10-wide input gradient (9.6 vs 11.3 ms) and tie 4 for
+//    conv2.
 //  - The last reduce axis is unrolled by 2 when even (4 measured no faster and doubles the LLVM compile time of a
 //    512-lane body).
 //  - Threads split the outermost output axis; finally the n loop is placed outside the m loop when n was not

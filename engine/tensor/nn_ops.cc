@@ -202,18 +202,20 @@ Tensor Tensor::Pool(absl::Span<const int64_t> k, absl::Span<const int64_t> s, ab
 
 namespace {
 
-// Whether `t` is computed by elementwise ops (through movement ops), not a stored buffer or a reduce's result.
-bool ComputedElementwise(const Tensor& t) {
+// The op that computes `t`'s values: its node with the movement ops above it skipped.
+const UOp* ProducerOf(const Tensor& t) {
   const UOp* u = t.uop().get();
   while (IsMovement(u->op())) u = u->src(0).get();
-  return IsElementwise(u->op());
+  return u;
 }
 
-// Whether `t` is a reduce's result (through movement ops), not yet stored.
-bool ReduceOutput(const Tensor& t) {
-  const UOp* u = t.uop().get();
-  while (IsMovement(u->op())) u = u->src(0).get();
-  return u->op() == Op::REDUCE_AXIS;
+// Whether `t` is computed by elementwise ops (through movement ops), not a stored buffer or a reduce's result.
+bool ComputedElementwise(const Tensor& t) { return IsElementwise(ProducerOf(t)->op()); }
+
+// Whether `t` is computed (elementwise or a reduce's result) rather than read from a stored buffer.
+bool Unstored(const Tensor& t) {
+  const Op op = ProducerOf(t)->op();
+  return IsElementwise(op) || op == Op::REDUCE_AXIS;
 }
 
 // The first node under `from` (through sources, at most `depth` levels) whose structural key is `key`.
@@ -409,11 +411,12 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
       // A padded x is copied padded, so that the kx rows' loads in the reduce loop carry no gates (gated, LLVM
       // packs them into one masked vector and shuffles each back out). conv_perf --batch 1 on a 2-core Zen 3, best
       // kernel times: ResNet-50's stem 7.8 -> 3.4 ms, its 3x3 weight gradients 9-41% faster.
-      const bool padded = std::any_of(pads.begin() + 2, pads.end(), [](const auto& p) { return p.first || p.second; });
+      const bool padded =
+          std::any_of(pads.begin() + 2, pads.end(), [](const auto& p) { return p.first || p.second; });
       Tensor xp(xpn, device);
       if (cl_input || padded) {
         Tensor xt(xn, device);
-        if (ComputedElementwise(xt) || ReduceOutput(xt)) xt = xt.Contiguous();
+        if (Unstored(xt)) xt = xt.Contiguous();
         Tensor xpad = xt.Pad(pads);
         if (padded) xpad = xpad.Contiguous();
         xp = xpad.Pool(hw, stride, {1, 1});
@@ -509,7 +512,6 @@ bool PixelLanes(const IntVec& hw, const IntVec& stride, const std::vector<std::p
   return pixels % 16 == 0;
 }
 
-
 }  // namespace
 
 Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, const ConvOptions& opt) const {
@@ -552,7 +554,7 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
   // channels-last, 2048 -> 512 at 7x7 took 1.7 -> 3.1 ms.
   const bool cl_input = lanes && hw[0] * hw[1] > 1;
   if (cl_input) {
-    const Tensor base = ComputedElementwise(*this) || ReduceOutput(*this) ? Contiguous() : *this;
+    const Tensor base = Unstored(*this) ? Contiguous() : *this;
     x = base.Pad(*pads).Permute({0, 2, 3, 1}).Contiguous().Permute({0, 3, 1, 2}).Pool(hw, *stride, *dilation);
     if (!x.ok()) return x;
   } else if (lanes && ComputedElementwise(*this)) {

@@ -387,13 +387,13 @@ class Tensor {
   // numpy matmul with batch broadcasting: (..., n, k) @ (..., k, m); 1-D operands as numpy.
   Tensor Matmul(const Tensor& w, std::optional<DType> acc_dtype = std::nullopt) const;
   Tensor Dot(const Tensor& w, std::optional<DType> acc_dtype = std::nullopt) const { return Matmul(w, acc_dtype); }
-  // x (N, Cin, H, W) * w (Cout, Cin/groups, KH, KW) [+ bias (Cout)] -> (N, Cout, OH, OW) with
-  // O = floor((I + pad_before + pad_after - dilation*(K-1) - 1) / stride) + 1. Also any number of
-  // spatial dims (Conv1d/Conv3d shapes).
   // tinygrad's _pool: (..., *i) -> (..., *o, *k), the windows of size `kernel` with `stride` and `dilation` as
   // axes of a view (no copy). Conv2d and the pooling ops read their input through it; so do the conv gradients.
   Tensor Pool(absl::Span<const int64_t> kernel, absl::Span<const int64_t> stride,
               absl::Span<const int64_t> dilation) const;
+  // x (N, Cin, H, W) * w (Cout, Cin/groups, KH, KW) [+ bias (Cout)] -> (N, Cout, OH, OW) with
+  // O = floor((I + pad_before + pad_after - dilation*(K-1) - 1) / stride) + 1. Also any number of
+  // spatial dims (Conv1d/Conv3d shapes).
   Tensor Conv2d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt,
                 const ConvOptions& options = {}) const;
   Tensor MaxPool2d(absl::Span<const int64_t> kernel = {2, 2}, const PoolOptions& options = {}) const;
