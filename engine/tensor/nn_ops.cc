@@ -379,9 +379,11 @@ Tensor StridedInputGradient(const Tensor& g, const Tensor& w, const std::vector<
 // codegen's "narrow gated reduces" ran the kx loop over the valid columns only: conv2 of the CNN 78 -> 63-67 ms.)
 // Autograd through the pooling view gives the same values through a
 // [B, Cin, OH, OW, KH, KW] intermediate summed back by col2im (25x the input's size for a 5x5 kernel, and a
-// gather-heavy kernel). The weight gradient is ConvWeightGradient when each output-gradient element feeds at least
-// 64 multiply-adds (Ci * KH * KW: its channels-last copy is then cheap next to the matmul; conv1 of the CNN, 1 x 5 x 5,
-// keeps the rules' path, whose kernel vectorizes its 24-wide rows). With ConvWeightGradient the output gradient is
+// gather-heavy kernel). The weight gradient is ConvWeightGradient, also where each output-gradient element feeds only
+// a few multiply-adds (Ci * KH * KW < 64, where the channels-last copy of g once looked too dear): the rules' path
+// sums each (co, ky, kx) over the batch and pixels on its own, at 19 GFLOPS for the CNN's conv1 (1 x 5 x 5). conv_perf
+// on a 2-core Zen 3, best kernel times: that conv1 at batch 512 25.6 -> 9.3 ms, 1 -> 32 channels 3x3 at batch 64
+// 7.3 -> 0.6 ms, 3 -> 64 padded 94.7 -> 5.4 ms; at batch 1 within 0.03 ms either way. The output gradient is
 // made contiguous once and both gradients copy it from there: in the Fashion-MNIST step (400 ms/step) that beats
 // permuting the BatchNorm backward straight into the channels-last copy (515 ms) or copying it from the input
 // gradient's padded buffer (480-575 ms). (Those two forms once gave wrong weight gradients: issue #4, x == max(x)
@@ -390,11 +392,7 @@ Tensor StridedInputGradient(const Tensor& g, const Tensor& w, const std::vector<
 void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, const UOpPtr& xpool, bool cl_input,
                           const std::vector<std::pair<int64_t, int64_t>>& pads, const IntVec& hw, const IntVec& stride) {
   const Digest x_key = x->Key(), w_key = w->Key(), xp_key = xpool->Key();
-  const bool matmul_dw = w->shape()[1] * hw[0] * hw[1] >= 64;
-  int64_t gsize = 1;
-  for (int64_t d : out->shape()) gsize *= d;
-  const bool materialize_g = gsize >= (int64_t{1} << 20);
-  RegisterGradientOverride(out, [x_key, w_key, xp_key, cl_input, pads, hw, stride, matmul_dw, materialize_g](
+  RegisterGradientOverride(out, [x_key, w_key, xp_key, cl_input, pads, hw, stride](
                                     const UOpPtr& node, const Tensor& grad, const std::string& device)
                                     -> absl::StatusOr<std::vector<std::pair<UOpPtr, UOpPtr>>> {
     constexpr int kDepth = 24;  // out -> reshape -> sum -> mul -> permute/expand/reshape/pool view -> pad -> x
@@ -402,39 +400,26 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
     UOpPtr xpn = FindByKey(node, xp_key, kDepth);
     if (!xn || !wn || !xpn) return absl::InternalError("Conv2d gradient: input or weight not found under the output");
     std::vector<std::pair<UOpPtr, UOpPtr>> out;
-    Tensor g = grad;
-    if (matmul_dw) {
-      g = grad.Contiguous();
-      // The forward's channels-last input suits its conv (ci innermost in the reduce) but not this one, which
-      // reduces over the output pixels with rows along kx: it reads x in NCHW, the copy the forward stored first
-      // where x is computed (the same node). ResNet-50's 3x3 weight gradients read channels-last: 1.4-2.6x slower.
-      // A padded x is copied padded, so that the kx rows' loads in the reduce loop carry no gates (gated, LLVM
-      // packs them into one masked vector and shuffles each back out). conv_perf --batch 1 on a 2-core Zen 3, best
-      // kernel times: ResNet-50's stem 7.8 -> 3.4 ms, its 3x3 weight gradients 9-41% faster.
-      const bool padded =
-          std::any_of(pads.begin() + 2, pads.end(), [](const auto& p) { return p.first || p.second; });
-      Tensor xp(xpn, device);
-      if (cl_input || padded) {
-        Tensor xt(xn, device);
-        if (Unstored(xt)) xt = xt.Contiguous();
-        Tensor xpad = xt.Pad(pads);
-        if (padded) xpad = xpad.Contiguous();
-        xp = xpad.Pool(hw, stride, {1, 1});
-      }
-      Tensor dw = ConvWeightGradient(xp, g);
-      if (!dw.ok()) return dw.status();
-      out.push_back({wn, dw.uop()});
-    } else {
-      // A large output gradient is made contiguous first, so the weight-gradient kernel streams one buffer rather
-      // than the producer fused into its loads. The CNN's conv1: the ReLU backward (conv output, bias, incoming
-      // gradient, compare, select) was re-read and recomputed for each of the 5 kernel rows the kernel loops over
-      // outside its batch reduce; fused it ran 30 ms per step, contiguous 16 ms plus a 4 ms copy (min of 3 steps
-      // each, JIT replay, under load). The input gradient's padded copy then reads it too. Small convs keep their
-      // kernel count.
-      if (materialize_g) g = grad.Contiguous();
-      KILN_ASSIGN_OR_RETURN(std::vector<UOpPtr> dw, ComputeGradientByRules(node, g.uop(), {wn}, device));
-      out.push_back({wn, dw[0]});
+    const Tensor g = grad.Contiguous();
+    // The forward's channels-last input suits its conv (ci innermost in the reduce) but not this one, which
+    // reduces over the output pixels with rows along kx: it reads x in NCHW, the copy the forward stored first
+    // where x is computed (the same node). ResNet-50's 3x3 weight gradients read channels-last: 1.4-2.6x slower.
+    // A padded x is copied padded, so that the kx rows' loads in the reduce loop carry no gates (gated, LLVM
+    // packs them into one masked vector and shuffles each back out). conv_perf --batch 1 on a 2-core Zen 3, best
+    // kernel times: ResNet-50's stem 7.8 -> 3.4 ms, its 3x3 weight gradients 9-41% faster.
+    const bool padded =
+        std::any_of(pads.begin() + 2, pads.end(), [](const auto& p) { return p.first || p.second; });
+    Tensor xp(xpn, device);
+    if (cl_input || padded) {
+      Tensor xt(xn, device);
+      if (Unstored(xt)) xt = xt.Contiguous();
+      Tensor xpad = xt.Pad(pads);
+      if (padded) xpad = xpad.Contiguous();
+      xp = xpad.Pool(hw, stride, {1, 1});
     }
+    Tensor dw = ConvWeightGradient(xp, g);
+    if (!dw.ok()) return dw.status();
+    out.push_back({wn, dw.uop()});
     Tensor wt(wn, device);
     // A strided conv's input gradient, phase by phase. (The autodiff of the pooling view it replaces summed the
     // [B, Ci, OH, OW, KH, KW] intermediate back with gates that are mostly off: ResNet-50's stride-2 convs at 4-6
