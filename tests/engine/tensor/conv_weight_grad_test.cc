@@ -1,7 +1,6 @@
 // Conv2d weight gradients at the Fashion-MNIST CNN's layer shapes, with padding, an odd batch and a fused (unrealized)
 // pooled input, compared with a plain C++ loop: the Conv2d gradient override's channels-last matmul over batch chunks
-// (Ci * KH * KW >= 64; a 1x1 conv's as one Matmul) and the rules' path (conv1, 1 x 5 x 5; with a large output
-// gradient, on its contiguous copy).
+// (a 1x1 conv's as one Matmul), also where each output-gradient element feeds few multiply-adds (conv1, 1 x 5 x 5).
 #include <cmath>
 #include <ostream>
 #include <string>
@@ -88,7 +87,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape4{"conv2", 16, 32, 32, 24, 5, 0}, Shape4{"conv1", 32, 1, 32, 28, 5, 0},
                       Shape4{"padded", 8, 8, 16, 9, 3, 1}, Shape4{"odd_batch", 3, 8, 5, 6, 3, 0},
                       Shape4{"conv3_pooled", 64, 32, 64, 10, 3, 0, true},
-                      // >= 2^20 output-gradient elements: the rules' path on a contiguous copy
+                      // >= 2^20 output-gradient elements, several batch chunks
                       Shape4{"conv1_large", 64, 1, 32, 28, 5, 0},
                       // 1x1 convs over >= 128 pixels: one Matmul (packed right-hand side; two samples' pixels)
                       Shape4{"pointwise", 1, 64, 256, 16, 1, 0}, Shape4{"pointwise_batch", 2, 96, 48, 10, 1, 0},
