@@ -218,6 +218,14 @@ bool Unstored(const Tensor& t) {
   return IsElementwise(op) || op == Op::REDUCE_AXIS;
 }
 
+// Whether `t` is a stored channels-last copy viewed as NCHW, perhaps padded through the view: the conv input
+// gradient's output gradient, which it hands Conv2d already copied.
+bool ChannelsLastCopy(const Tensor& t) {
+  const UOp* u = t.uop().get();
+  if (u->op() == Op::PAD) u = u->src(0).get();
+  return u->op() == Op::PERMUTE && u->ArgVec() == IntVec{0, 3, 1, 2} && u->src(0)->op() == Op::CONTIGUOUS;
+}
+
 // The first node under `from` (through sources, at most `depth` levels) whose structural key is `key`.
 UOpPtr FindByKey(const UOpPtr& from, const Digest& key, int depth) {
   std::vector<std::pair<const UOp*, int>> stack = {{from.get(), 0}};
@@ -374,9 +382,10 @@ Tensor StridedInputGradient(const Tensor& g, const Tensor& w, const std::vector<
 
 // Conv2d (groups 1, dilation 1) gradients. The input gradient is a transposed convolution: the output gradient
 // padded by k - 1 - pad, convolved with the weights flipped in space and with in/out channels swapped. With channel
-// lanes (LaneWeights) Conv2d pads it in its channels-last copy (see there); otherwise it is padded in a contiguous
-// copy. (Before the channels-last copy, the rows were padded in a copy and the columns through the view, so that
-// codegen's "narrow gated reduces" ran the kx loop over the valid columns only: conv2 of the CNN 78 -> 63-67 ms.)
+// lanes (LaneWeights) Conv2d pads it in its channels-last copy (see there; padded by >= 2 columns, the columns stay a
+// view, below); otherwise it is padded in a contiguous copy. (Before the channels-last copy, the rows were padded in
+// a copy and the columns through the view, so that codegen's "narrow gated reduces" ran the kx loop over the valid
+// columns only: conv2 of the CNN 78 -> 63-67 ms.)
 // Autograd through the pooling view gives the same values through a
 // [B, Cin, OH, OW, KH, KW] intermediate summed back by col2im (25x the input's size for a 5x5 kernel, and a
 // gather-heavy kernel). The weight gradient is ConvWeightGradient, also where each output-gradient element feeds only
@@ -452,8 +461,23 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
     std::vector<std::pair<int64_t, int64_t>> view_pad = {
         {0, 0}, {0, 0}, {0, 0}, {tp[1].first - px.first, tp[1].second - px.second}};
     const bool cl = x_view && hw[0] * hw[1] > 1;  // Conv2d pads it in its channels-last copy
-    Tensor dxp = (cl ? g.Pad({{0, 0}, {0, 0}, tp[0], tp[1]}) : g.Pad(copy_pad).Contiguous().Pad(view_pad))
-                     .Conv2d(wt.Flip(Axes({2, 3})).Permute({1, 0, 2, 3}));
+    // Where g is padded by >= 2 columns on each side (a conv without padding: the CNN's, K - 1 = 4 or 2), the
+    // channels-last copy pads only its rows and the columns stay a padded view: the kernel loops over the output
+    // columns (its tile rows run down the rows), and "narrow gated reduces" (narrow.cc) runs each column's kx loop
+    // over the taps that reach g, skipping the padding's zero products. conv_perf on a 2-core Zen 3, best kernel
+    // times: the CNN's input gradients at batch 512 conv2 87 -> 73 ms, conv3 12.5 -> 9.9, conv4 15.5 -> 11.8, 0.66-0.84x
+    // at batches 1-64. Not for ResNet-50's 3x3 convs (padded by 1): there the tile took the columns or merged them
+    // with the rows, the loads kept their gates, and the input gradients ran 1.8-3.4x slower.
+    const std::pair<int64_t, int64_t> none{0, 0};
+    const bool column_view = cl && tp[1].first >= 2 && tp[1].second >= 2;
+    const Tensor gin = column_view ? g.Pad({none, none, tp[0], none})
+                                         .Permute({0, 2, 3, 1})
+                                         .Contiguous()
+                                         .Permute({0, 3, 1, 2})
+                                         .Pad({none, none, none, tp[1]})
+                       : cl ? g.Pad({none, none, tp[0], tp[1]})
+                            : g.Pad(copy_pad).Contiguous().Pad(view_pad);
+    Tensor dxp = gin.Conv2d(wt.Flip(Axes({2, 3})).Permute({1, 0, 2, 3}));
     const Shape& ps = dxp.shape();
     std::vector<std::pair<int64_t, int64_t>> crop = {{0, ps[0]}, {0, ps[1]},
                                                      {crop_at[0].first, ps[2] - crop_at[0].second},
@@ -574,7 +598,9 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
   // resnet50.onnx` 125-132 -> 97-102 ms. 1x1 convs (no padding, a plain matmul over Ci) keep their NCHW input:
   // channels-last, 2048 -> 512 at 7x7 took 1.7 -> 3.1 ms.
   const bool cl_input = lanes && hw[0] * hw[1] > 1;
-  if (cl_input) {
+  if (cl_input && ChannelsLastCopy(*this)) {
+    x = Pad(*pads).Pool(hw, *stride, *dilation);  // already copied (the input gradient's output gradient)
+  } else if (cl_input) {
     const Tensor base = Unstored(*this) ? Contiguous() : *this;
     x = base.Pad(*pads).Permute({0, 2, 3, 1}).Contiguous().Permute({0, 3, 1, 2}).Pool(hw, *stride, *dilation);
     if (!x.ok()) return x;
