@@ -88,13 +88,13 @@ UOpPtr BuildSharedLanes(const UOpPtr& sink, const std::vector<const UOp*>& topo,
   if (groups.empty()) return nullptr;
   // Grow: a set of lane copies of one op whose sources are, position by position, the same lanes of one group or
   // one scalar shared by every lane.
+  static const std::vector<const UOp*> kNoUsers;
+  const auto lane_users = [&](const UOp* lane) -> const std::vector<const UOp*>& {
+    auto it = users.find(lane);
+    return it == users.end() ? kNoUsers : it->second;
+  };
   for (size_t gi = 0; gi < groups.size(); ++gi) {
     const std::vector<const UOp*> lanes = groups[gi].lanes;
-    const auto lane_users = [&](const UOp* lane) -> const std::vector<const UOp*>& {
-      static const std::vector<const UOp*> kNone;
-      auto it = users.find(lane);
-      return it == users.end() ? kNone : it->second;
-    };
     for (const UOp* u0 : lane_users(lanes[0])) {
       if (member.contains(u0) || u0->dtype().count != 1 || u0->dtype().is_ptr) continue;
       if (!IsALU(u0->op()) && u0->op() != Op::CAST && u0->op() != Op::BITCAST) continue;

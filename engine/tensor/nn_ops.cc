@@ -266,11 +266,13 @@ Tensor ConvWeightGradient(const Tensor& xp_view, const Tensor& g) {
     // one partial [Ci, Co] product per chunk (a batched Matmul, threads over the chunks) summed by a second kernel,
     // as BLAS blocks K: over all P pixels at once each row block of x streamed every packed dY panel (P x Co, 3.2 MB
     // for ResNet-50's 64 -> 256 at 56x56) from L3. The partials are held to 2^22 floats (larger chunks beyond).
-    // conv_perf on a 2-core Zen 3, best kernel times, batch 1: 64 -> 64 at 56x56 0.65 -> 0.40 ms, 64 -> 256 2.36 ->
-    // 1.35 ms, 512 -> 128 at 28x28 2.15 -> 1.02 ms; 0.74-0.86 at batch 8, 0.60-0.70 at batch 32 (chunks of 512 KB:
-    // slower, 1.24-3.85x). 14x14 and 7x7 (Co 1024 or P 49) have no chunk of >= 64 pixels in 256 KB and keep one.
+    // conv_perf on a 2-core Zen 3, best kernel times, batch 1: 64 -> 64 at 56x56 0.65 -> 0.39-0.41 ms, 64 -> 256
+    // 2.36 -> 1.55-1.65 ms, 512 -> 128 at 28x28 2.15 -> 1.02-1.19 ms; 0.74-0.86x at batch 8, 0.60-0.70x at batch 32
+    // (chunks of 512 KB: 1.24-3.85x slower than 256). 14x14 and 7x7 (Co 1024 or P 49) have no chunk of >= 64 pixels
+    // within 256 KB and keep one Matmul.
+    const int64_t row_bytes = co * static_cast<int64_t>(g.dtype().ItemSize());
     int64_t pc = 0;
-    for (int64_t d = 1; d <= std::min<int64_t>(p, 256 * 1024 / (co * 4)); ++d)
+    for (int64_t d = 1; d <= std::min<int64_t>(p, 256 * 1024 / row_bytes); ++d)
       if (p % d == 0) pc = d;
     while (pc > 0 && pc < p && (p / pc) * ci * co > (int64_t{1} << 22)) {
       int64_t next = pc + 1;
