@@ -218,13 +218,20 @@ bool Unstored(const Tensor& t) {
   return IsElementwise(op) || op == Op::REDUCE_AXIS;
 }
 
-// Whether `t` is a stored channels-last copy viewed as NCHW, perhaps padded through the view: the conv input
-// gradient's output gradient, which it hands Conv2d already copied.
+// `t` (NCHW) stored channels-last ([B, H, W, C]) and viewed as NCHW again.
+Tensor StoreChannelsLast(const Tensor& t) { return t.Permute({0, 2, 3, 1}).Contiguous().Permute({0, 3, 1, 2}); }
+
+// Whether `t` is such a stored channels-last copy, perhaps padded through the view: the conv input gradient's output
+// gradient, which it hands Conv2d already copied.
 bool ChannelsLastCopy(const Tensor& t) {
   const UOp* u = t.uop().get();
   if (u->op() == Op::PAD) u = u->src(0).get();
   return u->op() == Op::PERMUTE && u->ArgVec() == IntVec{0, 3, 1, 2} && u->src(0)->op() == Op::CONTIGUOUS;
 }
+
+// How deep the gradient overrides below look for their inputs under the output: Conv2d's out -> reshape -> sum -> mul
+// -> permute/expand/reshape/pool view -> pad -> x; MaxPool2d's out -> reshape -> max -> pool view -> pad -> x.
+constexpr int kOverrideDepth = 24;
 
 // The first node under `from` (through sources, at most `depth` levels) whose structural key is `key`.
 UOpPtr FindByKey(const UOpPtr& from, const Digest& key, int depth) {
@@ -427,9 +434,8 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
   RegisterGradientOverride(out, [x_key, w_key, xp_key, cl_input, pads, hw, stride](
                                     const UOpPtr& node, const Tensor& grad, const std::string& device)
                                     -> absl::StatusOr<std::vector<std::pair<UOpPtr, UOpPtr>>> {
-    constexpr int kDepth = 24;  // out -> reshape -> sum -> mul -> permute/expand/reshape/pool view -> pad -> x
-    UOpPtr xn = FindByKey(node, x_key, kDepth), wn = FindByKey(node, w_key, kDepth);
-    UOpPtr xpn = FindByKey(node, xp_key, kDepth);
+    UOpPtr xn = FindByKey(node, x_key, kOverrideDepth), wn = FindByKey(node, w_key, kOverrideDepth);
+    UOpPtr xpn = FindByKey(node, xp_key, kOverrideDepth);
     if (!xn || !wn || !xpn) return absl::InternalError("Conv2d gradient: input or weight not found under the output");
     std::vector<std::pair<UOpPtr, UOpPtr>> out;
     const Tensor g = grad.Contiguous();
@@ -493,13 +499,9 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
     // with the rows, the loads kept their gates, and the input gradients ran 1.8-3.4x slower.
     const std::pair<int64_t, int64_t> none{0, 0};
     const bool column_view = cl && tp[1].first >= 2 && tp[1].second >= 2;
-    const Tensor gin = column_view ? g.Pad({none, none, tp[0], none})
-                                         .Permute({0, 2, 3, 1})
-                                         .Contiguous()
-                                         .Permute({0, 3, 1, 2})
-                                         .Pad({none, none, none, tp[1]})
-                       : cl ? g.Pad({none, none, tp[0], tp[1]})
-                            : g.Pad(copy_pad).Contiguous().Pad(view_pad);
+    const Tensor gin = column_view ? StoreChannelsLast(g.Pad({none, none, tp[0], none})).Pad({none, none, none, tp[1]})
+                       : cl        ? g.Pad({none, none, tp[0], tp[1]})
+                                   : g.Pad(copy_pad).Contiguous().Pad(view_pad);
     Tensor dxp = gin.Conv2d(wt.Flip(Axes({2, 3})).Permute({1, 0, 2, 3}));
     const Shape& ps = dxp.shape();
     std::vector<std::pair<int64_t, int64_t>> crop = {{0, ps[0]}, {0, ps[1]},
@@ -559,8 +561,7 @@ void RegisterMaxPoolGradient(const UOpPtr& out, const UOpPtr& x, const std::vect
   RegisterGradientOverride(out, [x_key, pads, lowest, k, stride, dilation](
                                     const UOpPtr& node, const Tensor& grad, const std::string& device)
                                     -> absl::StatusOr<std::vector<std::pair<UOpPtr, UOpPtr>>> {
-    constexpr int kDepth = 24;  // out -> reshape -> max -> pool view (reshape/permute/shrink/expand) -> pad -> x
-    UOpPtr xn = FindByKey(node, x_key, kDepth);
+    UOpPtr xn = FindByKey(node, x_key, kOverrideDepth);
     if (!xn) return absl::InternalError("MaxPool2d gradient: input not found under the output");
     const Tensor window = Tensor(xn, device).Pad(pads, lowest).Pool(k, stride, dilation);  // (..., *out, *k)
     IntVec kept(node->shape().begin(), node->shape().end()), axes;
@@ -625,7 +626,7 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
     x = Pad(*pads).Pool(hw, *stride, *dilation);  // already copied (the input gradient's output gradient)
   } else if (cl_input) {
     const Tensor base = Unstored(*this) ? Contiguous() : *this;
-    x = base.Pad(*pads).Permute({0, 2, 3, 1}).Contiguous().Permute({0, 3, 1, 2}).Pool(hw, *stride, *dilation);
+    x = StoreChannelsLast(base.Pad(*pads)).Pool(hw, *stride, *dilation);
     if (!x.ok()) return x;
   } else if (lanes && ComputedElementwise(*this)) {
     x = Contiguous().Pad(*pads).Pool(hw, *stride, *dilation);
@@ -689,7 +690,8 @@ Tensor Tensor::MaxPool2d(absl::Span<const int64_t> kernel, const PoolOptions& op
   IntVec axes;
   for (size_t i = 0; i < n; ++i) axes.push_back(-1 - static_cast<int64_t>(i));
   Tensor ret = Pad(*pads, lowest).Pool(k, *stride, *dilation).Max(Axes(absl::Span<const int64_t>(axes)));
-  if (ret.ok() && numel() >= (int64_t{1} << 20)) RegisterMaxPoolGradient(ret.uop(), uop(), *pads, lowest, k, *stride, *dilation);
+  if (ret.ok() && numel() >= (int64_t{1} << 20))
+    RegisterMaxPoolGradient(ret.uop(), uop(), *pads, lowest, k, *stride, *dilation);
   return ret;
 }
 
