@@ -45,6 +45,14 @@ class CpuCompiler final : public runtime::Compiler {
   std::string triple_, cpu_, features_, cache_key_;
 };
 
+// Floating-point multiplies, adds and multiply-adds in the innermost loops of an LLVM IR module, scalar and vector.
+// CpuCompiler counts them after -O2 in a kernel compiled under an SLP cap (Program::slp_max_vf): a reduce loop the
+// cap left with more scalar than vector arithmetic is optimized again without the cap.
+struct InnerLoopArith {
+  int scalar = 0, vector = 0;
+};
+absl::StatusOr<InnerLoopArith> CountInnerLoopArith(const std::string& source);
+
 class CpuProgram final : public runtime::Program {
  public:
   using EntryFn = void (*)(void* const* bufs, const int64_t* vars, int32_t core_id);

@@ -247,10 +247,16 @@ absl::StatusOr<bool> MatmulTile(UOpPtr& cur, LowerContext& ctx, const std::vecto
   // leaves scalar what is left when that rest is not itself a power of two: 7 rows x 32 lanes = 224 became one
   // 128-wide bundle and 96 scalar FMAs with spills (ResNet-50's 14x14 1x1 convs at AVX-512: 2.7 ms against 0.7).
   // Such a tile is packed one register at a time instead; others keep the default, which packs 2^a + 2^b tiles
-  // well and which a cap made scalar for the CNN's 8-row conv tiles.
+  // well (a cap has left some tiles scalar: the CPU backend then compiles them again without it).
   {
     const int64_t accs = tm * tn, rest = accs - (int64_t{1} << (63 - __builtin_clzll(accs)));
     if (rest != 0 && (rest & (rest - 1)) != 0) ctx.slp_max_vf = vf;
+    // With channel lanes at AVX-512 every tile is capped too. Uncapped, the SLP vectorizer bundled four rows'
+    // accumulators (128 lanes) in reversed lane order and loaded every weight vector through a vpermps, 4 per 20-32
+    // FMAs; on Intel's cores a permute issues to port 5, the second 512-bit FMA port (2-core Xeon, Emerald Rapids,
+    // CNN at batch 512: the conv forward and input-gradient tiles 0.63-0.91x). The CPU backend drops a cap that
+    // leaves the reduce loop scalar (ResNet-50's 7x7 stem tile). The AVX2 tiles (8 lanes) compiled without permutes.
+    if (strided_lanes && vf >= 16) ctx.slp_max_vf = vf;
   }
   const int64_t id_n = std::get<AxisArg>(axes[nn]->arg()).id, id_m = std::get<AxisArg>(axes[nm]->arg()).id;
   auto index_of = [&](int64_t id) {

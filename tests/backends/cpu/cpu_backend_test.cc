@@ -376,5 +376,70 @@ TEST_F(CpuTest, SameKernelNameTwiceLoadsIndependently) {
   EXPECT_EQ(Read<float>(o)[0], 12.f);
 }
 
+// The count that decides whether a kernel compiled under an SLP cap is compiled again without it: only the
+// innermost loops' floating-point multiplies, adds and multiply-adds count, scalar apart from vector.
+TEST(InnerLoopArithTest, CountsInnermostLoopsOnly) {
+  // One reduce loop of scalar multiply-adds; the add after the loop is an epilogue and does not count.
+  const char* scalar_loop = R"(
+define void @k(ptr %a, ptr %out) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i.next, %loop ]
+  %acc = phi float [ 0.0, %entry ], [ %acc.next, %loop ]
+  %p = getelementptr float, ptr %a, i64 %i
+  %v = load float, ptr %p
+  %acc.next = call float @llvm.fmuladd.f32(float %v, float %v, float %acc)
+  %i.next = add i64 %i, 1
+  %c = icmp slt i64 %i.next, 64
+  br i1 %c, label %loop, label %exit
+exit:
+  %e = fadd float %acc.next, 1.0
+  store float %e, ptr %out
+  ret void
+}
+declare float @llvm.fmuladd.f32(float, float, float)
+)";
+  auto n = CountInnerLoopArith(scalar_loop);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->scalar, 1);
+  EXPECT_EQ(n->vector, 0);
+  // A vector reduce loop inside an outer loop whose scalar multiply is outside the innermost loop.
+  const char* vector_loop = R"(
+define void @k(ptr %a, ptr %out) {
+entry:
+  br label %outer
+outer:
+  %j = phi i64 [ 0, %entry ], [ %j.next, %outer.latch ]
+  br label %inner
+inner:
+  %i = phi i64 [ 0, %outer ], [ %i.next, %inner ]
+  %acc = phi <16 x float> [ zeroinitializer, %outer ], [ %acc.next, %inner ]
+  %p = getelementptr <16 x float>, ptr %a, i64 %i
+  %v = load <16 x float>, ptr %p
+  %m = fmul <16 x float> %v, %v
+  %acc.next = fadd <16 x float> %acc, %m
+  %i.next = add i64 %i, 1
+  %c = icmp slt i64 %i.next, 8
+  br i1 %c, label %inner, label %outer.latch
+outer.latch:
+  %x = extractelement <16 x float> %acc.next, i64 0
+  %y = fmul float %x, 2.0
+  %q = getelementptr float, ptr %out, i64 %j
+  store float %y, ptr %q
+  %j.next = add i64 %j, 1
+  %d = icmp slt i64 %j.next, 4
+  br i1 %d, label %outer, label %exit
+exit:
+  ret void
+}
+)";
+  n = CountInnerLoopArith(vector_loop);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->scalar, 0);
+  EXPECT_EQ(n->vector, 2);
+  EXPECT_FALSE(CountInnerLoopArith("this is not IR").ok());
+}
+
 }  // namespace
 }  // namespace kiln::backends

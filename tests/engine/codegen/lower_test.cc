@@ -285,6 +285,15 @@ TEST(LowerTest, ConvOutputChannelLanes) {
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->name, "r_2_256_4_20_32_5_5_2_16_5");
   EXPECT_TRUE(p->no_gather);  // the 5 rows' input values are 24 floats apart
+  // AVX-512 channel-lane tiles compile with the SLP bundles capped at one register (uncapped, LLVM packed four rows
+  // with their lanes reversed and permuted every weight vector); 8-lane AVX2 tiles keep the default.
+  EXPECT_EQ(p->slp_max_vf, 16);
+  Target avx2 = avx512;
+  avx2.vector_bytes = 32;
+  auto narrow = codegen::LowerKernel(ConvChannelsLastKernel(512, 32, 32, 24, 5), avx2, {});
+  ASSERT_TRUE(narrow.ok()) << narrow.status();
+  EXPECT_TRUE(narrow->no_gather);
+  EXPECT_EQ(narrow->slp_max_vf, 0);
   // The channel lanes are the fastest-varying copies: the tile's first two output stores are one channel apart.
   std::vector<UOpPtr> stores;
   for (const UOpPtr& u : p->uops)

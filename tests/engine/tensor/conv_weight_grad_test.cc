@@ -93,6 +93,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape4{"pointwise", 1, 64, 256, 16, 1, 0}, Shape4{"pointwise_batch", 2, 96, 48, 10, 1, 0},
                       // ... and over more pixels than 256 KB of dY rows: 14 chunks of 224, summed
                       Shape4{"pointwise_chunks", 1, 64, 256, 56, 1, 0},
+                      // one Matmul of >= 2^15 weights: the product stored [Ci, Co], then transposed
+                      Shape4{"pointwise_wide", 1, 128, 256, 12, 1, 0},
                       // one batch chunk and >= 2^15 weights: stored [Ci, KH, KW, Co], then transposed
                       Shape4{"one_chunk", 1, 64, 64, 9, 3, 1}),
     [](const auto& info) { return std::string(info.param.name); });
