@@ -72,19 +72,6 @@ InnerLoopArith CountArith(llvm::Module& mod) {
   return n;
 }
 
-}  // namespace
-
-absl::StatusOr<InnerLoopArith> CountInnerLoopArith(const std::string& source) {
-  llvm::LLVMContext ctx;
-  llvm::SMDiagnostic diag;
-  std::unique_ptr<llvm::Module> mod = llvm::parseAssemblyString(source, diag, ctx);
-  if (mod == nullptr)
-    return absl::InvalidArgumentError("CountInnerLoopArith: LLVM IR does not parse");
-  return CountArith(*mod);
-}
-
-namespace {
-
 // Instructions in one basic block above which code generation runs unoptimized (see Compile).
 constexpr size_t kMaxOptimizedBlock = 16384;
 
@@ -141,6 +128,15 @@ unsigned SlpCapOf(const llvm::Module& mod) {
 }
 
 }  // namespace
+
+absl::StatusOr<InnerLoopArith> CountInnerLoopArith(const std::string& source) {
+  llvm::LLVMContext ctx;
+  llvm::SMDiagnostic diag;
+  std::unique_ptr<llvm::Module> mod = llvm::parseAssemblyString(source, diag, ctx);
+  if (mod == nullptr)
+    return absl::InvalidArgumentError("CountInnerLoopArith: LLVM IR does not parse");
+  return CountArith(*mod);
+}
 
 CpuCompiler::CpuCompiler(std::string cpu, std::string features)
     : triple_(llvm::sys::getProcessTriple()), cpu_(std::move(cpu)), features_(std::move(features)) {

@@ -262,6 +262,10 @@ UOpPtr FindByKey(const UOpPtr& from, const Digest& key, int depth) {
 // times of the two forms (conv_perf, interleaved): 64 -> 256 channels at 56x56 1.22-1.38 -> 0.80-0.86 ms, 512 -> 1024
 // at stride 2 3.7 -> 1.7-3.3 ms, 512 -> 128 at 28x28 and 256 -> 1024 at 14x14 10-14% less, 64 -> 64 at 56x56 the
 // same. Not where the reduce is short (2048 -> 512 at 7x7, 49 pixels: 1.2-1.5 -> 2.1-2.2 ms), so from 128 pixels.
+// From this many weights a weight gradient computed in one chunk is stored with its Co lanes contiguous ([Ci, KH, KW,
+// Co]) and transposed to (Co, Ci, KH, KW) by a copy, rather than stored strided by its own kernel (see below).
+constexpr int64_t kTransposedGradientWeights = int64_t{1} << 15;
+
 Tensor ConvWeightGradient(const Tensor& xp_view, const Tensor& g) {
   const int64_t b = g.size(0), co = g.size(1), oh = g.size(2), ow = g.size(3);
   const int64_t ci = xp_view.size(1), kh = xp_view.size(4), kw = xp_view.size(5);
@@ -297,7 +301,7 @@ Tensor ConvWeightGradient(const Tensor& xp_view, const Tensor& g) {
     // transposed, its lanes took Ci, which x holds P floats apart, and each vector was gathered from four loads
     // (ResNet-50's 256 -> 1024 at 14x14, batch 1: xmm FMAs with spills, 1.2 ms at 70 GFLOPS).
     Tensor prod = x.Matmul(gp.Reshape({p, co}));
-    if (ci * co >= (int64_t{1} << 15)) prod = prod.Contiguous();
+    if (ci * co >= kTransposedGradientWeights) prod = prod.Contiguous();
     return prod.Permute({1, 0}).Reshape({co, ci, 1, 1});
   }
   const int64_t per_sample = oh * ow * co * static_cast<int64_t>(g.dtype().ItemSize());
@@ -317,7 +321,7 @@ Tensor ConvWeightGradient(const Tensor& xp_view, const Tensor& g) {
   // (conv_perf, interleaved): 512 channels at 7x7 outputs 6.9 -> 4.0 ms, the same at stride 2 21-23 -> 4.0 ms, 64 and
   // 128 channels 1.07-1.28 -> 0.84-0.96 ms, 256 the same. Several chunks keep the form above: the chunk sum's output
   // is the only strided store there.
-  if (nb == 1 && ci * kh * kw * co >= (int64_t{1} << 15)) part = part.Contiguous();
+  if (nb == 1 && ci * kh * kw * co >= kTransposedGradientWeights) part = part.Contiguous();
   return part.Permute({3, 0, 1, 2});
 }
 
