@@ -209,6 +209,32 @@ TEST(LowerTest, MatmulRegisterTile) {
   EXPECT_EQ(std::count(small->begin(), small->end(), Opt{OptOp::kUpcast, 1, 16}), 0);
 }
 
+// A quantized matrix-vector product, the shape of a GGUF Q8 row: out[i] = sum_k float(q[i*k_size + k]) * x[k], q bytes.
+UOpPtr QuantRowKernel(int64_t rows, int64_t k_size) {
+  UOpPtr out = Param(0, dtypes::kFloat32), q = Param(1, dtypes::kUInt8), x = Param(2, dtypes::kFloat32);
+  UOpPtr ri = UOp::Range(rows, 0), rk = UOp::Range(k_size, 1, AxisType::kReduce);
+  UOpPtr w = UOp::Make(Op::CAST, dtypes::kFloat32, {Ld(Idx(q, ri * k_size + rk))});
+  UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {w * Ld(Idx(x, rk)), rk}, Op::ADD);
+  return UOp::Sink({End(St(Idx(out, ri), red), {ri})});
+}
+
+TEST(LowerTest, QuantizedRowUnrollsToWholeBlocks) {
+  // 16 lanes per accumulator and the reduce unrolled so one iteration covers a whole 32-weight block; the rows are
+  // split over the threads and never upcast (their bytes would be packed lane by lane).
+  for (int bytes : {64, 32}) {
+    Target t = Avx512TwoCores();
+    t.vector_bytes = bytes;
+    auto opts = codegen::HeuristicOpts(QuantRowKernel(1536, 576), t);
+    ASSERT_TRUE(opts.ok()) << opts.status();
+    EXPECT_EQ(*opts, (std::vector<Opt>{{OptOp::kThread, 0, 2}, {OptOp::kAcc, 0, 16}, {OptOp::kUnroll, 0, 2}}))
+        << bytes;
+  }
+  // A row that is not whole blocks of 32 keeps one half block per iteration.
+  auto odd = codegen::HeuristicOpts(QuantRowKernel(1536, 16 * 37), Avx512TwoCores());
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  EXPECT_EQ(std::count_if(odd->begin(), odd->end(), [](const Opt& o) { return o.op == OptOp::kUnroll; }), 0);
+}
+
 // A conv weight gradient in the form the Conv2d gradient override builds (engine/tensor/nn_ops.cc):
 // out[nb, ci, ky, kx, co] = sum_{b, oy, ox} x[nb*bc + b, ci, oy + ky, ox + kx] * g[nb*bc + b, oy, ox, co] with the output
 // gradient g channels-last, so co is contiguous in g and in the output and broadcast in x.
