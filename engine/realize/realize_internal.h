@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,8 +100,16 @@ struct LoadedKernel {
 int64_t LogIdForLaunch(LoadedKernel& k, runtime::Device& dev);
 // The kernel for `ast` on `dev` from `ctx`'s loaded-kernel cache, lowered + compiled + loaded on a miss (counted in
 // `ctx` and, when non-null, in `stats`).
+// `order` (PrecompileKernels) splits a compile in two: with `defer_capped`, a kernel whose program carries an SLP cap
+// (codegen::Program::slp_max_vf) is lowered and handed back in `program` with no kernel (null); a later call with that
+// `program` compiles it without lowering again.
+struct CompileOrder {
+  bool defer_capped = false;
+  std::optional<codegen::Program> program;
+  double lower_seconds = 0;
+};
 absl::StatusOr<std::shared_ptr<LoadedKernel>> GetKernel(RealizeContext& ctx, runtime::Device& dev, const UOpPtr& ast,
-                                                        RealizeStats* stats);
+                                                        RealizeStats* stats, CompileOrder* order = nullptr);
 // The loaded-kernel cache key of `ast` on `dev` under the current opt knobs.
 std::string KernelKey(const runtime::Device& dev, const UOpPtr& ast);
 
