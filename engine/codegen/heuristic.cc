@@ -2,6 +2,7 @@
 // convolutions (MatmulTile), vector accumulators for other reductions (AccTile), merged axes, loop order for gated
 // in-place stores, and the elementwise upcasts and thread split. Opts are applied through opt.cc's ApplyOpt.
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <string>
 

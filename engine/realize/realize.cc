@@ -10,7 +10,9 @@
 #include <deque>
 #include <list>
 #include <memory>
+#include <numeric>
 #include <thread>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -204,7 +206,7 @@ absl::StatusOr<std::shared_ptr<LoadedKernel>> realize_internal::GetKernel(Realiz
         ScopedTraceGroup group(log_id);  // the lowering's rewrite passes belong to this kernel
         KILN_ASSIGN_OR_RETURN(k->program, codegen::LowerKernel(ast, target, lower));
       }
-      if (order != nullptr && order->defer_capped && k->program.slp_max_vf > 0 && log_id == 0 &&
+      if (order != nullptr && k->program.slp_max_vf > 0 && log_id == 0 &&
           lower.hooks == nullptr) {
         order->lower_seconds = Since(t0);
         order->program = std::move(k->program);
@@ -372,10 +374,7 @@ Precompiled PrecompileKernels(RealizeContext& ctx, const Schedule& s, RealizeSta
   // 0.94 s of its 5.4 s of compile threads waiting).
   std::vector<realize_internal::CompileOrder> orders(todo.size());
   std::vector<size_t> round(todo.size());
-  for (size_t i = 0; i < todo.size(); ++i) {
-    round[i] = i;
-    orders[i].defer_capped = true;
-  }
+  std::iota(round.begin(), round.end(), size_t{0});
   std::atomic<size_t> next{0};
   absl::Mutex mu;
   int compiled = 0;

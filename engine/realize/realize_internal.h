@@ -100,11 +100,10 @@ struct LoadedKernel {
 int64_t LogIdForLaunch(LoadedKernel& k, runtime::Device& dev);
 // The kernel for `ast` on `dev` from `ctx`'s loaded-kernel cache, lowered + compiled + loaded on a miss (counted in
 // `ctx` and, when non-null, in `stats`).
-// `order` (PrecompileKernels) splits a compile in two: with `defer_capped`, a kernel whose program carries an SLP cap
+// `order` (PrecompileKernels) splits a compile in two: a kernel whose program carries an SLP cap
 // (codegen::Program::slp_max_vf) is lowered and handed back in `program` with no kernel (null); a later call with that
 // `program` compiles it without lowering again.
 struct CompileOrder {
-  bool defer_capped = false;
   std::optional<codegen::Program> program;
   double lower_seconds = 0;
 };

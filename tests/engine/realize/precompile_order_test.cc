@@ -1,7 +1,7 @@
-// PrecompileKernels' two rounds (issue #21 item 3): realize_internal::GetKernel with a CompileOrder that defers
-// capped kernels hands a kernel whose lowered program carries an SLP cap (codegen::Program::slp_max_vf) back lowered
-// and uncompiled, compiles it from that program on the second call (no second lowering), and compiles an uncapped
-// kernel at once; a realize whose schedule mixes both computes what a host loop computes.
+// PrecompileKernels' two rounds (issue #21 item 3): realize_internal::GetKernel with a CompileOrder hands a kernel
+// whose lowered program carries an SLP cap (codegen::Program::slp_max_vf) back lowered and uncompiled, compiles it from
+// that program on the second call (no second lowering), and compiles an uncapped kernel at once; a realize whose
+// schedule mixes both computes what a host loop computes.
 #include <cmath>
 #include <vector>
 
@@ -62,7 +62,6 @@ TEST(PrecompileOrderTest, CappedKernelIsLoweredFirstAndCompiledFromItsProgram) {
   RealizeContext ctx;
   ScopedRealizeContext scope(ctx);
   realize_internal::CompileOrder order;
-  order.defer_capped = true;
   RealizeStats stats;
   absl::StatusOr<std::shared_ptr<realize_internal::LoadedKernel>> first =
       realize_internal::GetKernel(ctx, **dev, capped.ast, &stats, &order);
@@ -90,7 +89,6 @@ TEST(PrecompileOrderTest, CappedKernelIsLoweredFirstAndCompiledFromItsProgram) {
   for (const ScheduleItem& it : s->items) {
     if (it.kind != ScheduleItem::Kind::kKernel) continue;
     realize_internal::CompileOrder plain;
-    plain.defer_capped = true;
     absl::StatusOr<std::shared_ptr<realize_internal::LoadedKernel>> k =
         realize_internal::GetKernel(ctx, **dev, it.ast, &stats, &plain);
     ASSERT_TRUE(k.ok()) << k.status();
