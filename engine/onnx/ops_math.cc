@@ -4,14 +4,16 @@
 #include <set>
 
 #include "engine/onnx/ops_util.h"
+#include "engine/realize/realize.h"
 
 namespace kiln::onnx {
 namespace {
 
-// float16/bfloat16 products accumulate in float32 (as the reference does) and are cast back.
+// float16/bfloat16 products accumulate in float32 (as the reference does) and are cast back. A B that is an
+// initializer (marked constant) is read through a packed copy the JIT makes once (MatmulRhs::kConstant).
 Tensor MatmulOf(const Tensor& a, const Tensor& b) {
   if (IsLowFloat(a.dtype())) return a.Cast(dtypes::kFloat32).Matmul(b.Cast(dtypes::kFloat32)).Cast(a.dtype());
-  return a.Matmul(b);
+  return a.Matmul(b, std::nullopt, IsMarkedConstant(b.uop()) ? MatmulRhs::kConstant : MatmulRhs::kAny);
 }
 
 absl::StatusOr<std::vector<Value>> MatMul(OpContext& ctx) {

@@ -236,7 +236,10 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
     plan->calls_.push_back(std::move(call));
   }
   for (const UOpPtr& e : extra_buffers) KILN_RETURN_IF_ERROR(EnsureAllocated(e));
-  KILN_RETURN_IF_ERROR(plan->FindConstantCalls(items, input_slot, allocated_nodes));
+  absl::flat_hash_set<const UOp*> read_after;  // the outputs: buffers read after the plan, not only by its calls
+  for (const UOpPtr& e : extra_buffers)
+    if (const UOp* b = BufferOf(e.get())) read_after.insert(b);
+  KILN_RETURN_IF_ERROR(plan->FindConstantCalls(items, input_slot, allocated_nodes, read_after));
 
   plan->staging_.resize(staging);
   plan->devices_.assign(devices.begin(), devices.end());
@@ -257,7 +260,8 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
 
 absl::Status ExecPlan::FindConstantCalls(const std::vector<CapturedItem>& items,
                                          const absl::flat_hash_map<const UOp*, uint32_t>& input_slot,
-                                         const absl::flat_hash_set<const UOp*>& allocated) {
+                                         const absl::flat_hash_set<const UOp*>& allocated,
+                                         const absl::flat_hash_set<const UOp*>& read_after) {
   absl::flat_hash_map<const UOp*, int> writes_left;  // per buffer: calls still to come that write it
   for (size_t i = 0; i < items.size(); ++i) {
     KILN_RETURN_IF_ERROR(realize_internal::CheckNoConstantWrites(items[i].item, absl::StrCat("ExecPlan: ", calls_[i].name)));
@@ -281,14 +285,18 @@ absl::Status ExecPlan::FindConstantCalls(const std::vector<CapturedItem>& items,
         constant = constant && !input_slot.contains(b) && realize_internal::IsConstantBuffer(b);
       }
     }
-    // A buffer's last write is constant only where it is its only one: after earlier writes, a Run that skips it
-    // would leave the buffer holding theirs.
+    // A buffer that other calls write too gets the constant value in memory of its own (below), which only the
+    // plan's calls are redirected to: the last write of an output the caller reads after the plan stays an ordinary
+    // call, since a Run that skipped it would leave the buffer holding an earlier call's value. (MiniLM's sixth FFN
+    // weight, packed for its matmul into a buffer an earlier intermediate had used, was copied on every inference:
+    // 0.25-0.4 ms of 18.)
     for (size_t j = 0; j < outs && constant; ++j) {
       const UOp* b = bufs[j].get();
-      constant = allocated.contains(b) && !input_slot.contains(b) && (writes_left[b] > 1 || writers.at(b) == 1);
+      constant = allocated.contains(b) && !input_slot.contains(b) &&
+                 (writes_left[b] > 1 || writers.at(b) == 1 || !read_after.contains(b));
     }
-    bool shared = false;  // some output is written again later
-    for (size_t j = 0; j < outs; ++j) shared |= writes_left[bufs[j].get()] > 1;
+    bool shared = false;  // some output is written by another call, before or after this one
+    for (size_t j = 0; j < outs; ++j) shared |= writers.at(bufs[j].get()) > 1;
     if (constant && shared) {
       // Memory of its own for each output: a BUFFER node the plan holds (counted live like the others), within the
       // run's memory budget; over it, the call stays an ordinary one.

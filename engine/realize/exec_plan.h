@@ -123,8 +123,9 @@ class ExecPlan {
   bool Writes(const runtime::DeviceMemory& mem) const;
   int num_kernels() const { return num_kernels_; }
   // Constant calls: kernels that take no Variable and read only constant buffers (runtime::Buffer::constant(), an
-  // ONNX model's weights) or the outputs of other constant calls, into buffers no other call writes. The first
-  // complete Run runs them; later Runs skip them, their outputs (plan memory) keep the values. A ResNet-50's conv
+  // ONNX model's weights) or the outputs of other constant calls. The first complete Run runs them; later Runs skip
+  // them, their outputs (plan memory) keep the values; an output buffer that other calls also write (the scheduler
+  // reuses intermediates' buffers) is replaced by memory of the constant call's own for the calls that read it. A ResNet-50's conv
   // weights repacked channels-last for the conv kernels (Tensor::Conv2d): 25.5M floats copied on every inference.
   int num_constant_calls() const { return num_constant_; }
   // Per call (KernelNames() order): whether the last Run skipped it (a constant call after the first Run).
@@ -177,7 +178,8 @@ class ExecPlan {
   // Marks the constant calls (num_constant_calls); FailedPrecondition if a call writes a constant buffer.
   absl::Status FindConstantCalls(const std::vector<CapturedItem>& items,
                                  const absl::flat_hash_map<const UOp*, uint32_t>& input_slot,
-                                 const absl::flat_hash_set<const UOp*>& allocated);
+                                 const absl::flat_hash_set<const UOp*>& allocated,
+                                 const absl::flat_hash_set<const UOp*>& read_after);
   absl::Status BuildGraphs();
   absl::Status UpdateGraph(Graph& g);
 

@@ -753,14 +753,27 @@ absl::Status realize_internal::CheckNoConstantWrites(const ScheduleItem& item, c
   return absl::OkStatus();
 }
 
-absl::Status MarkConstant(const UOpPtr& realized) {
-  const UOp* u = realized.get();
+namespace {
+
+// The memory under a realized value (a BUFFER node, or a movement view of one); null for anything else.
+std::shared_ptr<runtime::Buffer> BufferUnder(const UOpPtr& value) {
+  const UOp* u = value.get();
   while (u != nullptr && IsMovement(u->op())) u = u->src(0).get();
-  std::shared_ptr<runtime::Buffer> buf =
-      u != nullptr && u->op() == Op::BUFFER ? runtime::BufferTable::Global().Lookup(u) : nullptr;
+  return u != nullptr && u->op() == Op::BUFFER ? runtime::BufferTable::Global().Lookup(u) : nullptr;
+}
+
+}  // namespace
+
+absl::Status MarkConstant(const UOpPtr& realized) {
+  std::shared_ptr<runtime::Buffer> buf = BufferUnder(realized);
   if (buf == nullptr) return absl::InvalidArgumentError("MarkConstant: the value is not a realized buffer");
   buf->MarkConstant();
   return absl::OkStatus();
+}
+
+bool IsMarkedConstant(const UOpPtr& value) {
+  std::shared_ptr<runtime::Buffer> buf = BufferUnder(value);
+  return buf != nullptr && buf->constant();
 }
 
 absl::Status ToHost(const UOpPtr& realized, void* dst, size_t nbytes, bool prefix) {

@@ -190,6 +190,8 @@ absl::StatusOr<UOpPtr> FromHost(const void* data, DType dtype, const Shape& shap
 // Marks the buffer under a realized value (a BUFFER node, or a movement view of one) constant
 // (runtime::Buffer::MarkConstant): the caller promises nothing writes it again. InvalidArgument if it has no memory.
 absl::Status MarkConstant(const UOpPtr& realized);
+// Whether a value is a realized buffer (or a movement view of one) marked constant: false for anything else.
+bool IsMarkedConstant(const UOpPtr& value);
 // Copies a realized value (as returned by Realize/FromHost) to host memory; nbytes must match exactly, or with
 // `prefix` be at most the value's size (its first nbytes).
 absl::Status ToHost(const UOpPtr& realized, void* dst, size_t nbytes, bool prefix = false);

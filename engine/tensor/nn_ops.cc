@@ -74,15 +74,20 @@ IntVec Iota(int64_t from, int64_t to) {
 // GFLOPS (numpy/OpenBLAS 185-198 in the same run). The pack costs K x N copies against M x N x K FMAs, so it is taken
 // only where A has >= 64 rows (at most 1/64 of the FMAs; MiniLM's seq-128 FFN product 3.2 -> 2.7 ms), and only
 // on the CPU backend: INTERP is the oracle, and GPUs tile through local memory instead.
+// A constant B (MatmulRhs::kConstant, an ONNX weight) is packed at any width: the copy runs once per JIT trace, and
+// the panel's rows then come from far memory as one contiguous run instead of 128 bytes per N-float row. MiniLM
+// (batch 1, seq 128; N = 384 for Q, K, V, the attention output and the FFN's down projection) on a 2-core Emerald
+// Rapids: 17.8-18.0 -> 14.2-14.5 ms (down projection 746 -> ~450 us, as in kernel_perf with B hot in cache). Packing a
+// B that changes costs its copy per run: kernel_perf's 128 x 384 x 384, copy timed with it, 381 -> 261 GFLOPS.
 constexpr int64_t kPackLanes = 16;
 // Conv2d's output-channel lanes (LaneWeights) read the weights through the same kind of packed buffer,
 // [Co / 8][Ci][KH][KW][8]: one 8-float run per reduce step, consecutive steps adjacent.
 constexpr int64_t kConvPackLanes = 16;
 
-bool PaysToPackRhs(const std::string& device, DType dt, int64_t m, int64_t k, int64_t n) {
+bool PaysToPackRhs(const std::string& device, DType dt, int64_t m, int64_t k, int64_t n, MatmulRhs rhs) {
   const bool cpu = device == "CPU" || device.starts_with("CPU:");
   return cpu && dt == dtypes::kFloat32 && m >= 64 && k >= 256 && n >= 256 && n % kPackLanes == 0 &&
-         (n * 4) % 1024 == 0;
+         (rhs == MatmulRhs::kConstant || (n * 4) % 1024 == 0);
 }
 
 // w (..., K, N) as the same values read through a [..., N / 16, K, 16] buffer.
@@ -99,7 +104,7 @@ Tensor PackRhs(const Tensor& w) {
 
 }  // namespace
 
-Tensor Tensor::Matmul(const Tensor& w, std::optional<DType> acc_dtype) const {
+Tensor Tensor::Matmul(const Tensor& w, std::optional<DType> acc_dtype, MatmulRhs rhs_use) const {
   if (absl::Status st = FirstError({this, &w}); !st.ok()) return FromStatus(st);
   int64_t dx = ndim(), dw = w.ndim();
   if (dx == 0 || dw == 0)
@@ -118,7 +123,8 @@ Tensor Tensor::Matmul(const Tensor& w, std::optional<DType> acc_dtype) const {
   int64_t rows = 1;
   for (size_t i = 0; i + 1 < shape().size(); ++i) rows *= shape()[i];
   if (dw > 2) rows = dx >= 2 ? size(-2) : 1;
-  const Tensor rhs = dw >= 2 && PaysToPackRhs(device(), w.dtype(), rows, w.size(-2), w.size(-1)) ? PackRhs(w) : w;
+  const Tensor rhs =
+      dw >= 2 && PaysToPackRhs(device(), w.dtype(), rows, w.size(-2), w.size(-1), rhs_use) ? PackRhs(w) : w;
   Tensor prod = Reshape(xs).Mul(rhs.Reshape(ws).Transpose(-1, axis_w));
   DType pair[2] = {dtype(), w.dtype()};
   std::optional<DType> out = acc_dtype ? acc_dtype : LeastUpperDType(pair);
@@ -296,7 +302,7 @@ Tensor ConvWeightGradient(const Tensor& xp_view, const Tensor& g) {
       Tensor gb = gp.Contiguous().Reshape({nb, pc, co});
       return xb.Matmul(gb).Sum(Axes({0})).Permute({1, 0}).Reshape({co, ci, 1, 1});
     }
-    if (!PaysToPackRhs(g.device(), g.dtype(), ci, p, co)) gp = gp.Contiguous();
+    if (!PaysToPackRhs(g.device(), g.dtype(), ci, p, co, MatmulRhs::kAny)) gp = gp.Contiguous();
     // The product stores [Ci, Co] (its lanes along Co, contiguous in dY) and a copy transposes it, as below: stored
     // transposed, its lanes took Ci, which x holds P floats apart, and each vector was gathered from four loads
     // (ResNet-50's 256 -> 1024 at 14x14, batch 1: xmm FMAs with spills, 1.2 ms at 70 GFLOPS).

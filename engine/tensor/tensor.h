@@ -144,6 +144,11 @@ struct ConvOptions {
   int64_t groups = 1;
   std::optional<DType> acc_dtype;  // dtype of the sum (default: the sum's default accumulator)
 };
+// How a Matmul's right-hand operand changes between runs. kConstant: never (an ONNX initializer marked constant):
+// the CPU backend then reads it through a packed copy whatever its width, which a JIT trace makes once (ExecPlan's
+// constant calls), where kAny packs only the widths whose rows alias in the caches (nn_ops.cc, PaysToPackRhs).
+enum class MatmulRhs : uint8_t { kAny, kConstant };
+
 struct PoolOptions {
   IntVec stride;  // empty = the kernel size
   IntVec padding = {0};
@@ -385,7 +390,8 @@ class Tensor {
 
   // ---- linear algebra and nn (nn_ops.cc) ----
   // numpy matmul with batch broadcasting: (..., n, k) @ (..., k, m); 1-D operands as numpy.
-  Tensor Matmul(const Tensor& w, std::optional<DType> acc_dtype = std::nullopt) const;
+  // `rhs`: MatmulRhs::kConstant where the caller knows w never changes (an ONNX initializer, MarkConstant).
+  Tensor Matmul(const Tensor& w, std::optional<DType> acc_dtype = std::nullopt, MatmulRhs rhs = MatmulRhs::kAny) const;
   Tensor Dot(const Tensor& w, std::optional<DType> acc_dtype = std::nullopt) const { return Matmul(w, acc_dtype); }
   // tinygrad's _pool: (..., *i) -> (..., *o, *k), the windows of size `kernel` with `stride` and `dilation` as
   // axes of a view (no copy). Conv2d and the pooling ops read their input through it; so do the conv gradients.
