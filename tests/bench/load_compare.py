@@ -15,7 +15,8 @@ Before any load each server answers a few Fashion-MNIST test images, checked aga
 pass of the weights (tests/e2e/builtin_models.py) and Triton's against kiln's, within 1e-4.
 
 Load: batch-1 requests, closed loop, at each --concurrency level, over gRPC and HTTP, from Triton's
-stock perf_analyzer (.venv/bin/perf_analyzer, 2.41.0; three windows of --seconds/3 each) and, over gRPC,
+stock perf_analyzer (.venv/bin/perf_analyzer, 2.41.0; three windows of --seconds/3 each; its requests carry
+256 Fashion-MNIST test images in turn, or with --input-data random its own random bytes) and, over gRPC,
 also from the C++ grpc_infer_bench (build/release/tests/bench/grpc_infer_bench, clients/cpp). Around
 every run the model's KServe v2 statistics are read: inference_count / execution_count is the mean batch
 each server executed. For kiln, kilnd's Prometheus counters kiln_jit_cache_misses_total and
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import re
 import shutil
@@ -183,8 +185,14 @@ def start_triton(batching: str, scratch: Path, weights: dict, ort_threads: int) 
 # load tools
 
 
+def write_perf_analyzer_data(path: Path, images: np.ndarray) -> None:
+    """perf_analyzer's --input-data file: one batch-1 request per image, taken in turn."""
+    entries = [{"INPUT": [float(v) for v in img.reshape(-1)]} for img in images]
+    path.write_text(json.dumps({"data": entries}))
+
+
 def run_perf_analyzer(server: Running, protocol: str, conc: int, seconds: float, scratch: Path,
-                      use_async: bool) -> Row:
+                      use_async: bool, input_data: str) -> Row:
     row = Row(server.name, protocol, "perf_analyzer", conc)
     out = scratch / f"pa_{server.name}_{protocol}_{conc}.csv"
     window_ms = max(500, int(seconds * 1000 / 3))
@@ -192,7 +200,7 @@ def run_perf_analyzer(server: Running, protocol: str, conc: int, seconds: float,
     args = [str(PERF_ANALYZER), "-m", MODEL, "-u", url, "-i", protocol, "-b", "1",
             f"--concurrency-range={conc}:{conc}", f"--measurement-interval={window_ms}",
             # three windows, taken as they come (shared cores: a stability rule would only add trials)
-            "--stability-percentage=999", "--max-trials=3", "-f", str(out)]
+            "--stability-percentage=999", "--max-trials=3", "-f", str(out), f"--input-data={input_data}"]
     if use_async:
         args.append("--async")
     try:
@@ -288,6 +296,10 @@ def main() -> int:
                          "and 'received CURLMsg=0' at 64 in flight against tritonserver) or async")
     ap.add_argument("--ort-threads", type=int, default=0,
                     help="onnxruntime intra-op threads in Triton's model.py (0 = onnxruntime's default)")
+    ap.add_argument("--input-data", choices=["images", "random"], default="images",
+                    help="perf_analyzer's requests: Fashion-MNIST test images (default; what a user sends) or "
+                         "its own 'random' data (random bytes: about 1 float in 256 is subnormal, which slows any "
+                         "CPU kernel that multiplies it, kiln's conv1 11x at batch 22)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the batch-size 1..64 sweep")
     ap.add_argument("--sweep-reps", type=int, default=3,
                     help="requests per batch size in the sweep (default 3: run, capture, replay)")
@@ -323,7 +335,8 @@ def main() -> int:
     print(f"  batched servers: {batching.strip()}")
     if instances:
         print(f"  kiln servers: {instances.strip()}")
-    print(f"  perf_analyzer gRPC {args.pa_grpc_mode}, HTTP {args.pa_http_mode} ({PERF_ANALYZER}); "
+    print(f"  perf_analyzer gRPC {args.pa_grpc_mode}, HTTP {args.pa_http_mode}, input data {args.input_data} "
+          f"({PERF_ANALYZER}); "
           f"grpc_infer_bench: {cpp if cpp.is_file() else 'not built (' + str(cpp) + ')'}")
     if "perf_analyzer" in tools and not os.access(PERF_ANALYZER, os.X_OK):
         print(f"load_compare: {PERF_ANALYZER} is missing (deploy/install-deps.sh installs it)")
@@ -334,6 +347,10 @@ def main() -> int:
     outputs: dict[str, np.ndarray] = {}
     compile_report: list[str] = []
     scratch = Path(tempfile.mkdtemp(prefix="kiln_load_compare_"))
+    pa_data = "random"
+    if args.input_data == "images":
+        pa_data = str(scratch / "pa_images.json")
+        write_perf_analyzer_data(Path(pa_data), test_images(256))
     try:
         for name in servers:
             print(f"\n== {name}")
@@ -393,7 +410,7 @@ def main() -> int:
                             if tool == "perf_analyzer":
                                 mode = args.pa_grpc_mode if protocol == "grpc" else args.pa_http_mode
                                 row = run_perf_analyzer(server, protocol, conc, args.seconds, scratch,
-                                                        mode == "async")
+                                                        mode == "async", pa_data)
                             else:
                                 row = run_grpc_infer_bench(cpp, server, conc, args.seconds)
                             i1, e1 = model_stats(c)
