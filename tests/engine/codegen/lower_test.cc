@@ -235,6 +235,26 @@ TEST(LowerTest, QuantizedRowUnrollsToWholeBlocks) {
   EXPECT_EQ(std::count_if(odd->begin(), odd->end(), [](const Opt& o) { return o.op == OptOp::kUnroll; }), 0);
 }
 
+// y[b, c, p] = 2 * x[b, c, p] over a symbolic batch b in [1, max_rows] (a dynamic batch's rows), 32 x 400 per row.
+UOpPtr SymbolicRowsKernel(int64_t max_rows) {
+  UOpPtr out = Param(0, dtypes::kFloat32), x = Param(1, dtypes::kFloat32);
+  UOpPtr rb = UOp::Make(Op::RANGE, dtypes::kIndex, {UOp::Variable("batch", 1, max_rows)}, AxisArg{0, AxisType::kLoop});
+  UOpPtr rc = UOp::Range(32, 1), rp = UOp::Range(400, 2);
+  UOpPtr i = (rb * 32 + rc) * 400 + rp;
+  return UOp::Sink({End(St(Idx(out, i), Ld(Idx(x, i)) * UOp::Const(dtypes::kFloat32, 2.0)), {rb, rc, rp})});
+}
+
+TEST(LowerTest, SymbolicRowsCountAtTheirBoundForThreads) {
+  // 12800 elements per row: at up to 64 rows the kernel takes two threads over its channel axis (the symbolic axis
+  // cannot be split evenly); at up to 4 rows (51200 elements) one thread is enough.
+  auto wide = codegen::HeuristicOpts(SymbolicRowsKernel(64), Avx512TwoCores());
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  EXPECT_EQ(std::count_if(wide->begin(), wide->end(), [](const Opt& o) { return o.op == OptOp::kThread; }), 1);
+  auto few = codegen::HeuristicOpts(SymbolicRowsKernel(4), Avx512TwoCores());
+  ASSERT_TRUE(few.ok()) << few.status();
+  EXPECT_EQ(std::count_if(few->begin(), few->end(), [](const Opt& o) { return o.op == OptOp::kThread; }), 0);
+}
+
 // A conv weight gradient in the form the Conv2d gradient override builds (engine/tensor/nn_ops.cc):
 // out[nb, ci, ky, kx, co] = sum_{b, oy, ox} x[nb*bc + b, ci, oy + ky, ox + kx] * g[nb*bc + b, oy, ox, co] with the output
 // gradient g channels-last, so co is contiguous in g and in the output and broadcast in x.
