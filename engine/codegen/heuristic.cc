@@ -56,11 +56,12 @@ std::vector<IndexStride> StridesAlong(const UOpPtr& sink, const UOp* axis, int64
   return out;
 }
 
-// The product of the symbolic output axes' upper bounds (1 without any), each clamped to 2^16.
+// The product of the symbolic output axes' upper bounds (1 without any), at most 2^16.
 int64_t SymbolicRowsBound(const UOpPtr& cur, const LowerContext& ctx) {
+  constexpr int64_t kCap = int64_t{1} << 16;
   int64_t rows = 1;
   for (const UOpPtr& r : AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal}, /*symbolic=*/true))
-    if (RangeSize(r.get()) < 0) rows *= std::clamp<int64_t>(VMax(r->src(0)), 1, int64_t{1} << 16);
+    if (RangeSize(r.get()) < 0) rows = std::min(kCap, rows * std::clamp<int64_t>(VMax(r->src(0)), 1, kCap));
   return rows;
 }
 
