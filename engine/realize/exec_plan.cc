@@ -235,10 +235,11 @@ absl::StatusOr<std::unique_ptr<ExecPlan>> ExecPlan::Build(std::vector<CapturedIt
     }
     plan->calls_.push_back(std::move(call));
   }
-  for (const UOpPtr& e : extra_buffers) KILN_RETURN_IF_ERROR(EnsureAllocated(e));
   absl::flat_hash_set<const UOp*> read_after;  // the outputs: buffers read after the plan, not only by its calls
-  for (const UOpPtr& e : extra_buffers)
-    if (const UOp* b = BufferOf(e.get())) read_after.insert(b);
+  for (const UOpPtr& e : extra_buffers) {
+    KILN_RETURN_IF_ERROR(EnsureAllocated(e));
+    read_after.insert(BufferOf(e.get()));  // EnsureAllocated checked it is a view of a BUFFER
+  }
   KILN_RETURN_IF_ERROR(plan->FindConstantCalls(items, input_slot, allocated_nodes, read_after));
 
   plan->staging_.resize(staging);

@@ -125,8 +125,9 @@ class ExecPlan {
   // Constant calls: kernels that take no Variable and read only constant buffers (runtime::Buffer::constant(), an
   // ONNX model's weights) or the outputs of other constant calls. The first complete Run runs them; later Runs skip
   // them, their outputs (plan memory) keep the values; an output buffer that other calls also write (the scheduler
-  // reuses intermediates' buffers) is replaced by memory of the constant call's own for the calls that read it. A ResNet-50's conv
-  // weights repacked channels-last for the conv kernels (Tensor::Conv2d): 25.5M floats copied on every inference.
+  // reuses intermediates' buffers) is replaced by memory of the constant call's own for the calls that read it. A
+  // ResNet-50's conv weights repacked channels-last for the conv kernels (Tensor::Conv2d): 25.5M floats copied on
+  // every inference.
   int num_constant_calls() const { return num_constant_; }
   // Per call (KernelNames() order): whether the last Run skipped it (a constant call after the first Run).
   const std::vector<bool>& SkippedInLastRun() const { return skipped_; }

@@ -390,8 +390,9 @@ class Tensor {
 
   // ---- linear algebra and nn (nn_ops.cc) ----
   // numpy matmul with batch broadcasting: (..., n, k) @ (..., k, m); 1-D operands as numpy.
-  // `rhs`: MatmulRhs::kConstant where the caller knows w never changes (an ONNX initializer, MarkConstant).
-  Tensor Matmul(const Tensor& w, std::optional<DType> acc_dtype = std::nullopt, MatmulRhs rhs = MatmulRhs::kAny) const;
+  // `rhs_use`: MatmulRhs::kConstant where the caller knows w never changes (an ONNX initializer, MarkConstant).
+  Tensor Matmul(const Tensor& w, std::optional<DType> acc_dtype = std::nullopt,
+                MatmulRhs rhs_use = MatmulRhs::kAny) const;
   Tensor Dot(const Tensor& w, std::optional<DType> acc_dtype = std::nullopt) const { return Matmul(w, acc_dtype); }
   // tinygrad's _pool: (..., *i) -> (..., *o, *k), the windows of size `kernel` with `stride` and `dilation` as
   // axes of a view (no copy). Conv2d and the pooling ops read their input through it; so do the conv gradients.
