@@ -40,6 +40,36 @@ TEST(LlvmIrTest, LargeElementwiseOutputsUseStreamingStores) {
   EXPECT_NE(big->find("!0 = !{i32 1}"), std::string::npos);
 }
 
+// out[i] = float(a[16 i .. 16 i + 15]) summed, with a as 16-lane vector loads of `d`.
+codegen::Program VectorByteRows(DType d) {
+  UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, d);
+  UOpPtr r = Range(I32(64), 0);
+  UOpPtr v = CastTo(Load(IndexVec(a, Alu(Op::MUL, {r, I32(16)}), 16)), dtypes::kFloat32.Vec(16));
+  UOpPtr s = UOp::Make(Op::GEP, dtypes::kFloat32, {v}, Arg(std::vector<int64_t>{0}));
+  for (int64_t k = 1; k < 16; ++k)
+    s = Alu(Op::ADD, {s, UOp::Make(Op::GEP, dtypes::kFloat32, {v}, Arg(std::vector<int64_t>{k}))});
+  UOpPtr e = End({Store(Index(out, r), s), r});
+  return FromRoots("r_64_16", {e}, {Buf(0, dtypes::kFloat32, 64, true), Buf(1, d, 1024, false)});
+}
+
+// Vector loads of one-byte integers (quantized weights) prefetch 2 KiB ahead; float and bool loads do not.
+TEST(LlvmIrTest, ByteVectorLoadsPrefetchAhead) {
+  for (DType d : {dtypes::kUInt8, dtypes::kInt8}) {
+    auto src = LlvmIrRenderer().Render(VectorByteRows(d));
+    ASSERT_TRUE(src.ok()) << src.status();
+    const size_t pf = src->find("call void @llvm.prefetch.p0(ptr ");
+    ASSERT_NE(pf, std::string::npos) << *src;
+    EXPECT_NE(src->find(", i64 2048\n"), std::string::npos) << *src;
+    EXPECT_LT(pf, src->find("= load <16 x i8>")) << *src;
+    EXPECT_NE(src->find("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)"), std::string::npos);
+  }
+  for (DType d : {dtypes::kFloat32, dtypes::kBool}) {
+    auto src = LlvmIrRenderer().Render(VectorByteRows(d));
+    ASSERT_TRUE(src.ok()) << src.status();
+    EXPECT_EQ(src->find("llvm.prefetch"), std::string::npos) << *src;
+  }
+}
+
 TEST(LlvmIrTest, DeterministicText) {
   auto a = LlvmIrRenderer().Render(RowSum(4, 8));
   auto b = LlvmIrRenderer().Render(RowSum(4, 8));
