@@ -74,6 +74,18 @@ TEST(TensorKernelCount, Nn) {
   EXPECT_EQ(Kernels(img.Conv2d(cw, cb).Relu().Conv2d(cw2, cb2).Relu()), 2);
 }
 
+// An elementwise value read by a matmul (broadcast over the matmul's output rows) that reads two whole inputs gets a
+// kernel of its own once it has 2^16 elements (a residual block's relu(conv + identity) before the next conv);
+// smaller, it stays fused, as in tinygrad. One whole input (the other a per-channel broadcast) stays fused too.
+TEST(TensorKernelCount, LargeTwoInputElementwiseBeforeAMatmulIsRealized) {
+  Tensor w = E({16, 64});
+  Tensor x = E({64, 1024}), y = E({64, 1024}), bias = E({64, 1});
+  EXPECT_EQ(Kernels(w.Matmul((x + y).Relu())), 2);
+  EXPECT_EQ(Kernels(w.Matmul((x + bias).Relu())), 1);
+  Tensor xs = E({64, 16}), ys = E({64, 16});
+  EXPECT_EQ(Kernels(w.Matmul((xs + ys).Relu())), 1);
+}
+
 TEST(TensorKernelCount, RealizedViewsAndContiguous) {
   Tensor a = E({4});
   EXPECT_EQ(Kernels(a), 0);
