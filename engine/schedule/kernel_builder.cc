@@ -311,12 +311,13 @@ class Builder {
   }
 
   // Whether `root` has >= kWholeInputMinElements elements and its unrealized elementwise subgraph reads at least
-  // kWholeInputsToRealize realized values or buffers as large as itself. Broadcast inside a reduce, such a value is recomputed
-  // once per output tile, each time reading all those inputs: ResNet-50's block output relu(bn(conv) + identity)
-  // inside the next block's 1x1 conv read the conv output and the identity 8 times, in scalar code (the 256 -> 64
-  // conv at 56 x 56: 1.1-1.8 ms, 0.66 ms with its input realized; the model 50.2 / 50.5 -> 48.1 / 48.6 ms median,
-  // 82 -> 86 kernels, 2-core Emerald Rapids; the CNN's training step keeps its 115 kernels). Small values stay fused
-  // (a kernel costs more than recomputing them, and tinygrad's kernel counts keep them in one kernel).
+  // kWholeInputsToRealize realized values or buffers as large as itself. Broadcast inside a reduce, such a value is
+  // recomputed once per output tile, each time reading all those inputs: ResNet-50's block output
+  // relu(bn(conv) + identity) inside the next block's 1x1 conv read the conv output and the identity 8 times, in
+  // scalar code (the 256 -> 64 conv at 56 x 56: 1.1-1.8 ms, 0.66 ms with its input realized; the model 50.2 / 50.5
+  // -> 48.1 / 48.6 ms median, 82 -> 86 kernels, 2-core Emerald Rapids; the CNN's training step keeps its 115
+  // kernels). Small values stay fused (a kernel costs more than recomputing them, and tinygrad's kernel counts keep
+  // them in one kernel).
   bool ReadsSeveralWholeInputs(const UOp* root) {
     const int64_t n = root->Numel();
     if (n < kWholeInputMinElements) return false;
