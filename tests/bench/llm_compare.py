@@ -56,7 +56,10 @@ LLAMA_CPP_GREEDY = r"""
 import json, sys
 from llama_cpp import Llama
 path, n = sys.argv[1], int(sys.argv[2])
-llm = Llama(model_path=path, n_threads=2, n_ctx=512, verbose=False)
+# One token per evaluation (n_batch = n_ubatch = 1): llama.cpp's AMX path crashed its process (exit -11) on every
+# multi-token batch in a KVM guest on Emerald Rapids; token by token it runs there, and the prompt's logits are the
+# same computation per token.
+llm = Llama(model_path=path, n_threads=2, n_ctx=512, n_batch=1, n_ubatch=1, verbose=False)
 eos = llm.token_eos()
 for prompt in json.loads(sys.stdin.read()):
     ids = llm.tokenize(prompt.encode(), add_bos=False, special=True)
