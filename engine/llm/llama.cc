@@ -23,14 +23,15 @@ absl::StatusOr<int64_t> PositiveInt(const nn::GgufFile& f, const std::string& ke
   return *v;
 }
 
-// x * rsqrt(mean(x^2) + eps) * w over the last axis. With more than one row (a batched decode step, a prefill chunk)
-// in a buffer of its own: fused into the matmuls that read it, every output row recomputed each input's x * scale * w
-// (two multiplies per weight and row, the matmul's own work being one multiply-add), and the decode step of 8 slots
-// spent ~2 of its 18 ms there (SmolLM2, 2-core Zen 5). One row keeps it fused: that step is bound by reading the
-// weights, and an extra kernel per norm costs more than it saves.
+// x * rsqrt(mean(x^2) + eps) * w over the last axis, in a buffer of its own. Fused into the matmuls that read it,
+// every output row recomputed each input's x * scale * w (two multiplies per weight and row, the matmul's own work
+// being one multiply-add): the decode step of 8 slots spent ~2 of its 18 ms there (SmolLM2, 2-core Zen 5). One row
+// was kept fused while its step was bound by reading the weights; since the weight streams are prefetched
+// (llvm_ir.cc, StreamsNarrowWeights) its kernels are bound by their vector ops too, and the stored norm is faster for
+// one row as well: 6.95-7.26 -> 6.59-6.80 ms per step in three interleaved pairs (2-core Emerald Rapids).
 Tensor RmsNorm(const Tensor& x, const Tensor& w, double eps) {
   Tensor y = x * ((x * x).Mean(-1, /*keepdim=*/true) + static_cast<float>(eps)).Rsqrt() * w;
-  return x.ndim() >= 2 && x.shape()[0] > 1 ? y.Contiguous() : y;
+  return y.Contiguous();
 }
 
 // The part of a layer's cache a run reads and writes: its first `slots` slots and its first `span` positions, a view
