@@ -279,14 +279,18 @@ class Builder {
     return v;
   }
 
+  // Whether `u` is part of the unrealized elementwise subgraph a kernel computes in place (Cost and
+  // ReadsSeveralWholeInputs walk through it to its inputs).
+  bool InlinedElementwise(const UOp* u) const {
+    return !g_.realized.contains(u) &&
+           (IsElementwise(u->op()) || IsMovement(u->op()) || u->op() == Op::CONTIGUOUS ||
+            u->op() == Op::CONTIGUOUS_BACKWARD || u->op() == Op::DETACH || u->op() == Op::ROWS);
+  }
+
   // ALU ops of the unrealized elementwise subgraph under `u` (counted as a tree, capped); reduces count 0. Post-order
   // on an explicit stack: the subgraph may be a long chain.
   int64_t Cost(const UOp* root) {
-    auto walks = [&](const UOp* u) {
-      return !g_.realized.contains(u) &&
-             (IsElementwise(u->op()) || IsMovement(u->op()) || u->op() == Op::CONTIGUOUS ||
-              u->op() == Op::CONTIGUOUS_BACKWARD || u->op() == Op::DETACH || u->op() == Op::ROWS);
-    };
+    auto walks = [&](const UOp* u) { return InlinedElementwise(u); };
     std::vector<std::pair<const UOp*, bool>> stack{{root, false}};
     while (!stack.empty()) {
       auto [u, expanded] = stack.back();
@@ -333,7 +337,7 @@ class Builder {
         loads += u->Numel() >= n;
         continue;
       }
-      if (!(IsElementwise(u->op()) || IsMovement(u->op()))) continue;
+      if (!InlinedElementwise(u)) continue;
       for (const UOpPtr& src : u->src()) stack.push_back(src.get());
     }
     return whole_inputs_[root] = loads >= kWholeInputsToRealize;
