@@ -6,6 +6,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/base/status.h"
@@ -104,14 +105,27 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const nn::GgufMod
     want.push_back({p + "ffn_up.weight", {c.n_ff, c.n_embd}});
     want.push_back({p + "ffn_down.weight", {c.n_embd, c.n_ff}});
   }
+  auto is_qkv = [](const std::string& name) {
+    return absl::EndsWith(name, "attn_q.weight") || absl::EndsWith(name, "attn_k.weight") ||
+           absl::EndsWith(name, "attn_v.weight");
+  };
   for (const auto& [name, shape] : want) {
     const nn::GgufTensorInfo* info = gguf.file().FindTensor(name);
     if (info == nullptr) return Bad(absl::StrCat("the file has no tensor ", name));
     if (info->shape() != shape)
       return Bad(absl::StrCat(name, " is [", absl::StrJoin(info->shape(), ", "), "], expected [",
                               absl::StrJoin(shape, ", "), "]"));
+    if (is_qkv(name)) continue;
     KILN_ASSIGN_OR_RETURN(Tensor w, gguf.Load(name, device));
     m->weights_.emplace(name, std::move(w));
+  }
+  // q, k and v stacked by rows into one weight (Project): one kernel streams all three instead of two (q; k and v
+  // together), and the k/v kernel's 192 rows had been too few to split over the threads.
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    absl::StatusOr<Tensor> qkv = gguf.LoadRows({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, device);
+    if (!qkv.ok()) return Bad(std::string(qkv.status().message()));
+    m->weights_.emplace(p + "attn_qkv", *std::move(qkv));
   }
   // The decode step looks its tokens' rows up here: a one-hot matmul over the table would decode all vocab x n_embd
   // weights at every step (a fifth of SmolLM2's step time) to use n_embd of them.
@@ -130,6 +144,13 @@ Tensor LlamaModel::BlockTail(const Tensor& x, const Tensor& o, const std::string
   const Tensor up = g.Matmul(W(p + "ffn_up.weight").Transpose()).Contiguous();
   const Tensor ff = (gate.Silu() * up).Contiguous();
   return (h + ff.Matmul(W(p + "ffn_down.weight").Transpose())).Contiguous();
+}
+
+LlamaModel::Projections LlamaModel::Project(const Tensor& h, const std::string& p) const {
+  const int64_t rows = h.shape()[0], e = config_.n_embd, kv = config_.n_head_kv * config_.head_dim;
+  const Tensor qkv = h.Matmul(W(p + "attn_qkv").Transpose()).Contiguous();  // [rows, e + 2 kv]
+  return {qkv.Shrink({{0, rows}, {0, e}}), qkv.Shrink({{0, rows}, {e, e + kv}}),
+          qkv.Shrink({{0, rows}, {e + kv, e + 2 * kv}})};
 }
 
 absl::StatusOr<Tensor> LlamaModel::Logits(const std::vector<int32_t>& tokens) const {
@@ -174,16 +195,14 @@ absl::StatusOr<Tensor> LlamaModel::Logits(const std::vector<int32_t>& tokens) co
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
     const Tensor h = RmsNorm(x, W(p + "attn_norm.weight"), c.rms_eps);
-    const Tensor q = rope(h.Matmul(W(p + "attn_q.weight").Transpose()).Reshape({T, c.n_head, c.head_dim}), c.n_head)
-                         .Permute({1, 0, 2});  // [H, T, D]
-    const Tensor k = rope(h.Matmul(W(p + "attn_k.weight").Transpose()).Reshape({T, c.n_head_kv, c.head_dim}),
-                          c.n_head_kv)
+    const Projections proj = Project(h, p);
+    const Tensor q = rope(proj.q.Reshape({T, c.n_head, c.head_dim}), c.n_head).Permute({1, 0, 2});  // [H, T, D]
+    const Tensor k = rope(proj.k.Reshape({T, c.n_head_kv, c.head_dim}), c.n_head_kv)
                          .Permute({1, 0, 2})
                          .Reshape({c.n_head_kv, 1, T, c.head_dim})
                          .Expand({c.n_head_kv, rep, T, c.head_dim})
                          .Reshape({c.n_head, T, c.head_dim});  // kv head j serves q heads j*rep .. j*rep+rep-1
-    const Tensor v = h.Matmul(W(p + "attn_v.weight").Transpose())
-                         .Reshape({T, c.n_head_kv, c.head_dim})
+    const Tensor v = proj.v.Reshape({T, c.n_head_kv, c.head_dim})
                          .Permute({1, 0, 2})
                          .Reshape({c.n_head_kv, 1, T, c.head_dim})
                          .Expand({c.n_head_kv, rep, T, c.head_dim})
@@ -263,14 +282,12 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span, i
         for (int64_t l = 0; l < c.n_layer; ++l) {
           const std::string p = absl::StrCat("blk.", l, ".");
           const Tensor h = RmsNorm(x, W(p + "attn_norm.weight"), c.rms_eps);
+          const Projections proj = Project(h, p);
           const Tensor q =
-              rope(h.Matmul(W(p + "attn_q.weight").Transpose()).Reshape({S, c.n_head, c.head_dim}), c.n_head)
-                  .Reshape({S, c.n_head, 1, c.head_dim});
-          const Tensor k_new =
-              rope(h.Matmul(W(p + "attn_k.weight").Transpose()).Reshape({S, c.n_head_kv, c.head_dim}), c.n_head_kv)
-                  .Reshape({S, c.n_head_kv, c.head_dim, 1});
-          const Tensor v_new =
-              h.Matmul(W(p + "attn_v.weight").Transpose()).Reshape({S, c.n_head_kv, 1, c.head_dim});
+              rope(proj.q.Reshape({S, c.n_head, c.head_dim}), c.n_head).Reshape({S, c.n_head, 1, c.head_dim});
+          const Tensor k_new = rope(proj.k.Reshape({S, c.n_head_kv, c.head_dim}), c.n_head_kv)
+                                   .Reshape({S, c.n_head_kv, c.head_dim, 1});
+          const Tensor v_new = proj.v.Reshape({S, c.n_head_kv, 1, c.head_dim});
           // The new column / row written into the cache (a gated store), then attention reads the cache as
           // written: the where is not recomputed inside the attention matmuls.
           Tensor k_store = CacheView(raw->k_[l], width, 3, span);  // [S, Hkv, D, span]
@@ -362,17 +379,13 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakePrefill(KvCache* raw, int64_t span
         for (int64_t l = 0; l < c.n_layer; ++l) {
           const std::string p = absl::StrCat("blk.", l, ".");
           const Tensor h = RmsNorm(x, W(p + "attn_norm.weight"), c.rms_eps);
-          const Tensor q = rope(h.Matmul(W(p + "attn_q.weight").Transpose()).Reshape({C, c.n_head, c.head_dim}),
-                                c.n_head)
-                               .Permute({1, 0, 2});  // [H, C, D]
-          const Tensor k_new =
-              rope(h.Matmul(W(p + "attn_k.weight").Transpose()).Reshape({C, c.n_head_kv, c.head_dim}), c.n_head_kv)
-                  .Permute({1, 2, 0})
+          const Projections proj = Project(h, p);
+          const Tensor q = rope(proj.q.Reshape({C, c.n_head, c.head_dim}), c.n_head).Permute({1, 0, 2});  // [H, C, D]
+          const Tensor k_new = rope(proj.k.Reshape({C, c.n_head_kv, c.head_dim}), c.n_head_kv)
+                                   .Permute({1, 2, 0})
                   .Reshape({1, c.n_head_kv, c.head_dim, C});  // transposed, as K is kept
-          const Tensor v_new = h.Matmul(W(p + "attn_v.weight").Transpose())
-                                   .Reshape({C, c.n_head_kv, c.head_dim})
-                                   .Permute({1, 0, 2})
-                                   .Reshape({1, c.n_head_kv, C, c.head_dim});
+          const Tensor v_new =
+              proj.v.Reshape({C, c.n_head_kv, c.head_dim}).Permute({1, 0, 2}).Reshape({1, c.n_head_kv, C, c.head_dim});
           // Chunk row t lands on cache position pos + t: the chunk times a one-hot [C, M] placement is each position
           // exactly (1 * x + 0 * the others), computed once (not per slot) into a buffer of its own; the slot's
           // written positions then take it (a gated store), and attention reads the caches as written. K's rows

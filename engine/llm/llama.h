@@ -122,6 +122,11 @@ class LlamaModel {
   // (a lone generation, which the generator places in slot 0), else all. Two widths, so two traces per span.
   static int64_t StepWidth(int64_t all, int64_t last) { return last == 0 ? 1 : all; }
   Tensor BlockTail(const Tensor& x, const Tensor& o, const std::string& prefix) const;
+  // The attention projections of h [rows, n_embd]: q [rows, n_embd], k and v [rows, n_head_kv * head_dim].
+  struct Projections {
+    Tensor q, k, v;
+  };
+  Projections Project(const Tensor& h, const std::string& prefix) const;
   const Tensor& W(const std::string& name) const { return weights_.at(name); }
 
   std::string device_;

@@ -123,9 +123,15 @@ class GgufModel {
   // tensor are copied once into a device buffer as they are (uint8 blocks for the quantized types); the result is a
   // lazy Tensor whose graph decodes them: F16/BF16 by cast, Q8_0 as int8 * the block's f16 scale, Q4_0 as
   // (nibble - 8) * scale, Q4_1 as nibble * scale + min (a block's low nibbles are its elements 0..15, the high
-  // nibbles 16..31; the f16 scale and min are assembled from their two bytes and bitcast). NotFound for an unknown
-  // name.
+  // nibbles 16..31). The f16 block scales and mins are decoded on the host into float32 buffers of their own, the
+  // quantized values packed contiguously. NotFound for an unknown name.
   absl::StatusOr<Tensor> Load(std::string_view name, const std::string& device = "CPU") const;
+  // The 2-D tensors `names`, of one type and one row length, stacked by rows into one [sum of rows, row length]
+  // tensor decoded as Load does, from one buffer: a matmul against it is one kernel streaming one weight buffer (the
+  // Llama step's q, k and v projections). NotFound for an unknown name, InvalidArgument when the types or row
+  // lengths differ.
+  absl::StatusOr<Tensor> LoadRows(const std::vector<std::string_view>& names,
+                                  const std::string& device = "CPU") const;
   // The tensor's raw bytes in the mapped file.
   absl::StatusOr<std::string_view> RawBytes(std::string_view name) const;
 

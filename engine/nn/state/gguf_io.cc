@@ -1,10 +1,12 @@
 // GgufModel (gguf.h): a mapped GGUF file, its tensors as kiln Tensors decoded by Tensor ops.
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/nn/state/gguf.h"
 #include "engine/nn/state/mapped_file.h"
 #include "engine/tensor/tensor.h"
@@ -89,14 +91,9 @@ Tensor BlockNibbles(const Tensor& qs, int64_t n, const std::string& device) {
   return high_half.Where(hi, lo).Reshape({n, 32}).Cast(dtypes::kFloat32);
 }
 
-}  // namespace
-
-absl::StatusOr<Tensor> GgufModel::Load(std::string_view name, const std::string& device) const {
-  const GgufTensorInfo* t = file_.FindTensor(name);
-  if (t == nullptr) return absl::NotFoundError(absl::StrCat("gguf: no tensor named ", std::string(name)));
-  const std::string_view raw = bytes_.substr(file_.data_offset + t->offset, t->nbytes);
-  const std::vector<int64_t> shape = t->shape();
-  switch (t->type) {
+// A tensor of `type` whose bytes are `raw`, as float32 of `shape`.
+Tensor Decode(std::string_view raw, GgmlType type, const std::vector<int64_t>& shape, const std::string& device) {
+  switch (type) {
     case GgmlType::kF32:
       return Tensor::FromHost(raw.data(), dtypes::kFloat32, shape, device);
     case GgmlType::kF16:
@@ -113,11 +110,13 @@ absl::StatusOr<Tensor> GgufModel::Load(std::string_view name, const std::string&
   }
   // The block scales are decoded on the host into float32 and the quantized values packed contiguously, once at
   // load; the per-element dequantisation stays a Tensor expression that fuses into the consuming matmul.
-  const int64_t n = t->numel() / GgmlBlockSize(t->type);
-  const int64_t bb = GgmlBlockBytes(t->type);
+  int64_t numel = 1;
+  for (int64_t d : shape) numel *= d;
+  const int64_t n = numel / GgmlBlockSize(type);
+  const int64_t bb = GgmlBlockBytes(type);
   const Tensor d = BlockScales(raw, n, bb, 0, device);
   Tensor x;
-  switch (t->type) {
+  switch (type) {
     case GgmlType::kQ8_0:  // f16 d, 32 x int8
       x = BlockBytes(raw, n, bb, 2, 32, device).Bitcast(dtypes::kInt8).Cast(dtypes::kFloat32) * d;
       break;
@@ -129,6 +128,35 @@ absl::StatusOr<Tensor> GgufModel::Load(std::string_view name, const std::string&
       break;
   }
   return x.Reshape(shape);
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> GgufModel::Load(std::string_view name, const std::string& device) const {
+  const GgufTensorInfo* t = file_.FindTensor(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("gguf: no tensor named ", std::string(name)));
+  return Decode(bytes_.substr(file_.data_offset + t->offset, t->nbytes), t->type, t->shape(), device);
+}
+
+absl::StatusOr<Tensor> GgufModel::LoadRows(const std::vector<std::string_view>& names,
+                                           const std::string& device) const {
+  if (names.empty()) return absl::InvalidArgumentError("gguf: LoadRows of no tensor");
+  std::string raw;
+  const GgufTensorInfo* first = nullptr;
+  int64_t rows = 0;
+  for (std::string_view name : names) {
+    const GgufTensorInfo* t = file_.FindTensor(name);
+    if (t == nullptr) return absl::NotFoundError(absl::StrCat("gguf: no tensor named ", std::string(name)));
+    const std::vector<int64_t> shape = t->shape();
+    if (first == nullptr) first = t;
+    if (shape.size() != 2 || t->type != first->type || shape[1] != first->shape()[1])
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gguf: ", std::string(name), " is [", absl::StrJoin(shape, ", "), "] of type ", static_cast<int>(t->type),
+          "; the tensors stacked by rows must be 2-D with one type and row length (", first->name, ")"));
+    rows += shape[0];
+    raw.append(bytes_.substr(file_.data_offset + t->offset, t->nbytes));  // rows are whole blocks: bytes concatenate
+  }
+  return Decode(raw, first->type, {rows, first->shape()[1]}, device);
 }
 
 }  // namespace kiln::nn

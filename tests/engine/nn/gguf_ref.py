@@ -58,6 +58,7 @@ def synthetic(out: str) -> None:
         "q8_0": (Q.Q8_0, data((3, 64), 2.0)),
         "q4_0": (Q.Q4_0, data((2, 96), 0.5)),
         "q4_1": (Q.Q4_1, data((5, 32), 3.0) + 1.0),
+        "q4_1_b": (Q.Q4_1, data((3, 32), 0.5) - 2.0),  # stacked under q4_1 by GgufModel::LoadRows
         "blk.0.q4_1_3d": (Q.Q4_1, data((2, 3, 64), 1.0)),
     }
     lines = []

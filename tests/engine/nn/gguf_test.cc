@@ -121,11 +121,37 @@ TEST_F(GgufTest, EveryTypeDecodesAsLlamaCppsGgufPackageDoes) {
       }
     }
   }
-  EXPECT_EQ(tensors, 7);
+  EXPECT_EQ(tensors, 8);
   EXPECT_EQ(metas, 14);
   EXPECT_EQ(f.GetInt("t.str").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(f.GetInt("no.such").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*model)->Load("no.such").status().code(), absl::StatusCode::kNotFound);
+}
+
+// LoadRows stacks tensors of one type and row length by rows: their values, one after the other, as the gguf package
+// decodes each; different types, row lengths or a 3-D tensor are InvalidArgument, an unknown name NotFound.
+TEST_F(GgufTest, LoadRowsStacksTensorsOfOneTypeByRows) {
+  const std::string dir = ::testing::TempDir() + "/gguf_rows";
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(absl::EndsWith(RunPython("synthetic " + dir), "done\n"));
+  absl::StatusOr<std::unique_ptr<GgufModel>> model = GgufModel::Open(dir + "/types.gguf");
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<Tensor> w = (*model)->LoadRows({"q4_1", "q4_1_b", "q4_1"});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->shape(), ToShape({13, 32}));
+  const std::string a = ReadFile(dir + "/q4_1.f32"), b = ReadFile(dir + "/q4_1_b.f32");
+  const std::string ref = a + b + a;
+  std::vector<float> want(ref.size() / 4);
+  std::memcpy(want.data(), ref.data(), ref.size());
+  absl::StatusOr<std::vector<float>> got = w->ToVector<float>();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR((*got)[k], want[k], std::abs(want[k]) * 2e-7f) << k;
+  EXPECT_EQ((*model)->LoadRows({"q4_1", "q4_0"}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*model)->LoadRows({"q8_0", "q4_1"}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*model)->LoadRows({"q4_1", "blk.0.q4_1_3d"}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*model)->LoadRows({"q4_1", "no.such"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*model)->LoadRows({}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // A quantized weight feeding a matmul: the dequantisation fuses into the matmul's kernel.
