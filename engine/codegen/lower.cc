@@ -132,6 +132,7 @@ constexpr Pass kLowerPasses[] = {
     {"guard division", GuardDivision, true},
     {"vectorize loads", VectorizeLoads},
     {"vectorize shared lanes", VectorizeSharedLanes},
+    {"vectorize accumulators", VectorizeAccumulators},
 };
 
 absl::Status FillProgramInfo(const LowerContext& ctx, Program& p) {

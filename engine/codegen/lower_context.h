@@ -125,6 +125,12 @@ absl::StatusOr<UOpPtr> VectorizeLoads(const UOpPtr& sink, LowerContext& ctx);
 // kernels that read a narrow (< 32-bit) buffer in runs of 16 consecutive elements and share such a value.
 absl::StatusOr<UOpPtr> VectorizeSharedLanes(const UOpPtr& sink, LowerContext& ctx);
 
+// ---- vector_accumulators.cc ----
+// LLVM targets: runs of 16, 8 or 4 stores to consecutive accumulator slots whose values are one expression lane by
+// lane (the lanes of an upcast reduce) become one vector load, op and store of those slots; a chain summing 4..64
+// consecutive slots after their loop becomes a vector load and a tree of halves.
+absl::StatusOr<UOpPtr> VectorizeAccumulators(const UOpPtr& sink, LowerContext& ctx);
+
 // ---- linearize.cc ----
 // The linear order of every node under `sink` (SINK itself excluded), per docs/kernel-ir.md §3.
 absl::StatusOr<std::vector<UOpPtr>> Linearize(const UOpPtr& sink, const LowerContext& ctx);

@@ -1,5 +1,6 @@
 // Structure of lowered programs (no backend): names, opts, loop structure, hoisting, index dtype, determinism.
 #include <algorithm>
+#include <vector>
 
 #include "engine/base/env.h"
 #include "engine/codegen/codegen.h"
@@ -233,6 +234,35 @@ TEST(LowerTest, QuantizedRowUnrollsToWholeBlocks) {
   auto odd = codegen::HeuristicOpts(QuantRowKernel(1536, 16 * 37), Avx512TwoCores());
   ASSERT_TRUE(odd.ok()) << odd.status();
   EXPECT_EQ(std::count_if(odd->begin(), odd->end(), [](const Opt& o) { return o.op == OptOp::kUnroll; }), 0);
+}
+
+// The row kernel's 16 accumulator lanes take both unrolled half blocks' products as one vector update per iteration
+// and are summed after the loop as a tree of halves ("vectorize accumulators"): no scalar update of an accumulator
+// slot is left, and the lanes' sum is 8-, 4-, 2- and 1-lane adds, not a chain of 15 scalar ones. (LLVM's SLP vectorizer packed such
+// updates only while a kernel had few of them: a batched decode step's 8-slot kernel stayed scalar.)
+TEST(LowerTest, AccumulatorLanesUpdateAsOneVectorAndSumAsATree) {
+  Target t = Avx512TwoCores();
+  t.supports_vectors = true;
+  auto p = codegen::LowerKernel(QuantRowKernel(1536, 576), t, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  int vector_updates = 0, scalar_updates = 0;
+  std::vector<int> tree_adds;
+  for (const UOpPtr& u : p->uops) {
+    if (u->op() == Op::STORE && u->src(0)->op() == Op::INDEX && u->src(0)->src(0)->op() == Op::DEFINE_REG &&
+        u->src(1)->op() != Op::CONST) {
+      (u->src(1)->dtype().count == 16 ? vector_updates : scalar_updates)++;
+    }
+    if (u->op() == Op::ADD && u->src(0)->op() == Op::GEP && u->src(1)->op() == Op::GEP)
+      tree_adds.push_back(u->dtype().count);
+  }
+  EXPECT_EQ(vector_updates, 1) << "both half blocks' products added to the 16 lanes at once";
+  EXPECT_EQ(scalar_updates, 0);
+  std::sort(tree_adds.begin(), tree_adds.end());
+  EXPECT_EQ(tree_adds, (std::vector<int>{1, 2, 4, 8})) << "the 16 lanes summed as a tree";
+  // Without vectors (C-style targets) the lanes stay scalar.
+  auto scalar = codegen::LowerKernel(QuantRowKernel(1536, 576), Avx512TwoCores(), {});
+  ASSERT_TRUE(scalar.ok()) << scalar.status();
+  for (const UOpPtr& u : scalar->uops) EXPECT_EQ(u->dtype().count, 1) << OpName(u->op());
 }
 
 // y[b, c, p] = 2 * x[b, c, p] over a symbolic batch b in [1, max_rows] (a dynamic batch's rows), 32 x 400 per row.
