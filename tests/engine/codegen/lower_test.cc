@@ -230,6 +230,17 @@ TEST(LowerTest, QuantizedRowUnrollsToWholeBlocks) {
     EXPECT_EQ(*opts, (std::vector<Opt>{{OptOp::kThread, 0, 2}, {OptOp::kAcc, 0, 16}, {OptOp::kUnroll, 0, 2}}))
         << bytes;
   }
+  // The batched form (8 slots of activations against the same rows) unrolls to whole blocks too, the slots upcast.
+  {
+    UOpPtr out = Param(0, dtypes::kFloat32), q = Param(1, dtypes::kUInt8), x = Param(2, dtypes::kFloat32);
+    UOpPtr rs = UOp::Range(8, 0), ri = UOp::Range(1536, 1), rk = UOp::Range(576, 2, AxisType::kReduce);
+    UOpPtr w = UOp::Make(Op::CAST, dtypes::kFloat32, {Ld(Idx(q, ri * 576 + rk))});
+    UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {w * Ld(Idx(x, rs * 576 + rk)), rk}, Op::ADD);
+    auto opts = codegen::HeuristicOpts(UOp::Sink({End(St(Idx(out, rs * 1536 + ri), red), {rs, ri})}), Avx512TwoCores());
+    ASSERT_TRUE(opts.ok()) << opts.status();
+    EXPECT_EQ(std::count(opts->begin(), opts->end(), Opt{OptOp::kUnroll, 0, 2}), 1) << opts->size();
+    EXPECT_EQ(std::count(opts->begin(), opts->end(), Opt{OptOp::kUpcast, 0, 8}), 1) << opts->size();
+  }
   // A row that is not whole blocks of 32 keeps one half block per iteration.
   auto odd = codegen::HeuristicOpts(QuantRowKernel(1536, 16 * 37), Avx512TwoCores());
   ASSERT_TRUE(odd.ok()) << odd.status();
