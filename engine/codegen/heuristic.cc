@@ -65,15 +65,21 @@ int64_t SymbolicRowsBound(const UOpPtr& cur, const LowerContext& ctx) {
   return rows;
 }
 
-// The output axis to split over threads and how many: the most threads (up to the target's) that leave >= 128K ops
-// each, on the outermost axis whose size they divide in whole units (`unit(a)`: a register tile kept whole on that
+// The least work a thread takes (tinygrad's step 10 used 128K). 64K: memory-bound reduces of 128-256K elements (MiniLM's
+// softmax maxima, 12 x 128 rows of 128 scores: 56 us on one core) run on both cores; MiniLM 14.5-14.9 -> 13.6-14.4 ms,
+// the CNN (batch 1 and 64), ResNet-50, the training step and the LLM decode step within noise (interleaved pairs,
+// 2-core Emerald Rapids).
+constexpr int64_t kMinOpsPerThread = 64 * 1024;
+
+// The output axis to split over threads and how many: the most threads (up to the target's) that leave >=
+// kMinOpsPerThread ops each, on the outermost axis whose size they divide in whole units (`unit(a)`: a register tile kept whole on that
 // axis). The outermost axis first, as before; a later one only when it does not divide: a batch of 17 (a dynamic
 // batch) otherwise ran every kernel of the CNN on one core, as slow as a batch of 32. (0, 1) when none splits.
 template <typename Unit>
 std::pair<int, int> ThreadSplit(const LowerContext& ctx, const std::vector<int64_t>& out, int64_t work, Unit unit) {
   if (!ctx.target.has_threads || ctx.target.max_threads <= 1) return {0, 1};
   for (int t : {32, 16, 12, 8, 6, 5, 4, 3, 2}) {
-    if (t > ctx.target.max_threads || work / t < 128 * 1024) continue;
+    if (t > ctx.target.max_threads || work / t < kMinOpsPerThread) continue;
     for (int a = 0; a < static_cast<int>(out.size()); ++a)
       if (out[a] > 1 && out[a] % (t * unit(a)) == 0) return {a, t};
   }
@@ -741,7 +747,7 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
       }
     }
   }
-  // 3. threads over the outermost output axis that splits evenly, with >= 128K ops per thread (tinygrad step 10).
+  // 3. threads over the outermost output axis that splits evenly, with >= kMinOpsPerThread ops each (tinygrad step 10).
   // A transcendental (2^x, log2, sin: a polynomial of ~20 ops, or a libm call in a reduce loop) counts as 16 ops: a
   // softmax over MiniLM's 12 x 128 x 128 scores (196K exps per kernel, 0.23-0.33 ms on one core) runs on both.
   // A symbolic output axis (a dynamic batch's rows, left out of `work`) counts at its upper bound: the kernel is

@@ -180,8 +180,8 @@ TEST(InterpLowerTest, ThreadsSplitTheOuterAxis) {
   std::vector<std::vector<uint8_t>> bufs = {Bytes(std::vector<float>(n * m)), Bytes(a), Bytes(b)};
   Program p;
   ASSERT_TRUE(LowerAndRun(AddKernel(n, m), Cpu(8), {}, bufs, &p).ok());
-  EXPECT_EQ(p.threads, 2);  // 262144 ops: 2 threads keep >= 128K ops each
-  EXPECT_EQ(p.name, "E_2_16384_8");  // 512 x 512 merged into one axis, upcast 8, split over 2 threads
+  EXPECT_EQ(p.threads, 4);  // 262144 ops: 4 of the 8 threads keep >= 64K ops each (kMinOpsPerThread)
+  EXPECT_EQ(p.name, "E_4_8192_8");  // 512 x 512 merged into one axis, upcast 8, split over 4 threads
   bool has_core_id = false;
   for (const UOpPtr& u : p.uops) has_core_id |= u->op() == Op::SPECIAL;
   EXPECT_TRUE(has_core_id);

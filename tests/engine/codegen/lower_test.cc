@@ -437,10 +437,11 @@ UOpPtr TransposeKernel(int64_t ni, int64_t nt, int64_t nj, bool flipped) {
 TEST(LowerTest, TransposingCopyTilesBothAxes) {
   Target avx512 = Avx512TwoCores();
   avx512.supports_vectors = true;
-  // (i, t) merge into one axis contiguous in the loads: 8 of its elements per tile row, 16 lanes of j per row.
+  // (i, t) merge into one axis contiguous in the loads: 8 of its elements per tile row, 16 lanes of j per row; 128K
+  // elements: both threads.
   auto tiled = codegen::LowerKernel(TransposeKernel(64, 8, 256, false), avx512, {});
   ASSERT_TRUE(tiled.ok()) << tiled.status();
-  EXPECT_EQ(tiled->applied_opts, (std::vector<std::string>{"UPCAST(1,16)", "UPCAST(0,8)"}));
+  EXPECT_EQ(tiled->applied_opts, (std::vector<std::string>{"UPCAST(1,16)", "UPCAST(0,8)", "THREAD(0,2)"}));
   // 9 taps walked backwards (a flipped 3x3 weight), not merged with i: the taps whole.
   auto flipped = codegen::LowerKernel(TransposeKernel(64, 9, 512, true), avx512, {});
   ASSERT_TRUE(flipped.ok()) << flipped.status();
