@@ -150,14 +150,12 @@ class Builder {
   absl::flat_hash_map<const UOp*, bool> reads_;
 };
 
-}  // namespace
-
-absl::StatusOr<UOpPtr> VectorizeAccumulators(const UOpPtr& sink, LowerContext& ctx) {
-  if (!ctx.target.supports_vectors || ctx.target.has_local) return sink;
+// Step 1: each run of lane updates -> one vector STORE (`repl` maps every store of the run to it).
+void VectorUpdates(const std::vector<const UOp*>& topo, absl::flat_hash_map<const UOp*, UOpPtr>& repl) {
   // The register's float update stores, by register and slot, in toposort order (code does not depend on addresses).
   std::vector<const UOp*> regs;
   absl::flat_hash_map<const UOp*, std::map<int64_t, const UOp*>> stores;
-  for (const UOp* u : Toposort(sink)) {
+  for (const UOp* u : topo) {
     if (u->op() != Op::STORE || u->num_src() != 2) continue;
     const auto [reg, k] = RegSlot(u->src(0).get());
     if (reg == nullptr || !u->src(1)->dtype().IsFloat() || u->src(1)->dtype().count != 1) continue;
@@ -166,7 +164,6 @@ absl::StatusOr<UOpPtr> VectorizeAccumulators(const UOpPtr& sink, LowerContext& c
     auto [it, fresh] = stores[reg].emplace(k, u);
     if (!fresh) it->second = nullptr;  // two updates of one slot: leave that slot alone
   }
-  absl::flat_hash_map<const UOp*, UOpPtr> repl;
   for (const UOp* reg : regs) {
     const std::map<int64_t, const UOp*>& by_slot = stores.at(reg);
     for (auto it = by_slot.begin(); it != by_slot.end();) {
@@ -196,11 +193,13 @@ absl::StatusOr<UOpPtr> VectorizeAccumulators(const UOpPtr& sink, LowerContext& c
       if (!done) ++it;
     }
   }
-  // The sums of a register's lanes after its loop, ((acc[k] + acc[k + 1]) + ...) + acc[k + w - 1] (the unrolled
-  // reduce's lanes, w a power of two from 4 to 64), as a tree over one vector load of the slots: halves added until one lane is left, log2(w)
-  // shuffles and adds where the chain took w - 1 extracts and scalar adds in a row.
+}
+
+// Step 2: the sums of a register's lanes after its loop, ((acc[k] + acc[k + 1]) + ...) + acc[k + w - 1] (the unrolled
+// reduce's lanes, w a power of two from 4 to 64), as a tree over one vector load of the slots: halves added until one
+// lane is left, log2(w) shuffles and adds where the chain took w - 1 extracts and scalar adds in a row.
+void TreeLaneSums(const std::vector<const UOp*>& topo, absl::flat_hash_map<const UOp*, UOpPtr>& repl) {
   absl::flat_hash_set<const UOp*> in_chain;
-  const std::vector<const UOp*> topo = Toposort(sink);
   for (auto ut = topo.rbegin(); ut != topo.rend(); ++ut) {
     const UOp* root = *ut;
     if (root->op() != Op::ADD || root->dtype().count != 1 || !root->dtype().IsFloat() || in_chain.contains(root))
@@ -245,6 +244,16 @@ absl::StatusOr<UOpPtr> VectorizeAccumulators(const UOpPtr& sink, LowerContext& c
     }
     repl.emplace(root, v);
   }
+}
+
+}  // namespace
+
+absl::StatusOr<UOpPtr> VectorizeAccumulators(const UOpPtr& sink, LowerContext& ctx) {
+  if (!ctx.target.supports_vectors || ctx.target.has_local) return sink;
+  const std::vector<const UOp*> topo = Toposort(sink);
+  absl::flat_hash_map<const UOp*, UOpPtr> repl;
+  VectorUpdates(topo, repl);
+  TreeLaneSums(topo, repl);
   if (repl.empty()) return sink;
   // A replacement may be built over nodes that are themselves replaced (a later reduce's update reads an earlier
   // one's result through its stores; a tree's load comes after the loop's stores): rewrite until nothing changes.

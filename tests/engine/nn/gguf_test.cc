@@ -53,6 +53,15 @@ std::vector<int64_t> Dims(std::string_view text) {
 
 Shape ToShape(const std::vector<int64_t>& d) { return Shape(d.begin(), d.end()); }
 
+// gguf_ref.py's synthetic file (one tensor of every type, DIR/<name>.f32 its reference values) written into `dir`,
+// opened.
+absl::StatusOr<std::unique_ptr<GgufModel>> OpenSynthetic(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::string manifest = RunPython("synthetic " + dir);
+  if (!absl::EndsWith(manifest, "done\n")) return absl::InternalError("gguf_ref.py synthetic: " + manifest);
+  return GgufModel::Open(dir + "/types.gguf");
+}
+
 class GgufTest : public ::testing::Test {
  protected:
   void SetUp() override { backends::RegisterAllBackends(); }
@@ -132,9 +141,7 @@ TEST_F(GgufTest, EveryTypeDecodesAsLlamaCppsGgufPackageDoes) {
 // decodes each; different types, row lengths or a 3-D tensor are InvalidArgument, an unknown name NotFound.
 TEST_F(GgufTest, LoadRowsStacksTensorsOfOneTypeByRows) {
   const std::string dir = ::testing::TempDir() + "/gguf_rows";
-  std::filesystem::create_directories(dir);
-  ASSERT_TRUE(absl::EndsWith(RunPython("synthetic " + dir), "done\n"));
-  absl::StatusOr<std::unique_ptr<GgufModel>> model = GgufModel::Open(dir + "/types.gguf");
+  absl::StatusOr<std::unique_ptr<GgufModel>> model = OpenSynthetic(dir);
   ASSERT_TRUE(model.ok()) << model.status();
   absl::StatusOr<Tensor> w = (*model)->LoadRows({"q4_1", "q4_1_b", "q4_1"});
   ASSERT_TRUE(w.ok()) << w.status();
@@ -157,9 +164,7 @@ TEST_F(GgufTest, LoadRowsStacksTensorsOfOneTypeByRows) {
 // A quantized weight feeding a matmul: the dequantisation fuses into the matmul's kernel.
 TEST_F(GgufTest, DequantisationFusesIntoTheMatmul) {
   const std::string dir = ::testing::TempDir() + "/gguf_fuse";
-  std::filesystem::create_directories(dir);
-  ASSERT_TRUE(absl::EndsWith(RunPython("synthetic " + dir), "done\n"));
-  absl::StatusOr<std::unique_ptr<GgufModel>> model = GgufModel::Open(dir + "/types.gguf");
+  absl::StatusOr<std::unique_ptr<GgufModel>> model = OpenSynthetic(dir);
   ASSERT_TRUE(model.ok()) << model.status();
   for (const char* name : {"q4_1", "q4_0", "q8_0"}) {
     SCOPED_TRACE(name);
@@ -194,9 +199,7 @@ TEST_F(GgufTest, DequantisationFusesIntoTheMatmul) {
 // weights with 16-lane vector ops (it has none without the pass: vector loads alone come from "vectorize loads").
 TEST_F(GgufTest, BatchedDequantMatmulDecodesEachWeightOnceAsVectors) {
   const std::string dir = ::testing::TempDir() + "/gguf_batched";
-  std::filesystem::create_directories(dir);
-  ASSERT_TRUE(absl::EndsWith(RunPython("synthetic " + dir), "done\n"));
-  absl::StatusOr<std::unique_ptr<GgufModel>> model = GgufModel::Open(dir + "/types.gguf");
+  absl::StatusOr<std::unique_ptr<GgufModel>> model = OpenSynthetic(dir);
   ASSERT_TRUE(model.ok()) << model.status();
   constexpr int64_t kSlots = 8;
   for (const char* name : {"q4_1", "q4_0", "q8_0"}) {
