@@ -113,6 +113,9 @@ INSTANTIATE_TEST_SUITE_P(
                           ConvShape{"rows7", 1, 640, 64, 7, 3, 1},
                           ConvShape{"pointwise", 1, 2048, 192, 7, 1, 0},
                           ConvShape{"pointwise_s2", 1, 1024, 384, 13, 1, 0, 2},
+                          // a strided pointwise conv large enough to run over a stored copy of the pixels it
+                          // reads (Conv2d), at batch 2
+                          ConvShape{"pointwise_s2_copy", 2, 256, 64, 28, 1, 0, 2},
                           ConvShape{"padded_14", 1, 320, 32, 14, 3, 1},
                           // strided 3x3 input gradients, one stride-1 conv per output phase: ResNet-50's stage
                           // shape (its 2x2-tap phase takes channel lanes, the others not), and an odd input whose
