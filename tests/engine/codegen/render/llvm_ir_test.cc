@@ -70,6 +70,36 @@ TEST(LlvmIrTest, ByteVectorLoadsPrefetchAhead) {
   }
 }
 
+// out[i] = the sum of a[i * step .. i * step + lanes - 1], a as one float vector load per step of the loop.
+codegen::Program FloatRowsApart(int64_t step, int lanes) {
+  UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32);
+  UOpPtr r = Range(I32(64), 0);
+  UOpPtr v = Load(IndexVec(a, Alu(Op::MUL, {r, I32(step)}), lanes));
+  UOpPtr s = UOp::Make(Op::GEP, dtypes::kFloat32, {v}, Arg(std::vector<int64_t>{0}));
+  for (int64_t k = 1; k < lanes; ++k)
+    s = Alu(Op::ADD, {s, UOp::Make(Op::GEP, dtypes::kFloat32, {v}, Arg(std::vector<int64_t>{k}))});
+  UOpPtr e = End({Store(Index(out, r), s), r});
+  return FromRoots("r_64_rows", {e}, {Buf(0, dtypes::kFloat32, 64, true), Buf(1, dtypes::kFloat32, 64 * step, false)});
+}
+
+// Float vector loads >= 1 KiB apart per loop step (a conv's input rows along its channel loop) prefetch their lines
+// 8 steps ahead, one prefetch per 64-byte line; loads closer together are left to the hardware prefetchers.
+TEST(LlvmIrTest, FloatVectorLoadsRowsApartPrefetchEightStepsAhead) {
+  auto far = LlvmIrRenderer().Render(FloatRowsApart(784, 16));  // 3136 bytes per step: 25088 bytes ahead
+  ASSERT_TRUE(far.ok()) << far.status();
+  const size_t pf = far->find("call void @llvm.prefetch.p0(ptr ");
+  ASSERT_NE(pf, std::string::npos) << *far;
+  EXPECT_NE(far->find(", i64 25088\n"), std::string::npos) << *far;
+  EXPECT_LT(pf, far->find("= load <16 x float>")) << *far;
+  auto two_lines = LlvmIrRenderer().Render(FloatRowsApart(256, 32));  // 1 KiB per step, 128-byte loads
+  ASSERT_TRUE(two_lines.ok()) << two_lines.status();
+  EXPECT_NE(two_lines->find(", i64 8192\n"), std::string::npos) << *two_lines;
+  EXPECT_NE(two_lines->find(", i64 8256\n"), std::string::npos) << *two_lines;
+  auto near = LlvmIrRenderer().Render(FloatRowsApart(128, 16));  // 512 bytes per step
+  ASSERT_TRUE(near.ok()) << near.status();
+  EXPECT_EQ(near->find("llvm.prefetch"), std::string::npos) << *near;
+}
+
 TEST(LlvmIrTest, DeterministicText) {
   auto a = LlvmIrRenderer().Render(RowSum(4, 8));
   auto b = LlvmIrRenderer().Render(RowSum(4, 8));
