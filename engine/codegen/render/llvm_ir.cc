@@ -178,7 +178,7 @@ std::optional<int64_t> StepAlong(const UOp* e, const UOp* r, absl::flat_hash_map
   std::optional<int64_t> out;
   if (e == r) {
     out = 1;
-  } else if (e->op() == Op::CONST || e->op() == Op::RANGE || e->num_src() == 0) {
+  } else if (e->op() == Op::RANGE || e->num_src() == 0) {  // another loop, a constant, a variable
     out = 0;
   } else if (e->op() == Op::ADD || e->op() == Op::SUB) {
     auto a = StepAlong(e->src(0).get(), r, memo), b = StepAlong(e->src(1).get(), r, memo);
@@ -213,14 +213,14 @@ std::optional<int64_t> StepAlong(const UOp* e, const UOp* r, absl::flat_hash_map
 constexpr int64_t kStridedPrefetchMinBytes = 1024;
 constexpr int64_t kStridedPrefetchSteps = 8;
 
-// The bytes a load moves per step of the innermost open loop when it is such a strided float vector load, else 0.
-template <typename Loops>
-int64_t StridedFloatStep(const UOp& load, const Loops& loops) {
+// The bytes a load moves per step of `loop` (the innermost open loop, null outside loops) when it is such a strided
+// float vector load, else 0.
+int64_t StridedFloatStep(const UOp& load, const UOp* loop) {
   const DType d = load.dtype();
   const UOp* ix = load.src(0).get();
-  if (loops.empty() || d.count < 8 || !d.IsFloat() || ix->op() != Op::INDEX || ix->num_src() < 2) return 0;
+  if (loop == nullptr || d.count < 8 || !d.IsFloat() || ix->op() != Op::INDEX || ix->num_src() < 2) return 0;
   absl::flat_hash_map<const UOp*, std::optional<int64_t>> memo;
-  const std::optional<int64_t> step = StepAlong(ix->src(1).get(), loops.back().range, memo);
+  const std::optional<int64_t> step = StepAlong(ix->src(1).get(), loop, memo);
   const int64_t bytes = step ? *step * d.Base().ItemSize() : 0;
   return std::abs(bytes) >= kStridedPrefetchMinBytes ? bytes : 0;
 }
@@ -243,18 +243,18 @@ absl::Status Emitter::EmitLoad(const UOp& u) {
     return l;
   };
   if (gate.empty()) {
-    if (StreamsNarrowWeights(u)) {
+    // Prefetches (read, keep in all levels) of the lines `bytes` after the load's address.
+    auto prefetch = [&](int64_t bytes) {
       const std::string ahead = Tmp();
-      Line(absl::StrCat(ahead, " = getelementptr i8, ptr ", ptr, ", i64 ", kNarrowPrefetchBytes));
+      Line(absl::StrCat(ahead, " = getelementptr i8, ptr ", ptr, ", i64 ", bytes));
       Line(absl::StrCat("call void @llvm.prefetch.p0(ptr ", ahead, ", i32 0, i32 3, i32 1)"));
       decls_.insert("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)");
-    } else if (const int64_t step = StridedFloatStep(u, loops_); step != 0) {
-      for (int64_t off = 0; off < int64_t{u.dtype().count} * u.dtype().Base().ItemSize(); off += 64) {
-        const std::string ahead = Tmp();
-        Line(absl::StrCat(ahead, " = getelementptr i8, ptr ", ptr, ", i64 ", step * kStridedPrefetchSteps + off));
-        Line(absl::StrCat("call void @llvm.prefetch.p0(ptr ", ahead, ", i32 0, i32 3, i32 1)"));
-      }
-      decls_.insert("declare void @llvm.prefetch.p0(ptr, i32, i32, i32)");
+    };
+    if (StreamsNarrowWeights(u)) {
+      prefetch(kNarrowPrefetchBytes);
+    } else if (const int64_t step = StridedFloatStep(u, loops_.empty() ? nullptr : loops_.back().range); step != 0) {
+      for (int64_t off = 0; off < int64_t{u.dtype().count} * u.dtype().Base().ItemSize(); off += 64)
+        prefetch(step * kStridedPrefetchSteps + off);
     }
     val_[&u] = load();
     return absl::OkStatus();
