@@ -672,6 +672,14 @@ class Scheduler {
             in->op() != Op::ASSIGN)
           planner.Release(buffer_of[in]);
     }
+    // The items were built over placeholders; now that every lifetime is known, the planned buffers replace them.
+    const UOpMap<UOpPtr> planned = planner.Finish();
+    auto planned_of = [&](UOpPtr& b) {
+      if (auto it = planned.find(b); it != planned.end()) b = it->second;
+    };
+    for (ScheduleItem& item : s.items)
+      for (UOpPtr& b : item.buffers) planned_of(b);
+    for (auto& [node, b] : buffer_of) planned_of(b);
     s.intermediate_bytes = planner.requested_bytes();
     s.planned_bytes = planner.allocated_bytes();
 
