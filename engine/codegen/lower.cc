@@ -33,7 +33,9 @@ struct Pass {
 // 4-D weight's init kernel whose axes the opts merged into one kept the unravel/ravel chain
 // ((i/5/5/32)*800 + ((i/5/5)%32)*25 + ...) as 16 lanes of 64-bit divisions: slow to run, and the bulk of what LLVM
 // spent on the CNN's init kernels. Comparisons of indices (gates) stay as built: the gate passes read their shape
-// (narrow gated reduces; simplified, a transposed conv's gates on OpenCL no longer linearized).
+// (narrow gated reduces; simplified, a transposed conv's gates on OpenCL no longer linearized). One exception: a
+// WHERE whose condition is an index comparison that simplifies to a constant becomes the branch it picks (a padded
+// constant selector after its axis is unrolled: GGUF's Q4 nibble choice, tests LowerTest.NibbleSelect...).
 const PatternMatcher& SymbolicIndexRules() {
   static const PatternMatcher pm(
       {{UPat(OpSet{Op::INDEX, Op::RANGE}),
@@ -56,7 +58,18 @@ const PatternMatcher& SymbolicIndexRules() {
           UOpPtr s = GraphRewriteOrDie(b["x"], Sym(), {.name = "simplify"});
           return s != b["x"] ? b.root()->WithSrc({s}) : nullptr;
         },
-        "cast(index) -> cast(Sym(index))"}},
+        "cast(index) -> cast(Sym(index))"},
+       {UPat(Op::WHERE),
+        [](const Bindings& b) -> UOpPtr {
+          const UOpPtr& u = b.root();
+          const UOpPtr& c = u->src(0);
+          if (!IsComparison(c->op()) || c->src(0)->dtype() != dtypes::kIndex) return nullptr;
+          UOpPtr s = Simplify(c);
+          const bool* v = s->op() == Op::CONST ? std::get_if<bool>(&s->arg()) : nullptr;
+          if (v == nullptr) return nullptr;
+          return *v ? u->src(1) : u->src(2);
+        },
+        "where(index comparison that folds to a constant) -> the branch it picks"}},
       "symbolic_indices");
   return pm;
 }

@@ -247,6 +247,33 @@ TEST(LowerTest, QuantizedRowUnrollsToWholeBlocks) {
   EXPECT_EQ(std::count_if(odd->begin(), odd->end(), [](const Opt& o) { return o.op == OptOp::kUnroll; }), 0);
 }
 
+// GGUF's Q4 rows: byte j of a block holds weights j (low nibble) and j + 16 (high), the choice a WHERE on the
+// weight's half of its block, an index comparison (gguf_io.cc builds it from a padded constant, which lowers to
+// exactly that). Once the reduce is unrolled to whole blocks the comparison is a constant in each unrolled copy and
+// "postopt symbolic" folds the WHERE away; left in, it was a select per weight that kept the row scalar (SmolLM2's
+// one-slot decode step 3x slower than with the selector loaded from a buffer).
+TEST(LowerTest, NibbleSelectFoldsOnceUnrolledToWholeBlocks) {
+  UOpPtr out = Param(0, dtypes::kFloat32), q = Param(1, dtypes::kUInt8), x = Param(2, dtypes::kFloat32);
+  UOpPtr ri = UOp::Range(1536, 0), rk = UOp::Range(576, 1, AxisType::kReduce);
+  UOpPtr byte = Ld(Idx(q, ri * 288 + (rk / 32) * 16 + rk % 16));
+  UOpPtr lo = UOp::Make(Op::AND, dtypes::kUInt8, {byte, UOp::Const(dtypes::kUInt8, int64_t{15})});
+  UOpPtr hi = UOp::Make(Op::SHR, dtypes::kUInt8, {byte, UOp::Const(dtypes::kUInt8, int64_t{4})});
+  UOpPtr high_half = Lt(UOp::Const(dtypes::kIndex, int64_t{0}), (rk / 16) % 2);
+  UOpPtr w = UOp::Make(Op::CAST, dtypes::kFloat32, {Where(high_half, hi, lo)});
+  UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {w * Ld(Idx(x, rk)), rk}, Op::ADD);
+  UOpPtr ast = UOp::Sink({End(St(Idx(out, ri), red), {ri})});
+  auto wheres = [](const Program& p) {
+    return std::count_if(p.uops.begin(), p.uops.end(), [](const UOpPtr& u) { return u->op() == Op::WHERE; });
+  };
+  auto p = codegen::LowerKernel(ast, Avx512TwoCores(), {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(wheres(*p), 0);
+  // Not unrolled, the half is a run-time value and the WHERE stays.
+  auto q0 = NoOpt(ast);
+  ASSERT_TRUE(q0.ok()) << q0.status();
+  EXPECT_GE(wheres(*q0), 1);
+}
+
 // The row kernel's 16 accumulator lanes take both unrolled half blocks' products as one vector update per iteration
 // and are summed after the loop as a tree of halves ("vectorize accumulators"): no scalar update of an accumulator
 // slot is left, and the lanes' sum is 8-, 4-, 2- and 1-lane adds, not a chain of 15 scalar ones. (LLVM's SLP vectorizer packed such
