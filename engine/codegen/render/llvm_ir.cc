@@ -338,12 +338,24 @@ absl::Status Emitter::EmitRange(size_t i, const UOp& u) {
   const std::string pre = cur_block_;
   std::string c = Tmp();
   Line(absl::StrCat(c, " = icmp slt ", t, " 0, ", end));
+  // Every store of the kernel is gated by one value that is already computed here (it does not depend on this loop
+  // or any inside it): where it is off, nothing this loop does can be seen, so the loop is not entered. A KV cache's
+  // write (the new key under a one-hot mask of positions, computed for every position, head and dimension) then runs
+  // its heads and dimensions only at the written position.
+  bool gated = false;
+  if (store_gate_ != nullptr && val_.contains(store_gate_) &&
+      std::none_of(loops_.begin(), loops_.end(), [](const Loop& l) { return l.gated; })) {
+    const std::string both = Tmp();
+    Line(absl::StrCat(both, " = and i1 ", c, ", ", Ref(store_gate_)));
+    c = both;
+    gated = true;
+  }
   Line(absl::StrCat("br i1 ", c, ", label %L", k, ".body, label %L", k, ".exit"));
   Label(absl::StrCat("L", k, ".body"));
   std::string phi = absl::StrCat("%v", i);
   Line(absl::StrCat(phi, " = phi ", t, " [ 0, ", pre, " ], [ ", phi, ".next, %L", k, ".latch ]"));
   val_[&u] = phi;
-  loops_.push_back(Loop{&u, k, phi, end, t});
+  loops_.push_back(Loop{&u, k, phi, end, t, gated});
   return absl::OkStatus();
 }
 
@@ -497,6 +509,16 @@ absl::StatusOr<std::string> Emitter::Run() {
     if (v->op() != Op::DEFINE_VAR || (v->dtype() != dtypes::kInt32 && v->dtype() != dtypes::kInt64))
       return absl::InvalidArgumentError("llvm renderer: Program::vars must be int32/int64 DEFINE_VARs");
   }
+  // The kernel's stores: do they all share one scalar gate (EmitRange then skips whole loops where it is off)?
+  bool one_gate = true;
+  for (const UOpPtr& u : p_.uops) {
+    if (u->op() != Op::STORE) continue;
+    const UOp* g = u->num_src() > 2 ? u->src(2).get() : nullptr;
+    if (g == nullptr && u->src(0)->op() == Op::INDEX && u->src(0)->num_src() == 3) g = u->src(0)->src(2).get();
+    if (g == nullptr || g->dtype() != dtypes::kBool || (store_gate_ != nullptr && g != store_gate_)) one_gate = false;
+    store_gate_ = g;
+  }
+  if (!one_gate) store_gate_ = nullptr;
   for (size_t i = 0; i < p_.uops.size(); ++i) {
     KILN_RETURN_IF_ERROR(EmitOne(i, *p_.uops[i]));
     KILN_RETURN_IF_ERROR(err_);

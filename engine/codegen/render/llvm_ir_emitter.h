@@ -61,6 +61,7 @@ class Emitter {
     const UOp* range;
     int id;
     std::string phi, end, type;
+    bool gated = false;  // entered only where store_gate_ holds
   };
 
   const Program& p_;
@@ -75,6 +76,7 @@ class Emitter {
   int64_t ntmp_ = 0;
   int nblock_ = 0;
   bool streaming_stores_ = false;  // see kStreamingStoreBytes in llvm_ir.cc
+  const UOp* store_gate_ = nullptr;  // the one scalar gate of every STORE, if they share one (see EmitRange)
   bool fp_contract_ = true;        // LlvmIrRenderer's fp_contract
 
  public:

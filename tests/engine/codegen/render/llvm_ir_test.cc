@@ -100,6 +100,44 @@ TEST(LlvmIrTest, FloatVectorLoadsRowsApartPrefetchEightStepsAhead) {
   EXPECT_EQ(near->find("llvm.prefetch"), std::string::npos) << *near;
 }
 
+// out[r0 * 64 + r1] = a[r1] where m[r0] != 0 (a KV cache's write under a one-hot mask of positions); with
+// `ungated`, also an ungated store of 0 to out2[r0].
+codegen::Program MaskedRows(bool ungated) {
+  UOpPtr out = Param(0, dtypes::kFloat32), m = Param(1, dtypes::kInt32), a = Param(2, dtypes::kFloat32);
+  UOpPtr out2 = Param(3, dtypes::kFloat32);
+  UOpPtr r0 = Range(I32(8), 0);
+  UOpPtr g = Alu(Op::CMPNE, {Load(Index(m, r0)), I32(0)});
+  UOpPtr r1 = Range(I32(64), 1);
+  UOpPtr st = StoreGated(Index(out, Alu(Op::ADD, {Alu(Op::MUL, {r0, I32(64)}), r1})), Load(Index(a, r1)), g);
+  UOpPtr e1 = End({st, r1});
+  std::vector<UOpPtr> order{out, m, a, out2, r0, g, r1, st, e1};
+  if (ungated) order.push_back(Store(Index(out2, r0), F32(0.0)));
+  order.push_back(End({order.back(), r0}));
+  codegen::Program p;
+  p.name = "E_8_64";
+  p.uops = Complete(order);
+  p.buffers = {Buf(0, dtypes::kFloat32, 512, true), Buf(1, dtypes::kInt32, 8, false),
+               Buf(2, dtypes::kFloat32, 64, false), Buf(3, dtypes::kFloat32, 8, true)};
+  return p;
+}
+
+// When every store of a kernel is gated by one value computed outside a loop, that loop is entered only where the
+// gate holds (its entry test is the loop's own and the gate); one ungated store and nothing is skipped.
+TEST(LlvmIrTest, LoopsUnderTheStoresOneGateAreSkippedWhereItIsOff) {
+  auto src = LlvmIrRenderer().Render(MaskedRows(false));
+  ASSERT_TRUE(src.ok()) << src.status();
+  const size_t gate = src->find("= icmp ne i32");
+  const size_t both = src->find("= and i1 ");
+  ASSERT_NE(gate, std::string::npos) << *src;
+  ASSERT_NE(both, std::string::npos) << *src;
+  EXPECT_LT(gate, both);
+  EXPECT_LT(both, src->find("L1.body:")) << *src;
+  EXPECT_EQ(src->find("= and i1 ", both + 1), std::string::npos) << *src;  // the outer loop is not gated
+  auto mixed = LlvmIrRenderer().Render(MaskedRows(true));
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  EXPECT_EQ(mixed->find("= and i1 "), std::string::npos) << *mixed;
+}
+
 TEST(LlvmIrTest, DeterministicText) {
   auto a = LlvmIrRenderer().Render(RowSum(4, 8));
   auto b = LlvmIrRenderer().Render(RowSum(4, 8));
