@@ -75,6 +75,12 @@ std::shared_ptr<ThreadPool> CpuDevice::Pool() {
   return pool_;
 }
 
+absl::Status CpuDevice::Synchronize() {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  if (pool_ != nullptr) pool_->Rest();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<runtime::Program>> CpuDevice::Load(const std::string& binary, const std::string& name) {
   llvm::orc::LLJIT& jit = *jit_->jit;
   llvm::orc::JITDylib* jd = nullptr;

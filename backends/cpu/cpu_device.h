@@ -86,6 +86,8 @@ class CpuDevice final : public runtime::Device {
   absl::StatusOr<std::unique_ptr<runtime::GraphExec>> CreateGraph(std::vector<runtime::GraphItem> items) override {
     return std::unique_ptr<runtime::GraphExec>(new runtime::LaunchListGraph(std::move(items)));
   }
+  // A run of kernels ended: the launch pool's workers sleep rather than spin (ThreadPool::Rest).
+  absl::Status Synchronize() override;
   // Threads in the launch pool (= hardware threads).
   int num_cores() const { return num_cores_; }
 

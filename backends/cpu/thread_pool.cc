@@ -83,7 +83,14 @@ void ThreadPool::WorkerLoop() {
       may_spin = false;
       ++spinners_;
       lock.unlock();
-      SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0 || stop_.load(); }, kSpinWindow);
+      const auto start = std::chrono::steady_clock::now();
+      SpinUntil(
+          [this, start] {
+            return queued_.load(std::memory_order_acquire) > 0 || stop_.load() ||
+                   (resting_.load(std::memory_order_acquire) &&
+                    std::chrono::steady_clock::now() - start >= kRestWindow);
+          },
+          kSpinWindow);
       lock.lock();
       --spinners_;
       continue;  // re-check the queue under the lock either way
@@ -103,6 +110,7 @@ void ThreadPool::ParallelFor(int n, const std::function<void(int)>& fn) {
   Batch batch{&fn, n};
   {
     std::lock_guard<std::mutex> lock(mu_);
+    resting_.store(false, std::memory_order_relaxed);
     for (int i = 1; i < n; ++i) queue_.push_back(Task{&batch, i});
     queued_.fetch_add(n - 1, std::memory_order_release);
     // Spinning workers re-check the queue under the lock before they sleep, so only the tasks beyond them need a
