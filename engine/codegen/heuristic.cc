@@ -2,7 +2,6 @@
 // convolutions (MatmulTile), vector accumulators for other reductions (AccTile), merged axes, loop order for gated
 // in-place stores, and the elementwise upcasts and thread split. Opts are applied through opt.cc's ApplyOpt.
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -669,6 +668,15 @@ absl::StatusOr<UOpPtr> MergeAxes(const UOpPtr& sink, LowerContext& ctx, bool red
 
 }  // namespace
 
+namespace {
+// The thread split's weight of a kernel's operations: a transcendental (2^x, log2, sin) counts as 16 (see step 3).
+int64_t OpsWeight(const UOpPtr& cur) {
+  int64_t weight = 1;
+  for (const UOp* u : Toposort(cur)) weight += u->op() == Op::EXP2 || u->op() == Op::LOG2 || u->op() == Op::SIN ? 16 : 0;
+  return weight;
+}
+}  // namespace
+
 absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std::vector<Opt>* chosen) {
   UOpPtr cur = sink;
   auto apply = [&](Opt o) -> absl::Status {
@@ -709,6 +717,36 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
     const std::vector<UOpPtr> axes = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
     for (const IndexStride& s : StridesAlong(cur, axes.back().get()))
       ctx.strided_loads |= !s.is_store && (!s.stride || (*s.stride != 0 && *s.stride != 1));
+  }
+  // 0b. A small reduce whose innermost output axis is contiguous in a load while its innermost reduce axis is
+  // contiguous in none (attention's scores q . K^T over a transposed key cache: positions contiguous, the head
+  // dimension a cache row apart): a whole SIMD register of outputs upcast 4 (or 2) times over, so each step of the
+  // reduce loop is that many independent vector multiply-adds, and no reduce unroll. The generic steps below made one
+  // 8-wide accumulator with four dependent multiply-adds per iteration, bound by their latency: SmolLM2's one-slot
+  // scores kernel 11.8 -> 5.4-5.6 us per layer (2-core Emerald Rapids).
+  if (ctx.has_reduce && ctx.target.supports_vectors && !out.empty() && !red.empty() && !gate_order) {
+    const std::vector<UOpPtr> oax = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
+    const std::vector<UOpPtr> rax = AxesOfType(cur, ctx, {AxisType::kReduce});
+    const int64_t simd = std::clamp(ctx.target.vector_bytes / 4, 8, 16);
+    const int64_t s = out.back();
+    bool out_contig = false, red_contig = false;
+    for (const IndexStride& st : StridesAlong(cur, oax.back().get()))
+      out_contig |= !st.is_store && st.stride && *st.stride == 1;
+    for (const IndexStride& st : StridesAlong(cur, rax.back().get()))
+      red_contig |= !st.is_store && st.stride && *st.stride == 1;
+    if (out_contig && !red_contig && s % (2 * simd) == 0 && work < (int64_t{1} << 18)) {
+      KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, static_cast<int>(out.size()) - 1, static_cast<int>(simd)}));
+      const std::vector<int64_t> rest = sizes({AxisType::kLoop, AxisType::kGlobal});
+      const int64_t r = rest.empty() ? 1 : rest.back();
+      const int64_t more = r % 4 == 0 ? 4 : r % 2 == 0 ? 2 : 1;
+      if (more > 1)
+        KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, static_cast<int>(rest.size()) - 1, static_cast<int>(more)}));
+      if (auto [axis, t] = ThreadSplit(ctx, sizes({AxisType::kLoop, AxisType::kGlobal}), work * OpsWeight(cur),
+                                       [](int) { return int64_t{1}; });
+          t > 1)
+        KILN_RETURN_IF_ERROR(apply({OptOp::kThread, axis, t}));
+      return cur;
+    }
   }
   // 1. unroll the last reduce axis: fully when small, else by 4 (tinygrad step 7).
   int64_t lanes = 1;
@@ -764,8 +802,7 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
   // CNN's BatchNorm + pool and ReLU kernels ran on one core at batch 22 (kilnd, `DEBUG=2`, mean of ~1600 runs on a
   // 2-core Emerald Rapids): r_n_32_10_10_2_2 141 -> 82 us, E_n_72_2_8_16 163 -> 94 us, r_n_10_144_4 61 -> 38 us;
   // load_compare-style concurrency 32 4147 / 4051 -> 4430 / 4202 infer/s, batch 1 latency unchanged.
-  int64_t weight = 1;
-  for (const UOp* u : Toposort(cur)) weight += u->op() == Op::EXP2 || u->op() == Op::LOG2 || u->op() == Op::SIN ? 16 : 0;
+  const int64_t weight = OpsWeight(cur);
   const int64_t rows = SymbolicRowsBound(cur, ctx);
   if (auto [axis, t] = ThreadSplit(ctx, sizes({AxisType::kLoop, AxisType::kGlobal}), work * weight * rows,
                                    [](int) { return int64_t{1}; });

@@ -247,6 +247,22 @@ TEST(LowerTest, QuantizedRowUnrollsToWholeBlocks) {
   EXPECT_EQ(std::count_if(odd->begin(), odd->end(), [](const Opt& o) { return o.op == OptOp::kUnroll; }), 0);
 }
 
+// Attention's scores over a transposed key cache, out[h, p] = sum_d q[h, 2d] * kt[h / 3, d, p] (three heads per key
+// head): positions contiguous in the cache, the head dimension a row apart, and no load contiguous along d (the LLM's q is RoPE'd from pairs in the
+// kernel). Four independent 16-wide accumulators along the positions and no reduce unroll (the generic steps gave
+// one 8-wide accumulator with four dependent multiply-adds per iteration).
+TEST(LowerTest, TransposedKeyScoresTakeSeveralVectorAccumulators) {
+  UOpPtr out = Param(0, dtypes::kFloat32), q = Param(1, dtypes::kFloat32), kt = Param(2, dtypes::kFloat32);
+  UOpPtr rh = UOp::Range(9, 0), rp = UOp::Range(128, 1), rd = UOp::Range(64, 2, AxisType::kReduce);
+  UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {Ld(Idx(q, rh * 128 + rd * 2)) * Ld(Idx(kt, (rh / 3) * 16384 + rd * 256 + rp)), rd},
+                         Op::ADD);
+  Target t = Avx512TwoCores();
+  t.supports_vectors = true;  // the CPU target's (LLVM renders vector loads)
+  auto opts = codegen::HeuristicOpts(UOp::Sink({End(St(Idx(out, rh * 128 + rp), red), {rh, rp})}), t);
+  ASSERT_TRUE(opts.ok()) << opts.status();
+  EXPECT_EQ(*opts, (std::vector<Opt>{{OptOp::kUpcast, 1, 16}, {OptOp::kUpcast, 1, 4}}));
+}
+
 // GGUF's Q4 rows: byte j of a block holds weights j (low nibble) and j + 16 (high), the choice a WHERE on the
 // weight's half of its block, an index comparison (gguf_io.cc builds it from a padded constant, which lowers to
 // exactly that). Once the reduce is unrolled to whole blocks the comparison is a constant in each unrolled copy and
