@@ -666,15 +666,13 @@ absl::StatusOr<UOpPtr> MergeAxes(const UOpPtr& sink, LowerContext& ctx, bool red
   return cur;
 }
 
-}  // namespace
-
-namespace {
 // The thread split's weight of a kernel's operations: a transcendental (2^x, log2, sin) counts as 16 (see step 3).
 int64_t OpsWeight(const UOpPtr& cur) {
   int64_t weight = 1;
   for (const UOp* u : Toposort(cur)) weight += u->op() == Op::EXP2 || u->op() == Op::LOG2 || u->op() == Op::SIN ? 16 : 0;
   return weight;
 }
+
 }  // namespace
 
 absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std::vector<Opt>* chosen) {
