@@ -241,7 +241,8 @@ absl::StatusOr<UOpPtr> RunPasses(const UOpPtr& ast, LowerContext& ctx) {
   const bool dump = DebugLevel() >= 6;
   const bool trace = GetKnob(Knob::kTrackMatchStats) >= 2;
 #ifndef NDEBUG
-  KILN_RETURN_IF_ERROR(VerifyKernel(ast));
+  SpecMemo verified;  // each pass's output is checked where it differs from its input
+  KILN_RETURN_IF_ERROR(VerifyKernel(ast, verified));
 #endif
   UOpPtr cur = ast;
   for (const Step& step : steps) {
@@ -261,7 +262,7 @@ absl::StatusOr<UOpPtr> RunPasses(const UOpPtr& ast, LowerContext& ctx) {
 #ifndef NDEBUG
     // The spec verifier between passes (debug and test builds); a failure here is a codegen bug.
     if (next.ok()) {
-      if (absl::Status st = VerifyKernel(*next); !st.ok())
+      if (absl::Status st = VerifyKernel(*next, verified); !st.ok())
         next = absl::InternalError(absl::StrCat("after codegen pass '", step.name, "': ", st.message()));
     }
 #endif

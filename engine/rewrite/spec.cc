@@ -29,14 +29,16 @@ UOpPtr SpecReject(const Bindings& b, std::string why) {
   return RejectNode();
 }
 
-absl::Status VerifyWithSpec(const UOpPtr& root, const PatternMatcher& spec, const char* what) {
-  if (!root) return absl::InvalidArgumentError(absl::StrCat(what, ": null root"));
+namespace {
+
+// The first of `nodes` (in order) that `spec` does not accept, as "<what>: <OP> <dtype>: <why>".
+absl::Status CheckNodes(const std::vector<const UOp*>& nodes, const PatternMatcher& spec, const char* what) {
   // Verdicts are checks, not rewrites: they stay out of the rewrite trace (VIZ), still counted.
   std::optional<Context> untraced;
   if (GetKnob(Knob::kTrackMatchStats) >= 2) {
     untraced.emplace(std::initializer_list<std::pair<Knob, int64_t>>{{Knob::kTrackMatchStats, 1}});
   }
-  for (const UOp* u : Toposort(root)) {
+  for (const UOp* u : nodes) {
     SpecContext ctx;
     UOpPtr verdict = spec.Rewrite(UOpPtr::FromRaw(u), &ctx);
     if (verdict == SpecAccept()) continue;
@@ -45,6 +47,13 @@ absl::Status VerifyWithSpec(const UOpPtr& root, const PatternMatcher& spec, cons
                                                    u->dtype().Name(), ": ", why));
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status VerifyWithSpec(const UOpPtr& root, const PatternMatcher& spec, const char* what) {
+  if (!root) return absl::InvalidArgumentError(absl::StrCat(what, ": null root"));
+  return CheckNodes(Toposort(root), spec, what);
 }
 
 namespace {
@@ -352,5 +361,30 @@ const PatternMatcher& KernelSpec() {
 absl::Status VerifyTensorGraph(const UOpPtr& root) { return VerifyWithSpec(root, TensorSpec(), "tensor spec"); }
 
 absl::Status VerifyKernel(const UOpPtr& sink) { return VerifyWithSpec(sink, KernelSpec(), "kernel spec"); }
+
+absl::Status VerifyKernel(const UOpPtr& sink, SpecMemo& memo) {
+  if (!sink) return absl::InvalidArgumentError("kernel spec: null root");
+  // Toposort's walk, not descending into accepted nodes (their subgraphs were accepted whole).
+  std::vector<const UOp*> fresh;
+  absl::flat_hash_set<const UOp*> visited;
+  std::vector<std::pair<const UOp*, size_t>> stack;
+  if (!memo.Accepted(sink.get())) {
+    visited.insert(sink.get());
+    stack.emplace_back(sink.get(), 0);
+  }
+  while (!stack.empty()) {
+    auto& [u, i] = stack.back();
+    if (i < u->num_src()) {
+      const UOp* c = u->src(i++).get();
+      if (!memo.Accepted(c) && visited.insert(c).second) stack.emplace_back(c, 0);
+    } else {
+      fresh.push_back(u);
+      stack.pop_back();
+    }
+  }
+  KILN_RETURN_IF_ERROR(CheckNodes(fresh, KernelSpec(), "kernel spec"));
+  for (const UOp* u : fresh) memo.Accept(u);
+  return absl::OkStatus();
+}
 
 }  // namespace kiln

@@ -19,6 +19,9 @@
 //   dtypes; ALU dtype rules as above; no tensor-only ops.
 #pragma once
 
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "engine/rewrite/pattern_matcher.h"
 #include "engine/uop/uop.h"
@@ -29,6 +32,23 @@ namespace kiln {
 absl::Status VerifyTensorGraph(const UOpPtr& root);
 // OK, or InvalidArgument "kernel spec: <OP> <dtype>: <why>" for the first offending node.
 absl::Status VerifyKernel(const UOpPtr& sink);
+
+// The nodes one sequence of verifications has accepted. A node's verdict depends only on the immutable subgraph
+// below it, so codegen, which verifies the kernel after each of its passes, checks only the nodes a pass made: the
+// walk stops at an accepted node. Holds a reference to each, so no accepted address is reused by a new node.
+class SpecMemo {
+ public:
+  bool Accepted(const UOp* u) const { return accepted_.contains(u); }
+  void Accept(const UOp* u) {
+    if (accepted_.insert(u).second) held_.push_back(UOpPtr::FromRaw(u));
+  }
+
+ private:
+  absl::flat_hash_set<const UOp*> accepted_;
+  std::vector<UOpPtr> held_;
+};
+// VerifyKernel over the nodes `memo` has not accepted yet (children first); accepts them into it when all pass.
+absl::Status VerifyKernel(const UOpPtr& sink, SpecMemo& memo);
 
 // The rule tables, for composition by later layers (e.g. a schedule spec = tensor spec + more).
 // Callbacks take a SpecContext* ctx and return SpecAccept() or SpecReject(ctx, why).

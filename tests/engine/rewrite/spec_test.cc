@@ -178,6 +178,32 @@ TEST(KernelSpecTest, RejectsTensorOps) {
   ExpectKernelError(x, "CONTIGUOUS", "tensor-only");
 }
 
+TEST(KernelSpecTest, MemoChecksOnlyWhatAPassMadeAndStillCatchesIt) {
+  // Codegen verifies after every pass with one memo: a kernel accepted once is not walked again, and a new node
+  // above or beside accepted ones is still checked and reported as VerifyKernel reports it.
+  Kernel k;
+  UOpPtr ld = UOp::Make(Op::LOAD, kF, {Index(k.in, k.r)});
+  UOpPtr good = UOp::Sink({UOp::Make(Op::END, dtypes::kVoid,
+                                     {UOp::Make(Op::STORE, dtypes::kVoid, {Index(k.out, k.r), ld}), k.r})});
+  SpecMemo memo;
+  ASSERT_TRUE(VerifyKernel(good, memo).ok());
+  EXPECT_TRUE(memo.Accepted(ld.get()));
+  EXPECT_TRUE(memo.Accepted(good.get()));
+  // The next "pass" stores a value of the wrong dtype, computed from the accepted load.
+  UOpPtr bad_store = UOp::Make(Op::STORE, dtypes::kVoid, {Index(k.out, k.r), Cast(ld, dtypes::kInt32)});
+  UOpPtr bad = UOp::Sink({UOp::Make(Op::END, dtypes::kVoid, {bad_store, k.r})});
+  absl::Status s = VerifyKernel(bad, memo);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_EQ(s.message(), VerifyKernel(bad).message());
+  EXPECT_NE(s.message().find("STORE"), std::string::npos) << s;
+  // A failed walk accepts none of its nodes: asked again, it fails again.
+  EXPECT_FALSE(memo.Accepted(bad_store.get()));
+  EXPECT_FALSE(VerifyKernel(bad, memo).ok());
+  // A bad node under an accepted parent cannot exist (nodes are immutable), but a bad leaf beside them is found.
+  UOpPtr bad_param = UOp::Make(Op::PARAM, kF, {}, Arg(int64_t{2}));
+  EXPECT_FALSE(VerifyKernel(UOp::Sink({good->src(0), bad_param}), memo).ok());
+}
+
 TEST(SpecTest, FirstOffenderIsReported) {
   // Children are checked before parents: the bad CONST is named, not the ADD above it.
   UOpPtr bad = UOp::Make(Op::CONST, kF, {}, Arg(int64_t{1}));
