@@ -487,7 +487,10 @@ absl::Status Emitter::EmitOne(size_t i, const UOp& u) {
 // read-for-ownership of the destination, and the output does not evict the inputs from cache). Below it the output
 // likely stays in the last-level cache for the next kernel, where a normal store is better. Not where the loads are
 // strided (Program::strided_loads, a transpose): the stores stay scalar, and scalar streaming stores cost far more
-// than they save (the CNN's channels-last copy of a conv's output gradient, 512x32x20x20: 62.5 -> 2.3 ms).
+// than they save (the CNN's channels-last copy of a conv's output gradient, 512x32x20x20: 62.5 -> 2.3 ms). Nor where
+// loads are gated (a padded view): LLVM writes the lanes it knows are 0 with 8-byte streaming stores and the loaded
+// ones with plain scalar stores into the same lines, and each line then leaves the core and comes back (conv1's
+// output gradient padded by 4 for its input gradient, 512x32x24x24 -> 32x32: 167 -> 5.1 ms).
 constexpr int64_t kStreamingStoreBytes = int64_t{16} << 20;
 
 absl::StatusOr<std::string> Emitter::Run() {
@@ -496,7 +499,12 @@ absl::StatusOr<std::string> Emitter::Run() {
   int64_t out_bytes = 0;
   for (const BufferParam& b : p_.buffers)
     if (b.is_output) out_bytes += b.size * b.dtype.ItemSize();
-  streaming_stores_ = p_.name.rfind("E_", 0) == 0 && out_bytes >= kStreamingStoreBytes && !p_.strided_loads;
+  bool gated_loads = false;
+  for (const UOpPtr& u : p_.uops)
+    gated_loads |= u->op() == Op::LOAD &&
+                   (u->num_src() > 2 || (u->src(0)->op() == Op::INDEX && u->src(0)->num_src() == 3));
+  streaming_stores_ =
+      p_.name.rfind("E_", 0) == 0 && out_bytes >= kStreamingStoreBytes && !p_.strided_loads && !gated_loads;
   int64_t nbufs = static_cast<int64_t>(p_.buffers.size());
   for (const BufferParam& b : p_.buffers) nbufs = std::max(nbufs, b.slot + 1);
   for (const UOpPtr& u : p_.uops) {

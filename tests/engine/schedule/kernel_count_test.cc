@@ -152,6 +152,14 @@ TEST(KernelCount, PadShrinkFlipFuse) {
   EXPECT_EQ(Kernels(Add(Shrink(b, {1, 5, 1, 5}), a)), 1);
 }
 
+// A reduce read through a pad is stored at its own shape: inlined, its loop would run for every element of the padded
+// view (the gradient of a stride-2 conv's input interleaves the gradient with zeros: 4x the multiply-adds).
+TEST(KernelCount, ReduceReadThroughAPadIsRealized) {
+  UOpPtr a = Input({8, 16}), b = Input({20});
+  EXPECT_EQ(Kernels(Add(Pad(Sum(a, {0}), {2, 2}), b)), 2);
+  EXPECT_EQ(Kernels(Add(Shrink(Sum(a, {0}), {2, 14}), Input({12}))), 1);  // a shrink reads inside: still fused
+}
+
 TEST(KernelCount, ReduceUsedAtTwoIndicesIsRealized) {
   UOpPtr a = Input({8, 8});
   UOpPtr s = Sum(a, {0});  // (8,)

@@ -40,6 +40,22 @@ TEST(LlvmIrTest, LargeElementwiseOutputsUseStreamingStores) {
   EXPECT_NE(big->find("!0 = !{i32 1}"), std::string::npos);
 }
 
+// A padded copy (loads gated by a window) writes its outputs with plain stores, however large: LLVM stores the lanes
+// it knows are 0 with 8-byte streaming stores and the loaded ones with plain stores into the same cache lines.
+TEST(LlvmIrTest, GatedLoadsKeepPlainStores) {
+  const int64_t n = int64_t{1} << 22;  // 16 MiB of float32 output, as in LargeElementwiseOutputsUseStreamingStores
+  UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32);
+  UOpPtr r = Range(I32(n), 0);
+  UOpPtr in_window = Alu(Op::CMPLT, {r, I32(n - 64)});
+  UOpPtr v = Load(IndexGated(a, r, in_window));
+  UOpPtr e = End({Store(Index(out, r), v), r});
+  auto src = LlvmIrRenderer().Render(
+      FromRoots("E_padded", {e}, {Buf(0, dtypes::kFloat32, n, true), Buf(1, dtypes::kFloat32, n, false)}));
+  ASSERT_TRUE(src.ok()) << src.status();
+  EXPECT_NE(src->find("store float %"), std::string::npos) << *src;
+  EXPECT_EQ(src->find("nontemporal"), std::string::npos) << *src;
+}
+
 // out[i] = float(a[16 i .. 16 i + 15]) summed, with a as 16-lane vector loads of `d`.
 codegen::Program VectorByteRows(DType d) {
   UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, d);
