@@ -364,24 +364,8 @@ absl::Status VerifyKernel(const UOpPtr& sink) { return VerifyWithSpec(sink, Kern
 
 absl::Status VerifyKernel(const UOpPtr& sink, SpecMemo& memo) {
   if (!sink) return absl::InvalidArgumentError("kernel spec: null root");
-  // Toposort's walk, not descending into accepted nodes (their subgraphs were accepted whole).
-  std::vector<const UOp*> fresh;
-  absl::flat_hash_set<const UOp*> visited;
-  std::vector<std::pair<const UOp*, size_t>> stack;
-  if (!memo.Accepted(sink.get())) {
-    visited.insert(sink.get());
-    stack.emplace_back(sink.get(), 0);
-  }
-  while (!stack.empty()) {
-    auto& [u, i] = stack.back();
-    if (i < u->num_src()) {
-      const UOp* c = u->src(i++).get();
-      if (!memo.Accepted(c) && visited.insert(c).second) stack.emplace_back(c, 0);
-    } else {
-      fresh.push_back(u);
-      stack.pop_back();
-    }
-  }
+  // Accepted nodes are not descended into: their subgraphs were accepted whole.
+  const std::vector<const UOp*> fresh = Toposort(sink, [&](const UOp* u) { return memo.Accepted(u); });
   KILN_RETURN_IF_ERROR(CheckNodes(fresh, KernelSpec(), "kernel spec"));
   for (const UOp* u : fresh) memo.Accept(u);
   return absl::OkStatus();

@@ -489,19 +489,23 @@ const Digest& UOp::Key() const {
 // Toposort
 // ---------------------------------------------------------------------------------------------
 
-std::vector<const UOp*> Toposort(absl::Span<const UOpPtr> roots) {
+namespace {
+
+// Toposort's walk; `skip(u)`: u is neither listed nor descended into.
+template <typename Skip>
+std::vector<const UOp*> ToposortSkipping(absl::Span<const UOpPtr> roots, Skip skip) {
   std::vector<const UOp*> out;
   absl::flat_hash_set<const UOp*> visited;
   std::vector<std::pair<const UOp*, size_t>> stack;
   for (const UOpPtr& r : roots) {
-    if (!r || visited.contains(r.get())) continue;
+    if (!r || skip(r.get()) || visited.contains(r.get())) continue;
     visited.insert(r.get());
     stack.emplace_back(r.get(), 0);
     while (!stack.empty()) {
       auto& [u, i] = stack.back();
       if (i < u->num_src()) {
         const UOp* c = u->src(i++).get();
-        if (visited.insert(c).second) stack.emplace_back(c, 0);
+        if (!skip(c) && visited.insert(c).second) stack.emplace_back(c, 0);
       } else {
         out.push_back(u);
         stack.pop_back();
@@ -509,6 +513,16 @@ std::vector<const UOp*> Toposort(absl::Span<const UOpPtr> roots) {
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<const UOp*> Toposort(absl::Span<const UOpPtr> roots) {
+  return ToposortSkipping(roots, [](const UOp*) { return false; });
+}
+
+std::vector<const UOp*> Toposort(const UOpPtr& root, absl::FunctionRef<bool(const UOp*)> skip) {
+  return ToposortSkipping(absl::Span<const UOpPtr>(&root, 1), skip);
 }
 
 std::vector<const UOp*> Toposort(const UOpPtr& root) {

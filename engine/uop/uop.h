@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "engine/base/sha256.h"
@@ -207,6 +208,9 @@ class UOp {
 // Iterative. The raw pointers are valid while the roots are held.
 std::vector<const UOp*> Toposort(absl::Span<const UOpPtr> roots);
 std::vector<const UOp*> Toposort(const UOpPtr& root);
+// The same, leaving out the nodes `skip` holds for and everything reachable only through them (an incremental walk:
+// the spec check's already accepted subgraphs).
+std::vector<const UOp*> Toposort(const UOpPtr& root, absl::FunctionRef<bool(const UOp*)> skip);
 
 // Shape inference used by the factories. Nullopt = the node has no shape. Errors name the op and
 // the offending dims.

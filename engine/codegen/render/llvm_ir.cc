@@ -146,11 +146,19 @@ absl::Status CheckDType(DType d, const UOp& u) {
 }
 }  // namespace
 
-std::string Emitter::Gate(const UOp& mem_op, size_t gate_src) {
-  if (mem_op.num_src() > gate_src) return Ref(mem_op.src(gate_src).get());
+namespace {
+// A LOAD's or STORE's gate: its own source `gate_src`, else its INDEX's third source; null when ungated.
+const UOp* GateOf(const UOp& mem_op, size_t gate_src) {
+  if (mem_op.num_src() > gate_src) return mem_op.src(gate_src).get();
   const UOp* idx = mem_op.src(0).get();
-  if (idx->op() == Op::INDEX && idx->num_src() == 3) return Ref(idx->src(2).get());
-  return "";
+  if (idx->op() == Op::INDEX && idx->num_src() == 3) return idx->src(2).get();
+  return nullptr;
+}
+}  // namespace
+
+std::string Emitter::Gate(const UOp& mem_op, size_t gate_src) {
+  const UOp* g = GateOf(mem_op, gate_src);
+  return g == nullptr ? "" : Ref(g);
 }
 
 namespace {
@@ -501,8 +509,7 @@ absl::StatusOr<std::string> Emitter::Run() {
     if (b.is_output) out_bytes += b.size * b.dtype.ItemSize();
   bool gated_loads = false;
   for (const UOpPtr& u : p_.uops)
-    gated_loads |= u->op() == Op::LOAD &&
-                   (u->num_src() > 2 || (u->src(0)->op() == Op::INDEX && u->src(0)->num_src() == 3));
+    gated_loads |= u->op() == Op::LOAD && GateOf(*u, 2) != nullptr;
   streaming_stores_ =
       p_.name.rfind("E_", 0) == 0 && out_bytes >= kStreamingStoreBytes && !p_.strided_loads && !gated_loads;
   int64_t nbufs = static_cast<int64_t>(p_.buffers.size());
@@ -521,8 +528,7 @@ absl::StatusOr<std::string> Emitter::Run() {
   bool one_gate = true;
   for (const UOpPtr& u : p_.uops) {
     if (u->op() != Op::STORE) continue;
-    const UOp* g = u->num_src() > 2 ? u->src(2).get() : nullptr;
-    if (g == nullptr && u->src(0)->op() == Op::INDEX && u->src(0)->num_src() == 3) g = u->src(0)->src(2).get();
+    const UOp* g = GateOf(*u, 2);
     if (g == nullptr || g->dtype() != dtypes::kBool || (store_gate_ != nullptr && g != store_gate_)) one_gate = false;
     store_gate_ = g;
   }
