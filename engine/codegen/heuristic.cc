@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "engine/base/status.h"
 #include "engine/codegen/graph_util.h"
@@ -666,11 +667,24 @@ absl::StatusOr<UOpPtr> MergeAxes(const UOpPtr& sink, LowerContext& ctx, bool red
   return cur;
 }
 
-// The thread split's weight of a kernel's operations: a transcendental (2^x, log2, sin) counts as 16 (see step 3).
+// The thread split's weight of a kernel's operations: a transcendental (2^x, log2, sin) counts as 16, and each load
+// past the second that moves along every axis of the kernel (a whole input per element, not a broadcast bias or scale)
+// as 1 more (see step 3).
 int64_t OpsWeight(const UOpPtr& cur) {
+  const std::vector<const UOp*> topo = Toposort(cur);
+  absl::flat_hash_map<const UOp*, uint64_t> axes;  // the RANGEs each node depends on, one bit each (up to 64)
+  uint64_t all = 0;
   int64_t weight = 1;
-  for (const UOp* u : Toposort(cur)) weight += u->op() == Op::EXP2 || u->op() == Op::LOG2 || u->op() == Op::SIN ? 16 : 0;
-  return weight;
+  for (const UOp* u : topo) {
+    weight += u->op() == Op::EXP2 || u->op() == Op::LOG2 || u->op() == Op::SIN ? 16 : 0;
+    uint64_t bits = u->op() == Op::RANGE && all != ~uint64_t{0} ? (all + 1) & ~all : 0;  // the lowest free bit
+    all |= bits;
+    for (const UOpPtr& src : u->src()) bits |= axes[src.get()];
+    axes[u] = bits;
+  }
+  int64_t whole_loads = 0;
+  for (const UOp* u : topo) whole_loads += u->op() == Op::LOAD && axes[u] == all ? 1 : 0;
+  return weight + std::max<int64_t>(0, whole_loads - 2);
 }
 
 }  // namespace
@@ -795,6 +809,11 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
   // 3. threads over the outermost output axis that splits evenly, with >= kMinOpsPerThread ops each (tinygrad step 10).
   // A transcendental (2^x, log2, sin: a polynomial of ~20 ops, or a libm call in a reduce loop) counts as 16 ops: a
   // softmax over MiniLM's 12 x 128 x 128 scores (196K exps per kernel, 0.23-0.33 ms on one core) runs on both.
+  // Whole-input loads past the second count one op each: ResNet-50's last blocks recompute the residual chain from
+  // several stored inputs per element (its global average pool sums 2048 x 49 of them from 8 buffers): 165 -> 85 us
+  // and 83 -> 50 us on two cores; the CNN, MiniLM, the training step and the LLM step keep their kernels (broadcast
+  // loads do not count: MiniLM's LayerNorm outputs, two whole inputs and four broadcasts over 49K elements, ran
+  // slower on two cores).
   // A symbolic output axis (a dynamic batch's rows, left out of `work`) counts at its upper bound: the kernel is
   // lowered once for every batch size, and the fixed-batch kernels it replaces took threads from 21 rows on. The
   // CNN's BatchNorm + pool and ReLU kernels ran on one core at batch 22 (kilnd, `DEBUG=2`, mean of ~1600 runs on a

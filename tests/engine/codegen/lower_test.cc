@@ -375,6 +375,33 @@ TEST(LowerTest, SymbolicRowsCountAtTheirBoundForThreads) {
   EXPECT_EQ(std::count_if(few->begin(), few->end(), [](const Opt& o) { return o.op == OptOp::kThread; }), 0);
 }
 
+// out[c] = sum_p (x0 + x1 + ... + x{n-1})[c, p] * scale[c] over 2048 x 49 (ResNet-50's average pool over a
+// recomputed residual chain): 100K products, under the 128K that two threads need, on one thread with two whole
+// inputs; with eight whole inputs each element costs more and the kernel takes both threads. Broadcast inputs (one
+// value per channel) do not count.
+UOpPtr ManyInputPoolKernel(int whole_inputs, int broadcast_inputs) {
+  UOpPtr out = Param(0, dtypes::kFloat32);
+  UOpPtr rc = UOp::Range(2048, 0), rp = UOp::Range(49, 1, AxisType::kReduce);
+  UOpPtr v = UOp::Const(dtypes::kFloat32, 0.0);
+  int slot = 1;
+  for (int i = 0; i < whole_inputs; ++i) v = v + Ld(Idx(Param(slot++, dtypes::kFloat32), rc * 49 + rp));
+  for (int i = 0; i < broadcast_inputs; ++i) v = v * Ld(Idx(Param(slot++, dtypes::kFloat32), rc));
+  UOpPtr red = UOp::Make(Op::REDUCE, dtypes::kFloat32, {v, rp}, Op::ADD);
+  return UOp::Sink({End(St(Idx(out, rc), red), {rc})});
+}
+
+TEST(LowerTest, WholeInputLoadsWeighTheThreadSplit) {
+  auto threads = [](const UOpPtr& k) {
+    auto opts = codegen::HeuristicOpts(k, Avx512TwoCores());
+    EXPECT_TRUE(opts.ok()) << opts.status();
+    return opts.ok() ? std::count_if(opts->begin(), opts->end(), [](const Opt& o) { return o.op == OptOp::kThread; })
+                     : -1;
+  };
+  EXPECT_EQ(threads(ManyInputPoolKernel(2, 0)), 0);
+  EXPECT_EQ(threads(ManyInputPoolKernel(2, 6)), 0) << "broadcast loads do not weigh";
+  EXPECT_EQ(threads(ManyInputPoolKernel(8, 0)), 1);
+}
+
 // A conv weight gradient in the form the Conv2d gradient override builds (engine/tensor/nn_ops.cc):
 // out[nb, ci, ky, kx, co] = sum_{b, oy, ox} x[nb*bc + b, ci, oy + ky, ox + kx] * g[nb*bc + b, oy, ox, co] with the output
 // gradient g channels-last, so co is contiguous in g and in the output and broadcast in x.
