@@ -166,6 +166,35 @@ class Builder {
   absl::flat_hash_map<const UOp*, bool> reads_;
 };
 
+// The stores of `by_offset` (offset -> store; null where two stores share an offset) in runs of 16, 8 or 4
+// consecutive offsets, widest first: `make(run, values, first_offset)` returns the one vector store for a run, or null
+// to try a narrower one; every store of a run made maps to it in `repl`.
+template <typename Make>
+void VectorRuns(const std::map<int64_t, const UOp*>& by_offset, Make make,
+                absl::flat_hash_map<const UOp*, UOpPtr>& repl) {
+  for (auto it = by_offset.begin(); it != by_offset.end();) {
+    bool done = false;
+    for (const size_t w : {16, 8, 4}) {
+      std::vector<const UOp*> run, values;
+      auto jt = it;
+      for (size_t i = 0; i < w && jt != by_offset.end() && jt->second != nullptr &&
+                         jt->first == it->first + static_cast<int64_t>(i);
+           ++i, ++jt) {
+        run.push_back(jt->second);
+        values.push_back(jt->second->src(1).get());
+      }
+      if (run.size() != w) continue;
+      const UOpPtr store = make(run, values, it->first);
+      if (store == nullptr) continue;
+      for (const UOp* st : run) repl.emplace(st, store);
+      it = jt;
+      done = true;
+      break;
+    }
+    if (!done) ++it;
+  }
+}
+
 // Step 1: each run of lane updates -> one vector STORE (`repl` maps every store of the run to it).
 void VectorUpdates(const std::vector<const UOp*>& topo, absl::flat_hash_map<const UOp*, UOpPtr>& repl) {
   // The register's float update stores, by register and slot, in toposort order (code does not depend on addresses).
@@ -181,33 +210,18 @@ void VectorUpdates(const std::vector<const UOp*>& topo, absl::flat_hash_map<cons
     if (!fresh) it->second = nullptr;  // two updates of one slot: leave that slot alone
   }
   for (const UOp* reg : regs) {
-    const std::map<int64_t, const UOp*>& by_slot = stores.at(reg);
-    for (auto it = by_slot.begin(); it != by_slot.end();) {
-      bool done = false;
-      for (const size_t w : {16, 8, 4}) {
-        std::vector<const UOp*> run, values;
-        auto jt = it;
-        for (size_t i = 0; i < w && jt != by_slot.end() && jt->second != nullptr &&
-                           jt->first == it->first + static_cast<int64_t>(i);
-             ++i, ++jt) {
-          run.push_back(jt->second);
-          values.push_back(jt->second->src(1).get());
-        }
-        if (run.size() != w) continue;
-        const DType index_dtype = run[0]->src(0)->src(1)->dtype();
-        Builder b(reg, it->first);
-        UOpPtr v = b.Build(values);
-        if (v == nullptr) continue;
-        const UOpPtr r = UOpPtr::FromRaw(reg);
-        const UOpPtr store = UOp::Make(
-            Op::STORE, dtypes::kVoid, {UOp::Make(Op::INDEX, r->dtype(), {r, UOp::Const(index_dtype, it->first)}), v});
-        for (const UOp* s : run) repl.emplace(s, store);
-        it = jt;
-        done = true;
-        break;
-      }
-      if (!done) ++it;
-    }
+    VectorRuns(
+        stores.at(reg),
+        [&](const std::vector<const UOp*>& run, const std::vector<const UOp*>& values, int64_t first) -> UOpPtr {
+          Builder b(reg, first);
+          UOpPtr v = b.Build(values);
+          if (v == nullptr) return nullptr;
+          const UOpPtr r = UOpPtr::FromRaw(reg);
+          const DType index_dtype = run[0]->src(0)->src(1)->dtype();
+          return UOp::Make(Op::STORE, dtypes::kVoid,
+                           {UOp::Make(Op::INDEX, r->dtype(), {r, UOp::Const(index_dtype, first)}), v});
+        },
+        repl);
   }
 }
 
@@ -290,37 +304,21 @@ void VectorOutputs(const std::vector<const UOp*>& topo, absl::flat_hash_map<cons
     if (!fresh) it->second = nullptr;  // two stores of one element: leave it alone
   }
   for (const Key& key : keys) {
-    const std::map<int64_t, const UOp*>& by_off = stores.at(key);
     const auto lit = loaded.find(key.first);
-    for (auto it = by_off.begin(); it != by_off.end();) {
-      bool done = false;
-      for (const size_t w : {16, 8, 4}) {
-        std::vector<const UOp*> run, values;
-        auto jt = it;
-        for (size_t i = 0; i < w && jt != by_off.end() && jt->second != nullptr &&
-                           jt->first == it->first + static_cast<int64_t>(i);
-             ++i, ++jt) {
-          run.push_back(jt->second);
-          values.push_back(jt->second->src(1).get());
-        }
-        if (run.size() != w) continue;
-        if (lit != loaded.end()) {
-          absl::flat_hash_set<const UOp*> own;
-          for (const UOp* st : run) own.insert(st->src(0).get());
-          if (!std::all_of(lit->second.begin(), lit->second.end(), [&](const UOp* ix) { return own.contains(ix); }))
-            continue;
-        }
-        Builder b(nullptr, 0);
-        UOpPtr v = b.Build(values);
-        if (v == nullptr) continue;
-        const UOpPtr store = UOp::Make(Op::STORE, dtypes::kVoid, {run[0]->src(0), v});
-        for (const UOp* st : run) repl.emplace(st, store);
-        it = jt;
-        done = true;
-        break;
-      }
-      if (!done) ++it;
-    }
+    VectorRuns(
+        stores.at(key),
+        [&](const std::vector<const UOp*>& run, const std::vector<const UOp*>& values, int64_t) -> UOpPtr {
+          if (lit != loaded.end()) {
+            absl::flat_hash_set<const UOp*> own;
+            for (const UOp* st : run) own.insert(st->src(0).get());
+            if (!std::all_of(lit->second.begin(), lit->second.end(), [&](const UOp* ix) { return own.contains(ix); }))
+              return nullptr;
+          }
+          Builder b(nullptr, 0);
+          UOpPtr v = b.Build(values);
+          return v == nullptr ? nullptr : UOp::Make(Op::STORE, dtypes::kVoid, {run[0]->src(0), v});
+        },
+        repl);
   }
 }
 
