@@ -32,9 +32,12 @@ struct ReduceUse {
   // Index expressions + validity (pointer identity = structural identity). Held: they are built during the kernel
   // build and compared with other builds' keys after it, when nothing else may hold them.
   std::vector<UOpPtr> key;
-  // The index misses a range open at the use (the result is broadcast back), or the reduce is large and nested in
-  // another reduce's loops: either way the fusion pass realizes it.
+  // The index misses a range open at the use (the result is broadcast back), the reduce is large and nested in
+  // another reduce's loops, or it is a second large reduce beside the kernel's first (another loop nest): the fusion
+  // pass realizes it (or, when only nested, its epilogue: Scheduler::EpilogueTop).
   bool broadcast = false;
+  bool nested = false;        // large and nested in another reduce's loops
+  bool another_nest = false;  // large, at the top level, with another input shape or axes than a reduce before it
 };
 
 struct KernelBuild {

@@ -98,6 +98,8 @@ class Scheduler {
     }
     topo_ = Toposort(roots);
     for (size_t i = 0; i < topo_.size(); ++i) pos_[topo_[i]] = static_cast<int>(i);
+    for (const UOp* u : topo_)
+      for (const UOpPtr& src : u->src()) consumers_[src.get()].push_back(u);
     KILN_RETURN_IF_ERROR(ComputeDevices());
     KILN_RETURN_IF_ERROR(ComputeRows());
     KILN_RETURN_IF_ERROR(InitialRealize(roots));
@@ -199,6 +201,25 @@ class Scheduler {
     return it == device_.end() || it->second.empty() ? DefaultDevice() : it->second;
   }
 
+  // The last node of the single-use chain of reshapes and same-shape elementwise ops that starts at reduce `r` (its
+  // epilogue: the conv's bias add, a residual add, the activation), or `r` itself when there is none.
+  const UOp* EpilogueTop(const UOp* r) {
+    const UOp* top = r;
+    for (const UOp* cur = r;;) {
+      auto it = consumers_.find(cur);
+      if (it == consumers_.end() || it->second.size() != 1) break;
+      const UOp* c = it->second[0];
+      if (g_.realized.contains(c) || DeviceOf(c) != DeviceOf(r)) break;
+      if (c->op() == Op::RESHAPE) {
+        cur = c;
+        continue;
+      }
+      if (!IsElementwise(c->op()) || c->shape() != cur->shape() || c->dtype() != r->dtype()) break;
+      top = cur = c;
+    }
+    return top;
+  }
+
   void Realize(const UOp* u) {
     if (g_.realized.insert(u).second) order_.push_back(u);
   }
@@ -265,6 +286,17 @@ class Scheduler {
                     // A no-op on a contiguous view of a BUFFER or on a node stored anyway (CONTIGUOUS(CONTIGUOUS(x))).
                     if (IsContiguousBufferView(u->src(0).get()) || s.g_.realized.contains(u->src(0).get()))
                       return false;
+                    // A computed node that others read besides the CONTIGUOUS is stored itself, so they all read the
+                    // one copy (the CONTIGUOUS becomes a view of it). ResNet-50's block output relu(conv + bias +
+                    // shortcut) is made contiguous for the next block's conv and also read by its residual add: with
+                    // only the CONTIGUOUS stored, that add recomputed the whole chain from the stored raw conv, which
+                    // therefore could not take its epilogue (an extra elementwise kernel per block).
+                    const UOp* x = u->src(0).get();
+                    if (!IsMovement(x->op()) && x->op() != Op::BUFFER && x->op() != Op::CONST &&
+                        x->op() != Op::CONTIGUOUS && s.consumers_[x].size() > 1) {
+                      s.Realize(x);
+                      return true;
+                    }
                     s.Realize(u);
                     return true;
                   }),
@@ -431,6 +463,24 @@ class Scheduler {
                     s.Realize(u);
                     return true;
                   }),
+         // A reduce read only inside another reduce's loops (a conv's output read by the next conv) is stored
+         // together with its epilogue (bias, residual add, activation) when that chain has no other reader: the
+         // reduce then fuses into the epilogue's kernel instead of storing its raw sums for each reader to redo the
+         // epilogue per load.
+         Decision(kFusePass, UPat(Op::REDUCE_AXIS), "large reduce nested in another reduce -> store its epilogue",
+                  [](Scheduler& s, const UOp* u) {
+                    if (!s.broadcast_.contains(u) || s.not_nested_.contains(u)) return false;
+                    const UOp* e = s.EpilogueTop(u);
+                    if (e == u) return false;
+                    s.Realize(e);
+                    return true;
+                  }),
+         Decision(kFusePass, UPat(Op::REDUCE_AXIS), "second large loop nest in one kernel -> store",
+                  [](Scheduler& s, const UOp* u) {
+                    if (!s.another_nest_.contains(u)) return false;
+                    s.Realize(u);
+                    return true;
+                  }),
          Decision(kFusePass, UPat(Op::REDUCE_AXIS), "reduce broadcast back or nested and large -> store",
                   [](Scheduler& s, const UOp* u) {
                     if (!s.broadcast_.contains(u)) return false;
@@ -495,6 +545,8 @@ class Scheduler {
       std::map<int, const UOp*> reduce_order;  // deterministic: by topo position
       uses_.clear();
       broadcast_.clear();
+      not_nested_.clear();
+      another_nest_.clear();
       war_assigns_.clear();
       expensive_.clear();
       std::vector<const UOp*> feedback;  // ASSIGNs and elementwise nodes the builds flagged, in build order
@@ -508,6 +560,8 @@ class Scheduler {
         for (const schedule::ReduceUse& ru : kb.reduce_uses) {
           reduce_order[pos_[ru.reduce]] = ru.reduce;
           if (ru.broadcast) broadcast_.insert(ru.reduce);
+          if (ru.broadcast && !ru.nested) not_nested_.insert(ru.reduce);
+          if (ru.another_nest) another_nest_.insert(ru.reduce);
           auto& keys = uses_[ru.reduce][gi];
           if (std::find(keys.begin(), keys.end(), ru.key) == keys.end()) keys.push_back(ru.key);
         }
@@ -721,6 +775,7 @@ class Scheduler {
   // lasts; UOpKey checks that on every match.
   std::vector<const UOp*> topo_;
   UOpMap<int> pos_;
+  UOpMap<std::vector<const UOp*>> consumers_;  // every node's consumers in the scheduled graph (a source used twice: twice)
   UOpMap<std::string> device_;
   GraphInfo g_;
   std::vector<const UOp*> order_;  // realized nodes in the order they were marked
@@ -740,6 +795,8 @@ class Scheduler {
   absl::Status error_;
   UOpMap<std::map<size_t, std::vector<std::vector<UOpPtr>>>> uses_;
   UOpSet broadcast_;
+  UOpSet not_nested_;    // reduces among broadcast_ with a broadcast use that is not (only) a nested one
+  UOpSet another_nest_;  // reduces with a use as a second, different top-level loop nest of a kernel
   UOpSet war_assigns_;
   UOpSet expensive_;
   bool merged_ = false;

@@ -232,6 +232,16 @@ TEST(KernelCount, FusionDecisionsAreNamedCountedRules) {
                  &kernels),
             1);
   EXPECT_EQ(kernels, 1);
+  UOpPtr cx = Input({1, 32, 5, 5}), w1 = Input({32, 32, 1, 1}), b1 = Input({32}), w2 = Input({16, 32, 1, 1}),
+         b2 = Input({16}), cs = Input({1, 24, 5, 5}), wd = Input({32, 24, 1, 1}), bd = Input({32});
+  EXPECT_EQ(Hits({Conv2d(Relu(Conv2d(cx, w1, b1)), w2, b2)}, "schedule fuse",
+                 "large reduce nested in another reduce -> store its epilogue", &kernels),
+            1);
+  EXPECT_EQ(kernels, 2);
+  EXPECT_EQ(Hits({Relu(Add(Conv2d(cx, w1, b1), Conv2d(cs, wd, bd)))}, "schedule fuse",
+                 "second large loop nest in one kernel -> store", &kernels),
+            1);
+  EXPECT_EQ(kernels, 2);
 }
 
 TEST(KernelCount, ConstOnlyGraphRunsOnTheDefaultDevice) {

@@ -111,6 +111,45 @@ TEST_F(Semantics, SiblingReducesInOneKernel) {
   Check({Sum(g, {0, 2}), Sum(Mul(g, x), {0, 2}), MaxR(Add(x, g), {0, 2})}, 1);
 }
 
+// A residual block whose output h = relu(conv(x) + bias + x) is made contiguous for the next conv and also read by
+// the next residual add (ResNet-50's layout): h is stored once, in the conv's own kernel, and both readers load it.
+// With only the CONTIGUOUS stored, the add recomputed h from a stored raw conv: 3 kernels.
+TEST_F(Semantics, ResidualBlockStoresItsOutputWithTheConv) {
+  UOpPtr x = In({1, 32, 5, 5}), w1 = In({32, 32, 1, 1}), b1 = In({32}), w2 = In({32, 32, 1, 1}), b2 = In({32});
+  UOpPtr h = Relu(Add(Conv2d(x, w1, b1), x));
+  Check({Add(Conv2d(Contiguous(h), w2, b2), h)}, 2);
+}
+
+// The same block with a conv on the shortcut (over another input, as ResNet's downsampling conv reads a strided
+// copy): the two convs are two loop nests, so one of them is stored and the other runs with the epilogue; h is again
+// stored once (4 kernels before: both convs raw, h, the next block).
+TEST_F(Semantics, ResidualBlockWithAShortcutConvStoresOneConv) {
+  UOpPtr x = In({1, 32, 5, 5}), w1 = In({32, 32, 1, 1}), b1 = In({32}), s = In({1, 24, 5, 5}),
+         wd = In({32, 24, 1, 1}), bd = In({32}), w2 = In({32, 32, 1, 1}), b2 = In({32});
+  UOpPtr h = Relu(Add(Conv2d(x, w1, b1), Conv2d(s, wd, bd)));
+  Check({Add(Conv2d(Contiguous(h), w2, b2), h)}, 3);
+}
+
+// A conv read only by the next conv is stored with its bias and activation (the epilogue), not as raw sums that the
+// next conv's loads would add the bias to and clamp per multiply-add.
+TEST_F(Semantics, ConvFeedingAConvStoresItsEpilogue) {
+  UOpPtr x = In({1, 32, 5, 5}), w1 = In({32, 32, 1, 1}), b1 = In({32}), w2 = In({16, 32, 1, 1}), b2 = In({16});
+  UOpPtr y = Relu(Conv2d(x, w1, b1));
+  auto s = CreateSchedule({Conv2d(y, w2, b2)});
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->items.size(), 2u);
+  // The second kernel reads the first conv's output and nothing to redo its epilogue with: b1 is not among its
+  // buffers, and the first kernel reads it.
+  auto reads_b1 = [&](const ScheduleItem& it) {
+    for (const UOpPtr& b : it.buffers)
+      if (b.get() == BufferOf(b1.get())) return true;
+    return false;
+  };
+  EXPECT_TRUE(reads_b1(s->items[0]));
+  EXPECT_FALSE(reads_b1(s->items[1]));
+  Check({Conv2d(y, w2, b2)}, 2);
+}
+
 TEST_F(Semantics, ReduceAtTwoIndices) {
   UOpPtr a = In({8, 8});
   UOpPtr s = Sum(a, {0});
