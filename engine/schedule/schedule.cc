@@ -292,8 +292,9 @@ class Scheduler {
                     // only the CONTIGUOUS stored, that add recomputed the whole chain from the stored raw conv, which
                     // therefore could not take its epilogue (an extra elementwise kernel per block).
                     const UOp* x = u->src(0).get();
-                    if (!IsMovement(x->op()) && x->op() != Op::BUFFER && x->op() != Op::CONST &&
-                        x->op() != Op::CONTIGUOUS && s.consumers_[x].size() > 1) {
+                    auto readers = s.consumers_.find(x);
+                    if ((IsElementwise(x->op()) || x->op() == Op::REDUCE_AXIS) && readers != s.consumers_.end() &&
+                        readers->second.size() > 1) {
                       s.Realize(x);
                       return true;
                     }
