@@ -371,23 +371,16 @@ class Builder {
     // A reduce nested inside another reduce's loops (conv -> pool, conv -> sum) is inlined only when it is small
     // (a pool window): a large one would be a deep loop nest recomputed per outer iteration that the codegen
     // heuristic cannot tile; realizing it gives it a kernel of its own.
-    if (!reduce_stack_.empty()) {
-      const ReduceArg& ra = std::get<ReduceArg>(u->arg());
-      int64_t n = 1;
-      for (int64_t a : ra.axes) n *= u->src(0)->shape()[a];
-      if (n > kMaxNestedReduce) use.broadcast = use.nested = true;
-    }
+    if (!reduce_stack_.empty() && ReduceSize(u) > kMaxNestedReduce) use.broadcast = use.nested = true;
     // Two large top-level contractions (sums of products) of different loops in one kernel (a residual block's conv
     // and its downsampling shortcut conv, both fused into the add that joins them) run one loop nest after the other
     // with both register tiles live: ResNet-50's stage-2 and stage-3 first blocks took 5.4 ms each against 1.2 ms
     // with the second conv stored. The second is stored; the first keeps the epilogue. Plain sums over different
     // axes (img.sum(0) + img.sum(1)) stay one kernel, as in tinygrad.
-    if (reduce_stack_.empty() && IsContraction(u)) {
-      const std::string sig = Signature(u);
-      if (ReduceSize(u) > kMaxNestedReduce && !top_contractions_.empty() &&
-          std::find(top_contractions_.begin(), top_contractions_.end(), sig) == top_contractions_.end())
-        use.broadcast = use.another_nest = true;
-    }
+    if (reduce_stack_.empty() && IsContraction(u) && ReduceSize(u) > kMaxNestedReduce &&
+        !top_contractions_.empty() &&
+        std::find(top_contractions_.begin(), top_contractions_.end(), Signature(u)) == top_contractions_.end())
+      use.broadcast = use.another_nest = true;
     // A reduce read through a pad (a validity gate on its index: a strided slice's gradient, a concatenation) and
     // inlined would run its whole loop for every element of the padded view, the padding included, with its loads
     // gated off there: stored, it runs once per element of its own shape. The input gradient of ResNet-50's

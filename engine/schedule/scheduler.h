@@ -3,12 +3,7 @@
 // rules and Emit are in schedule.cc, the fusion rounds and their rule table in schedule_fuse.cc.
 #pragma once
 
-#include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <map>
-#include <numeric>
-#include <queue>
 #include <string>
 #include <vector>
 
@@ -16,13 +11,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status.h"
-#include "engine/rewrite/graph_rewrite.h"
 #include "engine/rewrite/pattern_matcher.h"
 #include "engine/rewrite/rewrite_stats.h"
 #include "engine/schedule/kernel_builder.h"
-#include "engine/schedule/memory_planner.h"
 #include "engine/schedule/schedule.h"
-#include "engine/schedule/split_reduce.h"
 #include "engine/uop/uop_key.h"
 
 namespace kiln::schedule {
