@@ -28,6 +28,7 @@ struct Inst {
   int special = -1;             // 0 core_id, 1..3 gidx0..2, 4..6 lidx0..2
   int var = -1;                 // DEFINE_VAR: position in the vars list
   std::vector<int64_t> gep;
+  bool dot = false;             // WMMA m1n16k4: the CPU's integer dot product, per work-item (no warp)
 };
 
 struct InterpProgram::State {
@@ -210,6 +211,17 @@ absl::StatusOr<std::unique_ptr<InterpProgram>> InterpProgram::Create(const codeg
         break;
       case Op::WMMA: {
         const IntVec* shape = ArgIntVec(u->arg());
+        const ScalarType sa = u->src(0)->dtype().scalar, sb = u->src(1)->dtype().scalar;
+        if (shape != nullptr && *shape == IntVec{1, 16, 4}) {  // the CPU tensor core (codegen/program.h)
+          if (u->dtype() != dtypes::kInt32.Vec(16) || in.src_lanes[0] != 4 || in.src_lanes[1] != 64 ||
+              in.src_lanes[2] != 16 ||
+              !((sa == ScalarType::kUInt8 && sb == ScalarType::kInt8) ||
+                (sa == ScalarType::kInt8 && sb == ScalarType::kUInt8)))
+            return Bad(name, "WMMA m1n16k4: only 8-bit x 8-bit (one unsigned) with int32 accumulators");
+          in.dot = true;
+          value_lanes();
+          break;
+        }
         if (shape == nullptr || *shape != IntVec{16, 8, 16} || u->dtype().count != 4 || u->dtype().scalar != ScalarType::kFloat32 ||
             in.src_lanes[0] != 8 || in.src_lanes[1] != 4 || in.src_lanes[2] != 4)
           return Bad(name, "WMMA: only m16n8k16 with 8/4/4 fragment lanes and float32 accumulators");
@@ -281,8 +293,17 @@ absl::StatusOr<int> InterpProgram::RunUntilWmma(State& st, int start) const {
   for (int pc = start; pc < n; ++pc) {
     const Inst& in = insts_[pc];
     switch (in.op) {
-      case Op::WMMA:
-        return pc;
+      case Op::WMMA: {
+        if (!in.dot) return pc;
+        // D[i] = C[i] + sum_j A[j] * B[16j + i], exact products, int32 wrapping (codegen/program.h).
+        for (int i = 0; i < 16; ++i) {
+          uint32_t d = static_cast<uint32_t>(L[in.src[2] + i].i);
+          for (int j = 0; j < 4; ++j)
+            d += static_cast<uint32_t>(L[in.src[0] + j].i * L[in.src[1] + 16 * j + i].i);
+          L[in.out + i].i = static_cast<int32_t>(d);
+        }
+        break;
+      }
       case Op::CONST:
         for (int l = 0; l < in.lanes; ++l) L[in.out + l] = in.cval;
         break;

@@ -9,7 +9,8 @@
 // time up to their next WMMA; when every work-item of the group waits at the same WMMA, each warp (32 consecutive
 // work-items by linear local id lidx0 + lidx1*L0 + lidx2*L0*L1) gathers its lanes' fragments in the CUDA m16n8k16
 // layout, computes D = A*B + C (products and sums in double, rounded once to float32) and scatters D back; then all
-// continue. A WMMA not reached by every work-item, or a work-group that is not whole warps, is an error.
+// continue. A WMMA not reached by every work-item, or a work-group that is not whole warps, is an error. The CPU's
+// m1n16k4 integer WMMA is per work-item and runs in place (D[i] = C[i] + sum_j A[j] * B[16j + i], int32 wrapping).
 //
 // Safety: every LOAD/STORE is bounds-checked against the launched buffer's size (DeviceMemory.nbytes); an access
 // outside it returns OutOfRange naming the kernel, the op, the slot and the index, and nothing is written past a

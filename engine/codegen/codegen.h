@@ -82,12 +82,14 @@ struct Target {
 // amount (0 = the whole axis).
 // ACC (CPU): split a reduce axis into `arg` lanes that each keep their own accumulator through the reduce loop
 // and are summed once after it (vector accumulators when the axis is contiguous in the loads).
-// TC (GPU, tinygrad's TC): must be the first opt; arg = index into Target::tensor_cores (-1 = the first whose input
-// dtype matches), axis must be 0. Applies to a kernel whose single REDUCE is an ADD (in the TC's accumulator dtype)
-// over one reduce axis of MUL(a, b) with a and b in the TC's input dtype (or CAST to the accumulator dtype from it),
-// where a depends on an output axis M that b does not, b on an output axis N that a does not, and M, N, K are
-// divisible by the TC's m, n, k. The kernel is rewritten so that each warp (a new LOCAL axis of `threads` work-items,
-// the innermost one, so it becomes lidx0) computes an m x n tile per WMMA, per k-slice of the reduce (see tc.cc).
+// TC (tinygrad's TC): must be the first opt; arg = index into Target::tensor_cores (-1 = the first whose input
+// dtypes match), axis must be 0. Applies to a kernel whose single REDUCE is an ADD (in the TC's accumulator dtype)
+// over one reduce axis of MUL(a, b) with a and b in the TC's input dtypes (or CAST to the accumulator dtype from
+// them; the operands are taken in either order), where a depends on an output axis M that b does not, b on an output
+// axis N that a does not, and M, N, K are divisible by the TC's m, n, k. GPUs: the kernel is rewritten so that each
+// warp (a new LOCAL axis of `threads` work-items, the innermost one, so it becomes lidx0) computes an m x n tile per
+// WMMA, per k-slice of the reduce. The CPU's integer dot product (m1n16k4, one work-item) needs no M axis (a
+// matrix-vector product). See tc.cc.
 enum class OptOp : uint8_t { kUpcast, kUnroll, kThread, kLocal, kGroup, kGroupTop, kAcc, kTc };
 std::string_view OptOpName(OptOp op);
 

@@ -701,6 +701,9 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
     for (const UOpPtr& r : AxesOfType(cur, ctx, t)) s.push_back(RangeSize(r.get()));
     return s;
   };
+  // Integer dot products on the CPU's tensor core (tc.cc) first, as tinygrad's heuristic takes tensor cores first.
+  KILN_ASSIGN_OR_RETURN(const bool tc, ApplyCpuTensorCore(cur, ctx, chosen));
+  if (tc) return cur;
   if (ctx.target.has_threads) {
     KILN_ASSIGN_OR_RETURN(cur, MergeAxes(cur, ctx, /*reduce=*/false));
   }

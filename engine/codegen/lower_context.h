@@ -101,7 +101,10 @@ absl::StatusOr<UOpPtr> LowerGroupReduces(const UOpPtr& sink, LowerContext& ctx);
 // ---- tc.cc ----
 // The TC opt (codegen.h OptOp::kTc): InvalidArgument naming the reason when the kernel or target does not qualify.
 absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, LowerContext& ctx);
-// After "lower reduces": a WMMA whose four lanes are only added to accumulators takes them as its C operand.
+// The CPU heuristic's first step (TC=0 disables): a kernel the TC opt accepts on the CPU's integer tensor core gets
+// it and a register tile over its rows and column tiles; false (nothing applied) when the opt does not apply.
+absl::StatusOr<bool> ApplyCpuTensorCore(UOpPtr& cur, LowerContext& ctx, std::vector<Opt>* chosen);
+// After "lower reduces": a WMMA whose lanes are only added to accumulators takes them as its C operand.
 absl::StatusOr<UOpPtr> FoldWmmaAccumulators(const UOpPtr& sink, LowerContext& ctx);
 
 // ---- gpu_dims.cc ----

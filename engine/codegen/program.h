@@ -11,23 +11,37 @@
 namespace kiln::codegen {
 
 // One tensor-core instruction shape a renderer can emit (tinygrad TensorCore): a warp of `threads` work-items
-// computes D(m x n, acc) = A(m x k, in) * B(k x n, in) + C(m x n, acc) with the WMMA op; each work-item holds
+// computes D(m x n, acc) = A(m x k, in) * B(k x n, in_b) + C(m x n, acc) with the WMMA op; each work-item holds
 // m*k/threads elements of A, k*n/threads of B and m*n/threads of C/D in the fragment layout of the instruction
-// (docs/kernel-ir.md, WMMA). Only the CUDA m16n8k16 layout exists today.
+// (docs/kernel-ir.md, WMMA). Two layouts exist: CUDA's m16n8k16 (a warp of 32) and the CPU's integer dot product
+// m1n16k4 (one work-item: AVX-512 VNNI's vpdpbusd).
 struct TensorCore {
   int m = 16, n = 8, k = 16;
   ScalarType in = ScalarType::kFloat16;
   ScalarType acc = ScalarType::kFloat32;
   int threads = 32;
+  ScalarType in_b = ScalarType::kVoid;  // B's dtype where it differs from A's (kVoid: the same as `in`)
+  ScalarType b_type() const { return in_b == ScalarType::kVoid ? in : in_b; }
   int a_elems() const { return m * k / threads; }
   int b_elems() const { return k * n / threads; }
   int c_elems() const { return m * n / threads; }
+  // The CPU layout: one work-item, A one row of 4 consecutive k, B 16 columns of 4 k each, lane-major.
+  bool cpu_dot() const { return threads == 1 && m == 1 && n == 16 && k == 4; }
 };
 
 // CUDA sm_80+ mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: half->float and bfloat16->float.
 inline std::vector<TensorCore> CudaTensorCores() {
   return {TensorCore{16, 8, 16, ScalarType::kFloat16, ScalarType::kFloat32, 32},
           TensorCore{16, 8, 16, ScalarType::kBFloat16, ScalarType::kFloat32, 32}};
+}
+
+// x86 AVX-512 VNNI vpdpbusd (zmm): D[i] = C[i] + sum_j A[j] * B[16j + i] for 16 int32 lanes i and j = 0..3, one
+// operand unsigned 8-bit and the other signed, the four products and the sum exact and the add to C wrapping, as
+// int32 arithmetic is. A is one row's four consecutive k (broadcast to every lane), B four k-rows of sixteen columns
+// (row-major; the renderer interleaves them into the instruction's column-major lanes with one byte permute).
+inline std::vector<TensorCore> CpuVnniTensorCores() {
+  return {TensorCore{1, 16, 4, ScalarType::kUInt8, ScalarType::kInt32, 1, ScalarType::kInt8},
+          TensorCore{1, 16, 4, ScalarType::kInt8, ScalarType::kInt32, 1, ScalarType::kUInt8}};
 }
 
 struct BufferParam {

@@ -1,19 +1,27 @@
-// The TC opt (tinygrad codegen/opt/tc.py, for the one layout kiln emits: CUDA mma.sync m16n8k16).
+// The TC opt (tinygrad codegen/opt/tc.py) for the two layouts kiln emits: CUDA mma.sync m16n8k16 and the CPU's
+// integer dot product m1n16k4 (AVX-512 VNNI vpdpbusd).
 //
-// A kernel  out[.., m, n] = f(sum_k a(m, k) * b(k, n))  with a, b in the tensor core's input dtype and the sum in its
-// accumulator dtype is rewritten so that a warp of 32 work-items computes each 16 x 8 tile of the output:
+// A kernel  out[.., m, n] = f(sum_k a(m, k) * b(k, n))  with a, b in the tensor core's input dtypes and the sum in its
+// accumulator dtype is rewritten so that one WMMA computes each m x n tile of the output per k-slice.
+//
+// CUDA: a warp of 32 work-items computes each 16 x 8 tile:
 //   m -> mt (M/16 tiles, the same output axis), n -> nt (N/8), k -> kt (K/16, the same reduce axis), and a new LOCAL
 //   axis `lane` (32, placed after every output axis so "lower gpu dims" makes it lidx0: lane = threadIdx.x % 32).
 // With g = lane / 4 (groupID) and t = lane % 4 (threadID_in_group), PTX ISA "Matrix Fragments for mma.m16n8k16":
 //   A element j (0..7): row g + 8*((j>>1)&1),      col 2t + (j&1) + 8*(j>>2)
 //   B element j (0..3): row 2t + (j&1) + 8*(j>>1), col g
 //   C/D element i (0..3): row g + 8*(i>>1),        col 2t + (i&1)
-// A, B are VECTORIZEs of the operand expressions with m/n/k substituted per element; D = WMMA(A, B, 0) is one warp-wide
-// product per k-slice; the four output lanes become four STOREs of f(REDUCE(GEP(D, i), kt)) with m/n substituted by
-// the output element's row/column. Later opts (UPCAST/LOCAL of mt, nt; UNROLL of kt) replicate this as any body.
+// CPU (one work-item, no lane axis): m stays, n -> nt (N/16), k -> kt (K/4);
+//   A element j (0..3): row m, col 4*kt + j;   B element 16j + i: row 4*kt + j, col 16*nt + i (row-major, so a
+//   row-major B is four runs of 16 consecutive elements: vector loads);   C/D element i: col 16*nt + i. Matrix-vector
+//   products have no M axis (m is then the empty tile).
+// A, B are VECTORIZEs of the operand expressions with m/n/k substituted per element; D = WMMA(A, B, 0) is one product
+// per k-slice; the output lanes become STOREs of f(REDUCE(GEP(D, i), kt)) with m/n substituted by the output
+// element's row/column. Later opts (UPCAST/LOCAL of mt, nt; UNROLL of kt) replicate this as any body.
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/env.h"
 #include "engine/base/status.h"
 #include "engine/codegen/graph_util.h"
 #include "engine/codegen/lower_context.h"
@@ -42,6 +50,53 @@ bool Contains(const std::vector<const UOp*>& v, const UOp* u) {
   return std::find(v.begin(), v.end(), u) != v.end();
 }
 
+UOpPtr Retile(const UOp* r, int64_t n) {
+  return UOp::Make(Op::RANGE, r->dtype(), {UOp::Const(r->dtype(), n)}, r->arg());
+}
+
+// The CPU layout (m1n16k4, see the top of the file): no lane axis; each work-item's WMMA covers one row (or none, in
+// a matrix-vector product) and 16 columns per 4-wide slice of k.
+absl::StatusOr<UOpPtr> CpuDot(const UOpPtr& sink, const UOpPtr& end, const UOp* red, const UOp* rm, const UOp* rn,
+                              const UOp* rk, const UOpPtr& a, const UOpPtr& b, const TensorCore& tc,
+                              const std::string& what, LowerContext& ctx) {
+  // A tile axis of one step is no loop (and no reduce): its offset is 0.
+  const int64_t NT = SizeOf(rn) / tc.n, KT = SizeOf(rk) / tc.k;
+  const UOpPtr nt = NT > 1 ? Retile(rn, NT) : nullptr, kt = KT > 1 ? Retile(rk, KT) : nullptr;
+  const UOpPtr zero = UOp::Const(rn->dtype(), int64_t{0});
+  ctx.tc_m_axis = rm == nullptr ? -1 : std::get<AxisArg>(rm->arg()).id;
+  ctx.tc_n_axis = nt == nullptr ? -1 : std::get<AxisArg>(rn->arg()).id;
+  const UOpPtr n0 = nt != nullptr ? nt * tc.n : zero, k0 = kt != nullptr ? kt * tc.k : zero;
+  UOpVec a_el, b_el, zeros;
+  for (int j = 0; j < tc.k; ++j) a_el.push_back(Substitute(a, {{rk, k0 + int64_t{j}}}));
+  for (int j = 0; j < tc.k; ++j)
+    for (int i = 0; i < tc.n; ++i) b_el.push_back(Substitute(b, {{rk, k0 + int64_t{j}}, {rn, n0 + int64_t{i}}}));
+  const DType acc = red->dtype();
+  for (int i = 0; i < tc.c_elems(); ++i) zeros.push_back(UOp::Const(acc, int64_t{0}));
+  const UOpPtr A = UOp::Make(Op::VECTORIZE, a->dtype().Vec(tc.a_elems()), a_el);
+  const UOpPtr B = UOp::Make(Op::VECTORIZE, b->dtype().Vec(tc.b_elems()), b_el);
+  const UOpPtr C = UOp::Make(Op::VECTORIZE, acc.Vec(tc.c_elems()), zeros);
+  const UOpPtr D = UOp::Make(Op::WMMA, acc.Vec(tc.c_elems()), {A, B, C}, IntVec{tc.m, tc.n, tc.k});
+  UOpVec values, ranges;
+  for (const UOpPtr& s : end->src()) {
+    if (s->op() != Op::RANGE) {
+      values.push_back(s);
+    } else if (s.get() != rn) {
+      ranges.push_back(s);
+    } else if (nt != nullptr) {
+      ranges.push_back(nt);
+    }
+  }
+  UOpVec src;
+  for (int i = 0; i < tc.c_elems(); ++i) {
+    const UOpPtr lane = UOp::Make(Op::GEP, acc, {D}, IntVec{i});
+    const UOpPtr r = kt != nullptr ? UOp::Make(Op::REDUCE, acc, {lane, kt}, Op::ADD) : lane;
+    for (const UOpPtr& val : values) src.push_back(Substitute(val, {{red, r}, {rn, n0 + int64_t{i}}}));
+  }
+  for (const UOpPtr& r : ranges) src.push_back(r);
+  ctx.applied_opts.push_back(what);
+  return UOp::Sink({UOp::Make(Op::END, end->dtype(), src, end->arg())});
+}
+
 }  // namespace
 
 absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, LowerContext& ctx) {
@@ -51,7 +106,6 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
   };
   if (!ctx.applied_opts.empty()) return bad("TC must be the first opt");
   if (opt.axis != 0) return bad("axis must be 0");
-  if (!ctx.target.has_local) return bad("target has no work-groups");
   if (ctx.target.tensor_cores.empty()) return bad("target has no tensor cores");
   if (sink->num_src() != 1 || sink->src(0)->op() != Op::END)
     return bad("needs a kernel with one output END");
@@ -69,7 +123,7 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
   const int64_t K = SizeOf(rk);
   // The operands: MUL(CAST(a), CAST(b)) in the accumulator dtype, or CAST(MUL(a, b)).
   const UOpPtr& v = red->src(0);
-  UOpPtr a, b;
+  UOpPtr a, b;  // (swapped below when the tensor core takes them the other way round)
   if (v->op() == Op::MUL && v->src(0)->op() == Op::CAST && v->src(1)->op() == Op::CAST) {
     a = v->src(0)->src(0);
     b = v->src(1)->src(0);
@@ -79,24 +133,31 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
   } else {
     return bad("the reduced value is not a MUL of two tensor-core inputs");
   }
-  if (a->dtype() != b->dtype() || a->dtype().count != 1) return bad("operands differ in dtype");
+  if (a->dtype().count != 1 || b->dtype().count != 1) return bad("vector operands");
+  // The product commutes: a tensor core whose A and B dtypes are b's and a's takes the operands swapped.
+  auto fits = [&](const TensorCore& c, const UOpPtr& x, const UOpPtr& y) {
+    return c.in == x->dtype().scalar && c.b_type() == y->dtype().scalar && c.acc == red->dtype().scalar;
+  };
   const std::vector<TensorCore>& tcs = ctx.target.tensor_cores;
   const TensorCore* tc = nullptr;
   if (opt.arg >= 0) {
     if (opt.arg >= static_cast<int64_t>(tcs.size())) return bad("no such tensor core");
     tc = &tcs[opt.arg];
   } else {
-    for (const TensorCore& c : tcs)
-      if (c.in == a->dtype().scalar && c.acc == red->dtype().scalar) {
-        tc = &c;
-        break;
-      }
+    for (int swapped = 0; swapped < 2 && tc == nullptr; ++swapped)
+      for (const TensorCore& c : tcs)
+        if (swapped ? fits(c, b, a) : fits(c, a, b)) {
+          tc = &c;
+          break;
+        }
     if (tc == nullptr) return bad("no tensor core for these dtypes");
   }
-  if (tc->in != a->dtype().scalar || tc->acc != red->dtype().scalar || red->dtype().count != 1)
+  if (!fits(*tc, a, b) && fits(*tc, b, a)) std::swap(a, b);
+  if (!fits(*tc, a, b) || red->dtype().count != 1)
     return bad("operand or accumulator dtype does not match the tensor core");
-  if (tc->m != 16 || tc->n != 8 || tc->k != 16 || tc->threads != 32)
-    return bad("only the m16n8k16 fragment layout is implemented");
+  const bool cuda = tc->m == 16 && tc->n == 8 && tc->k == 16 && tc->threads == 32;
+  if (!cuda && !tc->cpu_dot()) return bad("only the m16n8k16 and m1n16k4 layouts are implemented");
+  if (cuda && !ctx.target.has_local) return bad("target has no work-groups");
   // M: an output axis of a that b does not use; N the reverse (the innermost such axis).
   const std::vector<const UOp*> ra = RangesIn(a), rb = RangesIn(b);
   if (!Contains(ra, rk) || !Contains(rb, rk)) return bad("both operands must use the reduce axis");
@@ -111,27 +172,25 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
   };
   const UOp* rm = pick(ra, rb);
   const UOp* rn = pick(rb, ra);
-  if (rm == nullptr || rn == nullptr)
+  if ((rm == nullptr && !tc->cpu_dot()) || rn == nullptr)
     return bad("no M and N axes (each operand needs an output axis of its own)");
-  const int64_t M = SizeOf(rm), N = SizeOf(rn);
+  const int64_t M = rm == nullptr ? 1 : SizeOf(rm), N = SizeOf(rn);
   if (M <= 0 || N <= 0 || K <= 0) return bad("axes of symbolic size");
   if (M % tc->m != 0 || N % tc->n != 0 || K % tc->k != 0)
     return bad(absl::StrCat("M, N, K = ", M, ", ", N, ", ", K, " are not multiples of ", tc->m,
                             ", ", tc->n, ", ", tc->k));
-  bool end_has_m = false, end_has_n = false;
+  bool end_has_m = rm == nullptr, end_has_n = false;
   for (const UOpPtr& s : end->src()) {
     end_has_m |= s.get() == rm;
     end_has_n |= s.get() == rn;
   }
   if (!end_has_m || !end_has_n) return bad("the output END does not close the M and N axes");
+  if (!cuda) return CpuDot(sink, end, red, rm, rn, rk, a, b, *tc, what, ctx);
   KILN_RETURN_IF_ERROR(CheckLocalOpt(sink, Opt{OptOp::kLocal, 0, tc->threads}, tc->threads, ctx));
 
   // New axes: tiles keep the ids (and types) of m, n, k; the warp lane is a new LOCAL axis before the reduce axes.
   const DType it = rm->dtype();
-  auto retile = [&](const UOp* r, int64_t n) {
-    return UOp::Make(Op::RANGE, r->dtype(), {UOp::Const(r->dtype(), n)}, r->arg());
-  };
-  const UOpPtr mt = retile(rm, M / tc->m), nt = retile(rn, N / tc->n), kt = retile(rk, K / tc->k);
+  const UOpPtr mt = Retile(rm, M / tc->m), nt = Retile(rn, N / tc->n), kt = Retile(rk, K / tc->k);
   const int64_t lane_id = ctx.next_axis_id++;
   const UOpPtr lane = UOp::Make(Op::RANGE, it, {UOp::Const(it, int64_t{tc->threads})},
                                 AxisArg{lane_id, AxisType::kLocal});
@@ -184,12 +243,72 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
   return UOp::Sink({UOp::Make(Op::END, end->dtype(), src, end->arg())});
 }
 
+// Register tile for the CPU layout: up to 8 rows (M) by 2 column tiles (32 int32 lanes), so each B vector (64 bytes)
+// feeds 8 WMMAs and 16 accumulators take half of AVX-512's 32 registers, enough independent vpdpbusd to cover its
+// latency (no unroll of the k slices: the unrolled WMMAs' lanes would be summed before the accumulator, and it could
+// no longer be WMMA's C operand); threads over the outermost output axis that splits whole tiles, with
+// at least 64K multiply-adds each (the heuristic's kMinOpsPerThread).
+absl::StatusOr<bool> ApplyCpuTensorCore(UOpPtr& cur, LowerContext& ctx, std::vector<Opt>* chosen) {
+  if (GetKnob(Knob::kTc) <= 0 || ctx.target.tensor_cores.empty() || !ctx.has_reduce) return false;
+  bool cpu = false;
+  for (const TensorCore& tc : ctx.target.tensor_cores) cpu |= tc.cpu_dot();
+  if (!cpu) return false;
+  const LowerContext saved = ctx;
+  absl::StatusOr<UOpPtr> tc = ApplyOpt(cur, {OptOp::kTc, 0, -1}, ctx);
+  if (!tc.ok()) {
+    ctx = saved;
+    return false;
+  }
+  cur = *tc;
+  chosen->push_back({OptOp::kTc, 0, -1});
+  auto apply = [&](Opt o) -> absl::Status {
+    KILN_ASSIGN_OR_RETURN(cur, ApplyOpt(cur, o, ctx));
+    chosen->push_back(o);
+    return absl::OkStatus();
+  };
+  auto axes = [&] { return AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal}); };
+  auto index_of = [&](int64_t id) {
+    const std::vector<UOpPtr> now = axes();
+    for (int i = 0; i < static_cast<int>(now.size()); ++i)
+      if (std::get<AxisArg>(now[i]->arg()).id == id) return i;
+    return -1;
+  };
+  const std::vector<UOpPtr> out = axes();
+  const std::vector<UOpPtr> red = AxesOfType(cur, ctx, {AxisType::kReduce});
+  const int im = index_of(ctx.tc_m_axis), in = index_of(ctx.tc_n_axis);
+  int64_t tm = 1, tn = 1;
+  if (im >= 0)
+    for (int64_t t : {8, 4, 2})
+      if (RangeSize(out[im].get()) % t == 0) {
+        tm = t;
+        break;
+      }
+  if (in >= 0 && RangeSize(out[in].get()) % 2 == 0) tn = 2;
+  int64_t macs = 64;  // per WMMA
+  for (const UOpPtr& r : out) macs *= std::max<int64_t>(1, RangeSize(r.get()));
+  for (const UOpPtr& r : red) macs *= std::max<int64_t>(1, RangeSize(r.get()));
+  if (ctx.target.has_threads && ctx.target.max_threads > 1) {
+    const int64_t t = ctx.target.max_threads;
+    for (int a = 0; a < static_cast<int>(out.size()); ++a) {
+      const int64_t unit = a == im ? tm : a == in ? tn : 1;
+      if (macs / t >= 64 * 1024 && RangeSize(out[a].get()) % (t * unit) == 0) {
+        KILN_RETURN_IF_ERROR(apply({OptOp::kThread, a, static_cast<int>(t)}));
+        break;
+      }
+    }
+  }
+  const int64_t id_m = ctx.tc_m_axis, id_n = ctx.tc_n_axis;
+  if (tn > 1) KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, index_of(id_n), static_cast<int>(tn)}));
+  if (tm > 1) KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, index_of(id_m), static_cast<int>(tm)}));
+  return true;
+}
+
 }  // namespace kiln::codegen
 
 namespace kiln::codegen {
 
-// After "lower reduces" a TC reduce is acc[k_i] = acc[k_i] + GEP(WMMA(A, B, 0), i) for the four lanes i. When all
-// four lanes of one WMMA are used exactly that way, the accumulators become its C operand (tinygrad's WMMA
+// After "lower reduces" a TC reduce is acc[k_i] = acc[k_i] + GEP(WMMA(A, B, 0), i) for the lanes i (4 on CUDA, 16 on
+// the CPU). When all lanes of one WMMA are used exactly that way, the accumulators become its C operand (tinygrad's WMMA
 // accumulates in place): WMMA(A, B, (acc[k_0], .., acc[k_3])) and acc[k_i] = GEP(that, i). No other node changes.
 absl::StatusOr<UOpPtr> FoldWmmaAccumulators(const UOpPtr& sink, LowerContext&) {
   struct Use {
@@ -203,9 +322,10 @@ absl::StatusOr<UOpPtr> FoldWmmaAccumulators(const UOpPtr& sink, LowerContext&) {
     const UOp* c = w->src(2).get();
     if (c->op() != Op::VECTORIZE) return false;
     for (const UOpPtr& s : c->src()) {
-      double v = 1;
+      if (s->op() != Op::CONST) return false;
+      int64_t i = 1;
       const auto* f = std::get_if<ConstFloat>(&s->arg());
-      if (s->op() != Op::CONST || f == nullptr || (v = f->value) != 0.0) return false;
+      if (f != nullptr ? f->value != 0.0 : !ConstInt(s, &i) || i != 0) return false;
     }
     return true;
   };

@@ -21,6 +21,10 @@ namespace {
 // 20-lane run as 16 + 4, a 6-lane run as 4 + 2).
 constexpr size_t kMinRun = 4;
 constexpr size_t kMaxRun = 32;
+// The operands of a CPU tensor core's WMMA (tc.cc: 4 and 64 bytes) are VECTORIZEs of scalar loads, which LLVM builds
+// byte by byte (64 vpinsrb per B operand of an int8 matmul) unless they are vector loads; their runs are combined
+// whatever reads them, up to one 64-byte register.
+constexpr size_t kMaxWmmaBytes = 64;
 
 }  // namespace
 
@@ -70,7 +74,14 @@ absl::StatusOr<UOpPtr> VectorizeLoads(const UOpPtr& sink, LowerContext& ctx) {
   // conv input gradient 8.3 -> 11.9 ms), left for another change. Overlapping windows (a conv tile's unrolled
   // reduce reads x[n + k] and x[n + k + 1] for lane n) SLP loads as shifted vectors, which shuffles of one vector
   // load did not beat (conv weight gradients 0-8% slower).
-  std::vector<bool> horizontal(runs.size(), false), shared(runs.size(), false);
+  std::vector<bool> horizontal(runs.size(), false), shared(runs.size(), false), wmma(runs.size(), false);
+  for (const UOp* u : topo) {
+    if (u->op() != Op::WMMA) continue;
+    for (int k = 0; k < 2; ++k)
+      if (u->src(k)->op() == Op::VECTORIZE)
+        for (const UOpPtr& x : u->src(k)->src())
+          if (auto it = run_of.find(x.get()); it != run_of.end()) wmma[it->second] = true;
+  }
   absl::flat_hash_map<const UOp*, int> readers;  // stored values reading each run element
   for (const UOp* u : topo) {
     if (u->op() != Op::STORE || u->num_src() < 2) continue;
@@ -95,9 +106,10 @@ absl::StatusOr<UOpPtr> VectorizeLoads(const UOpPtr& sink, LowerContext& ctx) {
   absl::flat_hash_map<const UOp*, UOpPtr> repl;
   for (size_t r = 0; r < runs.size(); ++r) {
     const std::vector<const UOp*>& run = runs[r];
-    if (!horizontal[r] || shared[r] || run.size() < kMinRun) continue;
+    if (!wmma[r] && (!horizontal[r] || shared[r] || run.size() < kMinRun)) continue;
+    const size_t most = wmma[r] ? kMaxWmmaBytes / std::max<size_t>(1, run[0]->dtype().ItemSize()) : kMaxRun;
     for (size_t start = 0; start + 2 <= run.size();) {
-      size_t n = kMaxRun;
+      size_t n = most;
       while (n > run.size() - start) n /= 2;
       const UOp* first = run[start];
       UOpPtr vec = UOp::Make(Op::LOAD, first->dtype().Vec(static_cast<uint16_t>(n)),

@@ -1,5 +1,6 @@
 // Linear algebra and softmax-family ONNX ops: MatMul, Gemm, Einsum, Softmax / LogSoftmax / Hardmax, CumSum,
 // CumProd, Trilu, MatMulInteger.
+#include <optional>
 #include <map>
 #include <set>
 
@@ -7,6 +8,27 @@
 #include "engine/realize/realize.h"
 
 namespace kiln::onnx {
+
+// sum_k (a - za)(b - zb) = sum_k a*b - zb * sum_k a - za * sum_k b + K * za * zb: the product of the raw 8-bit
+// operands is a plain integer matmul, which the CPU's integer tensor core takes (codegen/tc.cc; a zero point
+// subtracted inside the sum hid it), and sum_k b of a weight is computed once. int32 arithmetic wraps the same
+// either way, so the result is the same bit for bit. A computed a (DynamicQuantizeLinear's output) is stored as its
+// 8 bits first: inlined, it would be recomputed for every column, and its casts, folded together, would no longer
+// be an 8-bit operand.
+Tensor IntegerMatmul(Tensor a, const Tensor& b, const std::optional<Tensor>& za, const std::optional<Tensor>& zb) {
+  if (!a.IsRealized()) a = a.Contiguous();
+  const Tensor ai = a.Cast(dtypes::kInt32), bi = b.Cast(dtypes::kInt32);
+  Tensor y = ai.Matmul(bi);
+  std::optional<Tensor> zai, zbi;
+  // a per-row zero point (M,) applies along a's rows, a per-column one (N,) along b's columns
+  if (za) zai = za->ndim() == 1 && za->numel() > 1 ? za->Cast(dtypes::kInt32).Reshape({-1, 1}) : za->Cast(dtypes::kInt32);
+  if (zb) zbi = zb->numel() > 1 ? zb->Cast(dtypes::kInt32) : zb->Cast(dtypes::kInt32).Reshape({});
+  if (zbi) y = y.Sub(ai.Sum({-1}, /*keepdim=*/true).Mul(*zbi));
+  if (zai) y = y.Sub(zai->Mul(bi.ndim() == 1 ? bi.Sum({0}) : bi.Sum({-2}, /*keepdim=*/true)));
+  if (zai && zbi) y = y.Add(zai->Mul(*zbi).Mul(static_cast<int64_t>(a.size(-1))));
+  return y;
+}
+
 namespace {
 
 // float16/bfloat16 products accumulate in float32 (as the reference does) and are cast back. A B that is an
@@ -30,17 +52,7 @@ absl::StatusOr<std::vector<Value>> MatMul(OpContext& ctx) {
 absl::StatusOr<std::vector<Value>> MatMulInteger(OpContext& ctx) {
   ONNX_INPUT(a, 0);
   ONNX_INPUT(b, 1);
-  Tensor ai = a.Cast(dtypes::kInt32), bi = b.Cast(dtypes::kInt32);
-  if (ctx.Has(2)) {
-    ONNX_INPUT(za, 2);
-    // a per-row zero point (M,) applies along a's rows
-    ai = ai.Sub(za.ndim() == 1 && za.numel() > 1 ? za.Cast(dtypes::kInt32).Reshape({-1, 1}) : za.Cast(dtypes::kInt32));
-  }
-  if (ctx.Has(3)) {
-    ONNX_INPUT(zb, 3);
-    bi = bi.Sub(zb.Cast(dtypes::kInt32));
-  }
-  return One(ai.Matmul(bi));
+  return One(IntegerMatmul(a, b, ctx.OptT(2), ctx.OptT(3)));
 }
 
 absl::StatusOr<std::vector<Value>> Gemm(OpContext& ctx) {

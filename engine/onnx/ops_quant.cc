@@ -115,9 +115,8 @@ absl::StatusOr<std::vector<Value>> QLinearMatMul(OpContext& ctx) {
   ONNX_INPUT(bz, 5);
   ONNX_INPUT(ys, 6);
   ONNX_INPUT(yz, 7);
-  Tensor ai = Centered(a, az, {-1, 1});
-  Tensor bi = Centered(b, bz, {1, -1});
-  Tensor acc = ai.Cast(dtypes::kFloat32).Matmul(bi.Cast(dtypes::kFloat32));
+  // int32 accumulation, as onnxruntime's: float32 sums of K products lose bits past 2^24 (K >= 515 at the extremes)
+  Tensor acc = IntegerMatmul(a, b, az, bz).Cast(dtypes::kFloat32);
   Tensor asf = as.Cast(dtypes::kFloat32), bsf = bs.Cast(dtypes::kFloat32);
   if (asf.numel() > 1) asf = asf.Reshape({-1, 1});
   if (bsf.numel() > 1) bsf = bsf.Reshape({1, -1});

@@ -52,5 +52,9 @@ absl::StatusOr<std::vector<int64_t>> BroadcastShape(const OpContext& ctx, const 
 
 // ONNX pads [x1_begin, x2_begin, ..., x1_end, x2_end, ...] -> per-dim (before, after) pairs.
 std::vector<std::pair<int64_t, int64_t>> PadPairs(const std::vector<int64_t>& pads);
+// sum_k (a - za)(b - zb) over 8-bit a and b in int32 (MatMulInteger; QLinearMatMul's accumulator), computed as the
+// plain product of a and b minus zero-point terms (ops_math.cc). za: scalar or per row of a, zb: scalar or per column
+// of b; absent means 0.
+Tensor IntegerMatmul(Tensor a, const Tensor& b, const std::optional<Tensor>& za, const std::optional<Tensor>& zb);
 
 }  // namespace kiln::onnx

@@ -54,7 +54,7 @@ std::string TargetString(const codegen::Target& t) {
                                t.wide_index, "|", t.global_max[0], ",", t.global_max[1], ",", t.global_max[2]);
   for (const codegen::TensorCore& tc : t.tensor_cores)
     absl::StrAppend(&s, "|tc", tc.m, "x", tc.n, "x", tc.k, ":", static_cast<int>(tc.in), ":", static_cast<int>(tc.acc),
-                    ":", tc.threads);
+                    ":", tc.threads, ":", static_cast<int>(tc.b_type()));
   return s;
 }
 

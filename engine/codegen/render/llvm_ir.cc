@@ -485,10 +485,40 @@ absl::Status Emitter::EmitOne(size_t i, const UOp& u) {
       return absl::OkStatus();
     }
     case Op::CAST: case Op::BITCAST: return EmitCast(u);
+    case Op::WMMA: return EmitWmma(u);
     default:
       if (IsALU(u.op())) return EmitAlu(u);
       return absl::UnimplementedError(absl::StrCat("llvm renderer: op ", std::string(OpName(u.op())), " is not supported"));
   }
+}
+
+// WMMA m1n16k4, the CPU's integer tensor core (program.h CpuVnniTensorCores): one vpdpbusd. A's four bytes are one
+// i32 broadcast to every lane; B's four rows of sixteen bytes are permuted into sixteen i32 lanes of four (one
+// vpermb); the unsigned operand goes first, as the instruction takes it (its products are u8 x s8, exact, summed by
+// four and added to C wrapping).
+absl::Status Emitter::EmitWmma(const UOp& u) {
+  const IntVec* shape = ArgIntVec(u.arg());
+  const DType a = u.src(0)->dtype(), b = u.src(1)->dtype();
+  const bool au = a.scalar == ScalarType::kUInt8 && b.scalar == ScalarType::kInt8;
+  const bool bu = a.scalar == ScalarType::kInt8 && b.scalar == ScalarType::kUInt8;
+  if (shape == nullptr || *shape != IntVec{1, 16, 4} || (!au && !bu) || a.count != 4 || b.count != 64 ||
+      u.dtype() != dtypes::kInt32.Vec(16) || u.src(2)->dtype() != dtypes::kInt32.Vec(16))
+    return absl::UnimplementedError("llvm renderer: WMMA other than m1n16k4 8-bit x 8-bit -> int32 (vpdpbusd)");
+  const std::string a32 = Tmp(), one = Tmp(), splat = Tmp(), bt = Tmp(), b32 = Tmp(), d = Tmp();
+  Line(absl::StrCat(a32, " = bitcast <4 x i8> ", Ref(u.src(0).get()), " to i32"));
+  Line(absl::StrCat(one, " = insertelement <16 x i32> poison, i32 ", a32, ", i32 0"));
+  Line(absl::StrCat(splat, " = shufflevector <16 x i32> ", one, ", <16 x i32> poison, <16 x i32> zeroinitializer"));
+  std::vector<std::string> mask;
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 4; ++j) mask.push_back(absl::StrCat("i32 ", 16 * j + i));
+  Line(absl::StrCat(bt, " = shufflevector <64 x i8> ", Ref(u.src(1).get()), ", <64 x i8> poison, <64 x i32> <",
+                    absl::StrJoin(mask, ", "), ">"));
+  Line(absl::StrCat(b32, " = bitcast <64 x i8> ", bt, " to <16 x i32>"));
+  decls_.insert("declare <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32>, <16 x i32>, <16 x i32>)");
+  Line(absl::StrCat(d, " = call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> ", Ref(u.src(2).get()),
+                    ", <16 x i32> ", au ? splat : b32, ", <16 x i32> ", au ? b32 : splat, ")"));
+  val_[&u] = d;
+  return absl::OkStatus();
 }
 
 // Elementwise kernels whose output is at least this large store with !nontemporal (streaming stores: no
@@ -596,6 +626,8 @@ const RendererCaps& LlvmIrRenderer::caps() const {
     c.vector_bytes = (CpuAvx512Allowed() && __builtin_cpu_supports("avx512f")) ? 64
                      : __builtin_cpu_supports("avx2")                 ? 32
                                                                       : 16;
+    // 8-bit integer dot products (vpdpbusd) where the host has AVX-512 VNNI and kiln compiles for 512 bits.
+    if (c.vector_bytes == 64 && __builtin_cpu_supports("avx512vnni")) c.tensor_cores = CpuVnniTensorCores();
 #endif
     return c;
   }();

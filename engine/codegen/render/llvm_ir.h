@@ -37,7 +37,10 @@
 //     so no compiler-rt call is needed.
 //   - Constants are rendered from their typed values bit-exactly: hex doubles (0x...) for float/double, 0xH.... for
 //     half and 0xR.... for bfloat (rounded to nearest even from the double arg), NaN/Inf included.
-//   - Unsupported here: SPECIAL other than "core_id" (the CPU has no global/local dims), WMMA, THREEFRY, CUSTOM.
+//   - WMMA m1n16k4 (uint8 x int8 or int8 x uint8 -> int32, the CPU tensor core of program.h) is one AVX-512 VNNI
+//     vpdpbusd; the caps declare it only where the host has AVX-512 VNNI and kiln compiles for 512 bits.
+//   - Unsupported here: SPECIAL other than "core_id" (the CPU has no global/local dims), other WMMA shapes, THREEFRY,
+//     CUSTOM.
 #pragma once
 
 #include <string>

@@ -45,6 +45,7 @@ class Emitter {
 
   absl::Status EmitAlu(const UOp& u);
   absl::Status EmitCast(const UOp& u);
+  absl::Status EmitWmma(const UOp& u);
 
  private:
   absl::Status EmitOne(size_t i, const UOp& u);
