@@ -3,6 +3,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
 #include <thread>
 #include <vector>
 
@@ -11,15 +14,61 @@
 #include "backends/cpu/llvm_init.h"
 #include "backends/cpu/thread_pool.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
+#include "llvm/Object/ELFObjectFile.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 namespace kiln::backends {
 
 struct CpuJit {
   std::unique_ptr<llvm::orc::LLJIT> jit;
-  absl::Mutex mu;  // serialises JITDylib creation/removal
+  absl::Mutex mu;  // serialises JITDylib creation/removal and perf map lines
   std::atomic<int64_t> next_id{0};
 };
+
+namespace {
+
+// KILN_PERF_MAP=1: every loaded kernel's functions are appended to /tmp/perf-PID.map ("START SIZE NAME" in hex, the
+// format `perf report` reads for JIT code), so a profile of a running step names its kernels instead of bare
+// addresses. Off by default: the file grows with every load and is never cleaned up by kiln.
+bool PerfMapOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_PERF_MAP");
+    return v != nullptr && v[0] != '\0' && v[0] != '0';
+  }();
+  return on;
+}
+
+void WritePerfMap(llvm::orc::LLJIT& jit, llvm::orc::JITDylib& jd, const std::string& binary, absl::Mutex& mu) {
+  auto obj = llvm::object::ObjectFile::createObjectFile(llvm::MemoryBufferRef(binary, "kernel"));
+  if (!obj) {
+    llvm::consumeError(obj.takeError());
+    return;
+  }
+  std::string lines;
+  for (const llvm::object::SymbolRef& sym : (*obj)->symbols()) {
+    auto type = sym.getType();
+    auto name = sym.getName();
+    if (!type || !name || *type != llvm::object::SymbolRef::ST_Function) {
+      if (!type) llvm::consumeError(type.takeError());
+      if (!name) llvm::consumeError(name.takeError());
+      continue;
+    }
+    const uint64_t size = llvm::object::ELFSymbolRef(sym).getSize();
+    auto addr = jit.lookup(jd, *name);
+    if (!addr) {
+      llvm::consumeError(addr.takeError());
+      continue;
+    }
+    absl::StrAppend(&lines, absl::Hex(addr->getValue()), " ", absl::Hex(size), " ", name->str(), "\n");
+  }
+  absl::MutexLock lock(&mu);
+  static FILE* const map = std::fopen(absl::StrCat("/tmp/perf-", getpid(), ".map").c_str(), "a");
+  if (map == nullptr) return;
+  std::fputs(lines.c_str(), map);
+  std::fflush(map);
+}
+
+}  // namespace
 
 CpuProgram::~CpuProgram() {
   auto* jd = static_cast<llvm::orc::JITDylib*>(dylib_);
@@ -103,6 +152,7 @@ absl::StatusOr<std::unique_ptr<runtime::Program>> CpuDevice::Load(const std::str
   auto info = jit.lookup(*jd, name + ".info");
   if (!info) return fail("info symbol", info.takeError());
   const int32_t* counts = info->toPtr<const int32_t*>();
+  if (PerfMapOn()) WritePerfMap(jit, *jd, binary, jit_->mu);
   return std::unique_ptr<runtime::Program>(new CpuProgram(jit_, jd, entry->toPtr<CpuProgram::EntryFn>(), counts[0],
                                                           counts[1], Pool()));
 }
