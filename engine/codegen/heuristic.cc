@@ -382,8 +382,12 @@ absl::StatusOr<bool> AccTile(UOpPtr& cur, LowerContext& ctx, int64_t work, Apply
   }
   const bool any_narrow = std::find(narrow.begin(), narrow.end(), true) != narrow.end();
   // Small kernels keep the generic heuristic, except quantized ones, whose rows it would gather byte by byte
-  // (SmolLM2's fused K and V projections, 384 x 576: 105 -> 40 us).
-  if (work < (int64_t{1} << 18) && !any_narrow) return false;
+  // (SmolLM2's fused K and V projections, 384 x 576: 105 -> 40 us), and reductions to one value over a long
+  // contiguous axis, where the generic heuristic's one accumulator is a chain of dependent adds (or maxima):
+  // DynamicQuantizeLinear's minimum and maximum over 64 x 1024 floats took 108 us, 16 us with vector accumulators
+  // (and over a quantized MiniLM's 128 x 384 activations 90 us).
+  const bool whole = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal}).empty() && work >= 4096;
+  if (work < (int64_t{1} << 18) && !any_narrow && !whole) return false;
   int64_t v = 0;
   // Whole SIMD registers of lanes; 16 or 8 when they divide (narrower vectors still beat scalar code). Lane counts
   // that are not a power of two (a conv's 20-wide rows) measured worse: the vectorizer shuffles them.

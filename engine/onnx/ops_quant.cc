@@ -86,9 +86,13 @@ absl::StatusOr<std::vector<Value>> DequantizeLinear(OpContext& ctx) {
   return One(dx.Mul(s.Cast(dtypes::kFloat32)).Cast(out));
 }
 
+// x is read three times (its minimum, its maximum, the quantization): a computed x (a GELU's output in a dynamically
+// quantized transformer's FFN, 128 x 1536 with an erf per element) is stored once rather than recomputed by each,
+// and its two reduces then read memory (quantized MiniLM: 1.55 ms per layer for the minimum and maximum).
 absl::StatusOr<std::vector<Value>> DynamicQuantizeLinear(OpContext& ctx) {
   ONNX_INPUT(x, 0);
   Tensor xf = x.Cast(dtypes::kFloat32);
+  if (!xf.IsRealized()) xf = xf.Contiguous();
   Tensor lo = xf.Min().Minimum(0.0), hi = xf.Max().Maximum(0.0);
   Tensor scale = hi.Sub(lo).TrueDiv(255.0);
   Tensor zp = lo.Neg().TrueDiv(scale).Round().Maximum(0.0).Minimum(255.0);

@@ -4,6 +4,7 @@
 #include <limits>
 #include <random>
 
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "engine/base/env.h"
 #include "tests/backends/interp/kernel_builders.h"
@@ -293,6 +294,27 @@ TEST(InterpLowerTest, FullReduceAndHoistedReduce) {
     }
     EXPECT_EQ(max_depth, 1) << "noopt=" << noopt;
   }
+}
+
+// A reduction of 4096 elements to one value (DynamicQuantizeLinear's maximum, a loss's mean) is small work, but one
+// accumulator would make it a chain of 4096 dependent maxima: the heuristic gives it vector accumulators (ACC).
+TEST(InterpLowerTest, LongReductionToOneValueGetsVectorAccumulators) {
+  const int64_t n = 4096;
+  std::vector<float> av = Iota(n, 0.25f, 1013);
+  av[1234] = 1e6f;
+  const UOpPtr out = Param(0, dtypes::kFloat32), a = Param(1, dtypes::kFloat32);
+  const UOpPtr r = UOp::Range(n, 0, AxisType::kReduce);
+  const UOpPtr ast = Kernel({St(Idx(out, UOp::ConstInt(0)), Red(Op::MAX, Ld(Idx(a, r)), {r}))});
+  Target t = Cpu(2);
+  t.supports_vectors = true;
+  t.vector_bytes = 64;
+  std::vector<std::vector<uint8_t>> bufs = {Bytes(std::vector<float>(1)), Bytes(av)};
+  Program p;
+  ASSERT_TRUE(LowerAndRun(ast, t, {}, bufs, &p).ok());
+  EXPECT_EQ(As<float>(bufs[0])[0], 1e6f);
+  bool acc = false;
+  for (const std::string& o : p.applied_opts) acc |= o.starts_with("ACC");
+  EXPECT_TRUE(acc) << absl::StrJoin(p.applied_opts, ", ");
 }
 
 }  // namespace
