@@ -89,7 +89,7 @@ struct Target {
 // axis N that a does not, and M, N, K are divisible by the TC's m, n, k. GPUs: the kernel is rewritten so that each
 // warp (a new LOCAL axis of `threads` work-items, the innermost one, so it becomes lidx0) computes an m x n tile per
 // WMMA, per k-slice of the reduce. The CPU's integer dot product (m1n16k4, one work-item) needs no M axis (a
-// matrix-vector product). See tc.cc.
+// matrix-vector product), and reduces around the product's (a block-scaled sum) may stay. See tc.cc.
 enum class OptOp : uint8_t { kUpcast, kUnroll, kThread, kLocal, kGroup, kGroupTop, kAcc, kTc };
 std::string_view OptOpName(OptOp op);
 

@@ -110,13 +110,18 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
   if (sink->num_src() != 1 || sink->src(0)->op() != Op::END)
     return bad("needs a kernel with one output END");
   const UOpPtr end = sink->src(0);
-  const UOp* red = nullptr;
-  for (const UOp* u : Toposort(sink)) {
-    if (u->op() != Op::REDUCE) continue;
-    if (red != nullptr) return bad("more than one REDUCE");
-    red = u;
+  std::vector<const UOp*> reds;  // sources first: an inner reduce before the reduces around it
+  for (const UOp* u : Toposort(sink))
+    if (u->op() == Op::REDUCE) reds.push_back(u);
+  if (reds.empty()) return bad("no REDUCE");
+  const UOp* red = reds.front();
+  // Reduces around the product's sum (a block-scaled product, sum_b s_b * sum_i a_i b_i: 8-bit blocks with a scale
+  // each) stay as they are: each output lane gets its own outer accumulator. The CPU layout only.
+  const bool nested = reds.size() > 1;
+  for (size_t i = 1; i < reds.size(); ++i) {
+    const std::vector<const UOp*> inside = Toposort(UOpPtr::FromRaw(reds[i]));
+    if (std::find(inside.begin(), inside.end(), red) == inside.end()) return bad("more than one REDUCE");
   }
-  if (red == nullptr) return bad("no REDUCE");
   if (std::get<Op>(red->arg()) != Op::ADD) return bad("the REDUCE is not an ADD");
   if (red->num_src() != 2) return bad("the REDUCE is over more than one axis");
   const UOp* rk = red->src(1).get();
@@ -157,6 +162,7 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
     return bad("operand or accumulator dtype does not match the tensor core");
   const bool cuda = tc->m == 16 && tc->n == 8 && tc->k == 16 && tc->threads == 32;
   if (!cuda && !tc->cpu_dot()) return bad("only the m16n8k16 and m1n16k4 layouts are implemented");
+  if (cuda && nested) return bad("more than one REDUCE");
   if (cuda && !ctx.target.has_local) return bad("target has no work-groups");
   // M: an output axis of a that b does not use; N the reverse (the innermost such axis).
   const std::vector<const UOp*> ra = RangesIn(a), rb = RangesIn(b);
@@ -253,6 +259,8 @@ absl::StatusOr<bool> ApplyCpuTensorCore(UOpPtr& cur, LowerContext& ctx, std::vec
   bool cpu = false;
   for (const TensorCore& tc : ctx.target.tensor_cores) cpu |= tc.cpu_dot();
   if (!cpu) return false;
+  int reduces = 0;
+  for (const UOp* u : Toposort(cur)) reduces += u->op() == Op::REDUCE;
   const LowerContext saved = ctx;
   absl::StatusOr<UOpPtr> tc = ApplyOpt(cur, {OptOp::kTc, 0, -1}, ctx);
   if (!tc.ok()) {
@@ -283,7 +291,9 @@ absl::StatusOr<bool> ApplyCpuTensorCore(UOpPtr& cur, LowerContext& ctx, std::vec
         tm = t;
         break;
       }
-  if (in >= 0 && RangeSize(out[in].get()) % 2 == 0) tn = 2;
+  // A block-scaled product (a reduce around the tensor core's) keeps a float accumulator per int one: one column
+  // tile, 8 + 8 registers.
+  if (in >= 0 && reduces == 1 && RangeSize(out[in].get()) % 2 == 0) tn = 2;
   int64_t macs = 64;  // per WMMA
   for (const UOpPtr& r : out) macs *= std::max<int64_t>(1, RangeSize(r.get()));
   for (const UOpPtr& r : red) macs *= std::max<int64_t>(1, RangeSize(r.get()));
