@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <unistd.h>
 #include <thread>
 #include <vector>
@@ -13,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "backends/cpu/llvm_init.h"
 #include "backends/cpu/thread_pool.h"
+#include "engine/base/env.h"
 #include "llvm/ExecutionEngine/Orc/LLJIT.h"
 #include "llvm/Object/ELFObjectFile.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -31,10 +31,7 @@ namespace {
 // format `perf report` reads for JIT code), so a profile of a running step names its kernels instead of bare
 // addresses. Off by default: the file grows with every load and is never cleaned up by kiln.
 bool PerfMapOn() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_PERF_MAP");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
+  static const bool on = EnvFlagOn("KILN_PERF_MAP");
   return on;
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <string_view>
 #include <utility>
@@ -39,6 +40,13 @@ bool KnobIsSet(Knob k);
 void SetProcessKnob(Knob k, int64_t value);
 
 inline int64_t DebugLevel() { return GetKnob(Knob::kDebug); }
+
+// Kiln's own on/off environment switches (KILN_ONNX_TRACE, KILN_PERF_MAP): on when set, non-empty and not "0...".
+// Read at each call; callers keep the answer.
+inline bool EnvFlagOn(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' && v[0] != '0';
+}
 
 // Scoped override: `Context ctx({{Knob::kDebug, 2}, {Knob::kNoOpt, 1}});`. Not copyable; must be
 // destroyed on the thread that created it, in reverse order of creation.

@@ -15,20 +15,11 @@ namespace kiln::onnx {
 // either way, so the result is the same bit for bit. A computed a (DynamicQuantizeLinear's output) is stored as its
 // 8 bits first: inlined, it would be recomputed for every column, and its casts, folded together, would no longer
 // be an 8-bit operand.
-//
-// A constant 2-D B on the CPU (an initializer: the weights) is read through a [N/16][K/4][4][16] copy that the JIT
-// makes once: each 4-wide k-slice of 16 columns, the tensor core's B operand, is then one 64-byte run, where a
-// row-major B puts its four rows N bytes apart (four loads and inserts per operand).
+// A constant B (an initializer) is read through a copy packed for the CPU's tensor core (Tensor::Matmul, kConstant).
 Tensor IntegerMatmul(Tensor a, const Tensor& b, const std::optional<Tensor>& za, const std::optional<Tensor>& zb) {
   if (!a.IsRealized()) a = a.Contiguous();
   const Tensor ai = a.Cast(dtypes::kInt32), bi = b.Cast(dtypes::kInt32);
-  const bool cpu = b.device() == "CPU" || b.device().starts_with("CPU:");
-  Tensor bp = b;
-  if (cpu && b.ndim() == 2 && IsMarkedConstant(b.uop()) && b.size(0) % 4 == 0 && b.size(1) % 16 == 0) {
-    const int64_t K = b.size(0), N = b.size(1);
-    bp = b.Reshape({K / 4, 4, N / 16, 16}).Permute({2, 0, 1, 3}).Contiguous().Permute({1, 2, 0, 3}).Reshape({K, N});
-  }
-  Tensor y = ai.Matmul(bp.Cast(dtypes::kInt32));
+  Tensor y = ai.Matmul(bi, std::nullopt, IsMarkedConstant(b.uop()) ? MatmulRhs::kConstant : MatmulRhs::kAny);
   std::optional<Tensor> zai, zbi;
   // a per-row zero point (M,) applies along a's rows, a per-column one (N,) along b's columns
   if (za) zai = za->ndim() == 1 && za->numel() > 1 ? za->Cast(dtypes::kInt32).Reshape({-1, 1}) : za->Cast(dtypes::kInt32);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "engine/base/env.h"
 #include "engine/base/status.h"
 #include "engine/realize/realize.h"
 
@@ -30,10 +31,7 @@ namespace {
 
 // KILN_ONNX_TRACE=1 prints each node with its output shapes ("h": known on the host) to stderr.
 bool TraceNodes() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_ONNX_TRACE");
-    return v != nullptr && v[0] != '\0' && v[0] != '0';
-  }();
+  static const bool on = EnvFlagOn("KILN_ONNX_TRACE");
   return on;
 }
 

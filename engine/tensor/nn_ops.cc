@@ -85,9 +85,10 @@ constexpr int64_t kPackLanes = 16;
 // consecutive steps adjacent.
 constexpr int64_t kConvPackLanes = 16;
 
+bool IsCpu(const std::string& device) { return device == "CPU" || device.starts_with("CPU:"); }
+
 bool PaysToPackRhs(const std::string& device, DType dt, int64_t m, int64_t k, int64_t n, MatmulRhs rhs) {
-  const bool cpu = device == "CPU" || device.starts_with("CPU:");
-  return cpu && dt == dtypes::kFloat32 && m >= 64 && k >= 256 && n >= 256 && n % kPackLanes == 0 &&
+  return IsCpu(device) && dt == dtypes::kFloat32 && m >= 64 && k >= 256 && n >= 256 && n % kPackLanes == 0 &&
          (rhs == MatmulRhs::kConstant || (n * 4) % 1024 == 0);
 }
 
@@ -101,6 +102,26 @@ Tensor PackRhs(const Tensor& w) {
   for (int64_t i = 0; i < d - 2; ++i) perm.push_back(i);
   perm.insert(perm.end(), {d - 1, d - 2, d});  // (..., K, N/16, 16) -> (..., N/16, K, 16): its own inverse
   return w.Reshape(split).Permute(perm).Contiguous().Permute(perm).Reshape(w.shape());
+}
+
+// An integer matmul's constant B is its 8-bit values cast to int32. The CPU's integer tensor core (codegen/tc.cc) reads
+// B 4 k-rows x 16 columns at a time, which row-major B puts N bytes apart (four loads and inserts per operand): the
+// 8-bit values are read through a [N/16][K/4][4][16] copy made once per JIT trace instead, one 64-byte run each.
+// nullopt when w is not that (the float packing above may then apply).
+std::optional<Tensor> PackedIntegerRhs(const Tensor& w, MatmulRhs rhs) {
+  const UOp* u = w.uop().get();
+  if (rhs != MatmulRhs::kConstant || !IsCpu(w.device()) || w.ndim() != 2 || w.dtype() != dtypes::kInt32 ||
+      u->op() != Op::CAST || u->src(0)->dtype().ItemSize() != 1 || !u->src(0)->dtype().IsInt() ||
+      w.size(0) % 4 != 0 || w.size(1) % 16 != 0)
+    return std::nullopt;
+  const int64_t k = w.size(0), n = w.size(1);
+  const Tensor w8(u->src(0), w.device());
+  return w8.Reshape({k / 4, 4, n / 16, 16})
+      .Permute({2, 0, 1, 3})
+      .Contiguous()
+      .Permute({1, 2, 0, 3})
+      .Reshape({k, n})
+      .Cast(dtypes::kInt32);
 }
 
 }  // namespace
@@ -124,8 +145,11 @@ Tensor Tensor::Matmul(const Tensor& w, std::optional<DType> acc_dtype, MatmulRhs
   int64_t rows = 1;
   for (size_t i = 0; i + 1 < shape().size(); ++i) rows *= shape()[i];
   if (dw > 2) rows = dx >= 2 ? size(-2) : 1;
-  const Tensor rhs =
-      dw >= 2 && PaysToPackRhs(device(), w.dtype(), rows, w.size(-2), w.size(-1), rhs_use) ? PackRhs(w) : w;
+  const std::optional<Tensor> packed8 = PackedIntegerRhs(w, rhs_use);
+  const Tensor rhs = packed8 ? *packed8
+                     : dw >= 2 && PaysToPackRhs(device(), w.dtype(), rows, w.size(-2), w.size(-1), rhs_use)
+                         ? PackRhs(w)
+                         : w;
   Tensor prod = Reshape(xs).Mul(rhs.Reshape(ws).Transpose(-1, axis_w));
   DType pair[2] = {dtype(), w.dtype()};
   std::optional<DType> out = acc_dtype ? acc_dtype : LeastUpperDType(pair);

@@ -146,7 +146,8 @@ struct ConvOptions {
 };
 // How a Matmul's right-hand operand changes between runs. kConstant: never (an ONNX initializer marked constant):
 // the CPU backend then reads it through a packed copy whatever its width, which a JIT trace makes once (ExecPlan's
-// constant calls), where kAny packs only the widths whose rows alias in the caches (nn_ops.cc, PaysToPackRhs).
+// constant calls), where kAny packs only the widths whose rows alias in the caches (nn_ops.cc, PaysToPackRhs); a
+// constant 8-bit B cast to int32 is packed for the integer tensor core (PackedIntegerRhs).
 enum class MatmulRhs : uint8_t { kAny, kConstant };
 
 struct PoolOptions {

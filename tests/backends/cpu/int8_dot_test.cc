@@ -14,6 +14,7 @@
 #include "engine/codegen/codegen.h"
 #include "gtest/gtest.h"
 #include "tests/backends/interp/kernel_builders.h"
+#include "tests/engine/cpu_target.h"
 
 namespace kiln::backends {
 namespace {
@@ -40,19 +41,14 @@ UOpPtr Int8Matmul(const Case& c) {
 }
 
 codegen::Target VnniTarget() {
-  codegen::Target t;
-  t.renderer = "llvm";
-  t.has_threads = true;
-  t.max_threads = 2;
-  t.supports_vectors = true;
-  t.vector_bytes = 64;
-  t.wide_index = true;
+  codegen::Target t = test_util::Avx512TwoCoreLlvm();
   t.tensor_cores = codegen::CpuVnniTensorCores();
   return t;
 }
 
 bool HostHasVnni() {
-  return codegen::RendererFor("llvm").ok() && !(*codegen::RendererFor("llvm"))->caps().tensor_cores.empty();
+  absl::StatusOr<const codegen::Renderer*> r = codegen::RendererFor("llvm");
+  return r.ok() && !(*r)->caps().tensor_cores.empty();
 }
 
 bool HasWmma(const codegen::Program& p) {
