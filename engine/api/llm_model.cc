@@ -44,7 +44,8 @@ absl::StatusOr<std::shared_ptr<LlmModel>> LlmModel::Load(const std::string& gguf
     KILN_ASSIGN_OR_RETURN(st->tok, llm::BpeTokenizer::FromGguf(st->gguf->file()));
     KILN_ASSIGN_OR_RETURN(
         st->model,
-        llm::LlamaModel::Create(*st->gguf, options.device.empty() ? "CPU" : options.device));
+        llm::LlamaModel::Create(*st->gguf, options.device.empty() ? "CPU" : options.device,
+                                {.int8_activations = options.int8_activations}));
     const llm::LlamaConfig& c = st->model->config();
     if (options.max_ctx < 2 || options.max_ctx > c.context_length)
       return absl::InvalidArgumentError(absl::StrCat("max_ctx: ", options.max_ctx,
@@ -74,6 +75,7 @@ absl::StatusOr<std::shared_ptr<LlmModel>> LlmModel::Load(const std::string& gguf
     info.slots = options.slots;
     info.max_ctx = options.max_ctx;
     info.has_chat_template = st->chat.has_value();
+    info.quantized_activations = st->model->quantizes_activations();
     KILN_ASSIGN_OR_RETURN(st->gen, llm::Generator::Create(st->model.get(), st->tok.get(),
                                                           {.slots = options.slots,
                                                            .max_ctx = options.max_ctx,

@@ -33,6 +33,10 @@ struct LlmOptions {
   int64_t max_queue = 256;  // generations waiting for a slot; more are RESOURCE_EXHAUSTED
   std::string device;       // "" = CPU
   bool warm = true;
+  // Multiply 8-bit quantized activations by the weights' integers, as llama.cpp does (llm/block_linear.h): faster
+  // where the device has 8-bit dot products and several generations step together; the logits then carry 8-bit
+  // quantization noise (a few percent of the largest logit) that float activations do not.
+  bool int8_activations = false;
 };
 
 struct ChatTurn {
@@ -65,6 +69,9 @@ struct LlmInfo {
   int64_t context_length = 0, vocab = 0, n_layer = 0, n_embd = 0, params = 0;
   int64_t slots = 0, max_ctx = 0;
   bool has_chat_template = false;
+  // The projections multiply 8-bit quantized activations by the weights' integers, as llama.cpp does
+  // (llm/block_linear.h: where the device has 8-bit dot products), rather than float activations by decoded weights.
+  bool quantized_activations = false;
 };
 
 struct LlmStats {

@@ -29,6 +29,7 @@ struct LowerContext {
   bool has_reduce = false;
   DType index_dtype = dtypes::kInt32;
   int64_t tc_m_axis = -1, tc_n_axis = -1;  // after the TC opt: the ids of the M-tile and N-tile output axes
+  int64_t tc_k_axis = -1;                  // and of the k-slice reduce axis (CPU layout; -1: one slice)
   // UPCAST axis ids whose lanes ExpandUpcasts makes the fastest-varying copies of an END (in this order, the last
   // fastest), whatever their place in the loop nest: MatmulTile's lane axis. LLVM's SLP vectorizer packs runs of
   // consecutive accumulators into vectors, so those runs must be the lane axis's (not the row axis's) copies.

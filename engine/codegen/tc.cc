@@ -19,7 +19,10 @@
 // per k-slice; the output lanes become STOREs of f(REDUCE(GEP(D, i), kt)) with m/n substituted by the output
 // element's row/column. Later opts (UPCAST/LOCAL of mt, nt; UNROLL of kt) replicate this as any body.
 #include <algorithm>
+#include <functional>
+#include <map>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/env.h"
 #include "engine/base/status.h"
@@ -65,6 +68,7 @@ absl::StatusOr<UOpPtr> CpuDot(const UOpPtr& sink, const UOpPtr& end, const UOp* 
   const UOpPtr zero = UOp::Const(rn->dtype(), int64_t{0});
   ctx.tc_m_axis = rm == nullptr ? -1 : std::get<AxisArg>(rm->arg()).id;
   ctx.tc_n_axis = nt == nullptr ? -1 : std::get<AxisArg>(rn->arg()).id;
+  ctx.tc_k_axis = kt == nullptr ? -1 : std::get<AxisArg>(rk->arg()).id;
   const UOpPtr n0 = nt != nullptr ? nt * tc.n : zero, k0 = kt != nullptr ? kt * tc.k : zero;
   UOpVec a_el, b_el, zeros;
   for (int j = 0; j < tc.k; ++j) a_el.push_back(Substitute(a, {{rk, k0 + int64_t{j}}}));
@@ -310,6 +314,17 @@ absl::StatusOr<bool> ApplyCpuTensorCore(UOpPtr& cur, LowerContext& ctx, std::vec
   const int64_t id_m = ctx.tc_m_axis, id_n = ctx.tc_n_axis;
   if (tn > 1) KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, index_of(id_n), static_cast<int>(tn)}));
   if (tm > 1) KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, index_of(id_m), static_cast<int>(tm)}));
+  // Under a block-scaled sum, k-slices in pairs: a B operand packed two 4-bit values per byte (llm/block_linear.h:
+  // slice 2j in the low nibbles, 2j + 1 in the high) then takes one 64-byte load and a shift per pair instead of a
+  // select per slice; the two WMMAs chain on the accumulators (FoldWmmaAccumulators).
+  if (reduces > 1 && ctx.tc_k_axis >= 0) {
+    const std::vector<UOpPtr> now = AxesOfType(cur, ctx, {AxisType::kReduce});
+    for (int i = 0; i < static_cast<int>(now.size()); ++i)
+      if (std::get<AxisArg>(now[i]->arg()).id == ctx.tc_k_axis && RangeSize(now[i].get()) % 2 == 0) {
+        KILN_RETURN_IF_ERROR(apply({OptOp::kUnroll, i, 2}));
+        break;
+      }
+  }
   return true;
 }
 
@@ -319,15 +334,19 @@ namespace kiln::codegen {
 
 // After "lower reduces" a TC reduce is acc[k_i] = acc[k_i] + GEP(WMMA(A, B, 0), i) for the lanes i (4 on CUDA, 16 on
 // the CPU). When all lanes of one WMMA are used exactly that way, the accumulators become its C operand (tinygrad's WMMA
-// accumulates in place): WMMA(A, B, (acc[k_0], .., acc[k_3])) and acc[k_i] = GEP(that, i). No other node changes.
+// accumulates in place): WMMA(A, B, (acc[k_0], .., acc[k_3])) and acc[k_i] = GEP(that, i). An unrolled k-slice axis
+// sums several WMMAs' lanes before the accumulator, acc[k_i] + (GEP(W1, i) + GEP(W2, i)); for integer accumulators
+// (exact and associative: wrapping int32 adds) those chain, W2(A2, B2, W1(A1, B1, acc)). No other node changes.
 absl::StatusOr<UOpPtr> FoldWmmaAccumulators(const UOpPtr& sink, LowerContext&) {
   struct Use {
     const UOp* add = nullptr;
     UOpPtr acc;  // the accumulator LOAD
   };
-  absl::flat_hash_map<const UOp*, std::vector<Use>> uses;  // WMMA -> per lane
-  absl::flat_hash_map<const UOp*, int> gep_users;
+  std::map<std::vector<const UOp*>, std::vector<Use>> uses;  // the WMMAs summed (in graph order) -> per lane
+  absl::flat_hash_map<const UOp*, int> users;
   const std::vector<const UOp*> topo = Toposort(sink);
+  absl::flat_hash_map<const UOp*, size_t> order;
+  for (size_t i = 0; i < topo.size(); ++i) order[topo[i]] = i;
   auto zero_c = [](const UOp* w) {
     const UOp* c = w->src(2).get();
     if (c->op() != Op::VECTORIZE) return false;
@@ -340,31 +359,50 @@ absl::StatusOr<UOpPtr> FoldWmmaAccumulators(const UOpPtr& sink, LowerContext&) {
     return true;
   };
   for (const UOp* u : topo)
-    for (const UOpPtr& s : u->src())
-      if (s->op() == Op::GEP) ++gep_users[s.get()];
+    for (const UOpPtr& s : u->src()) ++users[s.get()];
+  // The WMMAs whose lane `lane` the single-use ADD tree `x` sums (false if anything else is in it).
+  std::function<bool(const UOp*, int64_t*, std::vector<const UOp*>*)> leaves =
+      [&](const UOp* x, int64_t* lane, std::vector<const UOp*>* ws) {
+        if (x->op() == Op::ADD && x->num_src() == 2 && users[x] == 1)
+          return leaves(x->src(0).get(), lane, ws) && leaves(x->src(1).get(), lane, ws);
+        const IntVec* lanes = x->op() == Op::GEP ? ArgIntVec(x->arg()) : nullptr;
+        if (lanes == nullptr || lanes->size() != 1 || x->src(0)->op() != Op::WMMA || users[x] != 1 ||
+            !zero_c(x->src(0).get()) || (*lane >= 0 && (*lanes)[0] != *lane))
+          return false;
+        *lane = (*lanes)[0];
+        ws->push_back(x->src(0).get());
+        return true;
+      };
   for (const UOp* u : topo) {
     if (u->op() != Op::ADD || u->num_src() != 2) continue;
-    const UOp* g = u->src(1).get();
     const UOpPtr& acc = u->src(0);
-    if (g->op() != Op::GEP || g->src(0)->op() != Op::WMMA || acc->op() != Op::LOAD) continue;
-    const IntVec* lanes = ArgIntVec(g->arg());
+    if (acc->op() != Op::LOAD) continue;
     const UOp* ix = acc->src(0).get();
-    if (lanes == nullptr || lanes->size() != 1 || gep_users[g] != 1 || ix->op() != Op::INDEX ||
-        ix->src(0)->dtype().addrspace != AddrSpace::kReg || !zero_c(g->src(0).get()))
-      continue;
-    std::vector<Use>& v = uses[g->src(0).get()];
-    v.resize(g->src(0)->dtype().count);
-    v[(*lanes)[0]] = Use{u, acc};
+    if (ix->op() != Op::INDEX || ix->src(0)->dtype().addrspace != AddrSpace::kReg) continue;
+    int64_t lane = -1;
+    std::vector<const UOp*> ws;
+    if (!leaves(u->src(1).get(), &lane, &ws)) continue;
+    if (ws.size() > 1 && !u->dtype().IsInt()) continue;  // float sums would be reassociated
+    std::sort(ws.begin(), ws.end(), [&](const UOp* a, const UOp* b) { return order[a] < order[b]; });
+    if (std::adjacent_find(ws.begin(), ws.end()) != ws.end()) continue;
+    std::vector<Use>& v = uses[ws];
+    v.resize(ws[0]->dtype().count);
+    v[lane] = Use{u, acc};
   }
-  absl::flat_hash_map<const UOp*, UOpPtr> repl;  // ADD -> GEP(new WMMA, i)
-  for (const auto& [w, v] : uses) {
+  absl::flat_hash_map<const UOp*, UOpPtr> repl;  // ADD -> GEP(last WMMA of the chain, i)
+  absl::flat_hash_set<const UOp*> taken;         // a WMMA folds into one chain at most
+  for (const auto& [ws, v] : uses) {
     if (std::any_of(v.begin(), v.end(), [](const Use& x) { return x.add == nullptr; })) continue;
+    if (std::any_of(ws.begin(), ws.end(), [&](const UOp* w) { return taken.contains(w); })) continue;
     UOpVec c;
     for (const Use& x : v) c.push_back(x.acc);
-    const UOpPtr nw = UOp::Make(Op::WMMA, w->dtype(),
-                                {w->src(0), w->src(1), UOp::Make(Op::VECTORIZE, w->dtype(), c)}, w->arg());
+    UOpPtr chain = UOp::Make(Op::VECTORIZE, ws[0]->dtype(), c);
+    for (const UOp* w : ws) {
+      chain = UOp::Make(Op::WMMA, w->dtype(), {w->src(0), w->src(1), chain}, w->arg());
+      taken.insert(w);
+    }
     for (size_t i = 0; i < v.size(); ++i)
-      repl.emplace(v[i].add, UOp::Make(Op::GEP, w->dtype().Scalar(), {nw}, IntVec{static_cast<int64_t>(i)}));
+      repl.emplace(v[i].add, UOp::Make(Op::GEP, ws[0]->dtype().Scalar(), {chain}, IntVec{static_cast<int64_t>(i)}));
   }
   if (repl.empty()) return sink;
   return Substitute(sink, repl);

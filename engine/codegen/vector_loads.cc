@@ -21,9 +21,11 @@ namespace {
 // 20-lane run as 16 + 4, a 6-lane run as 4 + 2).
 constexpr size_t kMinRun = 4;
 constexpr size_t kMaxRun = 32;
-// The operands of a CPU tensor core's WMMA (tc.cc: 4 and 64 bytes) are VECTORIZEs of scalar loads, which LLVM builds
-// byte by byte (64 vpinsrb per B operand of an int8 matmul) unless they are vector loads; their runs are combined
-// whatever reads them, up to one 64-byte register.
+// The operands of a CPU tensor core's WMMA (tc.cc: 4 and 64 bytes) are VECTORIZEs of scalar loads, or of elementwise
+// ops on loads (4-bit values unpacked by a mask and a shift), which LLVM builds byte by byte (64 vpinsrb per B
+// operand of an int8 matmul) unless they are vector loads; their runs are combined whatever reads them, up to the
+// operand's size: one 64-byte register for B, and A's 4 bytes alone (two k-slices' A side by side, as one 8-byte
+// load, cost a GPR move and a shift per broadcast where each 4-byte load folds into vpdpbusd as a broadcast operand).
 constexpr size_t kMaxWmmaBytes = 64;
 
 }  // namespace
@@ -74,13 +76,32 @@ absl::StatusOr<UOpPtr> VectorizeLoads(const UOpPtr& sink, LowerContext& ctx) {
   // conv input gradient 8.3 -> 11.9 ms), left for another change. Overlapping windows (a conv tile's unrolled
   // reduce reads x[n + k] and x[n + k + 1] for lane n) SLP loads as shifted vectors, which shuffles of one vector
   // load did not beat (conv weight gradients 0-8% slower).
-  std::vector<bool> horizontal(runs.size(), false), shared(runs.size(), false), wmma(runs.size(), false);
+  std::vector<bool> horizontal(runs.size(), false), shared(runs.size(), false);
+  std::vector<size_t> wmma(runs.size(), 0);  // bytes of the largest WMMA operand the run's loads feed
+  const bool cpu_tc = std::any_of(ctx.target.tensor_cores.begin(), ctx.target.tensor_cores.end(),
+                                  [](const TensorCore& tc) { return tc.cpu_dot(); });
   for (const UOp* u : topo) {
     if (u->op() != Op::WMMA) continue;
-    for (int k = 0; k < 2; ++k)
-      if (u->src(k)->op() == Op::VECTORIZE)
-        for (const UOpPtr& x : u->src(k)->src())
-          if (auto it = run_of.find(x.get()); it != run_of.end()) wmma[it->second] = true;
+    for (int k = 0; k < 2; ++k) {
+      const UOp* operand = u->src(k).get();
+      if (operand->op() != Op::VECTORIZE) continue;
+      // (GPU WMMAs: their operands' own loads, up to 64 bytes, as before the CPU layout.)
+      const size_t bytes = cpu_tc ? operand->num_src() * operand->dtype().ItemSize() : kMaxWmmaBytes;
+      std::vector<const UOp*> stack;
+      absl::flat_hash_set<const UOp*> visited;
+      for (const UOpPtr& x : operand->src()) stack.push_back(x.get());
+      while (!stack.empty()) {
+        const UOp* x = stack.back();
+        stack.pop_back();
+        if (!visited.insert(x).second) continue;
+        if (x->op() == Op::LOAD) {
+          if (auto it = run_of.find(x); it != run_of.end()) wmma[it->second] = std::max(wmma[it->second], bytes);
+          continue;
+        }
+        if (!cpu_tc || !IsElementwise(x->op())) continue;
+        for (const UOpPtr& s : x->src()) stack.push_back(s.get());
+      }
+    }
   }
   absl::flat_hash_map<const UOp*, int> readers;  // stored values reading each run element
   for (const UOp* u : topo) {
@@ -106,8 +127,9 @@ absl::StatusOr<UOpPtr> VectorizeLoads(const UOpPtr& sink, LowerContext& ctx) {
   absl::flat_hash_map<const UOp*, UOpPtr> repl;
   for (size_t r = 0; r < runs.size(); ++r) {
     const std::vector<const UOp*>& run = runs[r];
-    if (!wmma[r] && (!horizontal[r] || shared[r] || run.size() < kMinRun)) continue;
-    const size_t most = wmma[r] ? kMaxWmmaBytes / std::max<size_t>(1, run[0]->dtype().ItemSize()) : kMaxRun;
+    if (wmma[r] == 0 && (!horizontal[r] || shared[r] || run.size() < kMinRun)) continue;
+    const size_t most = wmma[r] > 0 ? std::min(wmma[r], kMaxWmmaBytes) / std::max<size_t>(1, run[0]->dtype().ItemSize())
+                                    : kMaxRun;
     for (size_t start = 0; start + 2 <= run.size();) {
       size_t n = most;
       while (n > run.size() - start) n /= 2;

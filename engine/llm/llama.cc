@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/base/status.h"
 #include "engine/jit/tiny_jit.h"
+#include "engine/llm/block_linear.h"
 
 namespace kiln::llm {
 namespace {
@@ -84,7 +85,8 @@ absl::StatusOr<LlamaConfig> LlamaConfig::FromGguf(const nn::GgufFile& f) {
   return c;
 }
 
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const nn::GgufModel& gguf, const std::string& device) {
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const nn::GgufModel& gguf, const std::string& device,
+                                                               const LlamaOptions& options) {
   std::unique_ptr<LlamaModel> m(new LlamaModel());
   m->device_ = device;
   KILN_ASSIGN_OR_RETURN(m->config_, LlamaConfig::FromGguf(gguf.file()));
@@ -127,10 +129,32 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const nn::GgufMod
     if (!qkv.ok()) return Bad(std::string(qkv.status().message()));
     m->weights_.emplace(p + "attn_qkv", *std::move(qkv));
   }
+  // LlamaOptions::int8_activations: the projections (and the output embedding) of a 32-wide block type are multiplied
+  // as llama.cpp does, with the activations quantized to 8 bits too (block_linear.h); a weight that cannot be
+  // (another type, rows not a multiple of 16) keeps the float decoding.
+  if (options.int8_activations) {
+    const std::string out = c.tied_output ? "token_embd.weight" : "output.weight";
+    std::vector<std::pair<std::string, std::vector<std::string>>> linear = {{out, {out}}};
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const std::string p = absl::StrCat("blk.", l, ".");
+      for (const char* name : {"attn_output.weight", "ffn_down.weight"}) linear.push_back({p + name, {p + name}});
+      linear.push_back({p + "ffn_gate_up", {p + "ffn_gate.weight", p + "ffn_up.weight"}});
+      linear.push_back({p + "attn_qkv", {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}});
+    }
+    for (const auto& [name, parts] : linear) {
+      absl::StatusOr<BlockWeight> w = LoadBlockWeight(gguf, std::vector<std::string_view>(parts.begin(), parts.end()), device);
+      if (w.ok()) m->block_weights_.emplace(name, *std::move(w));
+    }
+  }
   // The decode step looks its tokens' rows up here: a one-hot matmul over the table would decode all vocab x n_embd
   // weights at every step (a fifth of SmolLM2's step time) to use n_embd of them.
   KILN_ASSIGN_OR_RETURN(m->embd_host_, m->W("token_embd.weight").ToVector<float>());
   return m;
+}
+
+Tensor LlamaModel::Linear(const Tensor& x, const std::string& name) const {
+  if (auto it = block_weights_.find(name); it != block_weights_.end()) return BlockLinear(x, it->second);
+  return x.Matmul(W(name).Transpose());
 }
 
 // The rest of a block after attention: x + Wo o, then x + Wdown(silu(Wgate g) * Wup g) with g = rmsnorm(x).
@@ -138,17 +162,27 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const nn::GgufMod
 // the earlier layers' outputs (layer 29's RMSNorm read 61 buffers, and no two layers shared a compiled kernel), and
 // SiLU's exp would be recomputed inside the down matmul once per output tile.
 Tensor LlamaModel::BlockTail(const Tensor& x, const Tensor& o, const std::string& p) const {
-  const Tensor h = (x + o.Matmul(W(p + "attn_output.weight").Transpose())).Contiguous();
+  const Tensor h = (x + Linear(o, p + "attn_output.weight")).Contiguous();
   const Tensor g = RmsNorm(h, W(p + "ffn_norm.weight"), config_.rms_eps);
-  const Tensor gate = g.Matmul(W(p + "ffn_gate.weight").Transpose()).Contiguous();
-  const Tensor up = g.Matmul(W(p + "ffn_up.weight").Transpose()).Contiguous();
+  Tensor gate, up;
+  if (block_weights_.contains(p + "ffn_gate_up")) {
+    // One product against the stacked weight: the tensor core takes one block-scaled sum per kernel, and the two
+    // products fused into one kernel (as the float ones are) would be two.
+    const int64_t rows = g.size(0), n_ff = config_.n_ff;
+    const Tensor gu = Linear(g, p + "ffn_gate_up").Contiguous();  // [rows, 2 n_ff]
+    gate = gu.Shrink({{0, rows}, {0, n_ff}});
+    up = gu.Shrink({{0, rows}, {n_ff, 2 * n_ff}});
+  } else {
+    gate = Linear(g, p + "ffn_gate.weight").Contiguous();
+    up = Linear(g, p + "ffn_up.weight").Contiguous();
+  }
   const Tensor ff = (gate.Silu() * up).Contiguous();
-  return (h + ff.Matmul(W(p + "ffn_down.weight").Transpose())).Contiguous();
+  return (h + Linear(ff, p + "ffn_down.weight")).Contiguous();
 }
 
 LlamaModel::Projections LlamaModel::Project(const Tensor& h, const std::string& p) const {
   const int64_t rows = h.shape()[0], e = config_.n_embd, kv = config_.n_head_kv * config_.head_dim;
-  const Tensor qkv = h.Matmul(W(p + "attn_qkv").Transpose()).Contiguous();  // [rows, e + 2 kv]
+  const Tensor qkv = Linear(h, p + "attn_qkv").Contiguous();  // [rows, e + 2 kv]
   return {qkv.Shrink({{0, rows}, {0, e}}), qkv.Shrink({{0, rows}, {e, e + kv}}),
           qkv.Shrink({{0, rows}, {e + kv, e + 2 * kv}})};
 }
@@ -212,7 +246,7 @@ absl::StatusOr<Tensor> LlamaModel::Logits(const std::vector<int32_t>& tokens) co
     x = BlockTail(x, o, p);
   }
   x = RmsNorm(x, W("output_norm.weight"), c.rms_eps);
-  return x.Matmul(W(c.tied_output ? "token_embd.weight" : "output.weight").Transpose());
+  return Linear(x, c.tied_output ? "token_embd.weight" : "output.weight");
 }
 
 struct KvCache::Jit {
@@ -301,7 +335,7 @@ std::unique_ptr<jit::TinyJit> LlamaModel::MakeStep(KvCache* raw, int64_t span, i
           written.push_back(v_all);
         }
         x = RmsNorm(x, W("output_norm.weight"), c.rms_eps);
-        Tensor logits = x.Matmul(W(c.tied_output ? "token_embd.weight" : "output.weight").Transpose());  // [S, vocab]
+        Tensor logits = Linear(x, c.tied_output ? "token_embd.weight" : "output.weight");  // [S, vocab]
         std::vector<Tensor*> all;
         for (Tensor& t : written) all.push_back(&t);
         all.push_back(&logits);

@@ -371,7 +371,11 @@ class Builder {
     // A reduce nested inside another reduce's loops (conv -> pool, conv -> sum) is inlined only when it is small
     // (a pool window): a large one would be a deep loop nest recomputed per outer iteration that the codegen
     // heuristic cannot tile; realizing it gives it a kernel of its own.
-    if (!reduce_stack_.empty() && ReduceSize(u) > kMaxNestedReduce) use.broadcast = use.nested = true;
+    // An 8-bit integer dot product over one block (llama.cpp's quantized blocks of 32 under a float sum of scaled
+    // blocks: llm/block_linear.h) stays inside: the tensor core takes it there (codegen/tc.cc), and stored it would
+    // be an int32 per block and output.
+    if (!reduce_stack_.empty() && ReduceSize(u) > kMaxNestedReduce && !IsBlockDot(u))
+      use.broadcast = use.nested = true;
     // Two large top-level contractions (sums of products) of different loops in one kernel (a residual block's conv
     // and its downsampling shortcut conv, both fused into the add that joins them) run one loop nest after the other
     // with both register tiles live: ResNet-50's stage-2 and stage-3 first blocks took 5.4 ms each against 1.2 ms
@@ -548,6 +552,18 @@ class Builder {
     const UOp* x = r->src(0).get();
     if (x->op() == Op::CAST) x = x->src(0).get();
     return std::get<ReduceArg>(r->arg()).op == Op::ADD && x->op() == Op::MUL;
+  }
+  // A sum over at most 256 of products of two 8-bit integers, in an integer dtype.
+  static bool IsBlockDot(const UOp* r) {
+    if (!IsContraction(r) || ReduceSize(r) > 256 || !r->dtype().IsInt()) return false;
+    const UOp* mul = r->src(0).get();
+    if (mul->op() == Op::CAST) mul = mul->src(0).get();
+    for (const UOpPtr& src : mul->src()) {
+      const UOp* s = src.get();
+      while (IsMovement(s->op())) s = s->src(0).get();  // the broadcast of an operand
+      if (s->op() != Op::CAST || s->src(0)->dtype().ItemSize() != 1 || !s->src(0)->dtype().IsInt()) return false;
+    }
+    return true;
   }
   // "input shape / axes", as top_reduces holds it.
   static std::string Signature(const UOp* r) {

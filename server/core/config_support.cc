@@ -100,7 +100,7 @@ std::vector<std::string> KnownParameters(const inference::ModelConfig& config) {
   if (config.platform() == kPlatformOnnx || config.platform() == kPlatformOnnxruntime ||
       config.platform() == kPlatformGraph)
     return {"symbolic_batch"};
-  if (config.platform() == kPlatformLlm) return {"max_ctx", "max_queue", "warm"};  // ReadLlmConfig
+  if (config.platform() == kPlatformLlm) return {"max_ctx", "max_queue", "warm", "int8_activations"};  // ReadLlmConfig
   return {};
 }
 

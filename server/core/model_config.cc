@@ -297,11 +297,12 @@ absl::StatusOr<LlmConfig> ReadLlmConfig(const inference::ModelConfig& config) {
                                                        "' is not an integer in 1..1048576"));
       }
       *field = v;
-    } else if (key == "warm") {
+    } else if (key == "warm" || key == "int8_activations") {
       if (value.string_value() != "true" && value.string_value() != "false") {
-        return absl::InvalidArgumentError("config parameters[warm]: neither \"true\" nor \"false\"");
+        return absl::InvalidArgumentError(
+            absl::StrCat("config parameters[", key, "]: neither \"true\" nor \"false\""));
       }
-      c.warm = value.string_value() == "true";
+      (key == "warm" ? c.warm : c.int8_activations) = value.string_value() == "true";
     }  // other keys: CheckParameters (config_support.cc) refuses them, naming what kiln_llm reads
   }
   return c;

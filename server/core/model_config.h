@@ -44,12 +44,14 @@ std::string DefaultModelFilename(const inference::ModelConfig& config);
 
 // A kiln_llm model's serving settings: slots = max_batch_size (concurrent generations; 0 = 4), and
 // parameters max_ctx (tokens per generation, prompt included), max_queue (generations waiting for a
-// slot) and warm ("true": the decode step is compiled at load). INVALID_ARGUMENT names the parameter.
+// slot), warm ("true": the decode step is compiled at load) and int8_activations ("true": LlamaOptions's, 8-bit
+// activations times the weights' integers as llama.cpp computes). INVALID_ARGUMENT names the parameter.
 struct LlmConfig {
   int64_t slots = 4;
   int64_t max_ctx = 1024;
   int64_t max_queue = 256;
   bool warm = true;
+  bool int8_activations = false;
 };
 absl::StatusOr<LlmConfig> ReadLlmConfig(const inference::ModelConfig& config);
 absl::Status CheckLlmConfig(const inference::ModelConfig& config);

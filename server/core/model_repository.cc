@@ -286,7 +286,8 @@ absl::StatusOr<ModelRepository::ModelEntry> ModelRepository::BuildEntry(
           !lc.ok() ? absl::StatusOr<std::shared_ptr<api::LlmModel>>(lc.status())
                    : api::LlmModel::Load((files_.root() / rel).string(),
                                          {.slots = lc->slots, .max_ctx = lc->max_ctx, .max_queue = lc->max_queue,
-                                          .device = placement.device, .warm = lc->warm});
+                                          .device = placement.device, .warm = lc->warm,
+                                          .int8_activations = lc->int8_activations});
       if (m.ok()) {
         llm = *std::move(m);
       } else {

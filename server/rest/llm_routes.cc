@@ -458,6 +458,8 @@ void Models(InferenceServer* core, HttpResponse* res) {
     w.Int64(info.max_ctx);
     Str(w, "slots");
     w.Int64(info.slots);
+    Str(w, "quantized_activations");
+    w.Bool(info.quantized_activations);
     w.EndObject();
   }
   w.EndArray();

@@ -3,7 +3,8 @@
   llm_compare.py [--gguf FILE] [--llm-perf build/release/tests/bench/llm_perf] [--llama-python PY] [--steps N]
                  [--check-greedy]
 
-kiln: llm_perf (tests/bench/llm_perf.cc) times replayed decode steps of LlamaModel with 1, 4 and 8 slots all
+kiln: llm_perf (tests/bench/llm_perf.cc), once with float activations and once with --int8 (LlamaOptions::
+int8_activations, llama.cpp's way), times replayed decode steps of LlamaModel with 1, 4 and 8 slots all
 active (tokens/s = slots / step time), and Prefill of 128 prompt tokens. Batch-1 decode is the single-stream figure; the 8-slot aggregate against it
 is continuous batching's gain.
 llama.cpp: through llama-cpp-python, when PY (a Python with `llama_cpp` installed; pip builds llama.cpp from source,
@@ -89,18 +90,22 @@ def check_greedy(args) -> bool:
         return False
     ref = [json.loads(line) for line in r.stdout.splitlines()]
     lines = "\n".join(",".join(map(str, x["prompt_ids"])) for x in ref) + "\n"
-    k = subprocess.run([args.llm_perf, args.gguf, "greedy", "64"], input=lines, capture_output=True, text=True,
-                       check=True)
-    got = [[int(t) for t in line.split(",") if t] for line in k.stdout.splitlines()]
-    same = 0
-    for prompt, x, g in zip(GREEDY_PROMPTS, ref, got):
-        equal = g == x["greedy"]
-        same += equal
-        first = next((i for i, (a, b) in enumerate(zip(g, x["greedy"])) if a != b), None)
-        print(json.dumps({"prompt": prompt, "prompt_tokens": len(x["prompt_ids"]), "tokens": len(g),
-                          "equal": equal, "first_difference": first}))
-    print(f"greedy vs llama.cpp: {same}/{len(GREEDY_PROMPTS)} prompts equal token for token (up to 64 tokens)")
-    return same == len(GREEDY_PROMPTS)
+    all_equal = True
+    for mode, flags in (("float", []), ("int8", ["--int8"])):
+        k = subprocess.run([args.llm_perf, *flags, args.gguf, "greedy", "64"], input=lines, capture_output=True,
+                           text=True, check=True)
+        got = [[int(t) for t in line.split(",") if t] for line in k.stdout.splitlines()]
+        same = 0
+        for prompt, x, g in zip(GREEDY_PROMPTS, ref, got):
+            equal = g == x["greedy"]
+            same += equal
+            first = next((i for i, (a, b) in enumerate(zip(g, x["greedy"])) if a != b), None)
+            print(json.dumps({"activations": mode, "prompt": prompt, "prompt_tokens": len(x["prompt_ids"]),
+                              "tokens": len(g), "equal": equal, "first_difference": first}))
+        print(f"greedy, kiln {mode} activations vs llama.cpp: {same}/{len(GREEDY_PROMPTS)} prompts equal token for "
+              "token (up to 64 tokens)")
+        all_equal &= same == len(GREEDY_PROMPTS)
+    return all_equal
 
 
 def main() -> None:
@@ -116,17 +121,19 @@ def main() -> None:
     if args.check_greedy and args.llama_python:
         check_greedy(args)
     print(f"# CPU: {platform.processor() or platform.machine()}, {args.threads} threads, model {Path(args.gguf).name}")
-    kiln = {}
-    out = subprocess.run([args.llm_perf, args.gguf, str(args.steps), "1,4,8", "256"], capture_output=True, text=True,
-                         check=True).stdout
-    prefill = None
-    for line in out.splitlines():
-        row = json.loads(line)
-        if "prefill_tokens" in row:
-            prefill = row
-        else:
-            kiln[row["slots"]] = row
-        print(json.dumps({"engine": "kiln", **row}))
+    runs = {}  # mode -> (rows by slot count, prefill row)
+    for mode, flags in (("float", []), ("int8", ["--int8"])):
+        out = subprocess.run([args.llm_perf, *flags, args.gguf, str(args.steps), "1,4,8", "256"], capture_output=True,
+                             text=True, check=True).stdout
+        rows, prefill = {}, None
+        for line in out.splitlines():
+            row = json.loads(line)
+            if "prefill_tokens" in row:
+                prefill = row
+            else:
+                rows[row["slots"]] = row
+            print(json.dumps({"engine": "kiln", "activations": mode, **row}))
+        runs[mode] = (rows, prefill)
     ref = None
     if args.llama_python:
         ref = {}
@@ -139,19 +146,22 @@ def main() -> None:
                 print(json.dumps({"engine": "llama.cpp", **row}))
             else:
                 print(f"# llama.cpp {mode} run failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
-    single = kiln[1]["tokens_per_s"]
-    print(f"kiln decode, 1 stream     {single:8.2f} tok/s   first step {kiln[1]['first_step_s']:.2f} s")
-    for s in (4, 8):
-        print(f"kiln decode, {s} streams     {kiln[s]['tokens_per_s']:8.2f} tok/s   {kiln[s]['tokens_per_s'] / single:.2f}x "
-              f"kiln's single stream (target >= 4x at 8)")
-    print(f"kiln prefill (128)        {prefill['tokens_per_s']:8.2f} tok/s   first run {prefill['first_prefill_s']:.2f} s")
+    for mode, (kiln, prefill) in runs.items():
+        single = kiln[1]["tokens_per_s"]
+        print(f"kiln {mode:5s} decode, 1 stream     {single:8.2f} tok/s   first step {kiln[1]['first_step_s']:.2f} s")
+        for n in (4, 8):
+            print(f"kiln {mode:5s} decode, {n} streams     {kiln[n]['tokens_per_s']:8.2f} tok/s   "
+                  f"{kiln[n]['tokens_per_s'] / single:.2f}x its single stream (target >= 4x at 8)")
+        print(f"kiln {mode:5s} prefill (128)        {prefill['tokens_per_s']:8.2f} tok/s   "
+              f"first run {prefill['first_prefill_s']:.2f} s")
     if ref is not None:
-        if "decode_tokens_per_s" in ref:
-            print(f"llama.cpp decode, 1 stream {ref['decode_tokens_per_s']:8.2f} tok/s   kiln / llama.cpp = "
-                  f"{single / ref['decode_tokens_per_s']:.3f}x (target >= 1.0x)")
-        if "prefill_tokens_per_s" in ref:
-            print(f"llama.cpp prefill (128)    {ref['prefill_tokens_per_s']:8.2f} tok/s   kiln / llama.cpp = "
-                  f"{prefill['tokens_per_s'] / ref['prefill_tokens_per_s']:.3f}x")
+        for mode, (kiln, prefill) in runs.items():
+            if "decode_tokens_per_s" in ref:
+                print(f"llama.cpp decode, 1 stream {ref['decode_tokens_per_s']:8.2f} tok/s   kiln {mode} / llama.cpp = "
+                      f"{kiln[1]['tokens_per_s'] / ref['decode_tokens_per_s']:.3f}x (target >= 1.0x)")
+            if "prefill_tokens_per_s" in ref:
+                print(f"llama.cpp prefill (128)    {ref['prefill_tokens_per_s']:8.2f} tok/s   kiln {mode} / llama.cpp = "
+                      f"{prefill['tokens_per_s'] / ref['prefill_tokens_per_s']:.3f}x")
     else:
         print("# llama.cpp: not measured (give --llama-python, a Python with llama-cpp-python installed)")
 

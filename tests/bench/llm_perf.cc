@@ -3,7 +3,8 @@
 // of `steps` replayed steps with every slot active; tokens/s = S / step time. Then prefill: 128 prompt tokens read
 // by LlamaModel::Prefill (chunks of KvCache::kPrefillChunk) into slot 0 of a cache of `prefill_slots` slots (kilnd's
 // max_batch_size), first run (compile) and the median of three more; tokens/s = 128 / that time.
-//   llm_perf MODEL.gguf [steps=16] [slots=1,4,8] [max_ctx=256] [prefill_slots=1]
+//   llm_perf [--int8] MODEL.gguf [steps=16] [slots=1,4,8] [max_ctx=256] [prefill_slots=1]
+// --int8: LlamaOptions::int8_activations (8-bit activations times the weights' integers, as llama.cpp computes).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,8 +23,14 @@
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
+  kiln::llm::LlamaOptions options;
+  if (argc > 1 && std::string(argv[1]) == "--int8") {
+    options.int8_activations = true;
+    ++argv;
+    --argc;
+  }
   if (argc < 2) {
-    std::fprintf(stderr, "usage: llm_perf MODEL.gguf [steps] [slots,...] [max_ctx] [prefill_slots]\n");
+    std::fprintf(stderr, "usage: llm_perf [--int8] MODEL.gguf [steps] [slots,...] [max_ctx] [prefill_slots]\n");
     return 2;
   }
   kiln::backends::RegisterAllBackends();
@@ -32,7 +39,7 @@ int main(int argc, char** argv) {
   if (argc > 3 && std::string(argv[2]) == "greedy") {
     auto gguf = kiln::nn::GgufModel::Open(argv[1]);
     if (!gguf.ok()) return 1;
-    auto model = kiln::llm::LlamaModel::Create(**gguf);
+    auto model = kiln::llm::LlamaModel::Create(**gguf, "CPU", options);
     auto tok = kiln::llm::BpeTokenizer::FromGguf((*gguf)->file());
     if (!model.ok() || !tok.ok()) return 1;
     auto cache = (*model)->NewCache(512, 1);
@@ -67,7 +74,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(gguf.status().message()).c_str());
     return 1;
   }
-  auto model = kiln::llm::LlamaModel::Create(**gguf);
+  auto model = kiln::llm::LlamaModel::Create(**gguf, "CPU", options);
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", std::string(model.status().message()).c_str());
     return 1;

@@ -65,6 +65,8 @@ const char* GgmlTypeName(GgmlType t);  // "F32", "Q4_1", ...
 // Elements per block and bytes per block (1 and the item size for F32/F16/BF16; Q8_0 32/34, Q4_0 32/18, Q4_1 32/20).
 int64_t GgmlBlockSize(GgmlType t);
 int64_t GgmlBlockBytes(GgmlType t);
+// An IEEE half (a block's f16 scale or min) as float32, exactly (subnormals, infinities and NaN included).
+float GgufHalfToFloat(uint16_t h);
 
 // One metadata value. Integers are held widened (signed in `i`, unsigned in `u`, both set when the value fits
 // both), floats in `f`; an array holds its element type and elements.

@@ -40,36 +40,12 @@ absl::StatusOr<std::string_view> GgufModel::RawBytes(std::string_view name) cons
 
 namespace {
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);  // inf, nan
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {
-    bits = sign;
-  } else {  // subnormal: shift the mantissa up until its leading one is the implicit bit
-    int e = 113;
-    while ((mant & 0x400u) == 0) {
-      mant <<= 1;
-      --e;
-    }
-    bits = sign | (static_cast<uint32_t>(e) << 23) | ((mant & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
 // Each block's f16 at byte `at`, as float32 of shape (n, 1).
 Tensor BlockScales(std::string_view raw, int64_t n, int64_t block_bytes, int64_t at, const std::string& device) {
   std::vector<float> v(static_cast<size_t>(n));
   for (int64_t b = 0; b < n; ++b) {
     const auto* p = reinterpret_cast<const unsigned char*>(raw.data() + b * block_bytes + at);
-    v[static_cast<size_t>(b)] = HalfToFloat(static_cast<uint16_t>(p[0] | (p[1] << 8)));
+    v[static_cast<size_t>(b)] = GgufHalfToFloat(static_cast<uint16_t>(p[0] | (p[1] << 8)));
   }
   return Tensor::FromVector(v, {n, 1}, device);
 }
