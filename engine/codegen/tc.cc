@@ -255,9 +255,9 @@ absl::StatusOr<UOpPtr> ApplyTensorCore(const UOpPtr& sink, const Opt& opt, Lower
 
 // Register tile for the CPU layout: up to 8 rows (M) by 2 column tiles (32 int32 lanes), so each B vector (64 bytes)
 // feeds 8 WMMAs and 16 accumulators take half of AVX-512's 32 registers, enough independent vpdpbusd to cover its
-// latency (no unroll of the k slices: the unrolled WMMAs' lanes would be summed before the accumulator, and it could
-// no longer be WMMA's C operand); threads over the outermost output axis that splits whole tiles, with
-// at least 64K multiply-adds each (the heuristic's kMinOpsPerThread).
+// latency (a plain product's k-slices are not unrolled: 16 independent accumulators already hide it); threads over the
+// outermost output axis that splits whole tiles, with at least 64K multiply-adds each (the heuristic's
+// kMinOpsPerThread).
 absl::StatusOr<bool> ApplyCpuTensorCore(UOpPtr& cur, LowerContext& ctx, std::vector<Opt>* chosen) {
   if (GetKnob(Knob::kTc) <= 0 || ctx.target.tensor_cores.empty() || !ctx.has_reduce) return false;
   bool cpu = false;

@@ -38,7 +38,9 @@ absl::StatusOr<BlockWeight> LoadBlockWeight(const nn::GgufModel& gguf, const std
   const int64_t bb = nn::GgmlBlockBytes(type);
   const int64_t q_at = type == nn::GgmlType::kQ4_1 ? 4 : 2;  // after d (and m)
   std::vector<uint8_t> packed(static_cast<size_t>(q4 ? N * K / 2 : N * K), 0);
-  std::vector<float> d(static_cast<size_t>(N * nb)), m(type == nn::GgmlType::kQ4_1 ? N * nb : 0);
+  // The block scales and mins as the file holds them, fp16, stored [K/32, N]: a tensor-core tile's 16 rows read one
+  // 32-byte run per block. (As float32 they were a third of a Q4_1 product's bytes, which one slot's step is bound by.)
+  std::vector<uint16_t> d(static_cast<size_t>(N * nb)), m(type == nn::GgmlType::kQ4_1 ? N * nb : 0);
   int64_t n = 0;
   for (std::string_view name : names) {
     absl::StatusOr<std::string_view> raw = gguf.RawBytes(name);
@@ -47,8 +49,8 @@ absl::StatusOr<BlockWeight> LoadBlockWeight(const nn::GgufModel& gguf, const std
     for (int64_t r = 0; r < rows; ++r, ++n) {
       for (int64_t b = 0; b < nb; ++b) {
         const auto* blk = reinterpret_cast<const unsigned char*>(raw->data() + (r * nb + b) * bb);
-        d[n * nb + b] = nn::GgufHalfToFloat(static_cast<uint16_t>(blk[0] | (blk[1] << 8)));
-        if (!m.empty()) m[n * nb + b] = nn::GgufHalfToFloat(static_cast<uint16_t>(blk[2] | (blk[3] << 8)));
+        d[b * N + n] = static_cast<uint16_t>(blk[0] | (blk[1] << 8));
+        if (!m.empty()) m[b * N + n] = static_cast<uint16_t>(blk[2] | (blk[3] << 8));
         for (int64_t i = 0; i < kBlock; ++i) {
           const int64_t k = b * kBlock + i, g = k / 4;
           // Q4: a block's low nibbles are its elements 0..15, the high nibbles 16..31.
@@ -79,12 +81,8 @@ absl::StatusOr<BlockWeight> LoadBlockWeight(const nn::GgufModel& gguf, const std
     w.q = Tensor::FromVector(packed, {N / kLanes, K / 4, 4, kLanes}, device).Permute({0, 3, 1, 2}).Reshape({N, K});
     w.offset = -128;
   }
-  // The scales (and mins) are stored [K/32, N]: a tensor-core tile's 16 rows read one 64-byte run.
-  auto transposed = [&](const std::vector<float>& v) {
-    std::vector<float> t(v.size());
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t b = 0; b < nb; ++b) t[b * N + r] = v[r * nb + b];
-    return Tensor::FromVector(t, {nb, N}, device).Transpose();
+  auto transposed = [&](const std::vector<uint16_t>& v) {
+    return Tensor::FromHost(v.data(), dtypes::kFloat16, {nb, N}, device).Cast(dtypes::kFloat32).Transpose();
   };
   w.d = transposed(d);
   if (!m.empty()) {

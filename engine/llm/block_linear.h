@@ -27,8 +27,8 @@ namespace kiln::llm {
 
 struct BlockWeight {
   Tensor q;  // uint8 [N, K]: 0..15 (Q4_0, Q4_1) or int8 + 128 (Q8_0), a view of the packed buffer
-  Tensor d;  // float32 [N, K / 32]: the block scales
-  Tensor m;  // float32 [N, K / 32]: Q4_1's block mins (has_min)
+  Tensor d;  // float32 [N, K / 32]: the block scales (the file's fp16 values, kept as fp16 in memory)
+  Tensor m;  // float32 [N, K / 32]: Q4_1's block mins (has_min), likewise
   bool has_min = false;
   int offset = 0;  // -8 (Q4_0), -128 (Q8_0), 0 (Q4_1)
   int64_t rows() const { return q.size(0); }
