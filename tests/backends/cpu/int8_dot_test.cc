@@ -57,6 +57,14 @@ bool HasWmma(const codegen::Program& p) {
   return false;
 }
 
+// Whether some WMMA accumulates onto another WMMA's result (an unrolled pair of k-slices chained on the accumulators
+// by "fold wmma accumulators").
+bool HasChainedWmma(const codegen::Program& p) {
+  for (const UOpPtr& u : p.uops)
+    if (u->op() == Op::WMMA && u->src(2)->op() == Op::WMMA) return true;
+  return false;
+}
+
 class Int8DotTest : public CpuTest, public ::testing::WithParamInterface<Case> {
  protected:
   void SetUp() override {
@@ -229,6 +237,7 @@ TEST_F(Int8BlockTest, BlockScaledProductTakesTheTensorCoreForItsInnerSum) {
     ASSERT_FALSE(p->applied_opts.empty());
     EXPECT_EQ(p->applied_opts[0], "TC(0,-1)");
     EXPECT_TRUE(HasWmma(*p));
+    EXPECT_TRUE(HasChainedWmma(*p));  // the k-slices in pairs (tc.cc), each pair one chain on the int32 accumulators
     std::vector<std::vector<uint8_t>> bufs = {std::vector<uint8_t>(ref.size() * 4), a, w, Bytes(sa), Bytes(sb)};
     absl::Status st = RunOnInterp(*p, bufs);
     ASSERT_TRUE(st.ok()) << st;
