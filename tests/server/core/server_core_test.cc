@@ -117,6 +117,31 @@ TEST(ModelConfigTest, RejectsBadConfigs) {
 
 // Found by fuzz_model_config: protobuf's text format lets escapes put any bytes into a string
 // field, and a tensor name that is not UTF-8 cannot be sent back in a protobuf or JSON response.
+// kiln_llm's serving parameters: slots from max_batch_size, the integers bounded, the booleans "true" or "false".
+TEST(ModelConfigTest, ReadsKilnLlmParameters) {
+  auto c = ParseModelConfigText(
+      "platform: \"kiln_llm\"\nmax_batch_size: 8\n"
+      "parameters { key: \"max_ctx\" value { string_value: \"512\" } }\n"
+      "parameters { key: \"warm\" value { string_value: \"false\" } }\n"
+      "parameters { key: \"int8_activations\" value { string_value: \"true\" } }\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  absl::StatusOr<LlmConfig> llm = ReadLlmConfig(*c);
+  ASSERT_TRUE(llm.ok()) << llm.status();
+  EXPECT_EQ(llm->slots, 8);
+  EXPECT_EQ(llm->max_ctx, 512);
+  EXPECT_FALSE(llm->warm);
+  EXPECT_TRUE(llm->int8_activations);
+  auto plain = ParseModelConfigText("platform: \"kiln_llm\"\n");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(ReadLlmConfig(*plain)->int8_activations);  // off unless asked for
+  auto bad = ParseModelConfigText(
+      "platform: \"kiln_llm\"\nparameters { key: \"int8_activations\" value { string_value: \"yes\" } }\n");
+  ASSERT_TRUE(bad.ok());
+  absl::Status st = CheckLlmConfig(*bad);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("parameters[int8_activations]"));
+}
+
 TEST(ModelConfigTest, RejectsStringsThatAreNotUtf8) {
   const std::string tensors =
       " input [{name: \"a\" data_type: TYPE_FP32 dims: [1]}]"
