@@ -99,14 +99,19 @@ Tensor BlockLinear(const Tensor& x, const BlockWeight& w) {
   const Tensor inv = amax.Eq(Scalar(0.0)).Where(Scalar(0.0), 127.0f / amax);
   const Tensor qx = (xb * inv).Round().Cast(dtypes::kInt8).Contiguous();  // [R, nb, 32]
   const Tensor scale = amax / 127.0f;  // [R, nb, 1]
-  const Tensor qsum = qx.Cast(dtypes::kInt32).Sum(-1, /*keepdim=*/true);  // [R, nb, 1]
   // Each block's two scalars, rounded to fp16 as llama.cpp's blocks hold them, in one small buffer: dx, and sx (with
   // mins) or the sum of the 8-bit values (with an offset; exact in float32). Left to fuse into the product, every
   // output tile's per-block epilogue redid the conversions for each row: half the instructions of the 8-slot gate/up
-  // kernel, whose inner loop is 2 loads, 3 unpacking ops and 16 vpdpbusd per two k-slices.
+  // kernel, whose inner loop is 2 loads, 3 unpacking ops and 16 vpdpbusd per two k-slices. One kernel: the block sums
+  // are taken once per channel (the 8-bit values broadcast before the sum, not the sum after it, which the scheduler
+  // would store on its own) and a [1, 1, 2] selector (a padded constant) picks dx or the second scalar.
+  const Tensor qsum = qx.Reshape({R, nb, 1, kBlock}).Expand({R, nb, 2, kBlock}).Cast(dtypes::kInt32).Sum(-1);
   const Tensor second = w.has_min ? (scale * qsum.Cast(dtypes::kFloat32)).Cast(dtypes::kFloat16).Cast(dtypes::kFloat32)
-                                  : qsum.Cast(dtypes::kFloat32);
-  const Tensor stats = Tensor::Cat({scale.Cast(dtypes::kFloat16).Cast(dtypes::kFloat32), second}, -1).Contiguous();
+                                  : qsum.Cast(dtypes::kFloat32);  // [R, nb, 2]
+  const Tensor second_channel =
+      Tensor::Full({1}, true, dtypes::kBool, x.device()).Pad({{1, 0}}).Reshape({1, 1, 2});  // [false, true]
+  const Tensor stats =
+      second_channel.Where(second, scale.Cast(dtypes::kFloat16).Cast(dtypes::kFloat32)).Contiguous();  // [R, nb, 2]
   auto stat = [&](int64_t i) { return stats.Shrink({{0, R}, {0, nb}, {i, i + 1}}).Reshape({R, 1, nb}); };
   Tensor isum = (qx.Reshape({R, 1, nb, kBlock}).Cast(dtypes::kInt32) *
                  w.q.Reshape({1, N, nb, kBlock}).Cast(dtypes::kInt32))
