@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -117,21 +118,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const nn::GgufMod
     if (info->shape() != shape)
       return Bad(absl::StrCat(name, " is [", absl::StrJoin(info->shape(), ", "), "], expected [",
                               absl::StrJoin(shape, ", "), "]"));
-    if (is_qkv(name)) continue;
-    KILN_ASSIGN_OR_RETURN(Tensor w, gguf.Load(name, device));
-    m->weights_.emplace(name, std::move(w));
-  }
-  // q, k and v stacked by rows into one weight (Project): one kernel streams all three instead of two (q; k and v
-  // together), and the k/v kernel's 192 rows had been too few to split over the threads.
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const std::string p = absl::StrCat("blk.", l, ".");
-    absl::StatusOr<Tensor> qkv = gguf.LoadRows({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, device);
-    if (!qkv.ok()) return Bad(std::string(qkv.status().message()));
-    m->weights_.emplace(p + "attn_qkv", *std::move(qkv));
   }
   // LlamaOptions::int8_activations: the projections (and the output embedding) of a 32-wide block type are multiplied
   // as llama.cpp does, with the activations quantized to 8 bits too (block_linear.h); a weight that cannot be
-  // (another type, rows not a multiple of 16) keeps the float decoding.
+  // (another type, rows not a multiple of 16) keeps the float decoding. The float weights they replace are not loaded.
+  std::set<std::string> replaced;  // GGUF tensor names
   if (options.int8_activations) {
     const std::string out = c.tied_output ? "token_embd.weight" : "output.weight";
     std::vector<std::pair<std::string, std::vector<std::string>>> linear = {{out, {out}}};
@@ -143,8 +134,25 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const nn::GgufMod
     }
     for (const auto& [name, parts] : linear) {
       absl::StatusOr<BlockWeight> w = LoadBlockWeight(gguf, std::vector<std::string_view>(parts.begin(), parts.end()), device);
-      if (w.ok()) m->block_weights_.emplace(name, *std::move(w));
+      if (!w.ok()) continue;
+      m->block_weights_.emplace(name, *std::move(w));
+      replaced.insert(parts.begin(), parts.end());
     }
+  }
+  // The float weights (decoded in the matmul) of what no block weight replaced; token_embd always, for the lookup.
+  for (const auto& [name, shape] : want) {
+    if (is_qkv(name) || (replaced.contains(name) && name != "token_embd.weight")) continue;
+    KILN_ASSIGN_OR_RETURN(Tensor w, gguf.Load(name, device));
+    m->weights_.emplace(name, std::move(w));
+  }
+  // q, k and v stacked by rows into one weight (Project): one kernel streams all three instead of two (q; k and v
+  // together), and the k/v kernel's 192 rows had been too few to split over the threads.
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    if (m->block_weights_.contains(p + "attn_qkv")) continue;
+    absl::StatusOr<Tensor> qkv = gguf.LoadRows({p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, device);
+    if (!qkv.ok()) return Bad(std::string(qkv.status().message()));
+    m->weights_.emplace(p + "attn_qkv", *std::move(qkv));
   }
   // The decode step looks its tokens' rows up here: a one-hot matmul over the table would decode all vocab x n_embd
   // weights at every step (a fifth of SmolLM2's step time) to use n_embd of them.

@@ -18,16 +18,17 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from onnx_compare import ort_run  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.environ.get("KILN_ONNX_TOOL", os.path.join(REPO, "build/release/clients/cpp/kiln-onnx"))
@@ -76,18 +77,8 @@ def kiln(path: str, feeds: dict[str, str], iters: int, tc: bool, out: str) -> fl
 
 
 def onnxruntime(path: str, feeds: dict[str, np.ndarray], iters: int) -> tuple[float, np.ndarray]:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = os.cpu_count() or 1
-    s = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    y = s.run(None, feeds)[0]
-    for _ in range(10):
-        s.run(None, feeds)
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        s.run(None, feeds)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times), y
+    ms, outputs = ort_run(path, feeds, iters, warmup=10)
+    return ms, outputs[0]
 
 
 def main() -> int:

@@ -71,18 +71,24 @@ def torch_ms(tmp: str, what: str, x: np.ndarray, iters: int) -> float:
     return float(out.strip().split("=")[1])
 
 
-def ort_ms(model: str, feeds: dict, iters: int) -> float:
+def ort_run(model: str, feeds: dict, iters: int, warmup: int = 2) -> tuple[float, list]:
+    """onnxruntime on all cores: the median ms of `iters` runs after `warmup`, and the first run's outputs."""
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = os.cpu_count() or 1
     s = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
-    for _ in range(2):
+    outputs = s.run(None, feeds)
+    for _ in range(warmup):
         s.run(None, feeds)
     times = []
     for _ in range(iters):
         t0 = time.perf_counter()
         s.run(None, feeds)
         times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return statistics.median(times), outputs
+
+
+def ort_ms(model: str, feeds: dict, iters: int) -> float:
+    return ort_run(model, feeds, iters)[0]
 
 
 def kiln_ms(tmp: str, model: str, feeds: dict, iters: int) -> float:
