@@ -12,13 +12,13 @@ namespace {
 constexpr int kNumKnobs = static_cast<int>(Knob::kCount);
 constexpr std::string_view kNames[kNumKnobs] = {"DEBUG",      "JIT", "BEAM",
                                                 "NOOPT",      "CACHELEVEL", "VIZ",
-                                                "TRACK_MATCH_STATS", "TC", "BEAM_BUDGET"};
+                                                "TRACK_MATCH_STATS", "TC", "BEAM_BUDGET", "WINO"};
 
 struct EnvValues {
   std::atomic<int64_t> value[kNumKnobs];
   bool set[kNumKnobs] = {};
   EnvValues() {
-    const int64_t defaults[kNumKnobs] = {0, 1, 0, 0, 2, 0, -1, 1, 20};
+    const int64_t defaults[kNumKnobs] = {0, 1, 0, 0, 2, 0, -1, 1, 20, 1};
     for (int i = 0; i < kNumKnobs; ++i) {
       value[i] = defaults[i];
       const char* s = std::getenv(std::string(kNames[i]).c_str());

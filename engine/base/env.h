@@ -9,6 +9,7 @@
 //   VIZ         0/1    record rewrite traces for the viewer
 //   TRACK_MATCH_STATS 0..2  per-rule counters (implied 2 by VIZ)
 //   TC          0/1    tensor cores (the TC opt) where the renderer declares them (default 1)
+//   WINO        0/1    Winograd convolutions where they pay (default 1; tinygrad's default is 0)
 //   BEAM_BUDGET seconds one kernel's BEAM search may take before it stops at the end of a round (default 20)
 //
 // Each knob is read from the environment on first use and kept. `Context` overrides knobs for the
@@ -24,13 +25,13 @@
 
 namespace kiln {
 
-enum class Knob : uint8_t { kDebug, kJit, kBeam, kNoOpt, kCacheLevel, kViz, kTrackMatchStats, kTc, kBeamBudget, kCount };
+enum class Knob : uint8_t { kDebug, kJit, kBeam, kNoOpt, kCacheLevel, kViz, kTrackMatchStats, kTc, kBeamBudget, kWino, kCount };
 
 // Name of a knob as spelled in the environment ("DEBUG", ...).
 std::string_view KnobName(Knob k);
 
 // The knob's value: the innermost Context override on this thread, else the environment (read
-// once per process), else its default (JIT 1, CACHELEVEL 2, TC 1, BEAM_BUDGET 20, others 0; TRACK_MATCH_STATS 2 if VIZ).
+// once per process), else its default (JIT 1, CACHELEVEL 2, TC 1, BEAM_BUDGET 20, WINO 1, others 0; TRACK_MATCH_STATS 2 if VIZ).
 int64_t GetKnob(Knob k);
 // Whether the knob was given (a Context override on this thread, or the environment) rather than defaulted.
 bool KnobIsSet(Knob k);

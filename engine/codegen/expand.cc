@@ -3,6 +3,7 @@
 // remaining reduce loop; UPCAST lanes of an output END become sibling stores in one END (their REDUCEs share the
 // reduce ranges and so share one loop after reduce lowering).
 #include <algorithm>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "engine/base/status.h"
@@ -50,6 +51,36 @@ UOpPtr Combine(Op op, const UOpPtr& a, const UOpPtr& b) {
     case Op::MUL: return UOp::Make(Op::MUL, a->dtype(), {a, b});
     default: return UOp::Make(Op::ADD, a->dtype(), {a, b});
   }
+}
+
+// Substitute(root, map) that follows only the branch a WHERE picks once its condition, with the lane's constants
+// in, folds to a constant (FoldIndexMath: index and bool arithmetic). A select chain over an upcast axis (Winograd's
+// stacked transforms: 36 slots, each a sum of up to 16 loads, selected per lane) then costs each lane its own slot,
+// not a copy of all 36 for the symbolic passes to fold away (conv2's input transform took 5 s to lower).
+UOpPtr SubstitutePicking(const UOpPtr& root, const absl::flat_hash_map<const UOp*, UOpPtr>& map) {
+  absl::flat_hash_map<const UOp*, UOpPtr> memo;
+  std::function<UOpPtr(const UOpPtr&)> go = [&](const UOpPtr& u) -> UOpPtr {
+    if (auto it = map.find(u.get()); it != map.end()) return it->second;
+    if (auto it = memo.find(u.get()); it != memo.end()) return it->second;
+    UOpPtr out;
+    if (u->op() == Op::WHERE) {
+      const UOpPtr c = FoldIndexMath(go(u->src(0)));
+      const bool* v = c->op() == Op::CONST ? std::get_if<bool>(&c->arg()) : nullptr;
+      if (v != nullptr) out = go(*v ? u->src(1) : u->src(2));
+    }
+    if (!out) {
+      UOpVec src;
+      bool changed = false;
+      for (const UOpPtr& x : u->src()) {
+        src.push_back(go(x));
+        changed |= src.back() != x;
+      }
+      out = changed ? u->WithSrc(src) : u;
+    }
+    memo.emplace(u.get(), out);
+    return out;
+  };
+  return go(root);
 }
 
 void FlattenGroups(const UOpPtr& u, UOpVec& out) {
@@ -103,7 +134,7 @@ UOpPtr ExpandEnd(const Bindings& b) {
   UOpVec copies;
   for (const auto& m : *lanes) {
     for (const UOpPtr& v : vals) {
-      UOpPtr c = Substitute(v, m);
+      UOpPtr c = SubstitutePicking(v, m);
       if (std::find(copies.begin(), copies.end(), c) == copies.end()) copies.push_back(c);
     }
   }
@@ -133,7 +164,7 @@ UOpPtr ExpandReduce(const Bindings& b) {
   const Op rop = std::get<Op>(u->arg());
   UOpPtr acc;
   for (const auto& m : *lanes) {
-    UOpPtr c = Substitute(u->src(0), m);
+    UOpPtr c = SubstitutePicking(u->src(0), m);
     acc = acc ? Combine(rop, acc, c) : c;
   }
   if (ranges.empty()) return acc;

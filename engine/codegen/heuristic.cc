@@ -531,6 +531,56 @@ absl::StatusOr<bool> GateFreeAxesInnermost(UOpPtr& cur, LowerContext& ctx, Apply
   return true;
 }
 
+// An elementwise kernel that stacks a few differently computed values along small axes (Tensor::Stack, a pad and an
+// add per value, or a select per value: Winograd's transforms in winograd.cc, 36 or 64 sums of a few terms each): the
+// output axes that the loads' pad gates or the selects' conditions read, of at most kMaxStackedLanes lanes together, are upcast whole, leading axes first, so that
+// every lane's gates fold to constants and it computes its own value only (a loop over them computed all 36 values,
+// each under its gate, for every output). tinygrad's heuristic upcasts masked axes of up to 7 x 7 the same way.
+constexpr int64_t kMaxStackedLanes = 64;
+constexpr int64_t kMaxStackedAxis = 8;
+
+// Returns the lanes upcast (1: none).
+template <typename Apply>
+absl::StatusOr<int64_t> StackedAxesWhole(UOpPtr& cur, LowerContext& ctx, Apply& apply) {
+  if (ctx.has_reduce) return 1;
+  absl::flat_hash_set<const UOp*> store_indices, gates;
+  const std::vector<const UOp*> order = Toposort(cur);
+  for (const UOp* u : order)
+    if (u->op() == Op::STORE) store_indices.insert(u->src(0).get());
+  for (const UOp* u : order) {
+    if (u->op() == Op::INDEX && u->num_src() == 3 && !store_indices.contains(u)) gates.insert(u->src(2).get());
+    if (u->op() == Op::WHERE) gates.insert(u->src(0).get());
+  }
+  if (gates.empty()) return 1;
+  // How many distinct load gates and select conditions read each range: a stack of n values selects along its axis
+  // n ways (or gates its loads so), a padded view's bounds one or two.
+  absl::flat_hash_map<const UOp*, int64_t> readers;
+  for (const UOp* g : gates)
+    for (const UOp* r : Toposort(g->Ptr()))
+      if (r->op() == Op::RANGE) ++readers[r];
+  const std::vector<UOpPtr> axes = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
+  std::vector<int64_t> ids;
+  int64_t lanes = 1;
+  for (const UOpPtr& a : axes) {
+    const int64_t n = RangeSize(a.get());
+    const auto it = readers.find(a.get());
+    if (it == readers.end() || n < 2 || n > kMaxStackedAxis || it->second < n || lanes * n > kMaxStackedLanes)
+      continue;
+    ids.push_back(std::get<AxisArg>(a->arg()).id);
+    lanes *= n;
+  }
+  // Upcast innermost-first by position, so the earlier positions stay valid.
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+    const std::vector<UOpPtr> now = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
+    for (size_t i = 0; i < now.size(); ++i)
+      if (std::get<AxisArg>(now[i]->arg()).id == *it) {
+        KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, static_cast<int>(i), 0}));
+        break;
+      }
+  }
+  return lanes;
+}
+
 // Rows of a transposing copy upcast beside its innermost (store-contiguous) axis.
 constexpr int64_t kTransposeRows = 8;
 // Only for loads whose lanes lie this many elements (2 KB of float32) or more apart.
@@ -708,6 +758,8 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
   // Integer dot products on the CPU's tensor core (tc.cc) first, as tinygrad's heuristic takes tensor cores first.
   KILN_ASSIGN_OR_RETURN(const bool tc, ApplyCpuTensorCore(cur, ctx, chosen));
   if (tc) return cur;
+  // (before MergeAxes, which would merge the stacked axes into one too wide to upcast)
+  KILN_ASSIGN_OR_RETURN(const int64_t stacked, StackedAxesWhole(cur, ctx, apply));
   if (ctx.target.has_threads) {
     KILN_ASSIGN_OR_RETURN(cur, MergeAxes(cur, ctx, /*reduce=*/false));
   }
@@ -715,7 +767,7 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
   std::vector<int64_t> red = sizes({AxisType::kReduce});
   // (AxesOfType leaves symbolic output axes out; a symbolic reduce leaves the kernel as it is.)
   if (std::any_of(red.begin(), red.end(), [](int64_t s) { return s < 0; })) return cur;
-  int64_t work = 1;
+  int64_t work = stacked;  // (the stacked axes' lanes, upcast above, are work too)
   for (int64_t s : out) work *= s;
   for (int64_t s : red) work *= s;
 
@@ -780,9 +832,35 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
       lanes *= 4;
     }
   }
+  // 1b. A small unrolled reduce (a pool window) reading channels-last data into a channels-first output: no load is
+  // contiguous along the innermost output axis, but one outer output axis (the channels) is contiguous in every
+  // load that moves with it. That axis takes the SIMD lanes (contiguous vector loads; the stores scatter, one per
+  // output, against several loads per output). The CNN's BatchNorm + 2x2 max pool over conv2's channels-last
+  // Winograd output, batch 32: ... (2-core Zen 4).
+  bool channel_lanes = false;
+  if (ctx.has_reduce && ctx.target.supports_vectors && lanes > 1 && out.size() >= 2 && !gate_order) {
+    const std::vector<UOpPtr> oax = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
+    const int64_t simd = std::clamp(ctx.target.vector_bytes / 4, 8, 16);
+    bool last_contig = false;
+    for (const IndexStride& st : StridesAlong(cur, oax.back().get()))
+      last_contig |= !st.is_store && (!st.stride || *st.stride == 1);
+    for (int a = static_cast<int>(oax.size()) - 2; !last_contig && a >= 0; --a) {
+      if (out[a] % simd != 0) continue;
+      bool contig = true, moves = false;
+      for (const IndexStride& st : StridesAlong(cur, oax[a].get())) {
+        if (st.is_store) continue;
+        contig &= st.stride && (*st.stride == 0 || *st.stride == 1);
+        moves |= st.stride && *st.stride == 1;
+      }
+      if (!contig || !moves) continue;
+      KILN_RETURN_IF_ERROR(apply({OptOp::kUpcast, a, static_cast<int>(simd)}));
+      channel_lanes = true;
+      break;
+    }
+  }
   // 2. upcast the innermost output axis by 8 or 4 (vectorizable straight-line lanes; tinygrad steps 6 and 8);
   // elementwise kernels by a whole SIMD register when that is wider (16 floats with AVX-512).
-  if (!out.empty() && !gate_order) {
+  if (!out.empty() && !gate_order && !channel_lanes) {
     const int last = static_cast<int>(out.size()) - 1;
     const int64_t s = out[last];
     const int64_t simd = std::clamp(ctx.target.vector_bytes / 4, 8, 16);

@@ -36,6 +36,33 @@ struct Pass {
 // (narrow gated reduces; simplified, a transposed conv's gates on OpenCL no longer linearized). One exception: a
 // WHERE whose condition is an index comparison that simplifies to a constant becomes the branch it picks (a padded
 // constant selector after its axis is unrolled: GGUF's Q4 nibble choice, tests LowerTest.NibbleSelect...).
+// Whether `c` is a comparison of index values, or AND / OR of such (a padded view's bounds on one axis).
+bool IndexPredicate(const UOp& c) {
+  if (IsComparison(c.op())) return c.src(0)->dtype() == dtypes::kIndex;
+  if (c.op() != Op::AND && c.op() != Op::OR) return false;
+  return c.dtype().IsBool() && IndexPredicate(*c.src(0)) && IndexPredicate(*c.src(1));
+}
+
+UOpPtr PickConstantBranch(const Bindings& b) {
+  const UOpPtr& u = b.root();
+  const UOpPtr& c = u->src(0);
+  if (!IndexPredicate(*c)) return nullptr;
+  // Constant operands fold without the solver.
+  UOpPtr s = FoldIndexMath(c);
+  if (s->op() != Op::CONST) s = Simplify(c);
+  const bool* v = s->op() == Op::CONST ? std::get_if<bool>(&s->arg()) : nullptr;
+  if (v == nullptr) return nullptr;
+  return *v ? u->src(1) : u->src(2);
+}
+
+// The same fold alone, applied top-down before the tables below: a select chain over an upcast axis (Winograd's
+// stacked transforms, 36 lanes x 36 slots) drops its dead branches before their indices are simplified one by one.
+const PatternMatcher& ConstantBranchRules() {
+  static const PatternMatcher pm({{UPat(Op::WHERE), PickConstantBranch, "where(constant index predicate) -> branch"}},
+                                 "constant_branches");
+  return pm;
+}
+
 const PatternMatcher& SymbolicIndexRules() {
   static const PatternMatcher pm(
       {{UPat(OpSet{Op::INDEX, Op::RANGE}),
@@ -55,21 +82,25 @@ const PatternMatcher& SymbolicIndexRules() {
         [](const Bindings& b) -> UOpPtr {
           if (b.root()->dtype() == dtypes::kIndex || b["x"]->num_src() == 0) return nullptr;
           // Sym()'s distribution too: (3*i + i/5)*5 + i%5 is 16*i only once the product is spread.
-          UOpPtr s = GraphRewriteOrDie(b["x"], Sym(), {.name = "simplify"});
+          UOpPtr s = GraphRewriteOrDie(b["x"], Sym(), {.name = "simplify", .traced = false});
           return s != b["x"] ? b.root()->WithSrc({s}) : nullptr;
         },
         "cast(index) -> cast(Sym(index))"},
-       {UPat(Op::WHERE),
+       {UPat(Op::WHERE), PickConstantBranch, "where(index comparison that folds to a constant) -> the branch it picks"},
+       // A gate that folded: true drops it, false makes the load its alternative value (0).
+       {UPat(Op::INDEX).Src({UPat::Var("p"), UPat::Var("i"), UPat::CVar("g", dtypes::kBool)}).Named("ix"),
         [](const Bindings& b) -> UOpPtr {
-          const UOpPtr& u = b.root();
-          const UOpPtr& c = u->src(0);
-          if (!IsComparison(c->op()) || c->src(0)->dtype() != dtypes::kIndex) return nullptr;
-          UOpPtr s = Simplify(c);
-          const bool* v = s->op() == Op::CONST ? std::get_if<bool>(&s->arg()) : nullptr;
-          if (v == nullptr) return nullptr;
-          return *v ? u->src(1) : u->src(2);
+          if (!b["g"]->ArgBool()) return nullptr;
+          return UOp::Make(Op::INDEX, b["ix"]->dtype(), {b["p"], b["i"]}, b["ix"]->arg());
         },
-        "where(index comparison that folds to a constant) -> the branch it picks"}},
+        "index(p,i,true) -> index(p,i)"},
+       {UPat(Op::LOAD).Src({UPat(Op::INDEX).Src({UPat::Var("p"), UPat::Var("i"), UPat::CVar("g", dtypes::kBool)})}),
+        [](const Bindings& b) -> UOpPtr {
+          const DType d = b.root()->dtype();
+          if (b["g"]->ArgBool() || d.count != 1) return nullptr;
+          return d.IsBool() ? UOp::ConstBool(false) : UOp::Const(d, int64_t{0});
+        },
+        "load(index(p,i,false)) -> 0"}},
       "symbolic_indices");
   return pm;
 }
@@ -93,7 +124,10 @@ const PatternMatcher& FoldIndexMathRules() {
 
 // Index math only: the two tables above, one walk each, under the stage's name.
 absl::StatusOr<UOpPtr> RunSymbolic(const UOpPtr& sink, LowerContext& ctx, const char* name) {
-  KILN_ASSIGN_OR_RETURN(UOpPtr out, GraphRewrite(sink, SymbolicIndexRules(), ctx.PassOptions(name, /*walk=*/true)));
+  RewriteOptions top_down = ctx.PassOptions(name, /*walk=*/false);
+  top_down.bottom_up = true;
+  KILN_ASSIGN_OR_RETURN(UOpPtr out, GraphRewrite(sink, ConstantBranchRules(), top_down));
+  KILN_ASSIGN_OR_RETURN(out, GraphRewrite(out, SymbolicIndexRules(), ctx.PassOptions(name, /*walk=*/true)));
   return GraphRewrite(out, FoldIndexMathRules(), ctx.PassOptions(name, /*walk=*/true));
 }
 absl::StatusOr<UOpPtr> InitialSymbolic(const UOpPtr& sink, LowerContext& ctx) {

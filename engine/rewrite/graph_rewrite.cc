@@ -345,7 +345,7 @@ absl::StatusOr<UOpPtr> GraphRewrite(const UOpPtr& root, const PatternMatcher& pm
   const PatternMatcher* pre = opts.bottom_up ? &pm : opts.bpm;
   int track = static_cast<int>(GetKnob(Knob::kTrackMatchStats));
   int64_t pass_id = 0;
-  if (track >= 2) {
+  if (track >= 2 && opts.traced) {
     pass_id = RewriteTrace::Get().BeginPass(opts.name, pm.name(), ModeName(opts), root);
   }
   Rewriter rw(post, pre, opts, track, pass_id);

@@ -51,6 +51,10 @@ struct RewriteOptions {
   void* ctx = nullptr;                  // passed to every callback (Bindings::ctx<T>())
   int64_t step_limit = 250000;          // exceeded -> error Status "infinite loop in graph_rewrite"
   RewriteStats* stats = nullptr;        // caller-owned per-pass, per-rule hit counters (null = none)
+  // false: no pass of its own in the RewriteTrace (TRACK_MATCH_STATS >= 2); its matches go to the thread's open
+  // pass. For helpers called per node inside a pass (Simplify): a Winograd transform's kernel lowered thousands,
+  // which pushed whole kernels' passes out of the bounded trace (VIZ showed them with none).
+  bool traced = true;
 };
 
 // Returns the rewritten root. InvalidArgument if both bottom_up and bpm are set.

@@ -114,6 +114,9 @@ const PatternMatcher& Sym() {
   return *pm;
 }
 
-UOpPtr Simplify(const UOpPtr& u) { return GraphRewriteOrDie(u, Symbolic(), {.name = "simplify"}); }
+// Untraced: called per index and gate inside the lowering's traced passes, which get its matches.
+UOpPtr Simplify(const UOpPtr& u) {
+  return GraphRewriteOrDie(u, Symbolic(), {.name = "simplify", .traced = false});
+}
 
 }  // namespace kiln

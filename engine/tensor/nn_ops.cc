@@ -249,6 +249,7 @@ bool Unstored(const Tensor& t) {
   return IsElementwise(op) || op == Op::REDUCE_AXIS;
 }
 
+
 // `t` (NCHW) stored channels-last ([B, H, W, C]) and viewed as NCHW again.
 Tensor StoreChannelsLast(const Tensor& t) { return t.Permute({0, 2, 3, 1}).Contiguous().Permute({0, 3, 1, 2}); }
 
@@ -263,6 +264,8 @@ bool ChannelsLastCopy(const Tensor& t) {
 // How deep the gradient overrides below look for their inputs under the output: Conv2d's out -> reshape -> sum -> mul
 // -> permute/expand/reshape/pool view -> pad -> x; MaxPool2d's out -> reshape -> max -> pool view -> pad -> x.
 constexpr int kOverrideDepth = 24;
+// Winograd's transforms (stacked sums of up to 36 terms) between a conv's output and its x and w.
+constexpr int kWinogradOverrideDepth = 256;
 
 // The first node under `from` (through sources, at most `depth` levels) whose structural key is `key`.
 UOpPtr FindByKey(const UOpPtr& from, const Digest& key, int depth) {
@@ -468,14 +471,17 @@ Tensor StridedInputGradient(const Tensor& g, const Tensor& w, const std::vector<
 // gradient's padded buffer (480-575 ms). (Those two forms once gave wrong weight gradients: issue #4, x == max(x)
 // recomputed with different FMA contraction in different kernels; the scheduler now stores such an x once.)
 // Registered by key: holds no UOp.
+// `depth`: how deep under the output x, w and xpool lie (kOverrideDepth for the direct conv's graph; the Winograd
+// form's transforms put them deeper).
 void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, const UOpPtr& xpool, bool cl_input,
-                          const std::vector<std::pair<int64_t, int64_t>>& pads, const IntVec& hw, const IntVec& stride) {
+                          const std::vector<std::pair<int64_t, int64_t>>& pads, const IntVec& hw, const IntVec& stride,
+                          int depth = kOverrideDepth) {
   const Digest x_key = x->Key(), w_key = w->Key(), xp_key = xpool->Key();
-  RegisterGradientOverride(out, [x_key, w_key, xp_key, cl_input, pads, hw, stride](
+  RegisterGradientOverride(out, [x_key, w_key, xp_key, cl_input, pads, hw, stride, depth](
                                     const UOpPtr& node, const Tensor& grad, const std::string& device)
                                     -> absl::StatusOr<std::vector<std::pair<UOpPtr, UOpPtr>>> {
-    UOpPtr xn = FindByKey(node, x_key, kOverrideDepth), wn = FindByKey(node, w_key, kOverrideDepth);
-    UOpPtr xpn = FindByKey(node, xp_key, kOverrideDepth);
+    UOpPtr xn = FindByKey(node, x_key, depth), wn = FindByKey(node, w_key, depth);
+    UOpPtr xpn = FindByKey(node, xp_key, depth);
     if (!xn || !wn || !xpn) return absl::InternalError("Conv2d gradient: input or weight not found under the output");
     std::vector<std::pair<UOpPtr, UOpPtr>> out;
     const Tensor g = grad.Contiguous();
@@ -643,6 +649,17 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
   if (!pads.ok()) return FromStatus(pads.status());
   if (bias && (bias->ndim() != 1 || bias->size(0) != cout))
     return FromStatus(Invalid("Conv2d", "bias shape ", Str(bias->shape()), " must be (", cout, ")"));
+  const auto ones = [](const IntVec& v) { return std::all_of(v.begin(), v.end(), [](int64_t s) { return s == 1; }); };
+  // A stride-1 3x3 or 5x5 conv with enough channels runs in a Winograd form (winograd.cc); its gradient is the
+  // direct conv's (registered below, x and w found under the transforms).
+  if (n == 2 && opt.groups == 1 && ones(*stride) && ones(*dilation)) {
+    if (std::optional<Tensor> y = tensor_internal::WinogradConv2d(*this, weight, *pads, opt.acc_dtype)) {
+      if (!y->ok()) return *y;
+      RegisterConvGradient(y->uop(), uop(), weight.uop(), uop(), /*cl_input=*/true, *pads, hw, *stride,
+                           kWinogradOverrideDepth);
+      return bias ? y->Add(bias->Reshape({1, -1, 1, 1})) : *y;
+    }
+  }
   // A strided pointwise conv (1x1, stride > 1, unpadded: ResNet's downsampling shortcuts) runs as a stride-1 conv over
   // a stored copy of the pixels it reads. Read in place, each tile row's broadcasts skip every other pixel and every
   // other input row, and at 56x56 the input rows (12544 bytes apart) alias in L1 across the channel loop: ResNet-50's

@@ -3,7 +3,10 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -66,5 +69,12 @@ inline absl::Status CheckShape(const char* op, absl::Span<const int64_t> shape) 
 }
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The Winograd form of a stride-1, undilated, ungrouped 2-D float32 conv of x [B, Ci, H, W] with w [Co, Ci, r, r]
+// (r = 3 or 5; `pads` per dim of x), without bias: [B, Co, OH, OW] (a view of a channels-last buffer), or nullopt
+// where it would not pay (few channels or little work) or WINO=0 (winograd.cc).
+std::optional<Tensor> WinogradConv2d(const Tensor& x, const Tensor& w,
+                                     const std::vector<std::pair<int64_t, int64_t>>& pads,
+                                     std::optional<DType> acc_dtype);
 
 }  // namespace kiln::tensor_internal

@@ -1,0 +1,163 @@
+// Winograd convolutions (engine/tensor/winograd.cc), each form Conv2d picks, against a float64 loop over the
+// definition: F(4x4, 5x5) at the Fashion-MNIST CNN's conv2 (24x24 -> 20x20), F(2x2, 5x5) (6x6 -> 2x2),
+// F(6x6, 3x3) at the CNN's conv4 (8x8 -> 6x6), F(4x4, 3x3) padded by 1 (ResNet's 3x3 convs; 8x8 -> 8x8), and a
+// ragged one (7x7 padded by 1: 2 x 2 tiles of 4 cover 8x8, cropped to 7x7). With WINO=0 the same convs run direct:
+// the Winograd schedule has its transforms' kernels besides the product, so it has more kernels (the form was
+// taken), and both agree with the loop. The gradients (the direct conv's, registered on the Winograd output) are
+// checked against the loop too. The transforms' select chains are lowered one slot per lane (heuristic.cc's stacked
+// axes, expand.cc's SubstitutePicking): the lowered input transform of conv2 has no select left.
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "backends/register_all.h"
+#include "engine/base/env.h"
+#include "engine/codegen/codegen.h"
+#include "engine/realize/realize.h"
+#include "engine/schedule/schedule.h"
+#include "engine/tensor/gradient.h"
+#include "engine/tensor/tensor.h"
+#include "gtest/gtest.h"
+#include "tests/engine/cpu_target.h"
+#include "tests/engine/tensor/test_util.h"
+
+namespace kiln {
+namespace {
+
+struct Shape {
+  const char* name;
+  int64_t b, ci, co, hw, k, pad;
+  // Largest error allowed with WINO=1, as a fraction of the largest output (see the measurements below).
+  double tol;
+};
+void PrintTo(const Shape& s, std::ostream* os) { *os << s.name; }
+
+// max |got - want| / max |want|.
+double RelErr(const std::vector<float>& got, const std::vector<double>& want) {
+  double scale = 0, err = 0;
+  for (double v : want) scale = std::max(scale, std::abs(v));
+  for (size_t i = 0; i < want.size(); ++i) err = std::max(err, std::abs(got[i] - want[i]));
+  return err / scale;
+}
+
+int ScheduledKernels(const Tensor& t) {
+  auto s = CreateSchedule({t.uop()});
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return -1;
+  int n = 0;
+  for (const ScheduleItem& it : s->items) n += it.kind == ScheduleItem::Kind::kKernel;
+  return n;
+}
+
+class WinogradTest : public ::testing::TestWithParam<Shape> {
+ protected:
+  void SetUp() override { backends::RegisterAllBackends(); }
+};
+
+TEST_P(WinogradTest, MatchesTheDefinitionAndItsGradients) {
+  const Shape s = GetParam();
+  const int64_t oh = s.hw + 2 * s.pad - s.k + 1;
+  const std::vector<float> x = testing::SineData(s.b * s.ci * s.hw * s.hw, 1.0f, 0.1f),
+                           w = testing::SineData(s.co * s.ci * s.k * s.k, 0.3f, 0.2f),
+                           dy = testing::SineData(s.b * s.co * oh * oh, 1.0f, 0.3f);
+  std::vector<double> want_y(dy.size(), 0.0), want_dx(x.size(), 0.0), want_dw(w.size(), 0.0);
+  for (int64_t n = 0; n < s.b; ++n)
+    for (int64_t o = 0; o < s.co; ++o)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t xx = 0; xx < oh; ++xx)
+          for (int64_t c = 0; c < s.ci; ++c)
+            for (int64_t ky = 0; ky < s.k; ++ky)
+              for (int64_t kx = 0; kx < s.k; ++kx) {
+                const int64_t iy = y + ky - s.pad, ix = xx + kx - s.pad;
+                if (iy < 0 || ix < 0 || iy >= s.hw || ix >= s.hw) continue;
+                const int64_t xi = ((n * s.ci + c) * s.hw + iy) * s.hw + ix;
+                const int64_t wi = ((o * s.ci + c) * s.k + ky) * s.k + kx;
+                const int64_t yi = ((n * s.co + o) * oh + y) * oh + xx;
+                want_y[yi] += static_cast<double>(x[xi]) * w[wi];
+                want_dx[xi] += static_cast<double>(dy[yi]) * w[wi];
+                want_dw[wi] += static_cast<double>(dy[yi]) * x[xi];
+              }
+  int kernels[2] = {0, 0};
+  for (int wino : {0, 1}) {
+    Context knobs({{Knob::kWino, wino}});
+    Tensor xt = Tensor::FromVector(x, {s.b, s.ci, s.hw, s.hw});
+    Tensor wt = Tensor::FromVector(w, {s.co, s.ci, s.k, s.k});
+    Tensor dyt = Tensor::FromVector(dy, {s.b, s.co, oh, oh});
+    ConvOptions opt;
+    opt.padding = {s.pad};
+    Tensor y = xt.Conv2d(wt, std::nullopt, opt);
+    ASSERT_TRUE(y.ok()) << y.status();
+    kernels[wino] = ScheduledKernels(y);
+    auto got_y = y.ToVector<float>();
+    ASSERT_TRUE(got_y.ok()) << got_y.status();
+    // Rounding, max |error| / max |output| against the float64 loop, measured on a 2-core Zen 4: direct (WINO=0)
+    // 0.8-4.3e-6 for every shape and part; Winograd forward F(4x4, 3x3) 3.3-5.1e-6, F(4x4, 5x5) 5.7e-6, F(6x6, 3x3)
+    // 2.95e-5; input gradients 4.0e-6 to 9.7e-6, except f2x5's, an F(4x4, 5x5) over an output gradient padded from
+    // 2x2 to 10x10, 1.07e-4 (the error follows the windows' magnitudes, not the small outputs'). The alpha = 8 forms
+    // (points +-1/2) lose most; NNPACK's default 3x3 form, F(6x6, 3x3), is one of them.
+    const double tol = wino ? s.tol : 1e-5;
+    EXPECT_LT(RelErr(*got_y, want_y), tol) << s.name << " forward, WINO=" << wino;
+    auto g = Gradient((y * dyt).Sum(), {xt, wt});
+    ASSERT_TRUE(g.ok()) << g.status();
+    auto got_dx = (*g)[0].ToVector<float>();
+    auto got_dw = (*g)[1].ToVector<float>();
+    ASSERT_TRUE(got_dx.ok() && got_dw.ok());
+    EXPECT_LT(RelErr(*got_dx, want_dx), tol) << s.name << " input gradient, WINO=" << wino;
+    EXPECT_LT(RelErr(*got_dw, want_dw), 1e-5)
+        << s.name << " weight gradient (direct either way), WINO=" << wino;
+  }
+  EXPECT_GT(kernels[1], kernels[0]) << s.name << ": the Winograd form was not taken";
+}
+
+INSTANTIATE_TEST_SUITE_P(Forms, WinogradTest,
+                         ::testing::Values(Shape{"f4x5_cnn_conv2", 2, 32, 32, 24, 5, 0, 5e-5},
+                                           Shape{"f2x5", 16, 32, 32, 6, 5, 0, 3e-4},
+                                           Shape{"f6x3_cnn_conv4", 16, 64, 64, 8, 3, 0, 1.5e-4},
+                                           Shape{"f4x3_padded", 8, 32, 32, 8, 3, 1, 3e-5},
+                                           Shape{"f4x3_ragged", 8, 32, 48, 7, 3, 1, 3e-5}),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return std::string(info.param.name);
+                         });
+
+// Too few input channels (the CNN's conv1, 1 -> 32), a stride, or WINO=0: the direct conv, one kernel.
+TEST(WinogradChoice, SmallOrStridedConvsStayDirect) {
+  backends::RegisterAllBackends();
+  Tensor x1 = Tensor::Zeros({64, 1, 28, 28}), w1 = Tensor::Zeros({32, 1, 5, 5});
+  EXPECT_EQ(ScheduledKernels(x1.Conv2d(w1)), 1);
+  Tensor x = Tensor::Zeros({8, 32, 24, 24}), w = Tensor::Zeros({32, 32, 3, 3});
+  ConvOptions strided;
+  strided.stride = {2};
+  const int direct_strided = ScheduledKernels(x.Conv2d(w, std::nullopt, strided));
+  const int wino = ScheduledKernels(x.Conv2d(w));
+  Context off({{Knob::kWino, 0}});
+  const int direct = ScheduledKernels(x.Conv2d(w));
+  EXPECT_LT(direct, wino);
+  EXPECT_LE(direct_strided, direct);
+}
+
+// The lowered transforms of the CNN's conv2 (8 x 8 slots selected per lane: the input's and the weights') keep no
+// select, on a 2-core AVX-512 target.
+TEST(WinogradLowering, TransformSelectsFoldPerLane) {
+  Tensor x = Tensor::Zeros({2, 32, 24, 24}), w = Tensor::Zeros({32, 32, 5, 5});
+  auto programs =
+      test_util::LowerScheduledKernels(x.Conv2d(w).uop(), test_util::Avx512TwoCoreLlvm());
+  ASSERT_TRUE(programs.ok()) << programs.status();
+  int transforms = 0;
+  for (const codegen::Program& p : *programs) {
+    if (p.name.rfind("E_", 0) != 0 || p.name.find("_8_8_") == std::string::npos) continue;
+    ++transforms;
+    int wheres = 0, loads = 0;
+    for (const UOpPtr& u : p.uops) {
+      wheres += u->op() == Op::WHERE;
+      loads += u->op() == Op::LOAD;
+    }
+    EXPECT_EQ(wheres, 0) << p.name;
+    EXPECT_GT(loads, 0) << p.name;
+  }
+  EXPECT_EQ(transforms, 2) << "the input's and the weights' transforms, 8 x 8 lanes each";
+}
+
+}  // namespace
+}  // namespace kiln
