@@ -836,7 +836,7 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
   // contiguous along the innermost output axis, but one outer output axis (the channels) is contiguous in every
   // load that moves with it. That axis takes the SIMD lanes (contiguous vector loads; the stores scatter, one per
   // output, against several loads per output). The CNN's BatchNorm + 2x2 max pool over conv2's channels-last
-  // Winograd output, batch 32: ... (2-core Zen 4).
+  // Winograd output, batch 32: 180-210 -> 62 us; conv4's, 66 -> 13 us (2-core Zen 4).
   bool channel_lanes = false;
   if (ctx.has_reduce && ctx.target.supports_vectors && lanes > 1 && out.size() >= 2 && !gate_order) {
     const std::vector<UOpPtr> oax = AxesOfType(cur, ctx, {AxisType::kLoop, AxisType::kGlobal});
