@@ -150,7 +150,11 @@ absl::StatusOr<std::shared_ptr<const BuiltinModel>> Engine::LoadBuiltin(
     }
     // A served builtin model only reads its state (the module is its own; training jobs build theirs): marked
     // constant, the kernels that read only weights (a conv weight's channels-last copy) run once per JIT trace.
-    for (const nn::NamedTensor& nt : nn::StateDict(*module)) (void)MarkConstant(nt.tensor->uop());
+    // Nor do they take gradients (which keeps Tensor::Conv2d's Winograd form, for inference only, open to them).
+    for (const nn::NamedTensor& nt : nn::StateDict(*module)) {
+      (void)MarkConstant(nt.tensor->uop());
+      nt.tensor->RequiresGrad(false);
+    }
     impl->module = module;
     impl->fn = [module](const jit::JitArgs& args) -> absl::StatusOr<std::vector<Tensor>> {
       nn::TrainingScope eval(false);  // BatchNorm uses its running statistics

@@ -864,8 +864,12 @@ absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std
     const int last = static_cast<int>(out.size()) - 1;
     const int64_t s = out[last];
     const int64_t simd = std::clamp(ctx.target.vector_bytes / 4, 8, 16);
+    // Under 36 or more stacked lanes (Winograd's transforms), 8 lanes: each lane is lowered as its own copy, and the
+    // 8 x 8 x 16-lane transforms took 0.4-0.77 s each to compile (0.3-0.5 s at 8 lanes); the CNN's kernels at batch
+    // 32 ran the same either way (1.58-1.59 ms, 2-core Zen 4).
+    const int64_t vmax = stacked >= 36 ? 8 : simd;
     bool upcast = false;
-    for (int64_t amt : {simd, int64_t{8}, int64_t{4}}) {
+    for (int64_t amt : {vmax, int64_t{8}, int64_t{4}}) {
       const int64_t cap =
           ctx.has_reduce ? ctx.target.max_upcast : std::max<int64_t>(ctx.target.max_upcast, simd);
       if (amt <= cap && s % amt == 0 && s >= amt && lanes * amt <= 32) {

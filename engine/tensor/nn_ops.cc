@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "absl/container/flat_hash_set.h"
+#include "engine/base/env.h"
 #include "engine/base/status.h"
 #include "engine/tensor/gradient.h"
 #include "engine/tensor/tensor.h"
@@ -548,6 +549,8 @@ void RegisterConvGradient(const UOpPtr& out, const UOpPtr& x, const UOpPtr& w, c
     const Tensor gin = column_view ? StoreChannelsLast(g.Pad({none, none, tp[0], none})).Pad({none, none, none, tp[1]})
                        : cl        ? g.Pad({none, none, tp[0], tp[1]})
                                    : g.Pad(copy_pad).Contiguous().Pad(view_pad);
+    // The direct conv (its narrowed tap loops), not the Winograd form, which is for inference (winograd.cc).
+    Context direct({{Knob::kWino, 0}});
     Tensor dxp = gin.Conv2d(wt.Flip(Axes({2, 3})).Permute({1, 0, 2, 3}));
     const Shape& ps = dxp.shape();
     std::vector<std::pair<int64_t, int64_t>> crop = {{0, ps[0]}, {0, ps[1]},
@@ -650,8 +653,8 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
   if (bias && (bias->ndim() != 1 || bias->size(0) != cout))
     return FromStatus(Invalid("Conv2d", "bias shape ", Str(bias->shape()), " must be (", cout, ")"));
   const auto ones = [](const IntVec& v) { return std::all_of(v.begin(), v.end(), [](int64_t s) { return s == 1; }); };
-  // A stride-1 3x3 or 5x5 conv with enough channels runs in a Winograd form (winograd.cc); its gradient is the
-  // direct conv's (registered below, x and w found under the transforms).
+  // A stride-1 3x3 or 5x5 conv with enough channels, in inference, runs in a Winograd form (winograd.cc); its
+  // gradient is the direct conv's (registered below, x and w found under the transforms).
   if (n == 2 && opt.groups == 1 && ones(*stride) && ones(*dilation)) {
     if (std::optional<Tensor> y = tensor_internal::WinogradConv2d(*this, weight, *pads, opt.acc_dtype)) {
       if (!y->ok()) return *y;

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "backends/register_all.h"
-#include "engine/base/env.h"
 #include "engine/realize/realize.h"
 #include "engine/runtime/registry.h"
 #include "engine/tensor/gradient.h"
@@ -158,10 +157,8 @@ INSTANTIATE_TEST_SUITE_P(Backends, StridedLanesTest, ::testing::Values("CPU", "I
 // its rows padded and pads the columns through the view, so that codegen narrows the kernel's per-column kx loop to
 // the taps that reach g: lowered for a 2-core AVX-512 CPU, the conv kernel has a reduce loop whose end is not a
 // constant and no gated load. (With the columns padded in the copy, every loop ran over all taps: 87 -> 73 ms at
-// batch 512 on a 2-core Zen 3.) The direct conv's lowering, so WINO=0: with Winograd on, this input gradient (a
-// stride-1 5x5 conv over 32 channels) takes the Winograd form (winograd_test checks its values).
+// batch 512 on a 2-core Zen 3.)
 TEST(ConvInputGradientLowering, ColumnPaddingNarrowsTheTapLoop) {
-  Context direct({{Knob::kWino, 0}});
   const int64_t b = 16, ci = 32, co = 32, hw = 24, k = 5;
   Tensor x = Tensor::Empty({b, ci, hw, hw}), w = Tensor::Empty({co, ci, k, k});
   Tensor dy = Tensor::Empty({b, co, hw - k + 1, hw - k + 1});
