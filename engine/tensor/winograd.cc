@@ -167,10 +167,10 @@ std::vector<std::vector<Tensor>> Transform2d(const std::vector<double>& mat, int
   return out;
 }
 
-// Tensor::Stack as selects: each value padded into its slot of a new axis `dim`, chosen where a padded all-true mask
-// says it lies. Stack's pads and adds leave a "+ 0" per other slot, which float math may not drop (-0 + 0 is +0);
-// a select on the slot folds exactly once the axis is upcast (codegen's "where(index comparison that folds to a
-// constant)"), each lane keeping its own value's terms only.
+// Tensor::Stack as selects: each value broadcast along a new axis `dim` and chosen in its slot, where a padded
+// all-true mask says it lies. Stack's pads and adds leave a "+ 0" per other slot, which float math may not drop
+// (-0 + 0 is +0); a select on the slot folds exactly once the axis is upcast (codegen's "where(index comparison that
+// folds to a constant)"), each lane keeping its own value's terms only.
 Tensor SelectStack(const std::vector<Tensor>& ts, int64_t dim) {
   const int64_t n = static_cast<int64_t>(ts.size());
   std::optional<Tensor> acc;
