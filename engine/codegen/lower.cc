@@ -28,14 +28,6 @@ struct Pass {
   bool table = false;  // fn runs rule tables through GraphRewrite under `name` (which counts and traces them)
 };
 
-// "symbolic_indices": every INDEX's index and gate, every RANGE's end, and every index read as a value
-// (CAST(index -> int): Arange, a random-init hash's counter) through engine/symbolic's Simplify. Without the last, a
-// 4-D weight's init kernel whose axes the opts merged into one kept the unravel/ravel chain
-// ((i/5/5/32)*800 + ((i/5/5)%32)*25 + ...) as 16 lanes of 64-bit divisions: slow to run, and the bulk of what LLVM
-// spent on the CNN's init kernels. Comparisons of indices (gates) stay as built: the gate passes read their shape
-// (narrow gated reduces; simplified, a transposed conv's gates on OpenCL no longer linearized). One exception: a
-// WHERE whose condition is an index comparison that simplifies to a constant becomes the branch it picks (a padded
-// constant selector after its axis is unrolled: GGUF's Q4 nibble choice, tests LowerTest.NibbleSelect...).
 // Whether `c` is a comparison of index values, or AND / OR of such (a padded view's bounds on one axis).
 bool IndexPredicate(const UOp& c) {
   if (IsComparison(c.op())) return c.src(0)->dtype() == dtypes::kIndex;
@@ -43,6 +35,7 @@ bool IndexPredicate(const UOp& c) {
   return c.dtype().IsBool() && IndexPredicate(*c.src(0)) && IndexPredicate(*c.src(1));
 }
 
+// WHERE(index predicate, a, b) whose predicate folds to a constant -> the branch it picks.
 UOpPtr PickConstantBranch(const Bindings& b) {
   const UOpPtr& u = b.root();
   const UOpPtr& c = u->src(0);
@@ -63,6 +56,14 @@ const PatternMatcher& ConstantBranchRules() {
   return pm;
 }
 
+// "symbolic_indices": every INDEX's index and gate, every RANGE's end, and every index read as a value
+// (CAST(index -> int): Arange, a random-init hash's counter) through engine/symbolic's Simplify. Without the last, a
+// 4-D weight's init kernel whose axes the opts merged into one kept the unravel/ravel chain
+// ((i/5/5/32)*800 + ((i/5/5)%32)*25 + ...) as 16 lanes of 64-bit divisions: slow to run, and the bulk of what LLVM
+// spent on the CNN's init kernels. Comparisons of indices (gates) stay as built: the gate passes read their shape
+// (narrow gated reduces; simplified, a transposed conv's gates on OpenCL no longer linearized). One exception: a
+// WHERE whose condition is an index comparison that simplifies to a constant becomes the branch it picks (a padded
+// constant selector after its axis is unrolled: GGUF's Q4 nibble choice, tests LowerTest.NibbleSelect...).
 const PatternMatcher& SymbolicIndexRules() {
   static const PatternMatcher pm(
       {{UPat(OpSet{Op::INDEX, Op::RANGE}),
@@ -122,7 +123,7 @@ const PatternMatcher& FoldIndexMathRules() {
   return pm;
 }
 
-// Index math only: the two tables above, one walk each, under the stage's name.
+// Index math only: the constant selects top-down, then the two tables above, one walk each, under the stage's name.
 absl::StatusOr<UOpPtr> RunSymbolic(const UOpPtr& sink, LowerContext& ctx, const char* name) {
   RewriteOptions top_down = ctx.PassOptions(name, /*walk=*/false);
   top_down.bottom_up = true;

@@ -250,7 +250,6 @@ bool Unstored(const Tensor& t) {
   return IsElementwise(op) || op == Op::REDUCE_AXIS;
 }
 
-
 // `t` (NCHW) stored channels-last ([B, H, W, C]) and viewed as NCHW again.
 Tensor StoreChannelsLast(const Tensor& t) { return t.Permute({0, 2, 3, 1}).Contiguous().Permute({0, 3, 1, 2}); }
 
@@ -653,6 +652,12 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
   if (bias && (bias->ndim() != 1 || bias->size(0) != cout))
     return FromStatus(Invalid("Conv2d", "bias shape ", Str(bias->shape()), " must be (", cout, ")"));
   const auto ones = [](const IntVec& v) { return std::all_of(v.begin(), v.end(), [](int64_t s) { return s == 1; }); };
+  const auto with_bias = [&](const Tensor& ret) {
+    if (!bias) return ret;
+    IntVec bshape = {1, -1};
+    bshape.insert(bshape.end(), n, 1);
+    return ret.Add(bias->Reshape(bshape));
+  };
   // A stride-1 3x3 or 5x5 conv with enough channels, in inference, runs in a Winograd form (winograd.cc); its
   // gradient is the direct conv's (registered below, x and w found under the transforms).
   if (n == 2 && opt.groups == 1 && ones(*stride) && ones(*dilation)) {
@@ -660,7 +665,7 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
       if (!y->ok()) return *y;
       RegisterConvGradient(y->uop(), uop(), weight.uop(), uop(), /*cl_input=*/true, *pads, hw, *stride,
                            kWinogradOverrideDepth);
-      return bias ? y->Add(bias->Reshape({1, -1, 1, 1})) : *y;
+      return with_bias(*y);
     }
   }
   // A strided pointwise conv (1x1, stride > 1, unpadded: ResNet's downsampling shortcuts) runs as a stride-1 conv over
@@ -751,14 +756,10 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
             .Reshape(weight.shape());
   }
   Tensor ret = x.Mul(w.Reshape(wshape)).Sum(Axes(absl::Span<const int64_t>(axes)), true, opt.acc_dtype).Reshape(out);
-  if (ret.ok() && g == 1 && n == 2 &&
-      std::all_of(dilation->begin(), dilation->end(), [](int64_t v) { return v == 1; })) {
+  if (ret.ok() && g == 1 && n == 2 && ones(*dilation)) {
     RegisterConvGradient(ret.uop(), uop(), weight.uop(), xpool, cl_input, *pads, hw, *stride);
   }
-  if (!bias) return ret;
-  IntVec bshape = {1, -1};
-  bshape.insert(bshape.end(), n, 1);
-  return ret.Add(bias->Reshape(bshape));
+  return with_bias(ret);
 }
 
 Tensor Tensor::MaxPool2d(absl::Span<const int64_t> kernel, const PoolOptions& opt) const {
