@@ -595,7 +595,9 @@ absl::StatusOr<std::string> Emitter::Run() {
   args.push_back("i32 %core_id");
 
   std::string out = absl::StrCat("; kiln llvm renderer: kernel ", n, "\n");
-  absl::StrAppend(&out, "define void @", n, "(", absl::StrJoin(params, ", "), ") #0 {\nentry:\n", allocas_, body_,
+  // internal: inlined into the trampoline and then dropped, so LLVM optimizes and emits the body once (cpu_compiler.cc)
+  absl::StrAppend(&out, "define internal void @", n, "(", absl::StrJoin(params, ", "), ") #0 {\nentry:\n", allocas_,
+                  body_,
                   "  ret void\n}\n\n");
   absl::StrAppend(&out, "define void @", n, ".entry(ptr %bufs, ptr %vars, i32 %core_id) #1 {\nentry:\n", tramp,
                   "  call void @", n, "(", absl::StrJoin(args, ", "), ")\n  ret void\n}\n\n");

@@ -1,6 +1,7 @@
 // KILN_PERF_MAP=1: every loaded kernel's functions are appended to /tmp/perf-PID.map, the file `perf report` reads to
 // name JIT code. The knob is read once per process, so this test has a binary of its own and sets it before the
-// first load; the map must name the kernel, its entry trampoline, with sizes, at addresses that run the kernel.
+// first load; the map must name the kernel's entry trampoline (the kernel's body is inlined into it, see
+// engine/codegen/render/llvm_ir.h), with its size, at an address that runs the kernel.
 #include <unistd.h>
 
 #include <cstdint>
@@ -29,7 +30,7 @@ TEST_F(CpuTest, LoadedKernelsAreNamedInThePerfMap) {
   EXPECT_EQ(Read<float>(out)[7], 3.f);
   std::ifstream in(path);
   ASSERT_TRUE(in.good()) << path;
-  bool kernel = false, entry = false;
+  bool entry = false;
   for (std::string line; std::getline(in, line);) {
     std::istringstream fields(line);
     std::string start, size, name;
@@ -37,10 +38,8 @@ TEST_F(CpuTest, LoadedKernelsAreNamedInThePerfMap) {
     const uint64_t addr = std::stoull(start, nullptr, 16), bytes = std::stoull(size, nullptr, 16);
     EXPECT_GT(addr, 0u) << line;
     EXPECT_GT(bytes, 0u) << line;
-    kernel |= name == p.name;
     entry |= name == p.name + ".entry";
   }
-  EXPECT_TRUE(kernel) << "no line for " << p.name;
   EXPECT_TRUE(entry) << "no line for " << p.name << ".entry";
   std::remove(path.c_str());
 }

@@ -19,7 +19,7 @@ TEST(NullBackendTest, CompilesLlvmTextWithoutRunning) {
   runtime::CompileCache cache(o);
   auto k = runtime::CompileKernel(dev, testprog::ElementwiseAdd(4), &cache);
   ASSERT_TRUE(k.ok()) << k.status();
-  EXPECT_NE(k->source.find("define void @E_4("), std::string::npos);
+  EXPECT_NE(k->source.find("define internal void @E_4("), std::string::npos);
   auto b = runtime::Buffer::Create(&dev, dtypes::kFloat32, 4);
   ASSERT_TRUE(b.ok());
   std::vector<float> in = {1, 2, 3, 4}, out(4, 0);

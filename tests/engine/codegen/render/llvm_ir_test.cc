@@ -18,7 +18,7 @@ using namespace kiln::testprog;  // NOLINT
 TEST(LlvmIrTest, ElementwiseSignatureAndTrampoline) {
   auto src = LlvmIrRenderer().Render(ElementwiseAdd(16));
   ASSERT_TRUE(src.ok()) << src.status();
-  EXPECT_NE(src->find("define void @E_16(ptr noalias align 32 %buf0, ptr noalias align 32 %buf1, "
+  EXPECT_NE(src->find("define internal void @E_16(ptr noalias align 32 %buf0, ptr noalias align 32 %buf1, "
                       "ptr noalias align 32 %buf2, i32 %core_id)"),
             std::string::npos)
       << *src;
