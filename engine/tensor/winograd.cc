@@ -3,7 +3,8 @@
 // alpha x alpha input window d (alpha = m + r - 1): each tile costs alpha^2 multiply-adds per input and output
 // channel where the direct conv costs m^2 r^2. Forms: F(4x4, 5x5) 64 against 400 (the Fashion-MNIST CNN's conv2),
 // F(2x2, 5x5) 36 against 100, F(6x6, 3x3) 64 against 324, F(4x4, 3x3) 36 against 144; Conv2d takes the cheapest
-// per shape (tiles x alpha^2 with the transforms' share) where it is under 60% of the direct conv's.
+// per shape (tiles x alpha^2 with the transforms' share, and the weights' reads where they exceed the caches) where it
+// is under 60% of the direct conv's.
 //
 // The transforms are sums of a window's values with small constant weights, written out term by term (zero weights
 // skipped, +-1 as adds) and stacked by selects (SelectStack), so each transform is one elementwise kernel whose
@@ -227,12 +228,29 @@ bool ReducesUnstored(const Tensor& t) {
   return false;
 }
 
-// Multiply-adds of the product per input and output channel and image (tiles x alpha^2) plus the transforms' work
-// in the same unit; the direct conv's is OH * OW * r^2.
-double Cost(const Variant& v, int64_t oh, int64_t ow, int64_t ci, int64_t co) {
+// Time in multiply-adds per input and output channel and image: the product's tiles x alpha^2, the transforms'
+// share, and the weights' reads. Every image reuses the weights, so a batch of B reads each weight once per B images;
+// a float read from memory costs about as long as kWeightReadCost multiply-adds (2-core Zen 4: ~100 G FMA/s against
+// ~6 G floats/s from DRAM). The transformed weights are alpha^2 / r^2 times the direct conv's: at a small output
+// (ResNet-50's 7x7 stage 4 at batch 1, four tiles per image) the product only streams them, 2.2 ms against the direct
+// conv's 1.3 ms.
+constexpr double kWeightReadCost = 16.0;
+// Weights up to this size are taken to stay in the caches between calls (the Fashion-MNIST CNN's transformed conv2
+// and conv4 weights, 0.5-0.6 MiB): no read cost.
+constexpr double kCachedWeightBytes = 1 << 20;
+
+double Cost(const Variant& v, int64_t b, int64_t oh, int64_t ow, int64_t ci, int64_t co) {
   const double tiles = static_cast<double>(CeilDiv(oh, v.m) * CeilDiv(ow, v.m));
   const double a2 = v.alpha * v.alpha;
-  return tiles * a2 * (1.0 + 8.0 / static_cast<double>(co) + 4.0 / static_cast<double>(ci));
+  const double reads = a2 * static_cast<double>(ci * co) * 4 > kCachedWeightBytes ? kWeightReadCost : 0.0;
+  return tiles * a2 * (1.0 + 8.0 / static_cast<double>(co) + 4.0 / static_cast<double>(ci)) +
+         reads * a2 / static_cast<double>(b);
+}
+
+double DirectCost(int64_t r, int64_t b, int64_t oh, int64_t ow, int64_t ci, int64_t co) {
+  const double r2 = static_cast<double>(r * r);
+  const double reads = r2 * static_cast<double>(ci * co) * 4 > kCachedWeightBytes ? kWeightReadCost : 0.0;
+  return static_cast<double>(oh * ow) * r2 + reads * r2 / static_cast<double>(b);
 }
 
 }  // namespace
@@ -259,13 +277,12 @@ std::optional<Tensor> WinogradConv2d(const Tensor& x, const Tensor& w,
   if (ci < 16 || co % 16 != 0 || oh < 2 || ow < 2) return std::nullopt;
   if (b * co * oh * ow * ci * r * r < (int64_t{1} << 20)) return std::nullopt;
   const Variant* best = nullptr;
-  double best_cost =
-      0.6 * static_cast<double>(oh * ow * r * r);  // a Winograd form pays below 60% of the direct
+  double best_cost = 0.6 * DirectCost(r, b, oh, ow, ci, co);  // a Winograd form pays below 60% of the direct
   const std::vector<const Variant*> variants = r == 5
                                                    ? std::vector<const Variant*>{&F2x5(), &F4x5()}
                                                    : std::vector<const Variant*>{&F4x3(), &F6x3()};
   for (const Variant* v : variants) {
-    const double c = Cost(*v, oh, ow, ci, co);
+    const double c = Cost(*v, b, oh, ow, ci, co);
     if (c < best_cost) best = v, best_cost = c;
   }
   if (best == nullptr) return std::nullopt;
