@@ -275,11 +275,24 @@ absl::StatusOr<UOpPtr> NormalizeEnds(const UOpPtr& sink, LowerContext& ctx) {
     absl::flat_hash_map<const UOp*, UOpPtr> map;
     UOpVec vals;
     const absl::flat_hash_set<const UOp*> members(group.begin(), group.end());
-    for (const UOp* e : group) {
-      // An END that depends on another END of the same range would make the merged END its own source.
-      for (const UOp* x : Toposort(UOpPtr::FromRaw(e)))
-        if (x != e && members.contains(x))
+    // An END that depends on another END of the same range would make the merged END its own source. One walk below
+    // all the members' sources finds any member another one reaches (the graph is acyclic, so none reaches itself);
+    // a walk per member cost a toposort of most of the kernel per END.
+    {
+      absl::flat_hash_set<const UOp*> seen;
+      std::vector<const UOp*> stack;
+      for (const UOp* e : group)
+        for (const UOpPtr& s : e->src()) stack.push_back(s.get());
+      while (!stack.empty()) {
+        const UOp* x = stack.back();
+        stack.pop_back();
+        if (!seen.insert(x).second) continue;
+        if (members.contains(x))
           return absl::InvalidArgumentError("lowering: a range is reused by dependent loops (cannot merge ENDs)");
+        for (const UOpPtr& s : x->src()) stack.push_back(s.get());
+      }
+    }
+    for (const UOp* e : group) {
       for (size_t i = 0; i + 1 < e->num_src(); ++i)
         if (std::find(vals.begin(), vals.end(), e->src(i)) == vals.end()) vals.push_back(e->src(i));
     }
