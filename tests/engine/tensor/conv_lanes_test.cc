@@ -55,30 +55,7 @@ TEST_P(ConvLanesTest, ForwardAndInputGradientMatchLoops) {
   std::vector<float> x = testing::SineData(s.b * s.ci * s.hw * s.hw, 1.0f, 0.1f),
                      w = testing::SineData(s.co * s.ci * s.k * s.k, 0.5f, 0.2f),
                      dy = testing::SineData(s.b * s.co * oh * oh, 1.0f, 0.3f);
-  auto xi = [&](int64_t n, int64_t c, int64_t y, int64_t xx) {
-    return ((n * s.ci + c) * s.hw + y) * s.hw + xx;
-  };
-  auto wi = [&](int64_t o, int64_t c, int64_t ky, int64_t kx) {
-    return ((o * s.ci + c) * s.k + ky) * s.k + kx;
-  };
-  auto yi = [&](int64_t n, int64_t o, int64_t y, int64_t xx) {
-    return ((n * s.co + o) * oh + y) * oh + xx;
-  };
-  std::vector<double> want_y(dy.size(), 0.0), want_dx(x.size(), 0.0);
-  for (int64_t n = 0; n < s.b; ++n)
-    for (int64_t o = 0; o < s.co; ++o)
-      for (int64_t y = 0; y < oh; ++y)
-        for (int64_t xx = 0; xx < oh; ++xx)
-          for (int64_t c = 0; c < s.ci; ++c)
-            for (int64_t ky = 0; ky < s.k; ++ky)
-              for (int64_t kx = 0; kx < s.k; ++kx) {
-                const int64_t iy = y * s.stride + ky - s.pad, ix = xx * s.stride + kx - s.pad;
-                if (iy < 0 || ix < 0 || iy >= s.hw || ix >= s.hw) continue;
-                want_y[yi(n, o, y, xx)] +=
-                    static_cast<double>(x[xi(n, c, iy, ix)]) * w[wi(o, c, ky, kx)];
-                want_dx[xi(n, c, iy, ix)] +=
-                    static_cast<double>(dy[yi(n, o, y, xx)]) * w[wi(o, c, ky, kx)];
-              }
+  const testing::ConvLoops want = testing::ConvByLoops(x, w, dy, s.b, s.ci, s.co, s.hw, s.k, s.pad, s.stride);
   Tensor xt = Tensor::FromVector(x, {s.b, s.ci, s.hw, s.hw}, dev);
   Tensor wt = Tensor::FromVector(w, {s.co, s.ci, s.k, s.k}, dev);
   Tensor dyt = Tensor::FromVector(dy, {s.b, s.co, oh, oh}, dev);
@@ -88,12 +65,12 @@ TEST_P(ConvLanesTest, ForwardAndInputGradientMatchLoops) {
   Tensor y = xt.Conv2d(wt, std::nullopt, opt);
   auto got_y = y.ToVector<float>();
   ASSERT_TRUE(got_y.ok()) << got_y.status();
-  ExpectClose(*got_y, want_y, std::string(s.name) + " forward");
+  ExpectClose(*got_y, want.y, std::string(s.name) + " forward");
   auto g = Gradient((y * dyt).Sum(), {xt});
   ASSERT_TRUE(g.ok()) << g.status();
   auto got_dx = (*g)[0].ToVector<float>();
   ASSERT_TRUE(got_dx.ok()) << got_dx.status();
-  ExpectClose(*got_dx, want_dx, std::string(s.name) + " input gradient");
+  ExpectClose(*got_dx, want.dx, std::string(s.name) + " input gradient");
 }
 
 INSTANTIATE_TEST_SUITE_P(

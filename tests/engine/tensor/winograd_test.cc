@@ -62,23 +62,7 @@ TEST_P(WinogradTest, MatchesTheDefinitionAndItsGradients) {
   const std::vector<float> x = testing::SineData(s.b * s.ci * s.hw * s.hw, 1.0f, 0.1f),
                            w = testing::SineData(s.co * s.ci * s.k * s.k, 0.3f, 0.2f),
                            dy = testing::SineData(s.b * s.co * oh * oh, 1.0f, 0.3f);
-  std::vector<double> want_y(dy.size(), 0.0), want_dx(x.size(), 0.0), want_dw(w.size(), 0.0);
-  for (int64_t n = 0; n < s.b; ++n)
-    for (int64_t o = 0; o < s.co; ++o)
-      for (int64_t y = 0; y < oh; ++y)
-        for (int64_t xx = 0; xx < oh; ++xx)
-          for (int64_t c = 0; c < s.ci; ++c)
-            for (int64_t ky = 0; ky < s.k; ++ky)
-              for (int64_t kx = 0; kx < s.k; ++kx) {
-                const int64_t iy = y + ky - s.pad, ix = xx + kx - s.pad;
-                if (iy < 0 || ix < 0 || iy >= s.hw || ix >= s.hw) continue;
-                const int64_t xi = ((n * s.ci + c) * s.hw + iy) * s.hw + ix;
-                const int64_t wi = ((o * s.ci + c) * s.k + ky) * s.k + kx;
-                const int64_t yi = ((n * s.co + o) * oh + y) * oh + xx;
-                want_y[yi] += static_cast<double>(x[xi]) * w[wi];
-                want_dx[xi] += static_cast<double>(dy[yi]) * w[wi];
-                want_dw[wi] += static_cast<double>(dy[yi]) * x[xi];
-              }
+  const testing::ConvLoops want = testing::ConvByLoops(x, w, dy, s.b, s.ci, s.co, s.hw, s.k, s.pad);
   int kernels[2] = {0, 0};
   for (int wino : {0, 1}) {
     Context knobs({{Knob::kWino, wino}});
@@ -98,14 +82,14 @@ TEST_P(WinogradTest, MatchesTheDefinitionAndItsGradients) {
     // one of them). Gradients are the direct conv's either way (an F(4x4, 5x5) input gradient over an output
     // gradient padded from 2x2 to 10x10 measured 1.07e-4: the error follows the windows, not the small outputs).
     const double tol = wino ? s.tol : 1e-5;
-    EXPECT_LT(RelErr(*got_y, want_y), tol) << s.name << " forward, WINO=" << wino;
+    EXPECT_LT(RelErr(*got_y, want.y), tol) << s.name << " forward, WINO=" << wino;
     auto g = Gradient((y * dyt).Sum(), {xt, wt});
     ASSERT_TRUE(g.ok()) << g.status();
     auto got_dx = (*g)[0].ToVector<float>();
     auto got_dw = (*g)[1].ToVector<float>();
     ASSERT_TRUE(got_dx.ok() && got_dw.ok());
-    EXPECT_LT(RelErr(*got_dx, want_dx), tol) << s.name << " input gradient, WINO=" << wino;
-    EXPECT_LT(RelErr(*got_dw, want_dw), 1e-5)
+    EXPECT_LT(RelErr(*got_dx, want.dx), tol) << s.name << " input gradient, WINO=" << wino;
+    EXPECT_LT(RelErr(*got_dw, want.dw), 1e-5)
         << s.name << " weight gradient (direct either way), WINO=" << wino;
   }
   EXPECT_GT(kernels[1], kernels[0]) << s.name << ": the Winograd form was not taken";
