@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "engine/codegen/codegen.h"
 #include "engine/codegen/program.h"
@@ -71,6 +72,16 @@ int64_t RangeSize(const UOp* r);
 absl::StatusOr<UOpPtr> ApplyHeuristic(const UOpPtr& sink, LowerContext& ctx, std::vector<Opt>* chosen);
 // "E_4_16" / "r_16_4_32" from the current axes.
 std::string KernelName(const UOpPtr& sink, const LowerContext& ctx);
+
+// ---- elementwise_axes.cc (steps of ApplyHeuristic) ----
+// Applies one opt to the heuristic's current kernel and records it.
+using ApplyOptFn = absl::FunctionRef<absl::Status(Opt)>;
+// A gated in-place store whose gate varies along the innermost axis: the axes the gate does not read go innermost
+// and the new innermost axis is upcast; false (nothing changed) for other kernels.
+absl::StatusOr<bool> GateFreeAxesInnermost(UOpPtr& cur, LowerContext& ctx, ApplyOptFn apply);
+// A stack of differently computed values (Tensor::Stack, Winograd's transforms): the small output axes its load gates
+// or select conditions read are upcast whole, so every lane folds to its own value. Returns the lanes upcast (1: none).
+absl::StatusOr<int64_t> StackedAxesWhole(UOpPtr& cur, LowerContext& ctx, ApplyOptFn apply);
 
 // ---- expand.cc ----
 absl::StatusOr<UOpPtr> ExpandUpcasts(const UOpPtr& sink, LowerContext& ctx);

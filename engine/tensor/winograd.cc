@@ -8,8 +8,8 @@
 //
 // The transforms are sums of a window's values with small constant weights, written out term by term (zero weights
 // skipped, +-1 as adds) and stacked by selects (SelectStack), so each transform is one elementwise kernel whose
-// stacked axes the CPU heuristic upcasts whole (heuristic.cc, StackedAxesWhole) and whose selects fold per lane
-// (expand.cc, SubstitutePicking): every lane computes its own value only.
+// stacked axes the CPU heuristic upcasts whole (codegen/elementwise_axes.cc, StackedAxesWhole) and whose selects fold
+// per lane (expand.cc, SubstitutePicking): every lane computes its own value only.
 //
 // Kernels: the weights copied [r, r, Ci, Co] and transformed, U = G g G^T stored [alpha^2, Ci, Co] (constant calls in
 // a JIT trace over constant weights); the input stored channels-last and padded to whole tiles; its transform
@@ -239,18 +239,22 @@ constexpr double kWeightReadCost = 16.0;
 // and conv4 weights, 0.5-0.6 MiB): no read cost.
 constexpr double kCachedWeightBytes = 1 << 20;
 
+// The read cost of weights of `slots` floats per channel pair, per channel pair and image.
+double WeightReads(double slots, int64_t b, int64_t ci, int64_t co) {
+  const bool cached = slots * static_cast<double>(ci * co) * 4 <= kCachedWeightBytes;
+  return cached ? 0.0 : kWeightReadCost * slots / static_cast<double>(b);
+}
+
 double Cost(const Variant& v, int64_t b, int64_t oh, int64_t ow, int64_t ci, int64_t co) {
   const double tiles = static_cast<double>(CeilDiv(oh, v.m) * CeilDiv(ow, v.m));
   const double a2 = v.alpha * v.alpha;
-  const double reads = a2 * static_cast<double>(ci * co) * 4 > kCachedWeightBytes ? kWeightReadCost : 0.0;
   return tiles * a2 * (1.0 + 8.0 / static_cast<double>(co) + 4.0 / static_cast<double>(ci)) +
-         reads * a2 / static_cast<double>(b);
+         WeightReads(a2, b, ci, co);
 }
 
 double DirectCost(int64_t r, int64_t b, int64_t oh, int64_t ow, int64_t ci, int64_t co) {
   const double r2 = static_cast<double>(r * r);
-  const double reads = r2 * static_cast<double>(ci * co) * 4 > kCachedWeightBytes ? kWeightReadCost : 0.0;
-  return static_cast<double>(oh * ow) * r2 + reads * r2 / static_cast<double>(b);
+  return static_cast<double>(oh * ow) * r2 + WeightReads(r2, b, ci, co);
 }
 
 }  // namespace
