@@ -261,6 +261,28 @@ bool ChannelsLastCopy(const Tensor& t) {
   return u->op() == Op::PERMUTE && u->ArgVec() == IntVec{0, 3, 1, 2} && u->src(0)->op() == Op::CONTIGUOUS;
 }
 
+// Whether `t` (NCHW) reads its values, through elementwise ops, from a stored channels-last buffer viewed as NCHW
+// (a permute {0, 3, 1, 2} of a stored buffer, perhaps reshaped and cropped first): the output of a Winograd conv
+// (winograd.cc), its bias, BatchNorm and ReLU applied on the way.
+bool ReadsChannelsLast(const Tensor& t) {
+  std::vector<const UOp*> stack = {t.uop().get()};
+  absl::flat_hash_set<const UOp*> seen;
+  while (!stack.empty()) {
+    const UOp* u = stack.back();
+    stack.pop_back();
+    if (!seen.insert(u).second) continue;
+    if (IsElementwise(u->op())) {
+      for (const UOpPtr& s : u->src()) stack.push_back(s.get());
+      continue;
+    }
+    if (u->op() != Op::PERMUTE || u->ArgVec() != IntVec{0, 3, 1, 2}) continue;
+    const UOp* base = u->src(0).get();
+    while (base->op() == Op::RESHAPE || base->op() == Op::SHRINK) base = base->src(0).get();
+    if (base->op() == Op::CONTIGUOUS) return true;
+  }
+  return false;
+}
+
 // How deep the gradient overrides below look for their inputs under the output: Conv2d's out -> reshape -> sum -> mul
 // -> permute/expand/reshape/pool view -> pad -> x; MaxPool2d's out -> reshape -> max -> pool view -> pad -> x.
 constexpr int kOverrideDepth = 24;
@@ -690,7 +712,13 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
   }
   Tensor x = Pad(*pads).Pool(hw, *stride, *dilation);  // (bs, groups*cin, *oyx, *hw)
   if (!x.ok()) return x;
-  const bool lanes = !PixelLanes(hw, *stride, *pads, x.shape()) &&
+  // A pointwise conv over a channels-last input (a Winograd conv's output, winograd.cc) takes channel lanes too: with
+  // pixel lanes each 16-pixel load gathers from rows Ci floats apart and the [Co, Ci] weights were read a column at a
+  // time. ResNet-50 at batch 1 (2-core Zen 4): its stage-1 64 -> 256 1x1 after the Winograd 3x3 1.6 -> 0.7 ms, stage 2's
+  // 128 -> 512 1.3 -> 0.55 ms; the model's kernel sums 41-44 -> 38-41 ms, now under WINO=0's (41-42 ms). A computed
+  // input (the ReLU) is stored channels-last as it is read.
+  const bool cl_read = ReadsChannelsLast(*this);
+  const bool lanes = (cl_read || !PixelLanes(hw, *stride, *pads, x.shape())) &&
                      LaneWeights(opt.groups, cin, cout, hw, x.numel() * (cout / opt.groups));
   // An input computed elementwise (the CNN's relu(conv1 + bias)) is stored once rather than recomputed in the conv
   // kernels' loads: each input value is broadcast Co x KH x KW times, so the forward and the weight gradient of
@@ -714,7 +742,7 @@ Tensor Tensor::Conv2d(const Tensor& weight, const std::optional<Tensor>& bias, c
     x = StoreChannelsLast(base.Pad(*pads)).Pool(hw, *stride, *dilation);
     if (!x.ok()) return x;
   } else if (lanes && ComputedElementwise(*this)) {
-    x = Contiguous().Pad(*pads).Pool(hw, *stride, *dilation);
+    x = (cl_read ? StoreChannelsLast(*this) : Contiguous()).Pad(*pads).Pool(hw, *stride, *dilation);
     if (!x.ok()) return x;
   }
   const UOpPtr xpool = x.uop();

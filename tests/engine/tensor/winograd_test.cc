@@ -142,6 +142,38 @@ TEST(WinogradChoice, LargeWeightsAtSmallOutputsStayDirect) {
   EXPECT_GT(kernels(8, true), kernels(8, false));
 }
 
+// A pointwise conv over a Winograd output (ResNet-50's bottlenecks: 3x3 -> ReLU -> 1x1) reads it channels-last: it
+// takes the output channels as its lanes over packed weights, with its input (the ReLU) stored channels-last, rather
+// than pixel lanes, whose loads would each gather 16 pixels a row of channels apart (ResNet-50's 64 -> 256 channel
+// 1x1 at 56x56: 1.6 ms against 0.7 ms). So it adds two kernels to the ReLU's own (the weights' packing and the conv;
+// the ReLU is stored channels-last instead of NCHW), where pixel lanes added none (the ReLU fused into the conv's
+// loads); its values match a float64 loop.
+TEST(WinogradConsumers, PointwiseConvTakesChannelLanesOverTheOutput) {
+  backends::RegisterAllBackends();
+  const int64_t c = 64, hw = 16;
+  const std::vector<float> x = testing::SineData(c * hw * hw, 1.0f, 0.1f), w1 = testing::SineData(c * c * 9, 0.3f, 0.2f),
+                           w2 = testing::SineData(c * c, 0.3f, 0.4f), dy(c * hw * hw, 0.0f);
+  std::vector<double> want = testing::ConvByLoops(x, w1, dy, 1, c, c, hw, 3, 1).y;
+  for (double& v : want) v = std::max(v, 0.0);
+  std::vector<double> want2(c * hw * hw, 0.0);
+  for (int64_t o = 0; o < c; ++o)
+    for (int64_t i = 0; i < c; ++i)
+      for (int64_t p = 0; p < hw * hw; ++p) want2[o * hw * hw + p] += double{w2[o * c + i]} * want[i * hw * hw + p];
+  Context knobs({{Knob::kWino, 1}});
+  ConvOptions padded;
+  padded.padding = {1};
+  const Tensor y = Tensor::FromVector(x, {1, c, hw, hw}).Conv2d(Tensor::FromVector(w1, {c, c, 3, 3}), std::nullopt,
+                                                                padded);
+  const Tensor relu = y.Relu();
+  const Tensor z = relu.Conv2d(Tensor::FromVector(w2, {c, c, 1, 1}));
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_GT(ScheduledKernels(y), 1) << "the Winograd form was not taken";
+  EXPECT_EQ(ScheduledKernels(z) - ScheduledKernels(relu), 2);
+  auto got = z.ToVector<float>();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_LT(RelErr(*got, want2), 3e-5);
+}
+
 // The lowered transforms of the CNN's conv2 (8 x 8 slots selected per lane: the input's and the weights') keep no
 // select, on a 2-core AVX-512 target.
 TEST(WinogradLowering, TransformSelectsFoldPerLane) {
