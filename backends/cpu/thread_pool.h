@@ -14,7 +14,8 @@
 // serving load that window after each execution was CPU the gRPC threads and the client needed (kilnd batched,
 // Fashion-MNIST CNN, perf_analyzer at concurrency 8 on the same 2 cores, interleaved runs: 2936-3241 -> 3334-3654
 // infer/s; at 32 within the noise). 50 us rather than 0 bridges the host's work between an LLM's decode steps (one
-// slot: 6.45-6.75 ms per step resting at once, 6.25-6.26 with 50 us, 5.98-6.59 never resting).
+// slot: 6.45-6.75 ms per step resting at once, 6.25-6.26 with 50 us, 5.98-6.59 never resting). A worker's spin
+// yields the core between its checks (thread_pool.cc, SpinUntil), so a thread woken onto that core runs at once.
 #pragma once
 
 #include <atomic>
