@@ -265,22 +265,14 @@ bool ChannelsLastCopy(const Tensor& t) {
 // (a permute {0, 3, 1, 2} of a stored buffer, perhaps reshaped and cropped first): the output of a Winograd conv
 // (winograd.cc), its bias, BatchNorm and ReLU applied on the way.
 bool ReadsChannelsLast(const Tensor& t) {
-  std::vector<const UOp*> stack = {t.uop().get()};
-  absl::flat_hash_set<const UOp*> seen;
-  while (!stack.empty()) {
-    const UOp* u = stack.back();
-    stack.pop_back();
-    if (!seen.insert(u).second) continue;
-    if (IsElementwise(u->op())) {
-      for (const UOpPtr& s : u->src()) stack.push_back(s.get());
-      continue;
-    }
-    if (u->op() != Op::PERMUTE || u->ArgVec() != IntVec{0, 3, 1, 2}) continue;
-    const UOp* base = u->src(0).get();
-    while (base->op() == Op::RESHAPE || base->op() == Op::SHRINK) base = base->src(0).get();
-    if (base->op() == Op::CONTIGUOUS) return true;
-  }
-  return false;
+  return tensor_internal::Reaches(
+      t, [](const UOp* u) { return IsElementwise(u->op()); },
+      [](const UOp* u) {
+        if (u->op() != Op::PERMUTE || u->ArgVec() != IntVec{0, 3, 1, 2}) return false;
+        const UOp* base = u->src(0).get();
+        while (base->op() == Op::RESHAPE || base->op() == Op::SHRINK) base = base->src(0).get();
+        return base->op() == Op::CONTIGUOUS;
+      });
 }
 
 // How deep the gradient overrides below look for their inputs under the output: Conv2d's out -> reshape -> sum -> mul

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "engine/base/status.h"
 #include "engine/tensor/tensor_internal.h"
@@ -277,4 +279,21 @@ Tensor Tensor::Assign(const Operand& value) {
   return *this;
 }
 
+namespace tensor_internal {
+
+bool Reaches(const Tensor& t, absl::FunctionRef<bool(const UOp*)> through, absl::FunctionRef<bool(const UOp*)> hit) {
+  std::vector<const UOp*> stack = {t.uop().get()};
+  absl::flat_hash_set<const UOp*> seen;
+  while (!stack.empty()) {
+    const UOp* u = stack.back();
+    stack.pop_back();
+    if (!seen.insert(u).second) continue;
+    if (hit(u)) return true;
+    if (!through(u)) continue;
+    for (const UOpPtr& s : u->src()) stack.push_back(s.get());
+  }
+  return false;
+}
+
+}  // namespace tensor_internal
 }  // namespace kiln

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -69,6 +70,10 @@ inline absl::Status CheckShape(const char* op, absl::Span<const int64_t> shape) 
 }
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Whether `hit` accepts some node of `t`'s graph reached from t's own node through nodes that `through` accepts (each
+// node tested by `hit` first; a node neither accepts ends its path).
+bool Reaches(const Tensor& t, absl::FunctionRef<bool(const UOp*)> through, absl::FunctionRef<bool(const UOp*)> hit);
 
 // The Winograd form of a stride-1, undilated, ungrouped 2-D float32 conv of x [B, Ci, H, W] with w [Co, Ci, r, r]
 // (r = 3 or 5; `pads` per dim of x), without bias: [B, Co, OH, OW] (a view of a channels-last buffer), or nullopt

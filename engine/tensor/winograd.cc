@@ -27,7 +27,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "engine/base/env.h"
 #include "engine/tensor/tensor.h"
 #include "engine/tensor/tensor_internal.h"
@@ -215,17 +214,9 @@ Tensor At2(const Tensor& t, int64_t i, int64_t j) {
 // Whether computing `t` runs a reduce that no stored buffer separates from it (elementwise and movement ops above
 // a REDUCE_AXIS).
 bool ReducesUnstored(const Tensor& t) {
-  std::vector<const UOp*> stack = {t.uop().get()};
-  absl::flat_hash_set<const UOp*> seen;
-  while (!stack.empty()) {
-    const UOp* u = stack.back();
-    stack.pop_back();
-    if (!seen.insert(u).second) continue;
-    if (u->op() == Op::REDUCE_AXIS) return true;
-    if (!IsElementwise(u->op()) && !IsMovement(u->op())) continue;
-    for (const UOpPtr& s : u->src()) stack.push_back(s.get());
-  }
-  return false;
+  return Reaches(
+      t, [](const UOp* u) { return IsElementwise(u->op()) || IsMovement(u->op()); },
+      [](const UOp* u) { return u->op() == Op::REDUCE_AXIS; });
 }
 
 // Time in multiply-adds per input and output channel and image: the product's tiles x alpha^2, the transforms'
