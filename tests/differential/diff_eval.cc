@@ -162,6 +162,37 @@ const absl::flat_hash_map<std::string, OpFn>& Ops() {
       {"lor", [](const Args& a) { return a.t.at(0).LogicalOr(a.t.at(1)); }},
       {"where", [](const Args& a) { return a.t.at(0).Where(a.t.at(1), a.t.at(2)); }},
       {"matmul", [](const Args& a) { return a.t.at(0).Matmul(a.t.at(1)); }},
+      // (conv x w [bias] SH SW PT PB PL PR DH DW GROUPS): Conv2d, x (N, Ci, H, W), w (Co, Ci/GROUPS, KH, KW), padding
+      // before/after per spatial dim. On the CPU a stride-1 3x3 or 5x5 conv with >= 16 channels takes a Winograd form
+      // and its pointwise consumers channel lanes (winograd.cc, nn_ops.cc), so the conv blocks of gen.py reach those.
+      {"conv",
+       [](const Args& a) {
+         ConvOptions o;
+         o.stride = {a.Int(0), a.Int(1)};
+         o.padding = {a.Int(2), a.Int(3), a.Int(4), a.Int(5)};
+         o.dilation = {a.Int(6), a.Int(7)};
+         o.groups = a.Int(8);
+         std::optional<Tensor> bias;
+         if (a.t.size() > 2) bias = a.t.at(2);
+         return a.t.at(0).Conv2d(a.t.at(1), bias, o);
+       }},
+      // (maxpool x KH KW SH SW PT PB PL PR DH DW), (avgpool x KH KW SH SW PT PB PL PR COUNT_INCLUDE_PAD)
+      {"maxpool",
+       [](const Args& a) {
+         PoolOptions o;
+         o.stride = {a.Int(2), a.Int(3)};
+         o.padding = {a.Int(4), a.Int(5), a.Int(6), a.Int(7)};
+         o.dilation = {a.Int(8), a.Int(9)};
+         return a.t.at(0).MaxPool2d({a.Int(0), a.Int(1)}, o);
+       }},
+      {"avgpool",
+       [](const Args& a) {
+         PoolOptions o;
+         o.stride = {a.Int(2), a.Int(3)};
+         o.padding = {a.Int(4), a.Int(5), a.Int(6), a.Int(7)};
+         o.count_include_pad = a.Int(8) != 0;
+         return a.t.at(0).AvgPool2d({a.Int(0), a.Int(1)}, o);
+       }},
       // (multi A B ...): A, B, ... realized together in one schedule (shared and sibling reduces become one kernel
       // with several outputs), then their elements flattened one after the other. Same dtype.
       {"multi",

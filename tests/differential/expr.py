@@ -163,6 +163,36 @@ def _unary_mag(op, x, v64):
     raise AssertionError(op)
 
 
+def _windows(x, kernel, stride, pads, dil, fill):
+    """(N, C, H, W) -> (N, C, OH, OW, KH, KW): every output's window, the padding filled with `fill`."""
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[1]), (pads[2], pads[3])), constant_values=fill)
+    oh = (xp.shape[2] - dil[0] * (kernel[0] - 1) - 1) // stride[0] + 1
+    ow = (xp.shape[3] - dil[1] * (kernel[1] - 1) - 1) // stride[1] + 1
+    taps = [[xp[:, :, ky * dil[0]:ky * dil[0] + stride[0] * (oh - 1) + 1:stride[0],
+                kx * dil[1]:kx * dil[1] + stride[1] * (ow - 1) + 1:stride[1]] for kx in range(kernel[1])]
+            for ky in range(kernel[0])]
+    return np.stack([np.stack(row, -1) for row in taps], -2)
+
+
+def _conv(x, w, stride, pads, dil, groups):
+    """Conv2d as its definition: out[n, o, y, x] = sum over c, ky, kx of the window times w, group by group."""
+    win = _windows(x, w.shape[2:], stride, pads, dil, 0)  # (N, Ci, OH, OW, KH, KW)
+    cg, og = w.shape[1], w.shape[0] // groups
+    outs = [np.einsum("nchwyx,ocyx->nohw", win[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og]) for g in range(groups)]
+    return np.concatenate(outs, 1)
+
+
+def _pool(x, kernel, stride, pads, dil, kind, count_include_pad=True):
+    if kind == "max":
+        fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        return _windows(x, kernel, stride, pads, dil, fill).max(axis=(-2, -1))
+    s = _windows(x, kernel, stride, pads, dil, 0).sum(axis=(-2, -1))
+    if count_include_pad:
+        return s / (kernel[0] * kernel[1])
+    ones = np.ones((1, 1) + x.shape[2:], dtype=np.float64)
+    return s / _windows(ones, kernel, stride, pads, dil, 0).sum(axis=(-2, -1))
+
+
 def evaluate(e, inputs):
     """Evaluates tree `e` over `inputs` (list of (dtype, np array in that dtype, exact flag)). Returns V."""
     memo = {}
@@ -318,6 +348,24 @@ def _eval(n, ev, inputs):
         f = np.argmax if op == "argmax" else np.argmin
         v = f(x.v32, axis=axis, keepdims=keep).astype(np.int32)
         return V(v, v, None, True, "int32")
+    if op == "conv":
+        a = [int(t) for t in at]
+        stride, pads, dil, groups = a[0:2], a[2:6], a[6:8], a[8]
+        w, b = xs[1], (xs[2] if len(xs) > 2 else None)
+        conv = lambda p, q: _conv(p, q, stride, pads, dil, groups)
+        v32, v64, mag = conv(x.v32, w.v32).astype(np.float32), conv(x.v64, w.v64), conv(x.mag, w.mag)
+        if b is not None:
+            col = lambda t: t.reshape(1, -1, 1, 1)
+            v32, v64, mag = (v32 + col(b.v32)).astype(np.float32), v64 + col(b.v64), mag + col(b.mag)
+        return V(v32, v64, mag, False, "float32")
+    if op in ("maxpool", "avgpool"):
+        a = [int(t) for t in at]
+        kernel, stride, pads = a[0:2], a[2:4], a[4:8]
+        if op == "maxpool":
+            f = lambda t: _pool(t, kernel, stride, pads, a[8:10], "max")
+            return V(f(x.v32), f(x.v64), None if x.mag is None else f(x.mag), x.exact, x.dtype)
+        f = lambda t: _pool(t, kernel, stride, pads, (1, 1), "avg", a[8] != 0)
+        return V(f(x.v32).astype(np.float32), f(x.v64), f(x.mag), False, "float32")
     # movement
     ints = [int(a) for a in at] if op != "slice" else None
     if op == "reshape":

@@ -441,6 +441,133 @@ class Gen:
         y = E("add", (E("matmul", (inp((n, k), -1.0, 1.0), inp((k, m), -0.2, 0.2))), inp((m,), -1.0, 1.0)))
         return E(self.choice(["tanh", "relu", "sigmoid"]), (y,))
 
+    def conv_block(self):
+        """A convolutional block as the whole case: conv2d (any kernel, stride, padding, dilation, groups, bias) and
+        pooling at shapes that reach the CPU's conv paths (winograd.cc: stride-1 3x3 and 5x5 convs with >= 16 input
+        channels and enough work take a Winograd form whose output is stored channels-last; nn_ops.cc: a pointwise conv
+        over that output takes channel lanes, a strided pointwise conv reads a stored copy, the ResNet stem's 7x7 / 2
+        and its 3x3 / 2 max pool), with ReLU and a residual add between, as ONNX models chain them."""
+        f32 = "float32"
+
+        def inp(shape, lo=-2.0, hi=2.0):
+            arr = self.rng.uniform(lo, hi, size=shape).astype(np.float32)
+            self.inputs.append((f32, arr, fits_exactly(arr.astype(np.float64))))
+            return E("in", (), (len(self.inputs) - 1,))
+
+        def conv(x, shape, co, k, stride=(1, 1), pads=(0, 0, 0, 0), dil=(1, 1), groups=1, bias=None):
+            """x of `shape` (N, Ci, H, W) -> (E, output shape), or None when the window does not fit."""
+            n, ci, h, w = shape
+            oh = (h + pads[0] + pads[1] - dil[0] * (k[0] - 1) - 1) // stride[0] + 1
+            ow = (w + pads[2] + pads[3] - dil[1] * (k[1] - 1) - 1) // stride[1] + 1
+            if oh < 1 or ow < 1 or ci % groups or co % groups:
+                return None
+            scale = 1.0 / np.sqrt(ci // groups * k[0] * k[1])
+            kids = [x, inp((co, ci // groups, k[0], k[1]), -scale, scale)]
+            if bias if bias is not None else self.chance(0.5):
+                kids.append(inp((co,), -0.5, 0.5))
+            return E("conv", kids, list(stride) + list(pads) + list(dil) + [groups]), (n, co, oh, ow)
+
+        def pads_for(k, same):
+            """`same`: k // 2 on every side (ONNX's SAME for odd kernels); else each side 0..k-1 on its own."""
+            if same:
+                return (k[0] // 2, k[0] // 2, k[1] // 2, k[1] // 2)
+            return tuple(self.r(kk) for kk in (k[0], k[0], k[1], k[1]))
+
+        def pool(x, shape):
+            kind = self.choice(["maxpool", "avgpool"])
+            k = (self.choice([1, 2, 3, 4]), self.choice([1, 2, 3, 4])) if self.chance(0.5) else (self.choice([2, 3]),) * 2
+            st = (self.choice([1, 2, 3]), self.choice([1, 2, 3])) if self.chance(0.3) else (self.choice([1, 2]),) * 2
+            pd = tuple(self.r(kk // 2 + 1) for kk in (k[0], k[0], k[1], k[1]))
+            dl = (self.choice([1, 1, 2]), self.choice([1, 1, 2])) if kind == "maxpool" else ()
+            d = dl or (1, 1)
+            oh = (shape[2] + pd[0] + pd[1] - d[0] * (k[0] - 1) - 1) // st[0] + 1
+            ow = (shape[3] + pd[2] + pd[3] - d[1] * (k[1] - 1) - 1) // st[1] + 1
+            if oh < 1 or ow < 1:
+                return None
+            last = list(dl) if kind == "maxpool" else [int(self.chance(0.5))]
+            return E(kind, (x,), list(k) + list(st) + list(pd) + last), shape[:2] + (oh, ow)
+
+        relu = lambda e: E("relu", (e,))
+        kind = self.choice(["winograd", "winograd", "direct", "direct", "grouped", "stem", "pointwise", "pool"])
+        if kind == "winograd":  # 3x3 / 5x5 stride 1, >= 16 channels, >= 2^20 multiply-adds: a Winograd form
+            n, ci, co = self.choice([1, 1, 2]), self.choice([16, 17, 24, 32, 48]), self.choice([16, 32, 48])
+            r = self.choice([3, 3, 5])
+            h, w = self.choice([6, 8, 11, 14, 16, 20]), self.choice([6, 8, 12, 14, 16, 21])
+            while n * co * h * w * ci * r * r < 2 ** 20 and n * ci * h * w < 8192:
+                h, w = h + 2, w + 2
+            if n * ci * h * w > 16384 or n * co * h * w > 16384:
+                return None
+            same = self.chance(0.7)
+            x = inp((n, ci, h, w))
+            got = conv(x, (n, ci, h, w), co, (r, r), pads=pads_for((r, r), same))
+            if got is None:
+                return None
+            e, shape = got
+            if self.chance(0.6):
+                e = relu(e)
+            nxt = self.r(4)
+            if nxt == 0:  # the bottleneck's 1x1 over the channels-last output
+                co2 = self.choice([16, 32, 64])
+                if shape[0] * co2 * shape[2] * shape[3] <= 16384:
+                    e, shape = conv(e, shape, co2, (1, 1))
+            elif nxt == 1 and shape[0] * shape[1] * shape[2] * shape[3] <= 8192:  # a second Winograd conv
+                got = conv(e, shape, shape[1], (3, 3), pads=(1, 1, 1, 1))
+                if got is not None:
+                    e, shape = got
+            elif nxt == 2:  # a residual add, then ReLU
+                e = relu(E("add", (e, inp(shape))))
+            if self.chance(0.25):
+                got = pool(e, shape)
+                if got is not None:
+                    e, shape = got
+            return e
+        if kind in ("direct", "grouped"):
+            n, ci = self.choice([1, 2]), self.choice([1, 2, 3, 4, 6, 8, 16])
+            k = self.choice([(1, 1), (2, 2), (3, 3), (3, 3), (5, 5), (1, 3), (3, 1), (7, 7)])
+            stride = self.choice([(1, 1), (1, 1), (2, 2), (1, 2), (3, 3)])
+            dil = (1, 1) if self.chance(0.8) else self.choice([(2, 2), (1, 2)])
+            groups, co = 1, self.choice([1, 3, 4, 8, 16, 24])
+            if kind == "grouped":
+                groups = self.choice([g for g in (ci, 2, ci // 2) if g >= 1 and ci % g == 0])
+                co = groups * self.choice([1, 2, 3])
+            h, w = self.choice([3, 5, 8, 13, 16, 24, 28]), self.choice([4, 5, 9, 16, 17, 28])
+            if n * ci * h * w > 16384:
+                return None
+            x = inp((n, ci, h, w))
+            got = conv(x, (n, ci, h, w), co, k, stride, pads_for(k, self.chance(0.5)), dil, groups)
+            if got is None or int(np.prod(got[1])) > 16384:
+                return None
+            e, shape = got
+            if self.chance(0.5):
+                e = relu(e)
+            if self.chance(0.3):
+                got = pool(e, shape)
+                if got is not None:
+                    e = got[0]
+            return e
+        if kind == "stem":  # ResNet's 7x7 / 2 (pad 3) conv, ReLU, 3x3 / 2 (pad 1) max pool
+            n, h = self.choice([1, 2]), self.choice([16, 24, 32, 40])
+            x = inp((n, 3, h, h))
+            e, shape = conv(x, (n, 3, h, h), self.choice([8, 16, 32]), (7, 7), (2, 2), (3, 3, 3, 3))
+            return E("maxpool", (relu(e),), [3, 3, 2, 2, 1, 1, 1, 1, 1, 1])
+        if kind == "pointwise":  # 1x1 convs: stride 1 over a computed input, stride 2 over a stored copy
+            n, ci, co = self.choice([1, 2]), self.choice([8, 16, 32, 64]), self.choice([8, 16, 32, 64])
+            h = self.choice([8, 14, 16, 28])
+            if n * ci * h * h > 65536 or n * co * h * h > 16384 * 4:
+                return None
+            x = inp((n, ci, h, h))
+            if self.chance(0.5):
+                x = relu(E("add", (x, inp((1, ci, 1, 1)))))
+            e, shape = conv(x, (n, ci, h, h), co, (1, 1), stride=self.choice([(1, 1), (2, 2)]))
+            return e if int(np.prod(shape)) <= 16384 else None
+        n, c, h, w = self.choice([1, 2]), self.choice([1, 3, 16]), self.choice([4, 7, 12, 28]), self.choice([4, 9, 12])
+        if self.chance(0.3):  # max pooling of integers: the padding is the dtype's lowest value, not -inf
+            x, _ = self.add_input((n, c, h, w), self.choice(["int32", "int8", "uint8"]))
+            got = pool(x, (n, c, h, w))
+            return None if got is None or got[0].op != "maxpool" else got[0]
+        got = pool(inp((n, c, h, w)), (n, c, h, w))
+        return None if got is None else got[0]
+
     FAMILIES = [("unary", 3), ("binary", 4), ("reduce", 3), ("movement", 4), ("twice", 3), ("matmul", 1),
                 ("cast", 1), ("contig", 1), ("multi", 1)]
 
@@ -462,6 +589,12 @@ def generate(seed):
     g = Gen(seed)
     if g.chance(0.08):
         root = g.block()
+        return list(g.inputs), root
+    if g.chance(0.1):
+        root = None
+        while root is None:
+            g.inputs = []
+            root = g.conv_block()
         return list(g.inputs), root
     for _ in range(1 + g.r(3)):
         g.add_input(g.shape(big=g.chance(0.2)))
