@@ -293,7 +293,17 @@ Tensor Tensor::Abs() const {
 }
 
 Tensor Tensor::Relu() const { return Gt(0).Where(*this, 0); }
-Tensor Tensor::Sigmoid() const { return Mul(-1.0 / kLn2).Exp2().Add(1.0).Reciprocal(); }
+// 1 / (1 + e) for x >= 0 and e / (1 + e) below, with e = exp(-|x|) <= 1: nothing overflows, forward or backward.
+// tinygrad's 1 / (1 + 2^(-x / ln 2)) is inf inside for x < -88.7 (its value still 0), and its gradient there was
+// reciprocal's 0 times exp2's inf = NaN: a saturated logit poisoned a training step (found by the differential test's
+// gradient cases). -|x| is taken as a where, not Abs: abs'(0) = 0 would make sigmoid'(0) 0 instead of 1/4.
+Tensor Tensor::Sigmoid() const {
+  const Tensor x = Cast(LeastUpperFloat(dtype()));
+  const Tensor pos = x.Ge(0);
+  const Tensor e = pos.Where(x.Neg(), x).Mul(1.0 / kLn2).Exp2();
+  const Tensor r = e.Add(1.0).Reciprocal();
+  return pos.Where(r, e.Mul(r));
+}
 // tanh(x) = sign(x) (1 - e) / (1 + e) with e = exp(-2|x|) (e -> 0 for large |x|: no overflow), except near 0, where
 // 1 - e cancels (2 sigmoid(2x) - 1, tinygrad's form, is off by ~1e-7 absolute, 4e-4 relative at x = 1e-4): there the
 // Taylor series x - x^3/3 + 2x^5/15 - 17x^7/315 + 62x^9/2835, whose first omitted term is below 1e-8 relative for

@@ -253,6 +253,25 @@ absl::StatusOr<Tensor> Eval(const Node& n, const Ctx& ctx) {
     Scalar s = d.IsFloat() ? Scalar(std::stod(v)) : d.IsBool() ? Scalar(v != "0") : Scalar(std::stoll(v));
     return Tensor::Full({}, s, d, ctx.device);
   }
+  if (op == "vjp") {  // (vjp Y C K...): d sum(Y * C) / d input K for each K, flattened and concatenated
+    if (n.items.size() < 4 || !n.items[1]->list || !n.items[2]->list)
+      return absl::InvalidArgumentError("(vjp Y C K...)");
+    auto y = Eval(*n.items[1], ctx);
+    if (!y.ok()) return y.status();
+    auto c = Eval(*n.items[2], ctx);
+    if (!c.ok()) return c.status();
+    std::vector<Tensor> targets;
+    for (size_t i = 3; i < n.items.size(); ++i) {
+      const size_t k = std::stoul(n.items[i]->atom);
+      if (k >= ctx.inputs.size()) return absl::InvalidArgumentError("vjp input index out of range");
+      targets.push_back(ctx.inputs[k]);
+    }
+    auto grads = y->Gradient(targets, *c);
+    if (!grads.ok()) return grads.status();
+    std::vector<Tensor> flat;
+    for (const Tensor& g : *grads) flat.push_back(g.Reshape({g.numel()}));
+    return Tensor::Cat(flat, 0);
+  }
   auto it = Ops().find(op);
   if (it == Ops().end()) return absl::InvalidArgumentError(absl::StrCat("unknown op ", op));
   Args args;

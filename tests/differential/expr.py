@@ -220,6 +220,11 @@ def _eval(n, ev, inputs):
             return V(v, v.astype(np.float64), np.abs(v.astype(np.float64)), fits_exactly(v), dt)
         v = np.asarray(int(at[1]) if dt != "bool" else at[1] != "0", dtype=NP[dt])
         return V(v, v, None, True, dt)
+    if op == "vjp":
+        grads = vjp(n.kids[0], inputs, ev(n.kids[1]).v64, [int(a) for a in at])
+        g64 = np.concatenate([g.reshape(-1) for g, _ in grads])
+        gm = np.concatenate([m.reshape(-1) for _, m in grads])
+        return V(g64.astype(np.float32), g64, gm, False, "float32")
     xs = [ev(k) for k in n.kids]
     x = xs[0] if xs else None
     if op in UNARY_FLOAT:
@@ -439,3 +444,284 @@ def parse_cases(text):
                 break
         out.append((name, inputs, tree))
     return out
+
+
+# ---- gradients: (vjp Y C K...) ----
+#
+# d sum(Y * C) / d input K for each listed K (C: a cotangent input of Y's shape), flattened and concatenated, as
+# Tensor::Gradient computes it. The reference is reverse mode over the same tree in float64 (g64), with `gm`, the same
+# pass over every quantity's magnitude bound (|C|, the operands' `mag`, |local derivative| widened by the operand's
+# own rounding), so kiln's gradient may differ from g64 by 1e-4 * (|g64| + gm) and no more. Where the function has no
+# derivative the conventions are tinygrad's (and kiln's): relu'(0) = abs'(0) = 0, ties of max/min split the gradient
+# evenly; `kinks` rejects cases that come within rounding of such a point without reaching it exactly, where float32
+# and float64 could take different sides.
+
+NEAR = 1e-5
+
+
+def _unbroadcast(g, shape):
+    g = np.asarray(g)
+    while g.ndim > len(shape):
+        g = g.sum(axis=0)
+    axes = tuple(i for i, s in enumerate(shape) if s == 1 and g.shape[i] != 1)
+    return g.sum(axis=axes, keepdims=True).reshape(shape) if axes else g.reshape(shape)
+
+
+def _nodes(e):
+    """The distinct nodes under e (by identity), children before parents."""
+    order, seen = [], set()
+
+    def visit(n):
+        if id(n) in seen:
+            return
+        seen.add(id(n))
+        for k in n.kids:
+            visit(k)
+        order.append(n)
+
+    visit(e)
+    return order
+
+
+def _near_tie(a, b, mag):
+    d = np.abs(a - b)
+    return bool(np.any((d > 0) & (d <= NEAR * mag)))
+
+
+def kinks(e, inputs):
+    """True when some node sits within rounding of a point where it has no derivative (see above)."""
+    memo = {}
+    ev = lambda n: memo[id(n)] if id(n) in memo else memo.setdefault(id(n), _eval(n, ev, inputs))
+    for n in _nodes(e):
+        if n.op in ("relu", "abs"):
+            x = ev(n.kids[0])
+            if x.mag is not None and _near_tie(x.v64, 0.0, x.mag):
+                return True
+        elif n.op in ("max2", "min2"):
+            a, b = ev(n.kids[0]), ev(n.kids[1])
+            if a.mag is not None and _near_tie(a.v64, b.v64, a.mag + b.mag):
+                return True
+        elif n.op in ("rmax", "rmin", "maxpool"):
+            x, out = ev(n.kids[0]), ev(n)
+            if x.mag is None:
+                continue
+            if n.op == "maxpool":
+                at = [int(t) for t in n.atoms]
+                w = _windows(x.v64, at[0:2], at[2:4], at[4:8], at[8:10], -np.inf)
+                wm = _windows(x.mag, at[0:2], at[2:4], at[4:8], at[8:10], 0)
+                if _near_tie(w, out.v64[..., None, None], wm + out.mag[..., None, None]):
+                    return True
+                continue
+            keep, axes = int(n.atoms[0]) != 0, tuple(int(a) for a in n.atoms[1:])
+            r = np.max(x.v64, axis=axes, keepdims=True) if n.op == "rmax" else np.min(x.v64, axis=axes, keepdims=True)
+            if _near_tie(x.v64, r, x.mag + np.max(x.mag, axis=axes, keepdims=True)):
+                return True
+    return False
+
+
+def _scatter_windows(gw, x_shape, kernel, stride, pads, dil):
+    """Adjoint of _windows: (N, C, OH, OW, KH, KW) back onto (N, C, H, W), summing where windows overlap."""
+    n, c, h, w = x_shape
+    out = np.zeros((n, c, h + pads[0] + pads[1], w + pads[2] + pads[3]))
+    oh, ow = gw.shape[2], gw.shape[3]
+    for ky in range(kernel[0]):
+        for kx in range(kernel[1]):
+            out[:, :, ky * dil[0]:ky * dil[0] + stride[0] * (oh - 1) + 1:stride[0],
+                kx * dil[1]:kx * dil[1] + stride[1] * (ow - 1) + 1:stride[1]] += gw[..., ky, kx]
+    return out[:, :, pads[0]:pads[0] + h, pads[2]:pads[2] + w]
+
+
+def _conv_vjp(g, x, w, stride, pads, dil, groups):
+    """(dx, dw) of _conv for the output gradient g."""
+    kernel = w.shape[2:]
+    win = _windows(x, kernel, stride, pads, dil, 0)
+    cg, og = w.shape[1], w.shape[0] // groups
+    gx, gw = [], []
+    for i in range(groups):
+        gi, wi = g[:, i * og:(i + 1) * og], w[i * og:(i + 1) * og]
+        gw.append(np.einsum("nohw,nchwyx->ocyx", gi, win[:, i * cg:(i + 1) * cg]))
+        gx.append(np.einsum("nohw,ocyx->nchwyx", gi, wi))
+    return _scatter_windows(np.concatenate(gx, 1), x.shape, kernel, stride, pads, dil), np.concatenate(gw, 0)
+
+
+def _local_vjp(n, xs, out, g, gm):
+    """[(g, gm) per kid] of node n (kid values xs, own value out) for its output gradient g and bound gm; None for a
+    kid that takes no gradient."""
+    op, at = n.op, n.atoms
+    x = xs[0] if xs else None
+    with np.errstate(all="ignore"):
+        if op in ("floor", "ceil", "trunc", "round"):  # piecewise constant
+            return [(np.zeros(x.shape), np.zeros(x.shape))]
+        if op in ("contig", "neg"):
+            return [(-g, gm) if op == "neg" else (g, gm)]
+        if op in ("relu", "abs"):
+            d = (x.v64 > 0).astype(np.float64) if op == "relu" else np.sign(x.v64)
+            return [(g * d, gm * np.abs(d))]
+        a64, am = (x.v64, x.mag) if x is not None and x.mag is not None else (None, None)
+        if op == "square":
+            return [(2 * a64 * g, 2 * am * gm)]
+        if op == "exp":
+            return [(g * out.v64, gm * out.mag)]
+        if op == "log":
+            return [(g / a64, gm / np.abs(a64) * (1 + am / np.abs(a64)))]
+        if op == "sqrt":
+            return [(g / (2 * out.v64), gm / (2 * out.v64) * (1 + am / np.abs(a64)))]
+        if op == "sin":
+            return [(g * np.cos(a64), gm * (1 + am))]
+        if op == "cos":
+            return [(-g * np.sin(a64), gm * (1 + am))]
+        if op == "sigmoid":
+            s = out.v64
+            return [(g * s * (1 - s), gm * (s * (1 - s) + 0.1 * am))]
+        if op == "tanh":
+            t = out.v64
+            return [(g * (1 - t * t), gm * (1 - t * t + am))]
+        if op == "recip":
+            return [(-g / (a64 * a64), gm / (a64 * a64) * (1 + 2 * am / np.abs(a64)))]
+        if op in ("add", "sub"):
+            a, b = xs
+            sb = -1.0 if op == "sub" else 1.0
+            return [(_unbroadcast(g, a.shape), _unbroadcast(gm, a.shape)),
+                    (_unbroadcast(sb * g, b.shape), _unbroadcast(gm, b.shape))]
+        if op == "mul":
+            a, b = xs
+            return [(_unbroadcast(g * b.v64, a.shape), _unbroadcast(gm * b.mag, a.shape)),
+                    (_unbroadcast(g * a.v64, b.shape), _unbroadcast(gm * a.mag, b.shape))]
+        if op == "div":
+            a, b = xs
+            ab = np.abs(b.v64)
+            return [(_unbroadcast(g / b.v64, a.shape), _unbroadcast(gm / ab * (1 + b.mag / ab), a.shape)),
+                    (_unbroadcast(-g * a.v64 / (b.v64 * b.v64), b.shape),
+                     _unbroadcast(gm * a.mag / (ab * ab) * (1 + 2 * b.mag / ab), b.shape))]
+        if op in ("max2", "min2"):
+            a, b = xs
+            win = (a.v64 > b.v64) if op == "max2" else (a.v64 < b.v64)
+            da = np.where(a.v64 == b.v64, 0.5, win.astype(np.float64))
+            return [(_unbroadcast(g * da, a.shape), _unbroadcast(gm * da, a.shape)),
+                    (_unbroadcast(g * (1 - da), b.shape), _unbroadcast(gm * (1 - da), b.shape))]
+        if op == "where":
+            c, a, b = xs
+            cv = np.broadcast_to(c.v64, np.broadcast(c.v64, a.v64, b.v64).shape).astype(bool)
+            return [None, (_unbroadcast(np.where(cv, g, 0), a.shape), _unbroadcast(np.where(cv, gm, 0), a.shape)),
+                    (_unbroadcast(np.where(cv, 0, g), b.shape), _unbroadcast(np.where(cv, 0, gm), b.shape))]
+        if op == "matmul":
+            a, b = xs
+            t = lambda m: np.swapaxes(m, -1, -2)
+            return [(_unbroadcast(g @ t(b.v64), a.shape), _unbroadcast(gm @ t(b.mag), a.shape)),
+                    (_unbroadcast(t(a.v64) @ g, b.shape), _unbroadcast(t(a.mag) @ gm, b.shape))]
+        if op == "cast":
+            return [(g, gm) if _f(x.dtype) else None]
+        if op == "multi":
+            res, pos = [], 0
+            for k in xs:
+                size = int(np.prod(k.shape))
+                res.append((g[pos:pos + size].reshape(k.shape), gm[pos:pos + size].reshape(k.shape)))
+                pos += size
+            return res
+        if op in ("sum", "mean", "var", "rmax", "rmin"):
+            keep, axes = int(at[0]) != 0, tuple(int(a) for a in at[1:])
+            if not keep:
+                g, gm = np.expand_dims(g, axes), np.expand_dims(gm, axes)
+            count = int(np.prod([x.shape[a] for a in axes]))
+            if op in ("sum", "mean"):
+                s = 1.0 if op == "sum" else 1.0 / count
+                return [(np.broadcast_to(g * s, x.shape), np.broadcast_to(gm * s, x.shape))]
+            if op == "var":
+                dev = x.v64 - np.mean(x.v64, axis=axes, keepdims=True)
+                devm = x.mag + np.mean(x.mag, axis=axes, keepdims=True)
+                return [(2 * dev / (count - 1) * g, 2 * devm / (count - 1) * gm)]
+            r = np.max(x.v64, axis=axes, keepdims=True) if op == "rmax" else np.min(x.v64, axis=axes, keepdims=True)
+            hit = (x.v64 == r).astype(np.float64)
+            share = hit / np.sum(hit, axis=axes, keepdims=True)
+            return [(share * g, share * gm)]
+        if op == "conv":
+            a = [int(t) for t in at]
+            stride, pads, dil, groups = a[0:2], a[2:6], a[6:8], a[8]
+            w = xs[1]
+            gx, gw = _conv_vjp(g, x.v64, w.v64, stride, pads, dil, groups)
+            mx, mw = _conv_vjp(gm, x.mag, w.mag, stride, pads, dil, groups)
+            res = [(gx, mx), (gw, mw)]
+            if len(xs) > 2:
+                res.append((g.sum(axis=(0, 2, 3)), gm.sum(axis=(0, 2, 3))))
+            return res
+        if op in ("maxpool", "avgpool"):
+            a = [int(t) for t in at]
+            kernel, stride, pads = a[0:2], a[2:4], a[4:8]
+            if op == "maxpool":
+                dil = a[8:10]
+                win = _windows(x.v64, kernel, stride, pads, dil, -np.inf)
+                hit = (win == out.v64[..., None, None]).astype(np.float64)
+                share = hit / hit.sum(axis=(-2, -1), keepdims=True)
+                back = lambda t: _scatter_windows(share * t[..., None, None], x.shape, kernel, stride, pads, dil)
+                return [(back(g), back(gm))]
+            if a[8]:
+                count = np.full(out.shape[2:], float(kernel[0] * kernel[1]))
+            else:
+                ones = np.ones((1, 1) + x.shape[2:])
+                count = _windows(ones, kernel, stride, pads, (1, 1), 0).sum(axis=(-2, -1))[0, 0]
+            back = lambda t: _scatter_windows(np.broadcast_to((t / count)[..., None, None], t.shape + tuple(kernel)),
+                                              x.shape, kernel, stride, pads, (1, 1))
+            return [(back(g), back(gm))]
+        # movement
+        if op == "reshape":
+            return [(g.reshape(x.shape), gm.reshape(x.shape))]
+        if op == "permute":
+            inv = np.argsort([int(t) for t in at])
+            return [(np.transpose(g, inv), np.transpose(gm, inv))]
+        if op == "expand":
+            return [(_unbroadcast(g, x.shape), _unbroadcast(gm, x.shape))]
+        if op == "pad":
+            ints = [int(t) for t in at]
+            sl = tuple(slice(ints[i], ints[i] + x.shape[i // 2]) for i in range(0, len(ints), 2))
+            return [(g[sl], gm[sl])]
+        if op in ("shrink", "slice"):
+            if op == "shrink":
+                ints = [int(t) for t in at]
+                sl = tuple(slice(ints[i], ints[i + 1]) for i in range(0, len(ints), 2))
+            else:
+                sl = _slices(at)
+            res = []
+            for t in (g, gm):
+                z = np.zeros(x.shape)
+                z[sl] = t
+                res.append(z)
+            return [tuple(res)]
+        if op == "flip":
+            ints = tuple(int(t) for t in at)
+            return [(np.flip(g, axis=ints), np.flip(gm, axis=ints)) if ints else (g, gm)]
+    raise ValueError(f"no gradient for {op}")
+
+
+def vjp(e, inputs, cot, wrt):
+    """[(g64, gm)] of d sum(e * cot) / d inputs[k] for each k in wrt (see the section's comment)."""
+    memo = {}
+    ev = lambda n: memo[id(n)] if id(n) in memo else memo.setdefault(id(n), _eval(n, ev, inputs))
+    order = _nodes(e)
+    for n in order:
+        ev(n)
+    out = ev(e)
+    grads = {id(e): (np.broadcast_to(np.asarray(cot, dtype=np.float64), out.shape).copy(),
+                     np.abs(np.broadcast_to(np.asarray(cot, dtype=np.float64), out.shape)))}
+    acc = {k: (np.zeros(inputs[k][1].shape), np.zeros(inputs[k][1].shape)) for k in wrt}
+    for n in reversed(order):
+        if id(n) not in grads:
+            continue
+        g, gm = grads.pop(id(n))
+        if n.op == "in":
+            k = int(n.atoms[0])
+            if k in acc:
+                acc[k] = (acc[k][0] + g, acc[k][1] + gm)
+            continue
+        if n.op == "const" or not _f(ev(n).dtype):
+            continue
+        parts = _local_vjp(n, [ev(k) for k in n.kids], ev(n), np.asarray(g, np.float64), np.asarray(gm, np.float64))
+        for kid, part in zip(n.kids, parts):
+            if part is None or not _f(ev(kid).dtype):
+                continue
+            pg, pm = np.asarray(part[0], np.float64), np.asarray(part[1], np.float64)
+            if id(kid) in grads:
+                og, om = grads[id(kid)]
+                grads[id(kid)] = (og + pg, om + pm)
+            else:
+                grads[id(kid)] = (pg, pm)
+    return [acc[k] for k in wrt]

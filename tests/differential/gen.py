@@ -8,7 +8,7 @@ case's expression. The same seed gives the same case.
 """
 import numpy as np
 
-from expr import E, V, _eval, fits_exactly, FLOAT_DTYPES, INT_DTYPES, NP
+from expr import E, V, _eval, fits_exactly, kinks, FLOAT_DTYPES, INT_DTYPES, NP
 
 MAX_NUMEL = 4096
 BLOCK_NUMEL = 16384  # model-shaped blocks (Gen.block): an attention head set at sequence 64 needs 8192 scores
@@ -26,6 +26,7 @@ class Gen:
         self.inputs = []   # (dtype, array, exact)
         self.pool = []     # (E, V)
         self.vals = {}     # id(E) -> (E, V); holding E keeps its id from being reused by a later node
+        self.grad = False  # a gradient case (generate_grad): float32 inputs, drawn from a continuous distribution
 
     # ---- helpers ----
     def r(self, n):
@@ -38,6 +39,8 @@ class Gen:
         return seq[self.r(len(seq))]
 
     def dtype(self):
+        if self.grad:
+            return "float32"
         names, w = zip(*DTYPE_WEIGHTS)
         return names[int(self.rng.choice(len(names), p=np.array(w) / sum(w)))]
 
@@ -59,7 +62,7 @@ class Gen:
     def add_input(self, shape, dt=None):
         dt = dt or self.dtype()
         if dt in FLOAT_DTYPES:
-            if self.chance(0.5):
+            if self.chance(0.5) and not self.grad:
                 arr = (self.rng.integers(-40, 41, size=shape) / 8.0).astype(np.float32)
             else:
                 arr = self.rng.normal(0, 2, size=shape).astype(np.float32)
@@ -574,6 +577,8 @@ class Gen:
     def step(self):
         names, w = zip(*self.FAMILIES)
         fam = names[int(self.rng.choice(len(names), p=np.array(w) / sum(w)))]
+        if self.grad and fam == "multi":  # realized results are leaves: no gradient flows through them
+            return False
         e = getattr(self, fam)()
         if e is None:
             return False
@@ -584,9 +589,41 @@ class Gen:
         return True
 
 
+def generate_grad(g):
+    """A gradient case: (vjp Y C K...) over an expression Y of float32 inputs (any family, a conv block at times), a
+    random cotangent C, every input of Y as K; None when Y comes within rounding of a kink (expr.kinks)."""
+    g.grad = True
+    if g.chance(0.25):
+        root = g.conv_block()
+        if root is None:
+            return None
+    else:
+        for _ in range(1 + g.r(3)):
+            g.add_input(g.shape(big=g.chance(0.2)))
+        want, done, tries = 2 + g.r(8), 0, 0
+        while done < want and tries < 200:
+            tries += 1
+            done += g.step()
+        root = g.pool[-1][0]
+    v = g.ok(root)
+    if v is None or v.dtype not in FLOAT_DTYPES:
+        return None
+    wrt = sorted({int(n.atoms[0]) for n in root.subtrees() if n.op == "in"})
+    if kinks(root, g.inputs):
+        return None
+    cot, _ = g.add_input(v.shape, "float32")
+    return E("vjp", (root, cot), wrt)
+
+
 def generate(seed):
     """One case: (inputs, expression tree)."""
     g = Gen(seed)
+    if g.chance(0.12):
+        root = None
+        while root is None:
+            g = Gen(int(g.rng.integers(2 ** 62)))
+            root = generate_grad(g)
+        return list(g.inputs), root
     if g.chance(0.08):
         root = g.block()
         return list(g.inputs), root

@@ -8,8 +8,8 @@
 
 Checks: the dtype and shape of every result; integers and bools exactly; floats against the float64 reference with
 |kiln - ref64| <= 1e-4 * (|ref64| + mag) (expr.py: mag bounds the terms rounding acts on, so rounding passes and a
-wrong index or a lost term does not). A kiln error Status or a crash of diff_eval is a failure too. Each failure is
-shrunk (subexpressions replaced by their value as a new input, or by a failing subexpression) before it is reported;
+wrong index or a lost term does not); gradient cases (vjp) the same against reverse mode in float64. A kiln error
+Status or a crash of diff_eval is a failure too. Each failure is shrunk (subexpressions replaced by their value as a new input, or by a failing subexpression) before it is reported;
 with --write-failures it becomes a case file that --regressions runs from then on.
 Exit status: 0 all passed, 1 a failure, 77 the device is absent (CTest skip).
 """
