@@ -287,6 +287,38 @@ absl::StatusOr<std::vector<double>> PadLastAxis(const std::string& mode, int64_t
   return v;
 }
 
+// y = OP(x) over x of shape (n,), opset 18.
+absl::StatusOr<std::vector<double>> Unary(const std::string& op, const std::vector<double>& xs) {
+  ::onnx::ModelProto m = Base(8, 18);
+  auto* g = m.mutable_graph();
+  const int64_t n = static_cast<int64_t>(xs.size());
+  AddIo(g->add_input(), "x", 1, {n});
+  AddIo(g->add_output(), "y", 1, {n});
+  AddNode(g, op, {"x"}, {"y"});
+  auto model = Load(m);
+  if (!model.ok()) return model.status();
+  KILN_ASSIGN_OR_RETURN(RunResult r, kiln::onnx::Run(**model, {{"x", FloatInput(xs, {n})}}, RunOptions{}));
+  KILN_ASSIGN_OR_RETURN(HostArrayPtr out, ValueToHost(r.outputs[0]));
+  std::vector<double> v;
+  for (int64_t i = 0; i < out->numel(); ++i) v.push_back(out->GetDouble(i));
+  return v;
+}
+
+TEST_F(OnnxModelTest, SoftplusAndMishSaturateWithoutOverflow) {
+  // log(1 + e^x) in double (log1p): e^x overflows float32 above x = 88.7, where Softplus(x) = x (kiln returned inf).
+  const std::vector<double> xs = {-200, -90, -20, -1, 0, 0.5, 20, 88, 89, 100, 1000};
+  auto sp = Unary("Softplus", xs);
+  auto mish = Unary("Mish", xs);
+  ASSERT_TRUE(sp.ok()) << sp.status();
+  ASSERT_TRUE(mish.ok()) << mish.status();
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double x = xs[i];
+    const double want = x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+    EXPECT_NEAR((*sp)[i], want, 1e-6 * std::abs(want) + 1e-7) << "Softplus(" << x << ")";
+    EXPECT_NEAR((*mish)[i], x * std::tanh(want), 1e-6 * std::abs(x) + 1e-7) << "Mish(" << x << ")";
+  }
+}
+
 TEST_F(OnnxModelTest, PadsWiderThanTheAxisMatchNumpy) {
   // np.pad([[1, 2, 3], [4, 5, 6]], ((0, 0), (7, 5)), mode=...): pads longer than the axis wrap around
   // the period more than once (the ONNX backend suite pads by at most the axis length).
