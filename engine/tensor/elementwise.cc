@@ -282,8 +282,11 @@ Tensor Tensor::Square() const { return Mul(*this); }
 
 Tensor Tensor::Sign() const {
   if (!ok()) return *this;
-  // sign(x) + x*0 keeps nan
-  return Ne(0).Where(Lt(0).Where(FullLike(-1), FullLike(1)), FullLike(0)).Add(Mul(0));
+  const Tensor s = Ne(0).Where(Lt(0).Where(FullLike(-1), FullLike(1)), FullLike(0));
+  if (!dtype().IsFloat()) return s;
+  // nan stays nan. tinygrad adds x*0 for that, which made sign(+-inf) nan, and so abs(inf) and tanh(inf) (found with
+  // the differential test's values; numpy and PyTorch: 1, inf, 1).
+  return Ne(*this).Where(*this, s);
 }
 
 Tensor Tensor::Abs() const {
@@ -292,7 +295,8 @@ Tensor Tensor::Abs() const {
   return Mul(Sign());  // tinygrad: x * sign(x)
 }
 
-Tensor Tensor::Relu() const { return Gt(0).Where(*this, 0); }
+// x <= 0 ? 0 : x, so nan stays nan (numpy, PyTorch; tinygrad's x > 0 ? x : 0 made it 0). relu'(0) = 0 either way.
+Tensor Tensor::Relu() const { return Le(0).Where(ZerosLike(), *this); }
 // 1 / (1 + e) for x >= 0 and e / (1 + e) below, with e = exp(-|x|) <= 1: nothing overflows, forward or backward.
 // tinygrad's 1 / (1 + 2^(-x / ln 2)) is inf inside for x < -88.7 (its value still 0), and its gradient there was
 // reciprocal's 0 times exp2's inf = NaN: a saturated logit poisoned a training step (found by the differential test's

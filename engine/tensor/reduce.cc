@@ -112,7 +112,11 @@ Tensor Tensor::Argmax(std::optional<int64_t> axis, bool keepdim) const {
   IntVec rshape(ndim() - *ax, 1);
   rshape[0] = n;
   Tensor rev = Arange(n, 0, -1, dtypes::kInt32, device()).Reshape(rshape);
-  Tensor idx = Eq(Max(*ax, true)).Mul(rev);
+  // A NaN counts as the maximum, as in numpy and PyTorch: with the max NaN, x == max held nowhere and the index came
+  // out as n, one past the axis (a gather by it read out of bounds).
+  Tensor hit = Eq(Max(*ax, true));
+  if (dtype().IsFloat()) hit = hit.LogicalOr(Ne(*this));
+  Tensor idx = hit.Mul(rev);
   return idx.Max(*ax, keepdim).RSub(n).Cast(dtypes::kInt32);
 }
 
