@@ -81,7 +81,7 @@ bench: build-release
 N ?= 1000
 fuzz-numerics: build-release
 	.venv/bin/python tests/differential/run_differential.py --binary build/release/tests/differential/diff_eval \
-	  --device CPU,INTERP,CL --cases $(N) --fresh --write-failures tests/differential/regressions
+	  --device CPU,INTERP,CL,CPU+jit,INTERP+jit --cases $(N) --fresh --write-failures tests/differential/regressions
 
 SEED ?=
 fuzz-net: build-release

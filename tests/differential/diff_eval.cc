@@ -3,6 +3,13 @@
 // computes the reference and compares. The driver knows nothing about expected values.
 //
 //   diff_eval --device CPU < cases.txt > results.txt
+//   diff_eval --device CPU --jit < cases.txt > results.txt
+//
+// --jit runs each expression as a TinyJit function of its inputs, called four times: with two decoy input sets (the
+// case's values rotated and reversed: same shapes and dtypes, other contents), which run it eagerly (cnt 0) and
+// capture it (cnt 1), then replays with the first decoys and with the case's own inputs, whose result is printed. A
+// capture that baked an input's values in, or a replay that read a stale buffer, prints the decoys' answer. An
+// expression that launches no kernel (a view of an input) has nothing to capture and runs without the JIT.
 //
 // Input, per case:
 //   case NAME
@@ -17,6 +24,7 @@
 //
 // Expressions are s-expressions over the Tensor API; ops and their integer arguments are listed in kOps below.
 // `n` stands for an absent slice bound.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -33,8 +41,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "backends/register_all.h"
+#include "engine/base/status.h"
+#include "engine/jit/tiny_jit.h"
 #include "engine/runtime/registry.h"
 #include "engine/tensor/tensor.h"
 
@@ -382,8 +393,21 @@ struct Case {
   std::string expr;
 };
 
-absl::StatusOr<std::string> Run(const Case& c, const std::string& device) {
-  Ctx ctx{{}, device};
+// The values line with its tokens rotated by `k` and, when `reverse`, reversed: a decoy input for --jit.
+std::string Decoy(const std::string& values, size_t k, bool reverse) {
+  std::istringstream in(values);
+  std::vector<std::string> toks;
+  for (std::string t; in >> t;) toks.push_back(t);
+  if (toks.size() < 2) return values;
+  std::rotate(toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(k % toks.size()), toks.end());
+  if (reverse) std::reverse(toks.begin(), toks.end());
+  std::string out;
+  for (const std::string& t : toks) absl::StrAppend(&out, out.empty() ? "" : " ", t);
+  return out;
+}
+
+absl::StatusOr<std::vector<Tensor>> Inputs(const Case& c, const std::string& device, int decoy) {
+  std::vector<Tensor> inputs;
   for (const auto& [header, values] : c.inputs) {
     std::istringstream in(header);
     std::string dt;
@@ -393,14 +417,47 @@ absl::StatusOr<std::string> Run(const Case& c, const std::string& device) {
     for (int i = 0; i < nd; ++i) in >> shape[i];
     DType d = DTypeArg(dt);
     if (!in || d == dtypes::kVoid) return absl::InvalidArgumentError("malformed input header: " + header);
-    auto t = MakeInput(d, shape, values, device);
+    auto t = MakeInput(d, shape, decoy == 0 ? values : Decoy(values, static_cast<size_t>(decoy), decoy == 2), device);
     if (!t.ok()) return t.status();
-    ctx.inputs.push_back(*std::move(t));
+    inputs.push_back(*std::move(t));
   }
+  return inputs;
+}
+
+// The expression under TinyJit (see --jit above): the result of the replay with the case's own inputs.
+absl::StatusOr<Tensor> RunJitted(const Case& c, const Node& tree, const std::string& device) {
+  jit::TinyJit fn([&](const std::vector<Tensor>& in) -> absl::StatusOr<std::vector<Tensor>> {
+    KILN_ASSIGN_OR_RETURN(Tensor t, Eval(tree, Ctx{in, device}));
+    return std::vector<Tensor>{t};
+  });
+  absl::StatusOr<std::vector<Tensor>> out;
+  for (int decoy : {1, 2, 1, 0}) {
+    KILN_ASSIGN_OR_RETURN(std::vector<Tensor> in, Inputs(c, device, decoy));
+    out = fn(in);
+    if (!out.ok()) {
+      if (absl::IsFailedPrecondition(out.status()) &&
+          absl::StrContains(out.status().message(), "didn't JIT anything")) {  // a view: nothing to capture
+        KILN_ASSIGN_OR_RETURN(std::vector<Tensor> own, Inputs(c, device, 0));
+        return Eval(tree, Ctx{own, device});
+      }
+      return out.status();
+    }
+  }
+  if (fn.cnt() < 4) return absl::InternalError("the JIT did not replay");
+  return (*out)[0];
+}
+
+absl::StatusOr<std::string> Run(const Case& c, const std::string& device, bool use_jit) {
   size_t pos = 0;
   auto tree = Parse(c.expr, pos);
   if (!tree.ok()) return tree.status();
-  auto r = Eval(**tree, ctx);
+  absl::StatusOr<Tensor> r;
+  if (use_jit) {
+    r = RunJitted(c, **tree, device);
+  } else {
+    KILN_ASSIGN_OR_RETURN(std::vector<Tensor> inputs, Inputs(c, device, 0));
+    r = Eval(**tree, Ctx{inputs, device});
+  }
   if (!r.ok()) return r.status();
   Tensor t = *std::move(r);
   std::string bytes(static_cast<size_t>(t.numel()) * t.dtype().ItemSize(), '\0');
@@ -414,8 +471,10 @@ absl::StatusOr<std::string> Run(const Case& c, const std::string& device) {
 
 int Main(int argc, char** argv) {
   std::string device = "CPU";
+  bool use_jit = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) device = argv[++i];
+    if (std::strcmp(argv[i], "--jit") == 0) use_jit = true;
   }
   backends::RegisterAllBackends();
   if (!runtime::GetDevice(device).ok()) {
@@ -439,7 +498,7 @@ int Main(int argc, char** argv) {
       in_case = false;
       std::printf("begin %s\n", c.name.c_str());
       std::fflush(stdout);
-      absl::StatusOr<std::string> out = Run(c, device);
+      absl::StatusOr<std::string> out = Run(c, device, use_jit);
       if (out.ok()) {
         std::fputs(out->c_str(), stdout);
       } else {

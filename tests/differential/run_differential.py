@@ -3,6 +3,7 @@
 
   run_differential.py --binary B --device CPU --seed 1 --cases 300        fixed seed (CTest)
   run_differential.py --binary B --device CPU --regressions DIR          the committed regression cases
+  run_differential.py --binary B --device CPU+jit --seed 1 --cases 100   the same under TinyJit (capture, replay)
   run_differential.py --binary B --device CPU,INTERP,CL --cases N --fresh --write-failures DIR
                                                                           a campaign (make fuzz-numerics)
 
@@ -44,7 +45,9 @@ def run_driver(binary, device, cases, per_case_timeout=30):
     while todo:
         text = "".join(X.case_text(n, i, t) for n, i, t in todo)
         env = dict(os.environ)
-        p = subprocess.run([binary, "--device", device], input=text, capture_output=True, text=True,
+        # DEVICE+jit: the expressions under TinyJit (diff_eval --jit: capture on decoy inputs, replay on the case's)
+        dev, jit = (device[:-4], ["--jit"]) if device.endswith("+jit") else (device, [])
+        p = subprocess.run([binary, "--device", dev, *jit], input=text, capture_output=True, text=True,
                            timeout=per_case_timeout * len(todo) + 60, env=env)
         if p.returncode == 77 and p.stdout.startswith("unavailable"):
             raise Unavailable(device)
