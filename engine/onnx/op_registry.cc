@@ -17,6 +17,7 @@ OpTable BuildTable() {
   RegisterAttentionOps(&t);
   RegisterExtraOps(&t);
   RegisterQuantOps(&t);
+  RegisterRnnOps(&t);
   return t;
 }
 

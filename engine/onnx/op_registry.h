@@ -62,5 +62,6 @@ void RegisterMiscOps(OpTable* table);         // ops_misc.cc
 void RegisterAttentionOps(OpTable* table);    // ops_attention.cc
 void RegisterExtraOps(OpTable* table);        // ops_extra.cc
 void RegisterQuantOps(OpTable* table);        // ops_quant.cc
+void RegisterRnnOps(OpTable* table);          // ops_rnn.cc
 
 }  // namespace kiln::onnx
