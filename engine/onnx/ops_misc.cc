@@ -288,7 +288,8 @@ absl::StatusOr<std::vector<Value>> OptionalGetElement(OpContext& ctx) {
 // ** Resize **
 //
 // Every resized axis is a dense (out x in) interpolation matrix computed on the host from the shapes and scales
-// (nearest: one 1 per row; linear: two taps; cubic: four), applied as a matmul along the axis; values outside the
+// (nearest: one 1 per row; linear: two taps; cubic: four; with antialias, downsampling, the kernel stretched by
+// 1 / scale over more taps), applied as a matmul along the axis; values outside the
 // input (tf_crop_and_resize) take extrapolation_value through a per-row bias.
 
 struct AxisPlan {
@@ -303,6 +304,7 @@ absl::StatusOr<AxisPlan> PlanAxis(OpContext& ctx, int64_t in, int64_t out, doubl
   const std::string nearest = ctx.String("nearest_mode", "round_prefer_floor");
   const double a = ctx.Float("cubic_coeff_a", -0.75);
   const bool exclude = ctx.Int("exclude_outside", 0) != 0;
+  const bool antialias = ctx.Int("antialias", 0) != 0;
   AxisPlan p;
   p.weights.assign(static_cast<size_t>(out * in), 0.0);
   p.outside.assign(static_cast<size_t>(out), 0.0);
@@ -349,7 +351,30 @@ absl::StatusOr<AxisPlan> PlanAxis(OpContext& ctx, int64_t in, int64_t out, doubl
     const double r = x - fl;
     const int64_t base = static_cast<int64_t>(fl);
     std::vector<std::pair<int64_t, double>> taps;
-    if (mode == "linear") {
+    auto cubic = [&](double t) {  // Keys' kernel with coefficient a
+      t = std::abs(t);
+      if (t <= 1) return ((a + 2) * t - (a + 3)) * t * t + 1;
+      if (t < 2) return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a;
+      return 0.0;
+    };
+    if (antialias && scale < 1 && (mode == "linear" || mode == "cubic")) {
+      // Downsampling with antialias: the kernel is stretched by 1 / scale (a tent of radius 1 / scale, or the cubic
+      // over 2 / scale) and sampled at the n input pixels nearest x, left ones first on a tie (x an integer counts
+      // as the right end of the interval below it), then normalized to sum 1.
+      const double radius = mode == "linear" ? 1.0 : 2.0;
+      const int64_t start = static_cast<int64_t>(std::floor(-radius / scale)) + 1;
+      const int64_t count = 2 - 2 * start;
+      const int64_t b = r == 0 ? base - 1 : base;
+      const double rr = r == 0 ? 1.0 : r;
+      double sum = 0;
+      for (int64_t k = start; k < start + count; ++k) {
+        const double t = (static_cast<double>(k) - rr) * scale;
+        const double w = mode == "linear" ? std::max(0.0, 1 - std::abs(t)) : cubic(t);
+        taps.emplace_back(b + k, w);
+        sum += w;
+      }
+      for (auto& [i, w] : taps) w /= sum;
+    } else if (mode == "linear") {
       taps = {{base, 1 - r}, {base + 1, r}};
     } else if (mode == "cubic") {
       auto w01 = [&](double t) { return ((a + 2) * t - (a + 3)) * t * t + 1; };
@@ -493,11 +518,7 @@ absl::StatusOr<std::vector<Value>> Upsample(OpContext& ctx) {
   return One(x.Reshape(unsq).Expand(expd).Reshape(fin));
 }
 
-absl::Status CheckResize(const Node& n) {
-  const Attribute* a = n.Find("antialias");
-  if (a != nullptr && a->i != 0) return absl::InvalidArgumentError("antialias=1 is not supported");
-  return absl::OkStatus();
-}
+
 
 }  // namespace
 
@@ -522,7 +543,7 @@ void RegisterMiscOps(OpTable* t) {
   Reg(t, "Resize", 10, kMaxOnnxOpset,
                 {"antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
                  "extrapolation_value", "keep_aspect_ratio_policy", "mode", "nearest_mode"},
-                Resize, CheckResize);
+                Resize);
   Reg(t, "Upsample", 7, 9, {"mode", "scales"}, Upsample);
 }
 

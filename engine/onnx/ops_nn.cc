@@ -132,14 +132,17 @@ absl::StatusOr<std::vector<Value>> ConvTranspose(OpContext& ctx) {
     if (out.size() > static_cast<size_t>(n)) out.erase(out.begin(), out.end() - n);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t o = out.empty() ? x.size(2 + i) * strides[i] : out[i];
-      const int64_t total = strides[i] * (x.size(2 + i) - 1) + outpad[i] + (kernel[i] - 1) * dil[i] + 1 - o;
-      const int64_t t = std::max<int64_t>(total, 0);
+      // Negative when output_shape asks for more than the natural size: a negative pad extends the output (the extra
+      // rows get no contributions, only the bias), split with floor division as onnx's reference splits it (one
+      // missing row goes to the end).
+      const int64_t t = strides[i] * (x.size(2 + i) - 1) + outpad[i] + (kernel[i] - 1) * dil[i] + 1 - o;
+      const int64_t half = t >= 0 ? t / 2 : -((-t + 1) / 2);  // floor(t / 2)
       if (auto_pad == "SAME_UPPER") {
-        pads[i] = t / 2;
-        pads[i + n] = t - t / 2;
+        pads[i] = half;
+        pads[i + n] = t - half;
       } else {
-        pads[i] = t - t / 2;
-        pads[i + n] = t / 2;
+        pads[i] = t - half;
+        pads[i + n] = half;
       }
     }
   } else if (auto_pad == "VALID") {
