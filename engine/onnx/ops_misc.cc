@@ -520,6 +520,116 @@ absl::StatusOr<std::vector<Value>> Upsample(OpContext& ctx) {
 
 
 
+
+// ** GridSample **
+//
+// X (N, C, *D) sampled at the grid's points (N, *O, S): each point holds S coordinates in [-1, 1], x first (the last
+// spatial dim). Every tap of the interpolation (nearest 1, linear 2^S, cubic 4^S) gathers the flattened spatial data
+// at a computed index, weighted. onnx's (PyTorch's) padding rules: a coordinate outside [lo, hi] ([0, d-1] with
+// align_corners, else [-0.5, d-0.5]) is clamped to [0, d-1] (border) or reflected at lo and hi (reflection), except in
+// cubic mode; then each tap outside the data reads 0 (zeros), the nearest edge (border) or its reflection.
+
+// x reflected at lo and hi until it lies between them (x outside [lo, hi] only; hi > lo).
+Tensor Reflect(const Tensor& x, double lo, double hi) {
+  const double span = hi - lo;
+  auto fold = [&](const Tensor& dx, bool below) {
+    const Tensor n = dx.Div(span).Floor();
+    const Tensor r = dx.Sub(n.Mul(span));
+    const Tensor even = n.Sub(n.Mul(0.5).Floor().Mul(2)).Eq(0);
+    return below ? even.Where(r.Add(lo), r.RSub(hi)) : even.Where(r.RSub(hi), r.Add(lo));
+  };
+  return x.Lt(lo).Where(fold(x.RSub(lo), true), x.Gt(hi).Where(fold(x.Sub(hi), false), x));
+}
+
+absl::StatusOr<std::vector<Value>> GridSample(OpContext& ctx) {
+  ONNX_INPUT(x_in, 0);
+  ONNX_INPUT(grid_in, 1);
+  std::string mode = ctx.String("mode", ctx.opset() >= 20 ? "linear" : "bilinear");
+  if (mode == "bilinear") mode = "linear";
+  if (mode == "bicubic") mode = "cubic";
+  const std::string pad = ctx.String("padding_mode", "zeros");
+  const bool align = ctx.Int("align_corners", 0) != 0;
+  const int64_t sd = x_in.ndim() - 2;
+  if (sd < 1 || grid_in.ndim() != x_in.ndim() || grid_in.size(0) != x_in.size(0) || grid_in.size(-1) != sd)
+    return ctx.Error("grid must be (N, *output spatial, spatial rank of X) for X (N, C, *spatial)");
+  if (mode != "nearest" && mode != "linear" && mode != "cubic")
+    return ctx.Error(absl::StrCat("mode '", mode, "' must be nearest, linear or cubic"));
+  if (mode == "cubic" && sd != 2) return ctx.Error("cubic mode samples 2-D data only");
+  if (pad != "zeros" && pad != "border" && pad != "reflection")
+    return ctx.Error(absl::StrCat("padding_mode '", pad, "' must be zeros, border or reflection"));
+  if (!x_in.dtype().IsFloat() || !grid_in.dtype().IsFloat()) return ctx.Error("X and grid must be float tensors");
+  const DType f = x_in.dtype() == dtypes::kFloat64 ? dtypes::kFloat64 : dtypes::kFloat32;
+  const int64_t n = x_in.size(0), c = x_in.size(1);
+  std::vector<int64_t> dims, out_dims;
+  int64_t data_len = 1, points = 1;
+  for (int64_t i = 0; i < sd; ++i) dims.push_back(x_in.size(2 + i)), data_len *= dims.back();
+  for (int64_t i = 0; i < sd; ++i) out_dims.push_back(grid_in.size(1 + i)), points *= out_dims.back();
+  if (data_len == 0) return ctx.Error("X has an empty spatial dim");
+  const Tensor g = grid_in.Cast(f).Reshape({n, points, sd});
+
+  // Per spatial dim: the taps (index as a float holding an integer, weight), each [N, P].
+  std::vector<std::vector<std::pair<Tensor, Tensor>>> taps(sd);
+  for (int64_t i = 0; i < sd; ++i) {
+    const double d = static_cast<double>(dims[i]);
+    const Tensor gi = g.Shrink({{0, n}, {0, points}, {sd - 1 - i, sd - i}}).Reshape({n, points});
+    Tensor co = align ? gi.Add(1.0).Mul(0.5 * (d - 1)) : gi.Add(1.0).Mul(d).Sub(1.0).Mul(0.5);
+    if (mode == "nearest") co = co.Round();  // half to even, as PyTorch
+    const double lo = align ? 0.0 : -0.5, hi = align ? d - 1 : d - 0.5;
+    // Cubic pads its taps only, as PyTorch and onnxruntime do (onnx's reference clamps the coordinate first under
+    // border, which moves the 4-tap stencil; the two agree under reflection, an isometry of the integer taps).
+    if (mode != "cubic") {
+      const Tensor out = co.Lt(lo).LogicalOr(co.Gt(hi));
+      if (pad == "border") co = out.Where(co.Clip(0.0, d - 1), co);
+      if (pad == "reflection") co = hi > lo ? Reflect(co, lo, hi) : co.ZerosLike();
+    }
+    const Tensor one = co.OnesLike();
+    if (mode == "nearest") {
+      taps[i] = {{co, one}};
+    } else {
+      const Tensor fl = co.Floor();
+      const Tensor t = co.Sub(fl);
+      if (mode == "linear") {
+        taps[i] = {{fl, t.RSub(1.0)}, {fl.Add(1.0), t}};
+      } else {  // Keys' cubic, a = -0.75
+        const double a = -0.75;
+        auto near = [&](const Tensor& u) { return u.Mul(a + 2).Sub(a + 3).Mul(u).Mul(u).Add(1.0); };
+        auto far = [&](const Tensor& u) { return u.Mul(a).Sub(5 * a).Mul(u).Add(8 * a).Mul(u).Sub(4 * a); };
+        taps[i] = {{fl.Sub(1.0), far(t.Add(1.0))}, {fl, near(t)}, {fl.Add(1.0), near(t.RSub(1.0))},
+                   {fl.Add(2.0), far(t.RSub(2.0))}};
+      }
+    }
+    for (auto& [idx, w] : taps[i]) {  // the tap's own padding
+      if (pad == "zeros") {
+        w = idx.Ge(0.0).LogicalAnd(idx.Lt(d)).Where(w, w.ZerosLike());
+      } else if (pad == "reflection" && hi > lo) {
+        idx = Reflect(idx, lo, hi).Trunc();
+      }
+      idx = idx.Clip(0.0, d - 1);
+    }
+  }
+  const Tensor data = x_in.Cast(f).Reshape({n, c, data_len});
+  std::optional<Tensor> acc;
+  std::vector<size_t> pick(sd, 0);
+  while (true) {  // every combination of one tap per dim
+    Tensor lin = taps[0][pick[0]].first.ZerosLike();
+    Tensor w = taps[0][pick[0]].second.OnesLike();
+    int64_t stride = 1;
+    for (int64_t i = sd - 1; i >= 0; --i) {
+      lin = lin.Add(taps[i][pick[i]].first.Mul(static_cast<double>(stride)));
+      w = w.Mul(taps[i][pick[i]].second);
+      stride *= dims[i];
+    }
+    const Tensor index = lin.Cast(dtypes::kInt32).Reshape({n, 1, points}).Expand({n, c, points});
+    const Tensor v = data.Gather(2, index).Mul(w.Reshape({n, 1, points}));
+    acc = acc ? acc->Add(v) : v;
+    int64_t k = sd - 1;
+    while (k >= 0 && ++pick[k] == taps[k].size()) pick[k--] = 0;
+    if (k < 0) break;
+  }
+  std::vector<int64_t> shape = {n, c};
+  shape.insert(shape.end(), out_dims.begin(), out_dims.end());
+  return One(acc->Reshape(shape).Cast(x_in.dtype()));
+}
 }  // namespace
 
 void RegisterMiscOps(OpTable* t) {
@@ -545,6 +655,7 @@ void RegisterMiscOps(OpTable* t) {
                  "extrapolation_value", "keep_aspect_ratio_policy", "mode", "nearest_mode"},
                 Resize);
   Reg(t, "Upsample", 7, 9, {"mode", "scales"}, Upsample);
+  Reg(t, "GridSample", 16, kMaxOnnxOpset, {"align_corners", "mode", "padding_mode"}, GridSample);
 }
 
 }  // namespace kiln::onnx
