@@ -1,4 +1,4 @@
-// Less common ONNX ops: LinearAttention, CausalConvWithState, AffineGrid, BitCast, the window functions, Det, Unique,
+// Less common ONNX ops: LinearAttention, CausalConvWithState, AffineGrid, BitCast, the window functions, DFT, STFT, Det, Unique,
 // NonMaxSuppression (data-dependent outputs computed on the host), and the ai.onnx.preview.training optimizers.
 #include <algorithm>
 #include <cmath>
@@ -410,6 +410,147 @@ void RegIn(OpTable* t, const char* domain, const char* op, int64_t since, int64_
   t->push_back(OpDef{domain, op, since, until, std::move(attrs), std::move(impl), nullptr});
 }
 
+
+// ** DFT **
+//
+// A discrete Fourier transform along one axis is a matmul by cos and sin matrices of (input length, output length)
+// built on the host in double: forward X_k = sum_t x_t e^(-2 pi i k t / n), the input cut or zero-padded to
+// n = dft_length; onesided keeps k <= n / 2; inverse x_t = (1 / n) sum_k X_k e^(+2 pi i k t / n); inverse and
+// onesided is numpy's irfft (the Hermitian half counted twice, a real output).
+absl::StatusOr<std::vector<Value>> Dft(OpContext& ctx) {
+  ONNX_INPUT(x_in, 0);
+  const int64_t r = x_in.ndim();
+  if (r < 2 || (x_in.size(r - 1) != 1 && x_in.size(r - 1) != 2))
+    return ctx.Error("input's last dim must be 1 (real) or 2 (real and imaginary)");
+  if (!x_in.dtype().IsFloat()) return ctx.Error("input must be a float tensor");
+  int64_t axis = ctx.opset() >= 20 ? -2 : ctx.Int("axis", 1);
+  if (ctx.opset() >= 20 && ctx.Has(2)) {
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> a, ctx.Ints(2));
+    if (a.size() != 1) return ctx.Error("axis must be a scalar");
+    axis = a[0];
+  }
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r - 1) return ctx.Error(absl::StrCat("axis ", axis, " must name a signal dim"));
+  const bool inverse = ctx.Int("inverse", 0) != 0, onesided = ctx.Int("onesided", 0) != 0;
+  const int64_t len = x_in.size(axis);
+  int64_t n = inverse && onesided ? 2 * (len - 1) : len;
+  if (ctx.Has(1)) {
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> dl, ctx.Ints(1));
+    if (dl.size() != 1) return ctx.Error("dft_length must be a scalar");
+    n = dl[0];
+  }
+  if (n < 1 || n > 16384) return ctx.Error(absl::StrCat("dft_length ", n, " must be in [1, 16384]"));
+  if (len < 1) return ctx.Error("the transformed axis is empty");
+  const DType f = x_in.dtype() == dtypes::kFloat64 ? dtypes::kFloat64 : dtypes::kFloat32;
+  const bool complex_in = x_in.size(r - 1) == 2;
+  const bool real_out = inverse && onesided;
+  const int64_t out_len = inverse ? n : (onesided ? n / 2 + 1 : n);
+
+  // cos / sin of 2 pi k t / n over (input index, output index), with the inverse's 1 / n and irfft's weights.
+  std::vector<double> cm(static_cast<size_t>(len * out_len), 0.0), sm(cm.size(), 0.0);
+  const int64_t used = inverse && onesided ? std::min(len, n / 2 + 1) : std::min(len, n);
+  for (int64_t i = 0; i < used; ++i) {
+    for (int64_t o = 0; o < out_len; ++o) {
+      const double theta = 2 * M_PI * static_cast<double>((i * o) % n) / static_cast<double>(n);
+      double scale = inverse ? 1.0 / static_cast<double>(n) : 1.0;
+      if (real_out && i > 0 && 2 * i != n) scale *= 2;  // k and n - k of the Hermitian spectrum
+      cm[static_cast<size_t>(i * out_len + o)] = std::cos(theta) * scale;
+      sm[static_cast<size_t>(i * out_len + o)] = std::sin(theta) * scale;
+    }
+  }
+  auto mat = [&](const std::vector<double>& v) {
+    return Tensor::FromHost(HostArray::FromDoubles(f, {len, out_len}, v).bytes.data(), f, {len, out_len},
+                            ctx.device());
+  };
+  const Tensor cmat = mat(cm), smat = mat(sm);
+  // The signal axis last: (..., len) per part.
+  std::vector<int64_t> perm;
+  for (int64_t d = 0; d < r - 1; ++d)
+    if (d != axis) perm.push_back(d);
+  perm.push_back(axis);
+  const Tensor x = x_in.Cast(f);
+  auto part = [&](int64_t k) {
+    std::vector<int64_t> shape = Dims(x);
+    shape.back() = 1;
+    std::vector<std::pair<int64_t, int64_t>> bounds;
+    for (int64_t d = 0; d < r; ++d) bounds.emplace_back(d == r - 1 ? k : 0, d == r - 1 ? k + 1 : x.size(d));
+    shape.pop_back();
+    return x.Shrink(bounds).Reshape(shape).Permute(perm);
+  };
+  const Tensor xr = part(0);
+  const std::optional<Tensor> xi = complex_in ? std::optional<Tensor>(part(1)) : std::nullopt;
+  // forward: Re = xr cos + xi sin, Im = xi cos - xr sin; inverse: Re = xr cos - xi sin, Im = xr sin + xi cos
+  const double sg = inverse ? -1.0 : 1.0;
+  Tensor re = xr.Matmul(cmat);
+  if (xi) re = re.Add(xi->Matmul(smat).Mul(sg));
+  std::vector<Tensor> parts = {re};
+  if (!real_out) {
+    Tensor im = xr.Matmul(smat).Mul(-sg);
+    if (xi) im = im.Add(xi->Matmul(cmat));
+    parts.push_back(im);
+  }
+  std::vector<int64_t> inv(r - 1);
+  for (int64_t d = 0; d < r - 1; ++d) inv[perm[d]] = d;
+  std::vector<Tensor> back;
+  for (const Tensor& p : parts) back.push_back(p.Permute(inv));
+  return One(Tensor::Stack(back, r - 1).Cast(x_in.dtype()));
+}
+
+// ** STFT **
+//
+// Frames of frame_length every frame_step samples (a strided view of the signal), times the window, then the DFT of
+// each frame as matmuls by cos / sin matrices (onesided: the frame_length / 2 + 1 unique bins).
+absl::StatusOr<std::vector<Value>> Stft(OpContext& ctx) {
+  ONNX_INPUT(sig_in, 0);
+  if (sig_in.ndim() != 3 || (sig_in.size(2) != 1 && sig_in.size(2) != 2))
+    return ctx.Error("signal must be [batch, length, 1 or 2]");
+  if (!sig_in.dtype().IsFloat()) return ctx.Error("signal must be a float tensor");
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> step_v, ctx.Ints(1));
+  if (step_v.size() != 1 || step_v[0] < 1) return ctx.Error("frame_step must be a positive scalar");
+  const int64_t step = step_v[0], batch = sig_in.size(0), len = sig_in.size(1);
+  std::optional<Tensor> window = ctx.OptT(2);
+  int64_t flen = window ? window->numel() : 0;
+  if (ctx.Has(3)) {
+    KILN_ASSIGN_OR_RETURN(std::vector<int64_t> fl, ctx.Ints(3));
+    if (fl.size() != 1) return ctx.Error("frame_length must be a scalar");
+    if (window && fl[0] != flen) return ctx.Error("frame_length must equal the window's length");
+    flen = fl[0];
+  }
+  if (flen < 1 || flen > len || flen > 16384)
+    return ctx.Error(absl::StrCat("frame_length ", flen, " must be in [1, min(signal length, 16384)]"));
+  const bool complex_in = sig_in.size(2) == 2;
+  const bool onesided = ctx.Int("onesided", 1) != 0;
+  if (onesided && complex_in) return ctx.Error("onesided needs a real signal");
+  const int64_t bins = onesided ? flen / 2 + 1 : flen;
+  const DType f = sig_in.dtype() == dtypes::kFloat64 ? dtypes::kFloat64 : dtypes::kFloat32;
+  std::vector<double> cm(static_cast<size_t>(flen * bins)), sm(cm.size());
+  for (int64_t t = 0; t < flen; ++t) {
+    for (int64_t k = 0; k < bins; ++k) {
+      const double theta = 2 * M_PI * static_cast<double>((t * k) % flen) / static_cast<double>(flen);
+      cm[static_cast<size_t>(t * bins + k)] = std::cos(theta);
+      sm[static_cast<size_t>(t * bins + k)] = std::sin(theta);
+    }
+  }
+  auto mat = [&](const std::vector<double>& v) {
+    return Tensor::FromHost(HostArray::FromDoubles(f, {flen, bins}, v).bytes.data(), f, {flen, bins}, ctx.device());
+  };
+  const Tensor cmat = mat(cm), smat = mat(sm);
+  const Tensor sig = sig_in.Cast(f);
+  auto framed = [&](int64_t k) {  // [batch, frames, flen] of part k, windowed
+    Tensor p = sig.Shrink({{0, batch}, {0, len}, {k, k + 1}}).Reshape({batch, len});
+    p = p.Pool({flen}, {step}, {1});
+    if (window) p = p.Mul(window->Cast(f).Reshape({1, 1, flen}));
+    return p;
+  };
+  const Tensor xr = framed(0);
+  Tensor re = xr.Matmul(cmat), im = xr.Matmul(smat).Neg();
+  if (complex_in) {
+    const Tensor xi = framed(1);
+    re = re.Add(xi.Matmul(smat));
+    im = im.Add(xi.Matmul(cmat));
+  }
+  return One(Tensor::Stack({re, im}, 3).Cast(sig_in.dtype()));
+}
 }  // namespace
 
 void RegisterExtraOps(OpTable* t) {
@@ -422,6 +563,8 @@ void RegisterExtraOps(OpTable* t) {
   Reg(t, "HammingWindow", 17, kMaxOnnxOpset, {"output_datatype", "periodic"}, Window(25.0 / 46, 21.0 / 46, 0, false));
   Reg(t, "BlackmanWindow", 17, kMaxOnnxOpset, {"output_datatype", "periodic"}, Window(0.42, 0.5, 0.08, false));
   Reg(t, "Det", 11, kMaxOnnxOpset, {}, Det);
+  Reg(t, "DFT", 17, kMaxOnnxOpset, {"axis", "inverse", "onesided"}, Dft);
+  Reg(t, "STFT", 17, kMaxOnnxOpset, {"onesided"}, Stft);
   Reg(t, "Unique", 11, kMaxOnnxOpset, {"axis", "sorted"}, Unique);
   Reg(t, "NonMaxSuppression", 10, kMaxOnnxOpset, {"center_point_box"}, NonMaxSuppression);
   const char* kTraining = "ai.onnx.preview.training";
