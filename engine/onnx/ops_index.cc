@@ -325,9 +325,46 @@ absl::StatusOr<std::vector<Value>> ReverseSequence(OpContext& ctx) {
   return One(x.Gather(time, idx));
 }
 
+
+// TensorScatter (a KV cache's in-place update): present = past with update written along `axis` from each batch
+// entry's write index on (circular: wrapping around the axis). Per output position j of the axis the source row is
+// s = j - write_index[b] (mod the axis length when circular), taken from update where 0 <= s < update's length.
+absl::StatusOr<std::vector<Value>> TensorScatter(OpContext& ctx) {
+  ONNX_INPUT(past, 0);
+  ONNX_INPUT(update, 1);
+  const int64_t r = past.ndim();
+  if (r < 2 || update.ndim() != r) return ctx.Error("past_cache and update must have the same rank, at least 2");
+  KILN_ASSIGN_OR_RETURN(int64_t axis, Axis(ctx, ctx.Int("axis", -2), r));
+  if (axis == 0) return ctx.Error("axis must not be the batch dim");
+  const std::string mode = ctx.String("mode", "linear");
+  if (mode != "linear" && mode != "circular") return ctx.Error("mode must be linear or circular");
+  for (int64_t d = 0; d < r; ++d) {
+    if (d == axis ? update.size(d) > past.size(d) : update.size(d) != past.size(d))
+      return ctx.Error(absl::StrCat("update's shape ", ShapeString(update.shape()), " does not fit past_cache's ",
+                                    ShapeString(past.shape()), " along axis ", axis));
+  }
+  if (update.dtype() != past.dtype()) return ctx.Error("update must have past_cache's dtype");
+  const int64_t b = past.size(0), len = past.size(axis), ulen = update.size(axis);
+  if (ulen == 0) return std::vector<Value>{ctx.In(0)};
+  Tensor w = ctx.Has(2) ? ctx.OptT(2)->Cast(dtypes::kInt64) : Tensor::Zeros({b}, dtypes::kInt64, past.device());
+  if (w.ndim() != 1 || w.size(0) != b) return ctx.Error("write_indices must be [batch_size]");
+  std::vector<int64_t> wshape(r, 1), jshape(r, 1);
+  wshape[0] = b;
+  jshape[axis] = len;
+  Tensor src = Tensor::Arange(0, len, 1, dtypes::kInt64, past.device()).Reshape(jshape).Sub(w.Reshape(wshape));
+  if (mode == "circular") src = src.Mod(len);
+  const Tensor valid = src.Ge(0).LogicalAnd(src.Lt(ulen)).Expand(Dims(past));
+  const Tensor index = src.Clip(0, ulen - 1).Cast(dtypes::kInt32).Expand(Dims(past));
+  Tensor u = update, p = past;
+  if (past.dtype().IsBool()) u = u.Cast(dtypes::kUInt8), p = p.Cast(dtypes::kUInt8);
+  Tensor out = valid.Where(u.Gather(axis, index), p);
+  if (past.dtype().IsBool()) out = out.Cast(dtypes::kBool);
+  return One(out);
+}
 }  // namespace
 
 void RegisterIndexOps(OpTable* t) {
+  Reg(t, "TensorScatter", 24, kMaxOnnxOpset, {"axis", "mode"}, TensorScatter);
   Reg(t, "Gather", 1, kMaxOnnxOpset, {"axis"}, Gather);
   Reg(t, "GatherElements", 11, kMaxOnnxOpset, {"axis"}, GatherElements);
   Reg(t, "GatherND", 11, kMaxOnnxOpset, {"batch_dims"}, GatherND);
