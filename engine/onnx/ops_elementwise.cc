@@ -234,8 +234,6 @@ absl::StatusOr<std::vector<Value>> PRelu(OpContext& ctx) {
   return One(x.Lt(0).Where(x.Mul(slope), x));
 }
 
-// log(1 + e^x) = max(x, 0) + log(1 + e^-|x|): e^x overflowed to inf above x = 88.7 (Softplus(100) was inf, not 100).
-Tensor Softplus(const Tensor& t) { return t.Maximum(0.0).Add(t.Abs().Neg().Exp().Add(1.0).Log()); }
 
 // clang-format off
 Tensor AddFn(const Tensor& a, const Tensor& b) { return a.Add(b); }

@@ -25,8 +25,7 @@ absl::StatusOr<Activation> MakeActivation(const OpContext& ctx, const std::strin
   if (name == "Sigmoid") return Activation([](const Tensor& x) { return x.Sigmoid(); });
   if (name == "Relu") return Activation([](const Tensor& x) { return x.Relu(); });
   if (name == "Softsign") return Activation([](const Tensor& x) { return x.Div(x.Abs().Add(1.0)); });
-  if (name == "Softplus")
-    return Activation([](const Tensor& x) { return x.Maximum(0.0).Add(x.Abs().Neg().Exp().Add(1.0).Log()); });
+  if (name == "Softplus") return Activation([](const Tensor& x) { return Softplus(x); });
   if (name == "Affine") {
     const double a = alpha(1.0), b = beta(0.0);
     return Activation([a, b](const Tensor& x) { return x.Mul(a).Add(b); });

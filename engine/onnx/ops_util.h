@@ -43,6 +43,10 @@ Tensor InF32(const Tensor& x, F f) {
   return f(x);
 }
 
+// log(1 + e^x) = max(x, 0) + log(1 + e^-|x|): e^x overflowed to inf above x = 88.7 (Softplus(100) was inf, not 100).
+// The Softplus op, Mish, and the recurrent ops' Softplus activation.
+inline Tensor Softplus(const Tensor& t) { return t.Maximum(0.0).Add(t.Abs().Neg().Exp().Add(1.0).Log()); }
+
 // Shape as a vector.
 inline std::vector<int64_t> Dims(const Tensor& t) { return std::vector<int64_t>(t.shape().begin(), t.shape().end()); }
 
