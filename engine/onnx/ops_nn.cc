@@ -199,6 +199,81 @@ absl::StatusOr<std::vector<Value>> ConvTranspose(OpContext& ctx) {
   return One(xd.Conv2d(wt, bias, o));
 }
 
+
+// Col2Im: the columns (N, C * prod(block), L) summed back onto the image (N, C, *image_shape), the inverse of the
+// im2col a convolution reads. Per kernel offset k, its (N, C, *blocks) slice lands at l * stride + k * dilation of the
+// padded image: spread by the strides (zeros between), shifted by the offset, added; the padding is cut at the end.
+absl::StatusOr<std::vector<Value>> Col2Im(OpContext& ctx) {
+  ONNX_INPUT(cols, 0);
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> image, ctx.Ints(1));
+  KILN_ASSIGN_OR_RETURN(std::vector<int64_t> block, ctx.Ints(2));
+  const int64_t nd = static_cast<int64_t>(image.size());
+  if (nd < 1 || static_cast<int64_t>(block.size()) != nd) return ctx.Error("image_shape and block_shape must match");
+  const std::vector<int64_t> strides = ctx.Ints("strides").value_or(std::vector<int64_t>(nd, 1));
+  const std::vector<int64_t> dil = ctx.Ints("dilations").value_or(std::vector<int64_t>(nd, 1));
+  const std::vector<int64_t> pads = ctx.Ints("pads").value_or(std::vector<int64_t>(2 * nd, 0));
+  if (static_cast<int64_t>(strides.size()) != nd || static_cast<int64_t>(dil.size()) != nd ||
+      static_cast<int64_t>(pads.size()) != 2 * nd)
+    return ctx.Error("strides/dilations/pads lengths do not match image_shape");
+  int64_t kprod = 1, lprod = 1;
+  std::vector<int64_t> blocks(nd), padded(nd);
+  for (int64_t d = 0; d < nd; ++d) {
+    if (image[d] < 1 || block[d] < 1 || strides[d] < 1 || dil[d] < 1 || pads[d] < 0 || pads[d + nd] < 0)
+      return ctx.Error("image_shape, block_shape, strides and dilations must be positive, pads non-negative");
+    padded[d] = image[d] + pads[d] + pads[d + nd];
+    blocks[d] = (padded[d] - dil[d] * (block[d] - 1) - 1) / strides[d] + 1;
+    if (blocks[d] < 1) return ctx.Error("the block does not fit the padded image");
+    kprod *= block[d];
+    lprod *= blocks[d];
+  }
+  if (cols.ndim() != 3 || cols.size(1) % kprod != 0 || cols.size(2) != lprod)
+    return ctx.Error(absl::StrCat("input must be (N, C * ", kprod, ", ", lprod, ")"));
+  if (kprod > 4096) return ctx.Error(absl::StrCat("block of ", kprod, " elements exceeds 4096 (one sum per offset)"));
+  const int64_t n = cols.size(0), c = cols.size(1) / kprod;
+  std::vector<int64_t> shape = {n, c, kprod};
+  shape.insert(shape.end(), blocks.begin(), blocks.end());
+  const Tensor x = cols.Reshape(shape);
+  std::optional<Tensor> acc;
+  for (int64_t k = 0; k < kprod; ++k) {
+    std::vector<std::pair<int64_t, int64_t>> pick = {{0, n}, {0, c}, {k, k + 1}};
+    for (int64_t d = 0; d < nd; ++d) pick.emplace_back(0, blocks[d]);
+    std::vector<int64_t> part = {n, c};
+    part.insert(part.end(), blocks.begin(), blocks.end());
+    Tensor t = x.Shrink(pick).Reshape(part);
+    int64_t rem = k;
+    std::vector<int64_t> off(nd);
+    for (int64_t d = nd - 1; d >= 0; --d) off[d] = rem % block[d], rem /= block[d];
+    for (int64_t d = 0; d < nd; ++d) {  // spread by the stride along spatial dim d: (s - 1) zeros between
+      const int64_t s = strides[d], len = blocks[d];
+      if (s > 1 && len > 1) {
+        std::vector<int64_t> sh = Dims(t);
+        sh.insert(sh.begin() + 3 + d, 1);
+        t = t.Reshape(sh);
+        std::vector<std::pair<int64_t, int64_t>> p(t.ndim(), {0, 0});
+        p[3 + d] = {0, s - 1};
+        t = t.Pad(p);
+        std::vector<int64_t> merged = Dims(t);
+        merged[2 + d] = len * s;
+        merged.erase(merged.begin() + 3 + d);
+        t = t.Reshape(merged);
+        std::vector<std::pair<int64_t, int64_t>> cut(t.ndim(), {0, 0});
+        cut[2 + d] = {0, -(s - 1)};
+        t = t.Pad(cut);
+      }
+    }
+    std::vector<std::pair<int64_t, int64_t>> place(2 + nd, {0, 0});
+    for (int64_t d = 0; d < nd; ++d) {
+      const int64_t start = off[d] * dil[d], extent = (blocks[d] - 1) * strides[d] + 1;
+      place[2 + d] = {start, padded[d] - start - extent};
+    }
+    t = t.Pad(place);
+    acc = acc ? acc->Add(t) : t;
+  }
+  std::vector<std::pair<int64_t, int64_t>> crop = {{0, n}, {0, c}};
+  for (int64_t d = 0; d < nd; ++d) crop.emplace_back(pads[d], pads[d] + image[d]);
+  return One(acc->Shrink(crop));
+}
+
 absl::StatusOr<std::vector<Value>> MaxPool(OpContext& ctx) {
   ONNX_INPUT(x, 0);
   KILN_ASSIGN_OR_RETURN(Window w, ResolveWindow(ctx, x, ctx.Ints("kernel_shape").value_or(std::vector<int64_t>{})));
@@ -570,6 +645,7 @@ void RegisterNnOps(OpTable* t) {
                 {"epsilon", "momentum", "training_mode", "spatial", "is_test", "consumed_inputs"}, BatchNormalization);
   Reg(t, "InstanceNormalization", 1, kMaxOnnxOpset, {"epsilon", "consumed_inputs"}, InstanceNormalization);
   Reg(t, "LayerNormalization", 17, kMaxOnnxOpset, {"axis", "epsilon", "stash_type"}, LayerNormalization);
+  Reg(t, "Col2Im", 18, kMaxOnnxOpset, {"dilations", "pads", "strides"}, Col2Im);
   Reg(t, "GroupNormalization", 18, kMaxOnnxOpset, {"epsilon", "num_groups", "stash_type"},
                 GroupNormalization);
   Reg(t, "RMSNormalization", 23, kMaxOnnxOpset, {"axis", "epsilon", "stash_type"}, RMSNormalization);
