@@ -1,5 +1,6 @@
-// Less common ONNX ops: LinearAttention, CausalConvWithState, AffineGrid, BitCast, the window functions, DFT, STFT, Det, Unique,
-// NonMaxSuppression (data-dependent outputs computed on the host), and the ai.onnx.preview.training optimizers.
+// Less common ONNX ops: LinearAttention, CausalConvWithState, AffineGrid, BitCast, the window functions, DFT, STFT,
+// MelWeightMatrix, Det, Unique, NonMaxSuppression (data-dependent outputs computed on the host), and the
+// ai.onnx.preview.training optimizers.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -551,6 +552,45 @@ absl::StatusOr<std::vector<Value>> Stft(OpContext& ctx) {
   }
   return One(Tensor::Stack({re, im}, 3).Cast(sig_in.dtype()));
 }
+
+// MelWeightMatrix (dft_length / 2 + 1, num_mel_bins): triangular filters between mel-spaced points, computed on the
+// host as the spec defines them: num_mel_bins + 2 points from lower_edge_hertz in mel steps of (high - low) / (bins +
+// 2), each mapped back to hertz and to the spectrogram bin floor((dft_length + 1) * hz / sample_rate); filter i
+// rises from point i to point i + 1 and falls to point i + 2.
+absl::StatusOr<std::vector<Value>> MelWeightMatrix(OpContext& ctx) {
+  std::vector<double> v(5);
+  for (size_t i = 0; i < 5; ++i) {
+    KILN_ASSIGN_OR_RETURN(HostArrayPtr h, ctx.Host(i));
+    if (h->numel() != 1) return ctx.Error("every input must be a scalar");
+    v[i] = h->GetDouble(0);
+  }
+  const int64_t mels = static_cast<int64_t>(v[0]), dft = static_cast<int64_t>(v[1]);
+  const double rate = v[2], low = v[3], high = v[4];
+  if (mels < 1 || mels > 4096 || dft < 1 || dft > 1 << 16 || !(rate > 0) || low < 0 || !(high > low))
+    return ctx.Error("num_mel_bins (1..4096), dft_length (1..65536), sample_rate > 0 and 0 <= lower < upper edge");
+  KILN_ASSIGN_OR_RETURN(DType dt, OnnxToDType(static_cast<int32_t>(ctx.Int("output_datatype", 1))));
+  const int64_t bins = dft / 2 + 1;
+  auto mel = [](double hz) { return 2595.0 * std::log10(1 + hz / 700.0); };
+  const double lo_mel = mel(low), step = (mel(high) - lo_mel) / static_cast<double>(mels + 2);
+  std::vector<int64_t> point(mels + 2);
+  for (int64_t i = 0; i < mels + 2; ++i) {
+    const double hz = 700.0 * (std::pow(10.0, (static_cast<double>(i) * step + lo_mel) / 2595.0) - 1);
+    point[i] = static_cast<int64_t>(std::floor(static_cast<double>(dft + 1) * hz / rate));
+    if (point[i] < 0 || point[i] >= bins) return ctx.Error("upper_edge_hertz lies beyond the spectrogram's bins");
+  }
+  std::vector<double> w(static_cast<size_t>(bins * mels), 0.0);
+  auto at = [&](int64_t j, int64_t i) -> double& { return w[static_cast<size_t>(j * mels + i)]; };
+  for (int64_t i = 0; i < mels; ++i) {
+    const int64_t a = point[i], b = point[i + 1], c = point[i + 2];
+    if (b == a) {
+      at(b, i) = 1;
+    } else {
+      for (int64_t j = a; j <= b; ++j) at(j, i) = static_cast<double>(j - a) / static_cast<double>(b - a);
+    }
+    for (int64_t j = b; j < c; ++j) at(j, i) = static_cast<double>(c - j) / static_cast<double>(c - b);
+  }
+  return std::vector<Value>{Value::Constant(HostArray::FromDoubles(dt, {bins, mels}, w))};
+}
 }  // namespace
 
 void RegisterExtraOps(OpTable* t) {
@@ -565,6 +605,7 @@ void RegisterExtraOps(OpTable* t) {
   Reg(t, "Det", 11, kMaxOnnxOpset, {}, Det);
   Reg(t, "DFT", 17, kMaxOnnxOpset, {"axis", "inverse", "onesided"}, Dft);
   Reg(t, "STFT", 17, kMaxOnnxOpset, {"onesided"}, Stft);
+  Reg(t, "MelWeightMatrix", 17, kMaxOnnxOpset, {"output_datatype"}, MelWeightMatrix);
   Reg(t, "Unique", 11, kMaxOnnxOpset, {"axis", "sorted"}, Unique);
   Reg(t, "NonMaxSuppression", 10, kMaxOnnxOpset, {"center_point_box"}, NonMaxSuppression);
   const char* kTraining = "ai.onnx.preview.training";
