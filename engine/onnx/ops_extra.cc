@@ -3,6 +3,7 @@
 // ai.onnx.preview.training optimizers.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <numeric>
 
@@ -412,6 +413,24 @@ void RegIn(OpTable* t, const char* domain, const char* op, int64_t since, int64_
 }
 
 
+// cos and sin of 2 pi i o / n as (len, out_len) matrices over input index i < used and output index o, each entry
+// times `scale(i)`: the DFT and STFT as matmuls.
+std::pair<Tensor, Tensor> CosSin(DType f, int64_t len, int64_t out_len, int64_t used, int64_t n,
+                                 const std::function<double(int64_t)>& scale, const std::string& device) {
+  std::vector<double> cm(static_cast<size_t>(len * out_len), 0.0), sm(cm.size(), 0.0);
+  for (int64_t i = 0; i < used; ++i) {
+    for (int64_t o = 0; o < out_len; ++o) {
+      const double theta = 2 * M_PI * static_cast<double>((i * o) % n) / static_cast<double>(n);
+      cm[static_cast<size_t>(i * out_len + o)] = std::cos(theta) * scale(i);
+      sm[static_cast<size_t>(i * out_len + o)] = std::sin(theta) * scale(i);
+    }
+  }
+  auto mat = [&](const std::vector<double>& v) {
+    return Tensor::FromHost(HostArray::FromDoubles(f, {len, out_len}, v).bytes.data(), f, {len, out_len}, device);
+  };
+  return {mat(cm), mat(sm)};
+}
+
 // ** DFT **
 //
 // A discrete Fourier transform along one axis is a matmul by cos and sin matrices of (input length, output length)
@@ -447,23 +466,12 @@ absl::StatusOr<std::vector<Value>> Dft(OpContext& ctx) {
   const bool real_out = inverse && onesided;
   const int64_t out_len = inverse ? n : (onesided ? n / 2 + 1 : n);
 
-  // cos / sin of 2 pi k t / n over (input index, output index), with the inverse's 1 / n and irfft's weights.
-  std::vector<double> cm(static_cast<size_t>(len * out_len), 0.0), sm(cm.size(), 0.0);
+  // The inverse's 1 / n and irfft's weights (k and n - k of the Hermitian spectrum).
   const int64_t used = inverse && onesided ? std::min(len, n / 2 + 1) : std::min(len, n);
-  for (int64_t i = 0; i < used; ++i) {
-    for (int64_t o = 0; o < out_len; ++o) {
-      const double theta = 2 * M_PI * static_cast<double>((i * o) % n) / static_cast<double>(n);
-      double scale = inverse ? 1.0 / static_cast<double>(n) : 1.0;
-      if (real_out && i > 0 && 2 * i != n) scale *= 2;  // k and n - k of the Hermitian spectrum
-      cm[static_cast<size_t>(i * out_len + o)] = std::cos(theta) * scale;
-      sm[static_cast<size_t>(i * out_len + o)] = std::sin(theta) * scale;
-    }
-  }
-  auto mat = [&](const std::vector<double>& v) {
-    return Tensor::FromHost(HostArray::FromDoubles(f, {len, out_len}, v).bytes.data(), f, {len, out_len},
-                            ctx.device());
-  };
-  const Tensor cmat = mat(cm), smat = mat(sm);
+  const auto [cmat, smat] = CosSin(f, len, out_len, used, n, [&](int64_t i) {
+    const double s = inverse ? 1.0 / static_cast<double>(n) : 1.0;
+    return real_out && i > 0 && 2 * i != n ? 2 * s : s;
+  }, ctx.device());
   // The signal axis last: (..., len) per part.
   std::vector<int64_t> perm;
   for (int64_t d = 0; d < r - 1; ++d)
@@ -524,18 +532,7 @@ absl::StatusOr<std::vector<Value>> Stft(OpContext& ctx) {
   if (onesided && complex_in) return ctx.Error("onesided needs a real signal");
   const int64_t bins = onesided ? flen / 2 + 1 : flen;
   const DType f = sig_in.dtype() == dtypes::kFloat64 ? dtypes::kFloat64 : dtypes::kFloat32;
-  std::vector<double> cm(static_cast<size_t>(flen * bins)), sm(cm.size());
-  for (int64_t t = 0; t < flen; ++t) {
-    for (int64_t k = 0; k < bins; ++k) {
-      const double theta = 2 * M_PI * static_cast<double>((t * k) % flen) / static_cast<double>(flen);
-      cm[static_cast<size_t>(t * bins + k)] = std::cos(theta);
-      sm[static_cast<size_t>(t * bins + k)] = std::sin(theta);
-    }
-  }
-  auto mat = [&](const std::vector<double>& v) {
-    return Tensor::FromHost(HostArray::FromDoubles(f, {flen, bins}, v).bytes.data(), f, {flen, bins}, ctx.device());
-  };
-  const Tensor cmat = mat(cm), smat = mat(sm);
+  const auto [cmat, smat] = CosSin(f, flen, bins, flen, flen, [](int64_t) { return 1.0; }, ctx.device());
   const Tensor sig = sig_in.Cast(f);
   auto framed = [&](int64_t k) {  // [batch, frames, flen] of part k, windowed
     Tensor p = sig.Shrink({{0, batch}, {0, len}, {k, k + 1}}).Reshape({batch, len});

@@ -109,6 +109,26 @@ absl::StatusOr<std::vector<Value>> Conv(OpContext& ctx) {
   return One(x.Conv2d(w, bias, o));
 }
 
+// t with (s - 1) zeros inserted between consecutive elements of dim `dim` (length len -> (len - 1) * s + 1): a
+// transposed convolution's input, and Col2Im's columns spread onto the image.
+Tensor SpreadByStride(Tensor t, int64_t dim, int64_t s) {
+  const int64_t len = t.size(dim);
+  if (s == 1 || len == 0) return t;
+  std::vector<int64_t> sh = Dims(t);
+  sh.insert(sh.begin() + dim + 1, 1);
+  t = t.Reshape(sh);
+  std::vector<std::pair<int64_t, int64_t>> p(t.ndim(), {0, 0});
+  p[dim + 1] = {0, s - 1};
+  t = t.Pad(p);
+  std::vector<int64_t> merged = Dims(t);
+  merged[dim] = len * s;
+  merged.erase(merged.begin() + dim + 1);
+  t = t.Reshape(merged);
+  std::vector<std::pair<int64_t, int64_t>> cut(t.ndim(), {0, 0});
+  cut[dim] = {0, -(s - 1)};
+  return t.Pad(cut);
+}
+
 // ConvTranspose as a convolution of the stride-dilated, padded input with the flipped, transposed weight.
 absl::StatusOr<std::vector<Value>> ConvTranspose(OpContext& ctx) {
   ONNX_INPUT(x, 0);
@@ -152,24 +172,7 @@ absl::StatusOr<std::vector<Value>> ConvTranspose(OpContext& ctx) {
   if (x.size(1) != cin || cin % group != 0) return ctx.Error("input channels do not match the weight");
   // dilate the input by the strides: insert (s - 1) zeros between elements
   Tensor xd = x;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t s = strides[i], len = xd.size(2 + i);
-    if (s == 1 || len == 0) continue;
-    std::vector<int64_t> sh = Dims(xd);
-    sh.insert(sh.begin() + 3 + i, 1);
-    xd = xd.Reshape(sh);
-    std::vector<std::pair<int64_t, int64_t>> p(xd.ndim(), {0, 0});
-    p[3 + i] = {0, s - 1};
-    xd = xd.Pad(p);
-    std::vector<int64_t> merged = Dims(x);
-    merged = Dims(xd);
-    merged[2 + i] = len * s;
-    merged.erase(merged.begin() + 3 + i);
-    xd = xd.Reshape(merged);
-    std::vector<std::pair<int64_t, int64_t>> cut(xd.ndim(), {0, 0});
-    cut[2 + i] = {0, -(s - 1)};
-    xd = xd.Pad(cut);
-  }
+  for (int64_t i = 0; i < n; ++i) xd = SpreadByStride(xd, 2 + i, strides[i]);
   // weight (Cin, Cout/g, *k) -> (Cout, Cin/g, *k), flipped
   std::vector<int64_t> wshape = {group, cin / group, cout_g};
   for (int64_t k : kernel) wshape.push_back(k);
@@ -243,24 +246,7 @@ absl::StatusOr<std::vector<Value>> Col2Im(OpContext& ctx) {
     int64_t rem = k;
     std::vector<int64_t> off(nd);
     for (int64_t d = nd - 1; d >= 0; --d) off[d] = rem % block[d], rem /= block[d];
-    for (int64_t d = 0; d < nd; ++d) {  // spread by the stride along spatial dim d: (s - 1) zeros between
-      const int64_t s = strides[d], len = blocks[d];
-      if (s > 1 && len > 1) {
-        std::vector<int64_t> sh = Dims(t);
-        sh.insert(sh.begin() + 3 + d, 1);
-        t = t.Reshape(sh);
-        std::vector<std::pair<int64_t, int64_t>> p(t.ndim(), {0, 0});
-        p[3 + d] = {0, s - 1};
-        t = t.Pad(p);
-        std::vector<int64_t> merged = Dims(t);
-        merged[2 + d] = len * s;
-        merged.erase(merged.begin() + 3 + d);
-        t = t.Reshape(merged);
-        std::vector<std::pair<int64_t, int64_t>> cut(t.ndim(), {0, 0});
-        cut[2 + d] = {0, -(s - 1)};
-        t = t.Pad(cut);
-      }
-    }
+    for (int64_t d = 0; d < nd; ++d) t = SpreadByStride(t, 2 + d, strides[d]);
     std::vector<std::pair<int64_t, int64_t>> place(2 + nd, {0, 0});
     for (int64_t d = 0; d < nd; ++d) {
       const int64_t start = off[d] * dil[d], extent = (blocks[d] - 1) * strides[d] + 1;

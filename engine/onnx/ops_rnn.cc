@@ -156,6 +156,8 @@ absl::StatusOr<std::vector<Value>> Recurrent(OpContext& ctx, Cell cell) {
     if (wb) xw = xw.Add(*wb);
     xw = xw.Reshape({seq, batch, gates * hidden}).Contiguous();
     const Tensor rt = rd.Permute({1, 0}).Contiguous();  // [hidden, gates * hidden]
+    const bool gru_reset_first = cell == Cell::kGru && !linear_before_reset;
+    const Tensor rt_zr = rt.Shrink({{0, hidden}, {0, 2 * hidden}});
     auto gate = [&](const Tensor& t, int64_t g) { return t.Shrink({{0, batch}, {g * hidden, (g + 1) * hidden}}); };
     auto vec = [&](const std::optional<Tensor>& v, int64_t g) {  // one gate's slice of a bias, as [1, hidden]
       return v->Shrink({{g * hidden, (g + 1) * hidden}}).Reshape({1, hidden});
@@ -177,8 +179,9 @@ absl::StatusOr<std::vector<Value>> Recurrent(OpContext& ctx, Cell cell) {
     for (int64_t i = 0; i < seq; ++i) {
       const int64_t t = reverse ? seq - 1 - i : i;
       const Tensor xt = xw.Shrink({{t, t + 1}, {0, batch}, {0, gates * hidden}}).Reshape({batch, gates * hidden});
-      Tensor hr = h.Matmul(rt);  // [batch, gates * hidden]
-      if (rb) hr = hr.Add(rb->Reshape({1, gates * hidden}));
+      // [batch, gates * hidden]; a GRU resetting before the product takes its h gate's product from r * h below
+      Tensor hr = gru_reset_first ? h.Matmul(rt_zr) : h.Matmul(rt);
+      if (rb) hr = hr.Add(rb->Shrink({{0, hr.size(1)}}).Reshape({1, hr.size(1)}));
       Tensor h_new, c_new = c;
       if (cell == Cell::kRnn) {
         h_new = fa(clipped(xt.Add(hr)));

@@ -129,6 +129,14 @@ OpFn Reduction(F f) {
   return [f](const Args& a) { return f(a.t.at(0), Axes(a.Ints(1)), a.Int(0) != 0); };
 }
 
+// Stride and padding of (maxpool|avgpool x KH KW SH SW PT PB PL PR ...).
+PoolOptions PoolArgs(const Args& a) {
+  PoolOptions o;
+  o.stride = {a.Int(2), a.Int(3)};
+  o.padding = {a.Int(4), a.Int(5), a.Int(6), a.Int(7)};
+  return o;
+}
+
 const absl::flat_hash_map<std::string, OpFn>& Ops() {
   static const auto* ops = new absl::flat_hash_map<std::string, OpFn>{
       // unary
@@ -190,17 +198,13 @@ const absl::flat_hash_map<std::string, OpFn>& Ops() {
       // (maxpool x KH KW SH SW PT PB PL PR DH DW), (avgpool x KH KW SH SW PT PB PL PR COUNT_INCLUDE_PAD)
       {"maxpool",
        [](const Args& a) {
-         PoolOptions o;
-         o.stride = {a.Int(2), a.Int(3)};
-         o.padding = {a.Int(4), a.Int(5), a.Int(6), a.Int(7)};
+         PoolOptions o = PoolArgs(a);
          o.dilation = {a.Int(8), a.Int(9)};
          return a.t.at(0).MaxPool2d({a.Int(0), a.Int(1)}, o);
        }},
       {"avgpool",
        [](const Args& a) {
-         PoolOptions o;
-         o.stride = {a.Int(2), a.Int(3)};
-         o.padding = {a.Int(4), a.Int(5), a.Int(6), a.Int(7)};
+         PoolOptions o = PoolArgs(a);
          o.count_include_pad = a.Int(8) != 0;
          return a.t.at(0).AvgPool2d({a.Int(0), a.Int(1)}, o);
        }},

@@ -193,8 +193,8 @@ def _pool(x, kernel, stride, pads, dil, kind, count_include_pad=True):
     return s / _windows(ones, kernel, stride, pads, dil, 0).sum(axis=(-2, -1))
 
 
-def evaluate(e, inputs):
-    """Evaluates tree `e` over `inputs` (list of (dtype, np array in that dtype, exact flag)). Returns V."""
+def evaluator(inputs):
+    """A function node -> V over `inputs` that evaluates each node once."""
     memo = {}
 
     def ev(n):
@@ -203,7 +203,12 @@ def evaluate(e, inputs):
             memo[key] = _eval(n, ev, inputs)
         return memo[key]
 
-    return ev(e)
+    return ev
+
+
+def evaluate(e, inputs):
+    """Evaluates tree `e` over `inputs` (list of (dtype, np array in that dtype, exact flag)). Returns V."""
+    return evaluator(inputs)(e)
 
 
 def _eval(n, ev, inputs):
@@ -490,8 +495,7 @@ def _near_tie(a, b, mag):
 
 def kinks(e, inputs):
     """True when some node sits within rounding of a point where it has no derivative (see above)."""
-    memo = {}
-    ev = lambda n: memo[id(n)] if id(n) in memo else memo.setdefault(id(n), _eval(n, ev, inputs))
+    ev = evaluator(inputs)
     for n in _nodes(e):
         if n.op in ("relu", "abs"):
             x = ev(n.kids[0])
@@ -694,8 +698,7 @@ def _local_vjp(n, xs, out, g, gm):
 
 def vjp(e, inputs, cot, wrt):
     """[(g64, gm)] of d sum(e * cot) / d inputs[k] for each k in wrt (see the section's comment)."""
-    memo = {}
-    ev = lambda n: memo[id(n)] if id(n) in memo else memo.setdefault(id(n), _eval(n, ev, inputs))
+    ev = evaluator(inputs)
     order = _nodes(e)
     for n in order:
         ev(n)

@@ -574,6 +574,16 @@ class Gen:
     FAMILIES = [("unary", 3), ("binary", 4), ("reduce", 3), ("movement", 4), ("twice", 3), ("matmul", 1),
                 ("cast", 1), ("contig", 1), ("multi", 1)]
 
+    def random_steps(self):
+        """A few inputs, then 2-9 steps drawn from the families; the last node built."""
+        for _ in range(1 + self.r(3)):
+            self.add_input(self.shape(big=self.chance(0.2)))
+        want, done, tries = 2 + self.r(8), 0, 0
+        while done < want and tries < 200:
+            tries += 1
+            done += self.step()
+        return self.pool[-1][0]
+
     def step(self):
         names, w = zip(*self.FAMILIES)
         fam = names[int(self.rng.choice(len(names), p=np.array(w) / sum(w)))]
@@ -598,13 +608,7 @@ def generate_grad(g):
         if root is None:
             return None
     else:
-        for _ in range(1 + g.r(3)):
-            g.add_input(g.shape(big=g.chance(0.2)))
-        want, done, tries = 2 + g.r(8), 0, 0
-        while done < want and tries < 200:
-            tries += 1
-            done += g.step()
-        root = g.pool[-1][0]
+        root = g.random_steps()
     v = g.ok(root)
     if v is None or v.dtype not in FLOAT_DTYPES:
         return None
@@ -633,13 +637,7 @@ def generate(seed):
             g.inputs = []
             root = g.conv_block()
         return list(g.inputs), root
-    for _ in range(1 + g.r(3)):
-        g.add_input(g.shape(big=g.chance(0.2)))
-    want, done, tries = 2 + g.r(8), 0, 0
-    while done < want and tries < 200:
-        tries += 1
-        done += g.step()
-    root = g.pool[-1][0]
+    root = g.random_steps()
     used = sorted({int(n.atoms[0]) for n in root.subtrees() if n.op == "in"})
     remap = {old: new for new, old in enumerate(used)}
     inputs = [g.inputs[i] for i in used]

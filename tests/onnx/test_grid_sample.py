@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -19,7 +18,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_recurrent import write_case  # noqa: E402
+from ort_cases import run_cases, write_case  # noqa: E402
 
 
 def model(mode, padding, align, n, c, h, w, oh, ow, spread, seed):
@@ -52,18 +51,7 @@ def main() -> int:
                 folder = os.path.join(root, name)
                 write_case(folder, *model(mode, padding, align, 2, 3, 5, 7, 4, 6, 3.5, seed))
                 cases.append(folder)
-    p = subprocess.run([args.runner, "--device", args.device, "--atol", "1e-5", *cases], capture_output=True,
-                       text=True, timeout=600)
-    results = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
-    failed = [l for l in results if " PASS" not in l]
-    for l in results:
-        print(l.replace(root + "/", ""))
-    if p.returncode != 0 or len(results) != len(cases):
-        print(p.stderr[-2000:], file=sys.stderr)
-        return 1
-    print(f"GridSample vs onnxruntime on {args.device}: {len(results) - len(failed)}/{len(cases)} pass")
-    return 1 if failed else 0
-
+    return run_cases(args.runner, args.device, 1e-5, root, cases, "GridSample vs onnxruntime")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 import onnx
-import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+from ort_cases import ort_outputs, run_cases, write_case
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
@@ -105,39 +105,24 @@ def configurations():
     yield "gru_wide", dict(op="GRU", seq=8, batch=16, inp=48, hidden=80)
 
 
-def write_case(folder, m, feeds):
-    os.makedirs(os.path.join(folder, "test_data_set_0"))
-    onnx.save(m, os.path.join(folder, "model.onnx"))
-    node = m.graph.node[0]
-    layout = next((a.i for a in node.attribute if a.name == "layout"), 0)
+def reference(m, feeds):
+    """onnxruntime's outputs and which run gave them: for layout 1, which its CPU kernels refuse, the layout-0 model on
+    transposed X and states, its outputs transposed back."""
+    layout = next((a.i for a in m.graph.node[0].attribute if a.name == "layout"), 0)
     if layout == 0:
-        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-        outs, ref = sess.run(None, feeds), "onnxruntime"
-    else:  # onnxruntime's CPU kernels refuse layout 1, which is layout 0 with X, the states and the outputs transposed
-        m0 = onnx.ModelProto()
-        m0.CopyFrom(m)
-        attrs = [a for a in m0.graph.node[0].attribute if a.name != "layout"]
-        del m0.graph.node[0].attribute[:]
-        m0.graph.node[0].attribute.extend(attrs)
-        for vi in m0.graph.input:
-            if vi.name in ("X", "initial_h", "initial_c"):
-                d = vi.type.tensor_type.shape.dim
-                d[0].dim_value, d[1].dim_value = d[1].dim_value, d[0].dim_value
-        f0 = {k: (v.transpose(1, 0, 2).copy() if k in ("X", "initial_h", "initial_c") else v) for k, v in feeds.items()}
-        sess = ort.InferenceSession(m0.SerializeToString(), providers=["CPUExecutionProvider"])
-        o0 = sess.run(None, f0)
-        outs = [o0[0].transpose(2, 0, 1, 3)] + [o.transpose(1, 0, 2) for o in o0[1:]]
-        ref = "onnxruntime, layout 0 transposed"
-    ins = [i.name for i in m.graph.input]
-    for k, name in enumerate(ins):
-        t = numpy_helper.from_array(feeds[name], name)
-        with open(os.path.join(folder, "test_data_set_0", f"input_{k}.pb"), "wb") as f:
-            f.write(t.SerializeToString())
-    for k, (o, v) in enumerate(zip(m.graph.output, outs)):
-        t = numpy_helper.from_array(np.asarray(v), o.name)
-        with open(os.path.join(folder, "test_data_set_0", f"output_{k}.pb"), "wb") as f:
-            f.write(t.SerializeToString())
-    return ref
+        return ort_outputs(m, feeds), "onnxruntime"
+    m0 = onnx.ModelProto()
+    m0.CopyFrom(m)
+    attrs = [a for a in m0.graph.node[0].attribute if a.name != "layout"]
+    del m0.graph.node[0].attribute[:]
+    m0.graph.node[0].attribute.extend(attrs)
+    for vi in m0.graph.input:
+        if vi.name in ("X", "initial_h", "initial_c"):
+            d = vi.type.tensor_type.shape.dim
+            d[0].dim_value, d[1].dim_value = d[1].dim_value, d[0].dim_value
+    f0 = {k: (v.transpose(1, 0, 2).copy() if k in ("X", "initial_h", "initial_c") else v) for k, v in feeds.items()}
+    o0 = ort_outputs(m0, f0)
+    return [o0[0].transpose(2, 0, 1, 3)] + [o.transpose(1, 0, 2) for o in o0[1:]], "onnxruntime, layout 0 transposed"
 
 
 def main() -> int:
@@ -151,23 +136,14 @@ def main() -> int:
     for name, cfg in configurations():
         op = cfg.pop("op")
         folder = os.path.join(root, name)
-        refs[name] = write_case(folder, *model(op, **cfg))
+        m, feeds = model(op, **cfg)
+        outputs, refs[name] = reference(m, feeds)
+        write_case(folder, m, feeds, outputs)
         cases.append(folder)
     # atol 1e-5 instead of onnx's 1e-7: values are O(1) and float32 rounding accumulates over the steps
     # (onnxruntime's own gru_wide output is 1.3e-6 from a float64 evaluation); a wrong gate is off by O(0.1).
-    p = subprocess.run([args.runner, "--device", args.device, "--atol", "1e-5", *cases], capture_output=True,
-                       text=True, timeout=600)
-    results = [l for l in p.stdout.splitlines() if l.startswith("RESULT ")]
-    failed = [l for l in results if " PASS" not in l]
-    for l in results:
-        name = l.split()[1].replace(root + "/", "")
-        print(l.replace(root + "/", ""), f"(reference: {refs.get(name, '?')})")
-    if p.returncode != 0 or len(results) != len(cases):
-        print(p.stderr[-2000:], file=sys.stderr)
-        print(f"runner exit {p.returncode}, {len(results)} results for {len(cases)} cases", file=sys.stderr)
-        return 1
-    print(f"recurrent ops vs onnxruntime on {args.device}: {len(results) - len(failed)}/{len(cases)} pass")
-    return 1 if failed else 0
+    return run_cases(args.runner, args.device, 1e-5, root, cases, "recurrent ops vs onnxruntime",
+                     {k: f"reference: {v}" for k, v in refs.items()})
 
 
 if __name__ == "__main__":
